@@ -1,0 +1,99 @@
+/* minke.h: the one public engine API, used by the CLI, the server and the bench.
+ *
+ * A model is opened from a GGUF on one backend (cpu or cuda). Sessions hold
+ * the KV state of one token sequence; they prefill token arrays (chunked),
+ * decode one token at a time, expose the logits of the last position, and can
+ * be snapshotted/restored in memory or serialised to bytes (disk KV cache).
+ *
+ * Errors: functions returning a pointer return NULL, functions returning int
+ * return non-zero; minke_last_error() then says what went wrong (thread-local).
+ */
+#ifndef MINKE_H
+#define MINKE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct minke_model minke_model;
+typedef struct minke_session minke_session;
+typedef struct minke_snapshot minke_snapshot;
+struct gguf_file; /* src/gguf/gguf.h: the opened container, for the tokenizer */
+
+typedef enum { MINKE_BACKEND_CPU = 0, MINKE_BACKEND_CUDA = 1 } minke_backend;
+
+typedef struct minke_model_params {
+    const char *path;      /* main GGUF */
+    const char *mtp_path;  /* optional MTP GGUF, NULL for none */
+    minke_backend backend;
+    int n_threads;         /* CPU threads, 0 = all cores */
+    int sims;              /* FP8 KV / Hadamard+FP4 indexer simulations: 1 (default) or 0 */
+    int progress;          /* show a load progress bar on stderr when it is a TTY */
+    int n_gpus;            /* cuda: number of GPUs, 0 or 1 = one */
+} minke_model_params;
+
+void minke_model_params_default(minke_model_params *p);
+
+/* Thread-local description of the last error. Never NULL. */
+const char *minke_last_error(void);
+
+minke_model *minke_model_open(const minke_model_params *p);
+void minke_model_close(minke_model *m);
+
+typedef struct minke_model_info {
+    const char *name;       /* general.name or the file name */
+    int n_vocab;
+    int n_layer;
+    int n_embd;
+    int n_ctx_train;        /* deepseek4.context_length when present, else 0 */
+    uint64_t weight_bytes;  /* bytes of tensor data bound */
+    const char *backend;    /* "cpu" or "cuda" */
+} minke_model_info;
+
+const minke_model_info *minke_model_get_info(const minke_model *m);
+/* The GGUF container of the main file (tokenizer and metadata live there). */
+const struct gguf_file *minke_model_gguf(const minke_model *m);
+
+/* ---- sessions ---- */
+minke_session *minke_session_create(minke_model *m, int n_ctx);
+void minke_session_free(minke_session *s);
+/* Bytes of KV state allocated for the session's context size. */
+uint64_t minke_session_state_bytes(const minke_session *s);
+int minke_session_n_ctx(const minke_session *s);
+int minke_session_pos(const minke_session *s);     /* tokens processed so far */
+void minke_session_reset(minke_session *s);         /* back to position 0 */
+void minke_session_set_chunk(minke_session *s, int chunk); /* prefill chunk, 0 = whole */
+
+/* Run n tokens. When all_logits is non-NULL it receives n * n_vocab floats
+ * (row-major, position by position). The last position's logits are always
+ * kept and readable with minke_logits(). Errors: token id out of range,
+ * context overflow (pos + n > n_ctx). On error the session is unchanged. */
+int minke_prefill(minke_session *s, const int32_t *tokens, int n, float *all_logits);
+int minke_decode(minke_session *s, int32_t token);  /* = prefill of one token */
+const float *minke_logits(const minke_session *s);  /* n_vocab floats, NULL before the first token */
+
+/* In-memory snapshots (copy of the whole live state, including last logits). */
+minke_snapshot *minke_snapshot_take(const minke_session *s);
+int minke_snapshot_restore(minke_session *s, const minke_snapshot *snap);
+int minke_snapshot_pos(const minke_snapshot *snap);
+void minke_snapshot_free(minke_snapshot *snap);
+
+/* Serialised session state (for the disk KV cache). The bytes are
+ * self-describing enough to be rejected when they do not match the model
+ * and context size (returns non-zero with an error, session unchanged). */
+uint64_t minke_session_serial_bytes(const minke_session *s);
+int minke_session_serialize(const minke_session *s, void *buf, uint64_t len);
+int minke_session_deserialize(minke_session *s, const void *buf, uint64_t len);
+
+/* Debug taps: when set, backends call the hook with named intermediate
+ * tensors (e.g. "blk.3.out", "hc_head.out") for comparison across backends. */
+typedef void (*minke_tap_fn)(void *user, const char *name, int pos, const float *data, int64_t n);
+void minke_set_tap(minke_model *m, minke_tap_fn fn, void *user);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

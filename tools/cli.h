@@ -1,0 +1,17 @@
+/* cli.h: the subcommands of the minke program (one file each in tools/). */
+#ifndef MINKE_CLI_H
+#define MINKE_CLI_H
+
+int cmd_chat(int argc, char **argv);
+int cmd_run(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
+int cmd_convert(int argc, char **argv);
+int cmd_mkmodel(int argc, char **argv);
+int cmd_info(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
+int cmd_render(int argc, char **argv);
+int cmd_parse(int argc, char **argv);
+int cmd_logits(int argc, char **argv);
+
+#endif
