@@ -1,0 +1,74 @@
+/* weights.h: a DeepSeek V4 GGUF bound to plain structs.
+ *
+ * dsv4_hparams holds every dimension the forward pass needs, read from the
+ * deepseek4.* metadata (never hard-coded, so tiny test models work).
+ * dsv4_weights holds one dsv4_tensor per GGUF tensor the forward reads,
+ * pointing into the mmapped file (the backend decides how to use the bytes).
+ * Binding checks every shape against the hyperparameters and every type
+ * against the quant table, and range-checks the hash-routing table, so the
+ * forward never has to.
+ */
+#ifndef MINKE_MODEL_WEIGHTS_H
+#define MINKE_MODEL_WEIGHTS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct gguf_file;
+
+#define DSV4_MAX_LAYERS 128
+
+typedef struct dsv4_hparams {
+    int n_vocab, n_embd, n_layer;
+    int n_head, head_dim, n_rot;          /* n_rot: RoPE dims at the tail of each head */
+    int q_lora, o_lora, o_groups;
+    int n_expert, n_expert_used, n_expert_shared, n_ff_exp, n_hash_layer;
+    float expert_weights_scale;
+    int window;                            /* raw sliding window rows (incl. current) */
+    int n_idx_head, idx_head_dim, idx_topk;
+    int n_hc, sinkhorn_iters;
+    float hc_eps, rms_eps;
+    float rope_base, compress_rope_base, rope_scale_factor, yarn_beta_fast, yarn_beta_slow;
+    int rope_orig_ctx;
+    int n_ctx_train;                       /* 0 when absent */
+    int compress_ratio[DSV4_MAX_LAYERS];   /* 0 (sliding only), 4 (CSA, overlapping) or R (HCA) */
+    float swiglu_clamp[DSV4_MAX_LAYERS];   /* <= 1e-6: clamp off */
+} dsv4_hparams;
+
+typedef struct dsv4_tensor {
+    const char *name;      /* NULL when absent */
+    const void *data;      /* into the mmap */
+    int type;              /* ggml type id */
+    int n_dims;
+    int64_t ne[4];
+    uint64_t row_bytes;    /* bytes of one ne0 row */
+    uint64_t nbytes;
+} dsv4_tensor;
+
+typedef struct dsv4_layer {
+    int ratio;
+    dsv4_tensor hc_attn_fn, hc_attn_scale, hc_attn_base, attn_norm;
+    dsv4_tensor q_a, q_a_norm, q_b, kv, kv_norm, sinks, out_a, out_b;
+    /* compressors (ratio != 0) */
+    dsv4_tensor comp_ape, comp_kv, comp_gate, comp_norm;
+    /* indexer (ratio == 4) */
+    dsv4_tensor idx_q_b, idx_proj, idx_comp_ape, idx_comp_kv, idx_comp_gate, idx_comp_norm;
+    dsv4_tensor hc_ffn_fn, hc_ffn_scale, hc_ffn_base, ffn_norm;
+    dsv4_tensor gate_inp, exp_bias, tid2eid;   /* exp_bias: layers >= n_hash; tid2eid: < n_hash */
+    dsv4_tensor gate_exps, up_exps, down_exps;
+    dsv4_tensor gate_shexp, up_shexp, down_shexp;
+} dsv4_layer;
+
+typedef struct dsv4_weights {
+    dsv4_hparams hp;
+    dsv4_tensor token_embd, output_hc_base, output_hc_fn, output_hc_scale, output_norm, output;
+    dsv4_layer layers[DSV4_MAX_LAYERS];
+    uint64_t total_bytes;  /* bytes of tensor data bound */
+} dsv4_weights;
+
+/* Read the hyperparameters; 0 or -1 with a sentence in err. */
+int dsv4_hparams_read(const struct gguf_file *f, dsv4_hparams *hp, char *err, size_t errlen);
+/* Read hyperparameters and bind + check every tensor; 0 or -1 with err. */
+int dsv4_weights_bind(const struct gguf_file *f, dsv4_weights *w, char *err, size_t errlen);
+
+#endif
