@@ -62,4 +62,33 @@ uint8_t f32_to_e2m1(float f);       /* RNE to the E2M1 grid, saturate to +-6 */
 /* Whether the AVX2 kernels are in use (tests force the scalar path by setting 0). */
 extern int quant_use_simd;
 
+/* ---- minke additions (docs/quant.md) ---- */
+
+/* Activation-only block for Q8_0 and MXFP4 weights: 32 int8 with an f32
+ * scale (ds4 keeps d_x in f32, spec §5.7). Not a ggml type, never in files;
+ * quant_get() knows it. Layout: f32 d, int8 q[32] (36 bytes). */
+#define QUANT_TYPE_Q8_0_F32 64
+
+/* Quantize an f32 activation row of n elements to vec_dot_type (the value
+ * a weight type's traits give). F32 copies. Returns 0, or -1 if the type is
+ * not an activation format or n is not a multiple of its block. */
+int quant_quantize_activation(int vec_dot_type, const float *x, void *out, int64_t n);
+
+/* y[r] = dot(row r of W, x) for rows x cols weights of the given type.
+ * quant_matvec quantizes x itself (malloc); the _prequant form takes x
+ * already quantized to the type's vec_dot_type (quantize once, thread rows). */
+int quant_matvec(int type, const void *W, int64_t rows, int64_t cols, const float *x, float *y);
+void quant_matvec_prequant(int type, const void *W, int64_t rows, int64_t cols,
+                           const void *xq, float *y);
+
+/* Lossless MXFP4 from the official FP4 expert layout (spec §4.5): packed
+ * holds n/2 bytes, element 2j in the low nibble of byte j, 2j+1 in the high
+ * nibble; scales holds n/32 E8M0 bytes. dst receives n/32 MXFP4 blocks
+ * (ggml order: low nibbles elements 0..15, high nibbles 16..31). */
+void mxfp4_from_official(const uint8_t *packed, const uint8_t *scales, void *dst, int64_t n);
+
+/* FP8 E4M3FN with a NaN code (0x7F/0xFF) decoded to 0, as the official
+ * checkpoint conversion does (spec §4.5). */
+float fp8_e4m3_to_f32_nan0(uint8_t v);
+
 #endif
