@@ -3,7 +3,7 @@
  *
  * Division of labour
  *   The engine opens the GGUF, binds the weights (src/model/weights.h: dims in
- *   m->w.hp, tensors in m->w), picks the backend, validates every request
+ *   m->w.cfg, tensors in m->w), picks the backend, validates every request
  *   (token ids in range, context overflow, pos bookkeeping), splits a prefill
  *   into chunks, keeps the last logits, and wraps state bytes in a header
  *   (magic, model identity, n_ctx, pos) for snapshots and serialisation.
@@ -73,7 +73,7 @@ struct minke_model {
     minke_model_params params;     /* as given; n_threads resolved (>0), sims 0/1 */
     char *path;
     struct gguf_file *gguf;
-    dsv4_weights w;                /* hyperparameters (w.hp) and host tensors */
+    dsv4_weights w;                /* config (w.cfg) and host tensors */
     const minke_backend_ops *ops;
     void *be;                      /* backend-private model data */
     minke_model_info info;
@@ -112,7 +112,7 @@ typedef struct minke_kv_layer_layout {
 } minke_kv_layer_layout;
 
 /* Fill layout[0..n_layer) for a session at position pos; returns total payload bytes. */
-uint64_t minke_kv_layout(const dsv4_hparams *hp, int pos, minke_kv_layer_layout *layout);
+uint64_t minke_kv_layout(const dsv4_config *cfg, int pos, minke_kv_layer_layout *layout);
 
 /* Backends. minke_backend_cuda() is defined by src/cuda only in MINKE_CUDA
  * builds; the engine references it under #ifdef MINKE_CUDA. */

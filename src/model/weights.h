@@ -1,7 +1,7 @@
 /* weights.h: a DeepSeek V4 GGUF bound to plain structs.
  *
- * dsv4_hparams holds every dimension the forward pass needs, read from the
- * deepseek4.* metadata (never hard-coded, so tiny test models work).
+ * The dimensions come from model/config.h (dsv4_config, read from the
+ * deepseek4.* metadata, never hard-coded, so tiny test models work).
  * dsv4_weights holds one dsv4_tensor per GGUF tensor the forward reads,
  * pointing into the mmapped file (the backend decides how to use the bytes).
  * Binding checks every shape against the hyperparameters and every type
@@ -14,26 +14,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-struct gguf_file;
+#include "model/config.h"
 
-#define DSV4_MAX_LAYERS 128
-
-typedef struct dsv4_hparams {
-    int n_vocab, n_embd, n_layer;
-    int n_head, head_dim, n_rot;          /* n_rot: RoPE dims at the tail of each head */
-    int q_lora, o_lora, o_groups;
-    int n_expert, n_expert_used, n_expert_shared, n_ff_exp, n_hash_layer;
-    float expert_weights_scale;
-    int window;                            /* raw sliding window rows (incl. current) */
-    int n_idx_head, idx_head_dim, idx_topk;
-    int n_hc, sinkhorn_iters;
-    float hc_eps, rms_eps;
-    float rope_base, compress_rope_base, rope_scale_factor, yarn_beta_fast, yarn_beta_slow;
-    int rope_orig_ctx;
-    int n_ctx_train;                       /* 0 when absent */
-    int compress_ratio[DSV4_MAX_LAYERS];   /* 0 (sliding only), 4 (CSA, overlapping) or R (HCA) */
-    float swiglu_clamp[DSV4_MAX_LAYERS];   /* <= 1e-6: clamp off */
-} dsv4_hparams;
 
 typedef struct dsv4_tensor {
     const char *name;      /* NULL when absent */
@@ -60,15 +42,13 @@ typedef struct dsv4_layer {
 } dsv4_layer;
 
 typedef struct dsv4_weights {
-    dsv4_hparams hp;
+    dsv4_config cfg;
     dsv4_tensor token_embd, output_hc_base, output_hc_fn, output_hc_scale, output_norm, output;
     dsv4_layer layers[DSV4_MAX_LAYERS];
     uint64_t total_bytes;  /* bytes of tensor data bound */
 } dsv4_weights;
 
-/* Read the hyperparameters; 0 or -1 with a sentence in err. */
-int dsv4_hparams_read(const struct gguf_file *f, dsv4_hparams *hp, char *err, size_t errlen);
-/* Read hyperparameters and bind + check every tensor; 0 or -1 with err. */
-int dsv4_weights_bind(const struct gguf_file *f, dsv4_weights *w, char *err, size_t errlen);
+/* Read the config and bind + check every tensor; 0 or -1 with err. */
+int dsv4_weights_bind(const gguf_file *f, dsv4_weights *w, char *err, size_t errlen);
 
 #endif
