@@ -68,6 +68,8 @@ void gguf_close(gguf_file *f);
 
 const gguf_kv *gguf_find_kv(const gguf_file *f, const char *key);
 const gguf_tensor *gguf_find_tensor(const gguf_file *f, const char *name);
+/* Element count (product of the dims; validated not to overflow at open). */
+uint64_t gguf_tensor_nel(const gguf_tensor *t);
 
 /* Typed getters: return 0 on success, -1 if missing or of another type.
  * gguf_get_u32 accepts only GGUF_U32 (ds4 is strict); gguf_get_f32 accepts
@@ -105,17 +107,33 @@ void gguf_w_arr_f32(gguf_writer *w, const char *key, const float *v, uint64_t n)
 void gguf_w_arr_str(gguf_writer *w, const char *key, const char *const *v, uint64_t n);
 /* Strings with explicit lengths (may contain NUL bytes). */
 void gguf_w_arr_strn(gguf_writer *w, const char *key, const gguf_str *v, uint64_t n);
-/* Declare a tensor (must precede gguf_writer_begin_data). Returns its index. */
+/* Any scalar type (u8..f64, bool) from its little-endian bytes, and numeric arrays of any scalar type. */
+void gguf_w_scalar(gguf_writer *w, const char *key, uint32_t type, const void *v);
+void gguf_w_arr(gguf_writer *w, const char *key, uint32_t elem_type, const void *v, uint64_t n);
+/* A value given in its exact file encoding (for arrays: u32 elem type, u64 count, elements;
+ * nested arrays allowed); validated before it is accepted. */
+void gguf_w_raw(gguf_writer *w, const char *key, uint32_t type, const void *value, uint64_t len);
+/* Copy a kv from an open file verbatim (e.g. the tokenizer arrays during conversion). */
+void gguf_w_kv_copy(gguf_writer *w, const gguf_kv *kv);
+/* Declare a tensor (must precede gguf_writer_begin_data). Returns its index, -1 on error
+ * (unknown type, row not a multiple of the block size, duplicate name). */
 int gguf_w_tensor(gguf_writer *w, const char *name, uint32_t n_dims, const uint64_t *ne, uint32_t type);
 /* Write the header; afterwards only tensor data may be written. */
 int gguf_writer_begin_data(gguf_writer *w);
 /* Append bytes of the current tensor; tensors are filled in declaration order
  * and a tensor is complete once its nbytes have been written. */
 int gguf_w_data(gguf_writer *w, const void *data, uint64_t n);
-/* Finish (checks every tensor was fully written), close; 0 on success. */
+uint32_t gguf_writer_alignment(const gguf_writer *w);
+/* Bytes of declared tensor idx (without padding). */
+uint64_t gguf_writer_tensor_nbytes(const gguf_writer *w, int idx);
+/* Finish (checks every tensor was fully written), close and rename PATH.tmp to PATH; 0 on success.
+ * On failure the partial file is removed and gguf_writer_error(NULL) gives the reason.
+ * Writer calls after the first error are no-ops; the error is reported here. If general.alignment
+ * was not written and the alignment is not 32, the writer adds the key itself. */
 int gguf_writer_close(gguf_writer *w);
 /* Abandon and remove the partial file. */
 void gguf_writer_abort(gguf_writer *w);
+/* The first error of w ("" if none); with NULL, the error of the last failed close on this thread. */
 const char *gguf_writer_error(const gguf_writer *w);
 
 #endif
