@@ -17,14 +17,24 @@ int quant_use_simd = 1;
         else name##_scalar(n, s, w, a);                                       \
     }
 
-#ifdef QUANT_HAVE_AVX2
+#ifdef __AVX2__
 DISPATCH(dot_f32)
 DISPATCH(dot_f16)
 DISPATCH(dot_q8_0_q8_0f)
+DISPATCH(dot_q2_K_q8_K)
+DISPATCH(dot_q4_K_q8_K)
+DISPATCH(dot_iq2_xxs_q8_K)
+DISPATCH(dot_mxfp4_q8_0f)
 #else
-void dot_f32(int64_t n, float *s, const void *w, const void *a) { dot_f32_scalar(n, s, w, a); }
-void dot_f16(int64_t n, float *s, const void *w, const void *a) { dot_f16_scalar(n, s, w, a); }
-void dot_q8_0_q8_0f(int64_t n, float *s, const void *w, const void *a) { dot_q8_0_q8_0f_scalar(n, s, w, a); }
+#define SCALAR_ONLY(name) \
+    void name(int64_t n, float *s, const void *w, const void *a) { name##_scalar(n, s, w, a); }
+SCALAR_ONLY(dot_f32)
+SCALAR_ONLY(dot_f16)
+SCALAR_ONLY(dot_q8_0_q8_0f)
+SCALAR_ONLY(dot_q2_K_q8_K)
+SCALAR_ONLY(dot_q4_K_q8_K)
+SCALAR_ONLY(dot_iq2_xxs_q8_K)
+SCALAR_ONLY(dot_mxfp4_q8_0f)
 #endif
 
 static const quant_traits traits_table[] = {
@@ -33,6 +43,10 @@ static const quant_traits traits_table[] = {
     { "bf16", GGML_TYPE_BF16, 1, 2, 0, dequant_bf16, quant_bf16, GGML_TYPE_F32, dot_bf16 },
     { "i32", GGML_TYPE_I32, 1, 4, 0, dequant_i32, NULL, GGML_TYPE_I32, NULL },
     { "q8_0", GGML_TYPE_Q8_0, 32, 34, 1, dequant_q8_0, quant_q8_0, QUANT_TYPE_Q8_0_F32, dot_q8_0_q8_0f },
+    { "q2_K", GGML_TYPE_Q2_K, 256, 84, 1, dequant_q2_K, quant_q2_K, GGML_TYPE_Q8_K, dot_q2_K_q8_K },
+    { "q4_K", GGML_TYPE_Q4_K, 256, 144, 1, dequant_q4_K, quant_q4_K, GGML_TYPE_Q8_K, dot_q4_K_q8_K },
+    { "iq2_xxs", GGML_TYPE_IQ2_XXS, 256, 66, 1, dequant_iq2_xxs, quant_iq2_xxs, GGML_TYPE_Q8_K, dot_iq2_xxs_q8_K },
+    { "mxfp4", GGML_TYPE_MXFP4, 32, 17, 1, dequant_mxfp4, quant_mxfp4, QUANT_TYPE_Q8_0_F32, dot_mxfp4_q8_0f },
     { "q8_K", GGML_TYPE_Q8_K, 256, 292, 1, dequant_q8_K, quant_q8_K, GGML_TYPE_Q8_K, NULL },
     { "q8_0_f32", QUANT_TYPE_Q8_0_F32, 32, 36, 1, dequant_q8_0f, quant_q8_0f, QUANT_TYPE_Q8_0_F32, NULL },
 };

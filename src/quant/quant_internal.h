@@ -57,8 +57,8 @@ void quant_q4_K(const float *src, void *dst, int64_t n);
 void dot_q4_K_q8_K(int64_t n, float *s, const void *w, const void *a);
 
 /* ---- IQ2_XXS (iq2xxs.c) ---- */
-extern const uint64_t iq2xxs_grid[256];
-extern const uint8_t ksigns_iq2xs[128];
+extern uint64_t iq2xxs_grid_data[256];      /* filled at start-up (iq2xxs.c) */
+extern uint8_t ksigns_iq2xs_data[128];
 void dequant_iq2_xxs(const void *src, float *dst, int64_t n);
 void quant_iq2_xxs(const float *src, void *dst, int64_t n);
 void dot_iq2_xxs_q8_K(int64_t n, float *s, const void *w, const void *a);
