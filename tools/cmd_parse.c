@@ -1,8 +1,81 @@
-/* cmd_parse.c: placeholder until the subcommand lands (development only). */
+/* cmd_parse.c: `minke parse`, generated text -> assistant message.
+ *
+ * Reads JSON lines {"thinking_mode": "chat"|"thinking"|"max", "completion": TEXT}
+ * and writes one line per input: {"parsed": {role, content, reasoning_content,
+ * tool_calls}} as DeepSeek's official parser returns it, or {"error": MESSAGE}
+ * where the official parser rejects the text. --tolerant uses the server's
+ * tolerant parser instead (never an error; adds "strict": true|false).
+ */
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
 #include "cli.h"
+#include "text/chat.h"
+
+static void usage(FILE *out) {
+    fprintf(out,
+            "usage: minke parse [--tolerant] [FILE]\n"
+            "  Parses each JSON line {\"thinking_mode\": ..., \"completion\": TEXT} of FILE (default stdin)\n"
+            "  into {\"parsed\": {...}} or {\"error\": MESSAGE} (official strict parser).\n"
+            "  --tolerant  the server's tolerant parser (drifted DSML accepted, never an error)\n");
+}
+
 int cmd_parse(int argc, char **argv) {
-    (void)argc; (void)argv;
-    fprintf(stderr, "minke parse: not built yet\n");
-    return 1;
+    const char *path = NULL;
+    int tolerant = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) { usage(stdout); return 0; }
+        if (!strcmp(argv[i], "--tolerant")) tolerant = 1;
+        else if (argv[i][0] == '-' && argv[i][1]) { usage(stderr); return 2; }
+        else path = argv[i];
+    }
+    FILE *in = stdin;
+    if (path && strcmp(path, "-")) {
+        in = fopen(path, "rb");
+        if (!in) { perror(path); return 1; }
+    }
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    int bad = 0;
+    while ((len = getline(&line, &cap, in)) > 0) {
+        while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) len--;
+        if (len == 0) continue;
+        json_error_t jerr;
+        json_t *input = json_loadb(line, (size_t)len, JSON_ALLOW_NUL, &jerr);
+        json_t *out = json_object();
+        const json_t *tm = input ? json_object_get(input, "thinking_mode") : NULL;
+        const json_t *comp = input ? json_object_get(input, "completion") : NULL;
+        if (!input || !json_is_string(tm) || !json_is_string(comp)) {
+            json_object_set_new(out, "error", json_string(input ? "need \"thinking_mode\" and \"completion\" strings"
+                                                                : "invalid JSON"));
+            bad = 1;
+        } else {
+            json_t *name = json_object_get(input, "name");
+            if (json_is_string(name)) json_object_set(out, "name", name);
+            if (tolerant) {
+                int ok = 0;
+                json_t *m = chat_parse_tolerant(json_string_value(comp), json_string_length(comp),
+                                                json_string_value(tm), &ok);
+                json_object_set_new(out, "parsed", m);
+                json_object_set_new(out, "strict", json_boolean(ok));
+            } else {
+                char err[512];
+                json_t *m = chat_parse(json_string_value(comp), json_string_length(comp), json_string_value(tm),
+                                       err, sizeof err);
+                if (m) json_object_set_new(out, "parsed", m);
+                else json_object_set_new(out, "error", json_string(err));
+            }
+        }
+        json_decref(input);
+        char *s = json_dumps(out, JSON_COMPACT | JSON_PRESERVE_ORDER);
+        if (s) { puts(s); free(s); }
+        json_decref(out);
+    }
+    free(line);
+    if (in != stdin) fclose(in);
+    return bad ? 1 : 0;
 }

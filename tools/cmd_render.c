@@ -1,8 +1,89 @@
-/* cmd_render.c: placeholder until the subcommand lands (development only). */
+/* cmd_render.c: `minke render`, the official chat encoding as a filter.
+ *
+ * Reads JSON lines in the input format of tests/fixtures/chat/cases.jsonl
+ * (messages, tools, thinking_mode, ...) and writes one line per input:
+ * {"rendered": "..."} (plus "ids" with -m MODEL.gguf), or {"error": "..."}
+ * when the official encoder would reject the conversation. Input lines are
+ * read with Python's number rules so tool schemas re-serialize byte-exactly.
+ */
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
 #include "cli.h"
+#include "text/chat.h"
+#include "text/pyjson.h"
+
+static void usage(FILE *out) {
+    fprintf(out,
+            "usage: minke render [-m MODEL.gguf] [FILE]\n"
+            "  Renders each JSON line of FILE (default stdin) with DeepSeek V4's official chat\n"
+            "  encoding: {\"messages\": [...], \"tools\": [...]|null, \"thinking_mode\": \"chat\"|\"thinking\"|\"max\",\n"
+            "  \"reasoning_effort\": null|\"high\"|\"max\", \"drop_thinking\": bool, \"context\": N}.\n"
+            "  Writes {\"rendered\": TEXT} or {\"error\": MESSAGE} per line.\n"
+            "  -m MODEL.gguf  also write \"ids\", the rendered text tokenized with the model's tokenizer\n");
+}
+
+static void print_line(json_t *o) {
+    char *s = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    if (s) {
+        fputs(s, stdout);
+        fputc('\n', stdout);
+        free(s);
+    }
+    json_decref(o);
+}
+
 int cmd_render(int argc, char **argv) {
-    (void)argc; (void)argv;
-    fprintf(stderr, "minke render: not built yet\n");
-    return 1;
+    const char *model = NULL, *path = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) { usage(stdout); return 0; }
+        if (!strcmp(argv[i], "-m") && i + 1 < argc) model = argv[++i];
+        else if (argv[i][0] == '-' && argv[i][1]) { usage(stderr); return 2; }
+        else path = argv[i];
+    }
+    if (model) {
+        fprintf(stderr, "minke render: -m is not supported yet (tokenizer pending)\n");
+        return 2;
+    }
+    FILE *in = stdin;
+    if (path && strcmp(path, "-")) {
+        in = fopen(path, "rb");
+        if (!in) { perror(path); return 1; }
+    }
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    int bad = 0;
+    while ((len = getline(&line, &cap, in)) > 0) {
+        while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) len--;
+        if (len == 0) continue;
+        char err[512];
+        json_t *out = json_object();
+        json_t *input = pyjson_loads(line, (size_t)len, err, sizeof err);
+        if (!input) {
+            char msg[600];
+            snprintf(msg, sizeof msg, "invalid JSON: %s", err);
+            json_object_set_new(out, "error", json_string(msg));
+            bad = 1;
+        } else {
+            json_t *name = json_object_get(input, "name");
+            if (json_is_string(name)) json_object_set(out, "name", name);
+            char *text = chat_render(input, err, sizeof err);
+            if (text) {
+                json_t *r = json_string(text);
+                json_object_set_new(out, "rendered", r ? r : json_string(""));
+                free(text);
+            } else {
+                json_object_set_new(out, "error", json_string(err));
+            }
+            json_decref(input);
+        }
+        print_line(out);
+    }
+    free(line);
+    if (in != stdin) fclose(in);
+    return bad ? 1 : 0;
 }
