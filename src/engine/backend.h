@@ -100,7 +100,8 @@ struct minke_backend_ops {
     int (*state_load)(minke_model *m, void *bs, int pos, const void *src);
 };
 
-/* Offsets of one layer's parts inside the payload (bytes from its start). */
+/* Where one layer's parts lie in the payload: absolute byte offsets from the
+ * payload start; end = offset just past the layer (next layer's start). */
 typedef struct minke_kv_layer_layout {
     int ratio;
     int n_raw, n_comp, n_index;            /* rows present at position P */

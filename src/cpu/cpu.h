@@ -1,0 +1,62 @@
+/* cpu.h: internals of the CPU reference backend, shared by its files:
+ *   cpu_backend.c  model init (f32 copies of vectors), sessions, state I/O
+ *   matmul.c       weight x activation products through the quant traits
+ *   forward.c      the forward pass (spec model.md §7-§12)
+ */
+#ifndef MINKE_CPU_CPU_H
+#define MINKE_CPU_CPU_H
+
+#include <stdint.h>
+
+#include "cpu/numerics.h"
+#include "cpu/pool.h"
+#include "engine/backend.h"
+
+/* Per layer: f32 copies of every vector-shaped tensor (any float type in the file). */
+typedef struct cpu_layer_vecs {
+    float *hc_attn_scale, *hc_attn_base, *attn_norm, *q_a_norm, *kv_norm, *sinks;
+    float *comp_ape, *comp_norm, *idx_comp_ape, *idx_comp_norm;
+    float *hc_ffn_scale, *hc_ffn_base, *ffn_norm, *exp_bias;
+} cpu_layer_vecs;
+
+typedef struct cpu_model {
+    cpu_pool *pool;
+    cpu_layer_vecs *lv;                   /* [n_layer] */
+    float *output_hc_base, *output_hc_scale, *output_norm;
+    nm_rope rope_main, rope_comp;         /* sliding-only layers / compressed layers */
+    nm_rope rope_idx;                     /* compressed-layer table (indexer uses the same) */
+} cpu_model;
+
+/* One compressor's streaming state (spec §8.1). */
+typedef struct cpu_comp_state {
+    int rows, width;                      /* c*ratio, c*d */
+    float *kv, *sc;                       /* rows x width */
+} cpu_comp_state;
+
+typedef struct cpu_layer_cache {
+    int ratio;
+    float *raw;                           /* window x head_dim ring: position p at slot p % window */
+    float *comp;                          /* comp_cap x head_dim */
+    float *index;                         /* index_cap x idx_head_dim (ratio 4) */
+    int comp_cap, index_cap;
+    cpu_comp_state cs, is;                /* attention / indexer compressor */
+} cpu_layer_cache;
+
+typedef struct cpu_session {
+    int n_ctx;
+    cpu_layer_cache *layers;
+    uint64_t bytes;
+} cpu_session;
+
+/* y[t*ys + r] = W[row0 + r] . x[t*xs ..] for r < nrows, t < T (x has W->ne[0] values per token).
+ * W may be a 3-D expert tensor: pass `expert` to select matrix e (else 0). */
+void cpu_matmul(cpu_pool *pool, const dsv4_tensor *W, int expert, int64_t row0, int64_t nrows,
+                const float *x, int64_t xs, int T, float *y, int64_t ys);
+/* Dequantize row r of a 2-D tensor to f32 (embedding lookup). */
+void cpu_get_row(const dsv4_tensor *W, int64_t r, float *out);
+
+int cpu_forward(minke_model *m, void *bs, const int32_t *tokens, int n, int pos0,
+                float *all_logits, float *last_logits);
+void cpu_session_clear(minke_model *m, cpu_session *s);
+
+#endif

@@ -1,0 +1,62 @@
+/* matmul.c: weight x activation products for the CPU backend.
+ *
+ * Every weight format goes through its quant traits (spec §16): the f32
+ * activation row is quantized once to the format's vec_dot_type (F32 stays
+ * f32, Q8_0 -> int8 with an f32 scale, K-quants -> Q8_K), then output rows
+ * are split over the thread pool in blocks so a block of weights is reused
+ * for every token of the batch while it is in cache.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu/cpu.h"
+#include "quant/quant.h"
+
+typedef struct mm_job {
+    const uint8_t *w;       /* first row of the selected matrix */
+    uint64_t row_bytes;
+    int type;
+    int64_t cols;
+    const uint8_t *xq;      /* T quantized activation rows */
+    uint64_t xq_bytes;
+    int T;
+    float *y;
+    int64_t ys;
+} mm_job;
+
+#define MM_BLOCK 16
+
+static void mm_task(void *ctx, int64_t i0, int64_t i1) {
+    mm_job *j = ctx;
+    for (int64_t r = i0; r < i1; r += MM_BLOCK) {
+        int64_t nr = i1 - r < MM_BLOCK ? i1 - r : MM_BLOCK;
+        for (int t = 0; t < j->T; t++)
+            quant_matvec_prequant(j->type, j->w + (uint64_t)r * j->row_bytes, nr, j->cols,
+                                  j->xq + (uint64_t)t * j->xq_bytes, j->y + (int64_t)t * j->ys + r);
+    }
+}
+
+void cpu_matmul(cpu_pool *pool, const dsv4_tensor *W, int expert, int64_t row0, int64_t nrows,
+                const float *x, int64_t xs, int T, float *y, int64_t ys) {
+    const quant_traits *tr = quant_get(W->type);
+    int64_t cols = W->ne[0];
+    int vt = tr->vec_dot_type;
+    uint64_t xq_bytes = quant_row_bytes(vt, cols);
+    uint8_t *xq = malloc(xq_bytes * (uint64_t)T);
+    for (int t = 0; t < T; t++) quant_quantize_activation(vt, x + (int64_t)t * xs, xq + (uint64_t)t * xq_bytes, cols);
+    mm_job j = {
+        .w = (const uint8_t *)W->data + ((uint64_t)expert * (uint64_t)W->ne[1] + (uint64_t)row0) * W->row_bytes,
+        .row_bytes = W->row_bytes, .type = W->type, .cols = cols,
+        .xq = xq, .xq_bytes = xq_bytes, .T = T, .y = y, .ys = ys,
+    };
+    /* enough work per slice to pay for waking a thread */
+    int64_t grain = (int64_t)(65536 / (cols * (T > 0 ? T : 1))) + 1;
+    if (grain < MM_BLOCK) grain = MM_BLOCK;
+    cpu_pool_for(pool, nrows, grain, mm_task, &j);
+    free(xq);
+}
+
+void cpu_get_row(const dsv4_tensor *W, int64_t r, float *out) {
+    const quant_traits *tr = quant_get(W->type);
+    tr->dequant((const uint8_t *)W->data + (uint64_t)r * W->row_bytes, out, W->ne[0]);
+}

@@ -1,0 +1,309 @@
+/* engine.c: the public engine API (include/minke.h) on top of a backend
+ * (engine/backend.h): model open/close, sessions with input validation and
+ * chunked prefill, last logits, snapshots and serialised state.
+ *
+ * Serialised state = a 48-byte header + last logits + the backend-neutral
+ * KV payload (minke_kv_layout). The header carries a hash of the GGUF header
+ * (metadata + tensor table) and n_ctx so bytes from another model or context
+ * size are rejected before anything is touched.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "engine/backend.h"
+#include "gguf/gguf.h"
+
+struct minke_session {
+    minke_model *m;
+    void *bs;
+    int n_ctx, pos, chunk;
+    int has_logits;
+    float *logits;
+};
+
+struct minke_snapshot {
+    int pos;
+    uint64_t bytes;
+    uint8_t *data;   /* serialised form */
+};
+
+/* ---- errors ---- */
+static __thread char g_err[1024] = "no error";
+
+const char *minke_last_error(void) { return g_err; }
+
+void minke_set_error(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(g_err, sizeof g_err, fmt, ap);
+    va_end(ap);
+}
+
+/* ---- model ---- */
+void minke_model_params_default(minke_model_params *p) {
+    memset(p, 0, sizeof *p);
+    p->backend = MINKE_BACKEND_CPU;
+    p->n_threads = 0;
+    p->sims = 1;
+    p->progress = 0;
+    p->n_gpus = 0;
+}
+
+static uint64_t fnv1a(const uint8_t *p, uint64_t n, uint64_t h) {
+    for (uint64_t i = 0; i < n; i++) { h ^= p[i]; h *= 0x100000001b3ULL; }
+    return h;
+}
+
+minke_model *minke_model_open(const minke_model_params *p) {
+    if (!p || !p->path) { minke_set_error("no model path given"); return NULL; }
+    const minke_backend_ops *ops = NULL;
+    if (p->backend == MINKE_BACKEND_CPU) {
+        ops = minke_backend_cpu();
+    } else if (p->backend == MINKE_BACKEND_CUDA) {
+#ifdef MINKE_CUDA
+        ops = minke_backend_cuda();
+#else
+        minke_set_error("cuda backend requested but minke was built without CUDA (make cuda)");
+        return NULL;
+#endif
+    } else {
+        minke_set_error("unknown backend %d", (int)p->backend);
+        return NULL;
+    }
+    minke_model *m = calloc(1, sizeof *m);
+    if (!m) { minke_set_error("out of memory"); return NULL; }
+    m->params = *p;
+    m->params.sims = p->sims ? 1 : 0;
+    if (m->params.n_threads <= 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        m->params.n_threads = n > 0 ? (int)n : 1;
+    }
+    m->path = strdup(p->path);
+    m->params.path = m->path;
+    m->params.mtp_path = NULL;  /* MTP is not used by the engine yet */
+    char err[512];
+    m->gguf = gguf_open(p->path, err, sizeof err);
+    if (!m->gguf) { minke_set_error("%s", err); free(m->path); free(m); return NULL; }
+    if (dsv4_weights_bind(m->gguf, &m->w, err, sizeof err) != 0) {
+        minke_set_error("%s: %s", p->path, err);
+        gguf_close(m->gguf); free(m->path); free(m);
+        return NULL;
+    }
+    m->identity = fnv1a(m->gguf->map, m->gguf->data_offset, 0xcbf29ce484222325ULL);
+    m->ops = ops;
+    if (ops->model_init(m) != 0) {
+        gguf_close(m->gguf); free(m->path); free(m);
+        return NULL;
+    }
+    const dsv4_config *c = &m->w.cfg;
+    if (c->name[0]) snprintf(m->name, sizeof m->name, "%s", c->name);
+    else {
+        const char *b = strrchr(p->path, '/');
+        snprintf(m->name, sizeof m->name, "%s", b ? b + 1 : p->path);
+    }
+    m->info.name = m->name;
+    m->info.n_vocab = (int)c->n_vocab;
+    m->info.n_layer = (int)c->n_layer;
+    m->info.n_embd = (int)c->n_embd;
+    m->info.n_ctx_train = c->context_length > 0x7fffffff ? 0x7fffffff : (int)c->context_length;
+    m->info.weight_bytes = m->w.total_bytes;
+    m->info.backend = ops->name;
+    return m;
+}
+
+void minke_model_close(minke_model *m) {
+    if (!m) return;
+    m->ops->model_free(m);
+    gguf_close(m->gguf);
+    free(m->path);
+    free(m);
+}
+
+const minke_model_info *minke_model_get_info(const minke_model *m) { return m ? &m->info : NULL; }
+const struct gguf_file *minke_model_gguf(const minke_model *m) { return m ? m->gguf : NULL; }
+
+void minke_set_tap(minke_model *m, minke_tap_fn fn, void *user) {
+    if (!m) return;
+    m->tap = fn;
+    m->tap_user = user;
+}
+
+/* ---- sessions ---- */
+minke_session *minke_session_create(minke_model *m, int n_ctx) {
+    if (!m) { minke_set_error("no model"); return NULL; }
+    if (n_ctx < 1) { minke_set_error("context size must be at least 1 (got %d)", n_ctx); return NULL; }
+    minke_session *s = calloc(1, sizeof *s);
+    if (!s) { minke_set_error("out of memory"); return NULL; }
+    s->m = m;
+    s->n_ctx = n_ctx;
+    s->logits = calloc(m->w.cfg.n_vocab, sizeof(float));
+    if (!s->logits) { free(s); minke_set_error("out of memory"); return NULL; }
+    s->bs = m->ops->session_alloc(m, n_ctx);
+    if (!s->bs) { free(s->logits); free(s); return NULL; }
+    return s;
+}
+
+void minke_session_free(minke_session *s) {
+    if (!s) return;
+    s->m->ops->session_free(s->m, s->bs);
+    free(s->logits);
+    free(s);
+}
+
+uint64_t minke_session_state_bytes(const minke_session *s) { return s ? s->m->ops->session_bytes(s->m, s->bs) : 0; }
+int minke_session_n_ctx(const minke_session *s) { return s ? s->n_ctx : 0; }
+int minke_session_pos(const minke_session *s) { return s ? s->pos : 0; }
+
+void minke_session_reset(minke_session *s) {
+    if (!s) return;
+    s->m->ops->session_reset(s->m, s->bs);
+    s->pos = 0;
+    s->has_logits = 0;
+}
+
+void minke_session_set_chunk(minke_session *s, int chunk) {
+    if (s) s->chunk = chunk > 0 ? chunk : 0;
+}
+
+int minke_prefill(minke_session *s, const int32_t *tokens, int n, float *all_logits) {
+    if (!s) { minke_set_error("no session"); return -1; }
+    if (n < 0 || (n > 0 && !tokens)) { minke_set_error("invalid token array"); return -1; }
+    if (n == 0) return 0;
+    int V = (int)s->m->w.cfg.n_vocab;
+    for (int i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= V) {
+            minke_set_error("token id %d at index %d is out of range (vocabulary has %d tokens)", tokens[i], i, V);
+            return -1;
+        }
+    if ((int64_t)s->pos + n > s->n_ctx) {
+        minke_set_error("context overflow: %d tokens at position %d exceed the context size %d", n, s->pos, s->n_ctx);
+        return -1;
+    }
+    int chunk = s->chunk > 0 ? s->chunk : n;
+    for (int i = 0; i < n; i += chunk) {
+        int len = n - i < chunk ? n - i : chunk;
+        if (s->m->ops->forward(s->m, s->bs, tokens + i, len, s->pos,
+                               all_logits ? all_logits + (size_t)i * V : NULL, s->logits) != 0) {
+            char msg[1024];
+            snprintf(msg, sizeof msg, "%s", g_err);
+            minke_session_reset(s);
+            minke_set_error("%s (session reset)", msg);
+            return -1;
+        }
+        s->pos += len;
+        s->has_logits = 1;
+    }
+    return 0;
+}
+
+int minke_decode(minke_session *s, int32_t token) { return minke_prefill(s, &token, 1, NULL); }
+
+const float *minke_logits(const minke_session *s) { return s && s->has_logits ? s->logits : NULL; }
+
+/* ---- serialisation ---- */
+#define SER_MAGIC 0x53454b4dU  /* "MKES" little-endian */
+#define SER_VERSION 1U
+#define SER_HEADER 48
+
+typedef struct ser_header {
+    uint32_t magic, version;
+    uint64_t identity;
+    uint32_t n_ctx, pos, n_vocab, has_logits;
+    uint64_t payload_bytes;
+    uint64_t reserved;
+} ser_header;
+
+static uint64_t payload_bytes(minke_model *m, int pos) {
+    minke_kv_layer_layout *lay = malloc(sizeof *lay * m->w.cfg.n_layer);
+    if (!lay) return 0;
+    uint64_t b = minke_kv_layout(&m->w.cfg, pos, lay);
+    free(lay);
+    return b;
+}
+
+static uint64_t serial_bytes_at(minke_model *m, int pos, int has_logits) {
+    return SER_HEADER + (has_logits ? (uint64_t)m->w.cfg.n_vocab * 4 : 0) + payload_bytes(m, pos);
+}
+
+uint64_t minke_session_serial_bytes(const minke_session *s) {
+    return s ? serial_bytes_at(s->m, s->pos, s->has_logits) : 0;
+}
+
+int minke_session_serialize(const minke_session *s, void *buf, uint64_t len) {
+    if (!s || !buf) { minke_set_error("no session or buffer"); return -1; }
+    uint64_t need = minke_session_serial_bytes(s);
+    if (len < need) { minke_set_error("buffer of %llu bytes is too small (%llu needed)",
+                                      (unsigned long long)len, (unsigned long long)need); return -1; }
+    ser_header h = {SER_MAGIC, SER_VERSION, s->m->identity, (uint32_t)s->n_ctx, (uint32_t)s->pos,
+                    s->m->w.cfg.n_vocab, (uint32_t)s->has_logits, payload_bytes(s->m, s->pos), 0};
+    uint8_t *p = buf;
+    memcpy(p, &h, sizeof h);
+    p += SER_HEADER;
+    if (s->has_logits) { memcpy(p, s->logits, (size_t)h.n_vocab * 4); p += (size_t)h.n_vocab * 4; }
+    return s->m->ops->state_save(s->m, s->bs, s->pos, p);
+}
+
+/* strict_ctx: serialised bytes must come from the same n_ctx; snapshots only need to fit. */
+static int load_state(minke_session *s, const void *buf, uint64_t len, int strict_ctx) {
+    if (!s || !buf) { minke_set_error("no session or buffer"); return -1; }
+    ser_header h;
+    if (len < SER_HEADER) { minke_set_error("session state is truncated (%llu bytes)", (unsigned long long)len); return -1; }
+    memcpy(&h, buf, sizeof h);
+    if (h.magic != SER_MAGIC || h.version != SER_VERSION) { minke_set_error("not a minke session state (bad magic or version)"); return -1; }
+    if (h.identity != s->m->identity) { minke_set_error("session state belongs to a different model"); return -1; }
+    if (strict_ctx && h.n_ctx != (uint32_t)s->n_ctx) {
+        minke_set_error("session state was saved with context size %u, this session has %d", h.n_ctx, s->n_ctx);
+        return -1;
+    }
+    if (h.pos > (uint32_t)s->n_ctx) { minke_set_error("session state at position %u does not fit context size %d", h.pos, s->n_ctx); return -1; }
+    if (h.n_vocab != s->m->w.cfg.n_vocab || h.has_logits > 1 || (h.pos > 0) != (h.has_logits == 1)) {
+        minke_set_error("session state header is inconsistent");
+        return -1;
+    }
+    uint64_t need = serial_bytes_at(s->m, (int)h.pos, (int)h.has_logits);
+    if (h.payload_bytes != payload_bytes(s->m, (int)h.pos) || len != need) {
+        minke_set_error("session state has %llu bytes, expected %llu", (unsigned long long)len, (unsigned long long)need);
+        return -1;
+    }
+    const uint8_t *p = (const uint8_t *)buf + SER_HEADER;
+    if (h.has_logits) { memcpy(s->logits, p, (size_t)h.n_vocab * 4); p += (size_t)h.n_vocab * 4; }
+    s->m->ops->session_reset(s->m, s->bs);
+    if (s->m->ops->state_load(s->m, s->bs, (int)h.pos, p) != 0) {
+        minke_session_reset(s);
+        return -1;
+    }
+    s->pos = (int)h.pos;
+    s->has_logits = (int)h.has_logits;
+    return 0;
+}
+
+int minke_session_deserialize(minke_session *s, const void *buf, uint64_t len) { return load_state(s, buf, len, 1); }
+
+/* ---- snapshots ---- */
+minke_snapshot *minke_snapshot_take(const minke_session *s) {
+    if (!s) { minke_set_error("no session"); return NULL; }
+    minke_snapshot *snap = calloc(1, sizeof *snap);
+    if (!snap) { minke_set_error("out of memory"); return NULL; }
+    snap->bytes = minke_session_serial_bytes(s);
+    snap->data = malloc(snap->bytes);
+    if (!snap->data) { free(snap); minke_set_error("out of memory for a snapshot"); return NULL; }
+    if (minke_session_serialize(s, snap->data, snap->bytes) != 0) { free(snap->data); free(snap); return NULL; }
+    snap->pos = s->pos;
+    return snap;
+}
+
+int minke_snapshot_restore(minke_session *s, const minke_snapshot *snap) {
+    if (!snap) { minke_set_error("no snapshot"); return -1; }
+    return load_state(s, snap->data, snap->bytes, 0);
+}
+
+int minke_snapshot_pos(const minke_snapshot *snap) { return snap ? snap->pos : 0; }
+
+void minke_snapshot_free(minke_snapshot *snap) {
+    if (!snap) return;
+    free(snap->data);
+    free(snap);
+}
