@@ -466,8 +466,24 @@ typedef struct {
     uint8_t *cls;
     uint32_t *off;
     size_t ccap;
+    struct piece_cache *cache; /* NULL for short inputs */
     int oom;
 } scratch;
+
+/* Per-call cache of short pieces -> ids: in long texts the same words come
+ * back again and again, and a hit skips every pair lookup. Direct-mapped,
+ * owned by one encode call, so no locking. */
+#define CACHE_BYTES 26
+#define CACHE_IDS 8
+#define CACHE_SLOTS 4096
+#define CACHE_MIN_TEXT 2048
+struct piece_cache {
+    struct {
+        uint8_t len, nids;
+        char bytes[CACHE_BYTES];
+        int32_t ids[CACHE_IDS];
+    } e[CACHE_SLOTS];
+};
 
 static int scratch_reserve(scratch *s, size_t n) {
     if (n <= s->cap) return 0;
@@ -586,10 +602,25 @@ static void bpe_large(const tokenizer *t, scratch *s, size_t n, idvec *out) {
 static void bpe_piece(const tokenizer *t, scratch *s, const unsigned char *p, size_t n, idvec *out) {
     if (n == 0) return;
     if (n == 1) { idvec_push(out, t->byte_token[p[0]]); return; }
+    size_t slot = 0;
+    if (s->cache && n <= CACHE_BYTES) {
+        slot = (size_t)hash_bytes((const char *)p, n) & (CACHE_SLOTS - 1);
+        if (s->cache->e[slot].len == n && !memcmp(s->cache->e[slot].bytes, p, n)) {
+            for (unsigned k = 0; k < s->cache->e[slot].nids; k++) idvec_push(out, s->cache->e[slot].ids[k]);
+            return;
+        }
+    }
     if (scratch_reserve(s, n)) return;
     for (size_t k = 0; k < n; k++) s->sym[k] = t->byte_token[p[k]];
+    size_t first = out->n;
     if (n <= BPE_SMALL_MAX) bpe_small(t, s, n, out);
     else bpe_large(t, s, n, out);
+    if (s->cache && n <= CACHE_BYTES && !out->oom && out->n - first <= CACHE_IDS) {
+        s->cache->e[slot].len = (uint8_t)n;
+        s->cache->e[slot].nids = (uint8_t)(out->n - first);
+        memcpy(s->cache->e[slot].bytes, p, n);
+        memcpy(s->cache->e[slot].ids, out->v + first, (out->n - first) * sizeof(int32_t));
+    }
 }
 
 /* ---------------------------------------------------------------- pre-tokenizer */
@@ -761,6 +792,7 @@ int tokenizer_encode_flags(const tokenizer *t, const char *text, size_t len, uns
     idvec out = {0};
     scratch s = {0};
     enc_ctx e = {.t = t, .s = &s, .out = &out};
+    if (len >= CACHE_MIN_TEXT) s.cache = calloc(1, sizeof *s.cache); /* len 0 = empty slot */
     if (flags & TOK_ADD_BOS) idvec_push(&out, t->special[TOK_BOS] >= 0 ? t->special[TOK_BOS] : 0);
     const unsigned char *u = (const unsigned char *)text;
     size_t seg = 0;
@@ -778,7 +810,7 @@ int tokenizer_encode_flags(const tokenizer *t, const char *text, size_t len, uns
     }
     pretok_segment(&e, u + seg, len - seg);
     free(s.sym); free(s.rank); free(s.merged); free(s.prev); free(s.next); free(s.heap);
-    free(s.cp); free(s.cls); free(s.off);
+    free(s.cp); free(s.cls); free(s.off); free(s.cache);
     if (out.oom || s.oom) { free(out.v); return -1; }
     *ids = out.v;
     *n = out.n;
