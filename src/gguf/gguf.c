@@ -600,6 +600,7 @@ struct gguf_writer {
     wtensor *tensors;
     uint64_t n_tensors, tensors_cap;
     uint64_t data_size;  /* bytes of the data region incl. padding */
+    uint64_t data_start; /* file offset of the data region */
     /* streaming position */
     uint64_t cur;        /* index of the tensor being filled */
     uint64_t cur_done;   /* bytes of it written */
@@ -645,7 +646,7 @@ gguf_writer *gguf_writer_open(const char *path, uint32_t alignment, char *err, s
 
 static int meta_put(gguf_writer *w, const void *p, uint64_t n) {
     if (w->failed) return -1;
-    if (w->meta_len + n > w->meta_cap) {
+    if (w->meta_len + n > w->meta_cap || !w->meta) {
         uint64_t cap = w->meta_cap ? w->meta_cap : 4096;
         while (cap < w->meta_len + n) cap *= 2;
         uint8_t *m = realloc(w->meta, cap);
@@ -653,7 +654,7 @@ static int meta_put(gguf_writer *w, const void *p, uint64_t n) {
         w->meta = m;
         w->meta_cap = cap;
     }
-    memcpy(w->meta + w->meta_len, p, n);
+    if (n) memcpy(w->meta + w->meta_len, p, n);
     w->meta_len += n;
     return 0;
 }
@@ -884,6 +885,7 @@ int gguf_writer_begin_data(gguf_writer *w) {
     uint64_t data_start;
     align_up(pos, w->alignment, &data_start);
     w_pad(w, data_start - pos);
+    w->data_start = data_start;
     w->header_done = 1;
     w->cur = 0;
     w->cur_done = 0;
@@ -894,7 +896,8 @@ int gguf_writer_begin_data(gguf_writer *w) {
     return w_advance(w);
 }
 
-int gguf_w_data(gguf_writer *w, const void *data, uint64_t n) {
+/* Shared by gguf_w_data and gguf_w_zeros: data NULL means "leave a hole". */
+static int w_stream(gguf_writer *w, const void *data, uint64_t n) {
     if (w->failed) return -1;
     if (!w->header_done) { w_fail(w, "tensor data written before gguf_writer_begin_data"); return -1; }
     const uint8_t *p = data;
@@ -903,14 +906,26 @@ int gguf_w_data(gguf_writer *w, const void *data, uint64_t n) {
         wtensor *t = &w->tensors[w->cur];
         uint64_t k = t->nbytes - w->cur_done;
         if (k > n) k = n;
-        if (w_write(w, p, k)) return -1;
-        p += k;
+        if (p) {
+            if (w_write(w, p, k)) return -1;
+            p += k;
+        } else if (k > (off_t)INT64_MAX || fseeko(w->fp, (off_t)k, SEEK_CUR) != 0) {
+            w_fail(w, "%s: seek failed: %s", w->tmp_path, strerror(errno));
+            return -1;
+        }
         n -= k;
         w->cur_done += k;
         if (w_advance(w)) return -1;
     }
     return 0;
 }
+
+int gguf_w_data(gguf_writer *w, const void *data, uint64_t n) {
+    static const uint8_t none;
+    return w_stream(w, data ? data : &none, data ? n : 0);
+}
+
+int gguf_w_zeros(gguf_writer *w, uint64_t n) { return w_stream(w, NULL, n); }
 
 static void w_free(gguf_writer *w) {
     for (uint64_t i = 0; i < w->n_kv; i++) free(w->keys[i]);
@@ -929,6 +944,9 @@ int gguf_writer_close(gguf_writer *w) {
     if (!w->failed && w->cur < w->n_tensors)
         w_fail(w, "tensor '%s' incomplete: %llu of %llu bytes written", w->tensors[w->cur].name,
                (unsigned long long)w->cur_done, (unsigned long long)w->tensors[w->cur].nbytes);
+    /* a trailing hole left by gguf_w_zeros does not extend the file by itself */
+    if (!w->failed && (fflush(w->fp) != 0 || ftruncate(fileno(w->fp), (off_t)(w->data_start + w->data_size)) != 0))
+        w_fail(w, "%s: %s", w->tmp_path, strerror(errno));
     if (fclose(w->fp) != 0) w_fail(w, "%s: close failed: %s", w->tmp_path, strerror(errno));
     w->fp = NULL;
     if (!w->failed && rename(w->tmp_path, w->path) != 0)

@@ -123,6 +123,9 @@ int gguf_writer_begin_data(gguf_writer *w);
 /* Append bytes of the current tensor; tensors are filled in declaration order
  * and a tensor is complete once its nbytes have been written. */
 int gguf_w_data(gguf_writer *w, const void *data, uint64_t n);
+/* Like gguf_w_data with n zero bytes, but seeks instead of writing, so the file gets a
+ * sparse hole (header-only test files of full-size models). */
+int gguf_w_zeros(gguf_writer *w, uint64_t n);
 uint32_t gguf_writer_alignment(const gguf_writer *w);
 /* Bytes of declared tensor idx (without padding). */
 uint64_t gguf_writer_tensor_nbytes(const gguf_writer *w, int idx);
