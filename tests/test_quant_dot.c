@@ -84,6 +84,21 @@ static void test_round_trips(void)
         CHECK(sqrt(e2 / 4096) <= 1.3e-3 * fmax(rmse_bound(weight_types[t]), 1e-3), "%s small-scale rmse %g", tr->name,
               sqrt(e2 / 4096));
     }
+    /* extreme magnitudes: finite output, never NaN/inf */
+    static const float extreme[] = {1e-30f, 1e-12f, 1e6f, 1e12f};
+    for (size_t k = 0; k < sizeof extreme / sizeof extreme[0]; k++) {
+        for (int64_t i = 0; i < 4096; i++) y[i] = x[i] * extreme[k];
+        for (int t = 0; t < N_TYPES; t++) {
+            const quant_traits *tr = quant_get(weight_types[t]);
+            float *z = malloc(4096 * sizeof(float));
+            tr->quant(y, q, 4096);
+            tr->dequant(q, z, 4096);
+            int bad = 0;
+            for (int64_t i = 0; i < 4096; i++) bad += !isfinite(z[i]);
+            CHECK(bad == 0 || weight_types[t] == GGML_TYPE_F16, "%s scale %g: %d non-finite", tr->name, extreme[k], bad);
+            free(z);
+        }
+    }
     /* all-zero rows stay (nearly) zero; IQ2_XXS cannot encode 0 but must give d = 0 */
     memset(x, 0, 4096 * sizeof(float));
     for (int t = 0; t < N_TYPES; t++) {

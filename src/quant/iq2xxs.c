@@ -21,6 +21,10 @@
 
 #include "quant/quant_internal.h"
 
+#ifdef __AVX2__
+#include <immintrin.h>
+#endif
+
 uint64_t iq2xxs_grid_data[256];
 uint8_t ksigns_iq2xs_data[128];
 static float grid_t[8][256];   /* grid_t[j][k] = magnitude j of point k */
@@ -105,7 +109,9 @@ void dot_iq2_xxs_q8_K_scalar(int64_t n, float *s, const void *w, const void *a)
 typedef struct {
     float D[256];     /* <g_k, t> */
     float t2;         /* |t|^2 */
+    float a[8];       /* |x| */
     uint8_t signs;    /* bit j: element j stored negative (even popcount) */
+    int8_t flipped;   /* element whose sign was flipped for parity, or -1 */
 } subgroup;
 
 static void subgroup_prepare(const float *x, subgroup *sg)
@@ -118,21 +124,60 @@ static void subgroup_prepare(const float *x, subgroup *sg)
         if (x[j] < 0) neg |= (uint8_t)(1 << j);
         if (t[j] < t[smallest]) smallest = j;
     }
+    memcpy(sg->a, t, sizeof t);
+    sg->flipped = -1;
     if (__builtin_popcount(neg) & 1) {
         neg ^= (uint8_t)(1 << smallest);
         t[smallest] = -t[smallest];
+        sg->flipped = (int8_t)smallest;
     }
     sg->signs = neg;
     sg->t2 = 0;
     for (int j = 0; j < 8; j++) sg->t2 += t[j] * t[j];
+#ifdef __AVX2__
+    __m256 tv[8];
+    for (int j = 0; j < 8; j++) tv[j] = _mm256_set1_ps(t[j]);
+    for (int k = 0; k < 256; k += 8) {
+        __m256 acc = _mm256_mul_ps(tv[0], _mm256_loadu_ps(&grid_t[0][k]));
+        for (int j = 1; j < 8; j++) acc = _mm256_fmadd_ps(tv[j], _mm256_loadu_ps(&grid_t[j][k]), acc);
+        _mm256_storeu_ps(sg->D + k, acc);
+    }
+#else
     for (int k = 0; k < 256; k++) sg->D[k] = 0;
     for (int j = 0; j < 8; j++) {
         float tj = t[j];
         for (int k = 0; k < 256; k++) sg->D[k] += tj * grid_t[j][k];
     }
+#endif
 }
 
-/* Best lattice point at scale s (> 0); *err gets its squared error. */
+/* Best lattice point at scale s (> 0); *err gets its squared error. Ties go
+ * to the lowest index in both versions, so they choose identically. */
+#ifdef __AVX2__
+static int subgroup_best(const subgroup *sg, float s, float *err)
+{
+    const __m256 vs = _mm256_set1_ps(s), m2 = _mm256_set1_ps(-2.0f);
+    __m256 best = _mm256_set1_ps(INFINITY);
+    __m256i bidx = _mm256_setzero_si256(), idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256i step = _mm256_set1_epi32(8);
+    for (int k = 0; k < 256; k += 8) {
+        __m256 v = _mm256_fmadd_ps(m2, _mm256_loadu_ps(sg->D + k), _mm256_mul_ps(vs, _mm256_loadu_ps(grid_n2 + k)));
+        __m256 lt = _mm256_cmp_ps(v, best, _CMP_LT_OQ);
+        best = _mm256_blendv_ps(best, v, lt);
+        bidx = _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(bidx), _mm256_castsi256_ps(idx), lt));
+        idx = _mm256_add_epi32(idx, step);
+    }
+    float bv[8];
+    int bi[8];
+    _mm256_storeu_ps(bv, best);
+    _mm256_storeu_si256((__m256i *)bi, bidx);
+    int r = 0;
+    for (int l = 1; l < 8; l++)
+        if (bv[l] < bv[r] || (bv[l] == bv[r] && bi[l] < bi[r])) r = l;
+    *err = s * bv[r] + sg->t2;
+    return bi[r];
+}
+#else
 static int subgroup_best(const subgroup *sg, float s, float *err)
 {
     float best = INFINITY;
@@ -143,6 +188,38 @@ static int subgroup_best(const subgroup *sg, float s, float *err)
     }
     *err = s * best + sg->t2;
     return bi;
+}
+#endif
+
+/* With the scale fixed, try flipping another small element instead of the
+ * one subgroup_prepare chose; updates sg (D, signs) and *idx if it helps. */
+static void subgroup_refine_flip(subgroup *sg, float s, uint8_t *idx)
+{
+    if (sg->flipped < 0) return;
+    float cur_err;
+    *idx = (uint8_t)subgroup_best(sg, s, &cur_err);
+    int order[8];
+    for (int j = 0; j < 8; j++) order[j] = j;
+    for (int i = 0; i < 3; i++)            /* the three smallest |x| */
+        for (int j = i + 1; j < 8; j++)
+            if (sg->a[order[j]] < sg->a[order[i]]) { int tmp = order[i]; order[i] = order[j]; order[j] = tmp; }
+    subgroup alt = *sg;
+    for (int c = 0; c < 3; c++) {
+        int f = order[c], f0 = sg->flipped;
+        if (f == f0) continue;
+        /* undo the flip of f0, apply one on f: D += 2|x_f0| g[f0] - 2|x_f| g[f] */
+        for (int k = 0; k < 256; k++)
+            alt.D[k] = sg->D[k] + 2.0f * sg->a[f0] * grid_t[f0][k] - 2.0f * sg->a[f] * grid_t[f][k];
+        float e;
+        int k = subgroup_best(&alt, s, &e);
+        if (e < cur_err) {
+            cur_err = e;
+            alt.signs = (uint8_t)(sg->signs ^ (1 << f0) ^ (1 << f));
+            alt.flipped = (int8_t)f;
+            *sg = alt;
+            *idx = (uint8_t)k;
+        }
+    }
 }
 
 /* Error of a 32-group (4 sub-groups) at scale s; idx receives the points. */
@@ -201,7 +278,7 @@ void quant_iq2_xxs(const float *src, void *dst, int64_t n)
         uint8_t best_t[8], best_idx[8][4];
         uint16_t best_dh = 0;
         for (int iter = 0; iter < 3; iter++) {
-            uint16_t dh = f32_to_f16(d);
+            uint16_t dh = f16_scale(d);
             float dq = f16_to_f32(dh);
             if (!(dq > 0)) break;
             float total = 0, num = 0, den = 0;
@@ -237,6 +314,16 @@ void quant_iq2_xxs(const float *src, void *dst, int64_t n)
             if (!(num > 0 && den > 0)) break;
             d = num / den;
         }
+
+        if (best_total == INFINITY) {   /* d underflows f16: the block is ~0 */
+            memset(&b[i], 0, sizeof b[i]);
+            continue;
+        }
+        /* 3. sign-parity alternatives at the final scales */
+        float dq = f16_to_f32(best_dh);
+        for (int g = 0; g < 8; g++)
+            for (int l = 0; l < 4; l++)
+                subgroup_refine_flip(&sg[4 * g + l], dq * (2 * best_t[g] + 1) * 0.125f, &best_idx[g][l]);
 
         b[i].d = best_dh;
         uint8_t *q = (uint8_t *)b[i].qs;

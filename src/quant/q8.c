@@ -31,7 +31,7 @@ void quant_q8_0(const float *src, void *dst, int64_t n)
         for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[j]));
         float d = amax / 127.0f;
         float id = d != 0.0f ? 1.0f / d : 0.0f;
-        b[i].d = f32_to_f16(d);
+        b[i].d = f16_scale(d);
         for (int j = 0; j < 32; j++) b[i].q[j] = (int8_t)roundf(x[j] * id);
     }
 }

@@ -87,6 +87,13 @@ void dot_q4_K_q8_K_avx2(int64_t n, float *s, const void *w, const void *a);
 void dot_iq2_xxs_q8_K_avx2(int64_t n, float *s, const void *w, const void *a);
 void dot_mxfp4_q8_0f_avx2(int64_t n, float *s, const void *w, const void *a);
 
+/* f16 encoding of a block scale: saturates at the largest finite half so
+ * that absurdly large inputs clamp instead of decoding to inf/NaN. */
+static inline uint16_t f16_scale(float d)
+{
+    return f32_to_f16(d > 65504.0f ? 65504.0f : d);
+}
+
 /* Unpack the 6-bit scale and min of Q4_K sub-block j (spec §5.4). */
 static inline void q4_K_scale_min(int j, const uint8_t *q, uint8_t *sc, uint8_t *m)
 {
