@@ -592,8 +592,15 @@ json_t *chat_parse_tolerant(const char *t, size_t n, const char *thinking_mode, 
         }
     }
     if (m) {
-        if (strict_ok) *strict_ok = 1;
-        return m;
+        /* officially plain content, but a drifted block start ("<DSML｜" with
+         * the first bar missing) means the model meant a tool call */
+        const json_t *c = json_object_get(m, "content");
+        size_t ml;
+        if (find_block_start(json_string_value(c), json_string_length(c), 0, &ml) < 0) {
+            if (strict_ok) *strict_ok = 1;
+            return m;
+        }
+        json_decref(m);
     }
     /* everything after the first EOS is ignored */
     const char *eos = memmem(t, n, CHAT_EOS, eos_len);
