@@ -45,8 +45,36 @@ static void print_ids(FILE *f, const int32_t *ids, size_t n) {
     if (n > 40) fprintf(f, ",...");
 }
 
+/* All case texts joined by EOS, and the expected ids joined by EOS's id: the
+ * same cases through one long input (which takes the piece-cache path). */
+typedef struct { char *text; size_t tlen, tcap; int32_t *ids; size_t n, cap; } joined;
+static void joined_add(joined *j, const char *text, size_t len, json_t *ids) {
+    const char *eos = tokenizer_special_string(TOK_EOS);
+    size_t el = strlen(eos), n = json_array_size(ids);
+    while (j->tlen + len + el > j->tcap) { j->tcap = j->tcap ? j->tcap * 2 : 65536; j->text = realloc(j->text, j->tcap); }
+    while (j->n + n + 1 > j->cap) { j->cap = j->cap ? j->cap * 2 : 16384; j->ids = realloc(j->ids, j->cap * sizeof *j->ids); }
+    memcpy(j->text + j->tlen, text, len);
+    memcpy(j->text + j->tlen + len, eos, el);
+    j->tlen += len + el;
+    for (size_t i = 0; i < n; i++) j->ids[j->n++] = (int32_t)json_integer_value(json_array_get(ids, i));
+    j->ids[j->n++] = 1;
+}
+
+static void check_joined(const tokenizer *t, joined *j, const char *what) {
+    int32_t *ids = NULL;
+    size_t n = 0;
+    int ok = tokenizer_encode(t, j->text, j->tlen, 0, &ids, &n) == 0 && n == j->n;
+    size_t i = 0;
+    for (; ok && i < n; i++) ok = ids[i] == j->ids[i];
+    CHECK(ok, "%s joined into one %zu-byte text: mismatch (n %zu vs %zu, at id %zu)", what, j->tlen, n, j->n, i);
+    free(ids);
+    free(j->text);
+    free(j->ids);
+}
+
 /* Replays one encode case file; returns the number of cases, counts passes. */
 static size_t run_encode_file(const tokenizer *t, const char *path, size_t *passed) {
+    joined jn = {0};
     FILE *f = fopen(path, "r");
     CHECK(f, "cannot open %s", path);
     if (!f) return 0;
@@ -74,6 +102,7 @@ static size_t run_encode_file(const tokenizer *t, const char *path, size_t *pass
             ok = tokenizer_decode(t, ids, n, &back, &blen) == 0 && blen == json_string_length(jt) &&
                  !memcmp(back, json_string_value(jt), blen);
         }
+        if (!add_bos) joined_add(&jn, json_string_value(jt), json_string_length(jt), jids);
         if (ok) (*passed)++;
         else if (total - *passed <= 5) {
             fprintf(stderr, "MISMATCH %s: %.80s\n  want ", path, json_string_value(jt));
@@ -92,6 +121,7 @@ static size_t run_encode_file(const tokenizer *t, const char *path, size_t *pass
     }
     free(line);
     fclose(f);
+    check_joined(t, &jn, path);
     return total;
 }
 

@@ -6,7 +6,9 @@
  * A bad line gives {"error": "..."} and processing continues, so output
  * line k always answers input line k. --bench FILE measures encode speed.
  * The tokenizer comes from the GGUF (-m); --json loads a Hugging Face
- * tokenizer.json directly (development only).
+ * tokenizer.json directly (development only). --write-gguf OUT writes a
+ * GGUF holding only general.* keys and the tokenizer of --json FILE or
+ * --synthetic N (neither: no tokenizer at all), for tests without a model.
  */
 #include <jansson.h>
 #include <stdio.h>
@@ -17,6 +19,7 @@
 #include "cli.h"
 #include "gguf/gguf.h"
 #include "text/tokenizer.h"
+#include "text/tokjson.h"
 
 static void usage(FILE *out) {
     fprintf(out,
@@ -28,13 +31,15 @@ static void usage(FILE *out) {
             "  --no-special       do not match special/added tokens in the text\n"
             "  --bench FILE       encode FILE repeatedly and print MB/s\n"
             "  -i FILE, -o FILE   read/write files instead of stdin/stdout\n"
+            "  --write-gguf OUT   write a tokenizer-only GGUF from --json FILE or --synthetic N\n"
+            "                     (with neither: a GGUF without tokenizer), then exit\n"
             "Encode input lines: {\"text\": \"...\", \"add_bos\": true (optional)} -> {\"ids\": [...]}\n");
 }
 
 static void put_error(FILE *out, const char *msg) {
-    json_t *o = json_pack("{s:s}", "error", msg);
-    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
-    fprintf(out, "%s\n", s ? s : "{\"error\": \"bad input\"}");
+    json_t *o = json_string(msg);
+    char *s = o ? json_dumps(o, JSON_ENCODE_ANY) : NULL;
+    fprintf(out, "{\"error\": %s}\n", s ? s : "\"bad input\"");
     free(s);
     json_decref(o);
 }
@@ -43,6 +48,25 @@ typedef struct { json_t *arr; } piece_ctx;
 static void add_piece(void *ctx, const char *p, size_t n) {
     piece_ctx *pc = ctx;
     json_array_append_new(pc->arr, json_stringn(p, n));
+}
+
+static int write_gguf(const char *out, const char *json_path, long synth) {
+    char err[512] = "";
+    gguf_writer *w = gguf_writer_open(out, 32, err, sizeof err);
+    if (!w) { fprintf(stderr, "minke tokenize: %s\n", err); return 1; }
+    gguf_w_str(w, "general.architecture", "deepseek4");
+    gguf_w_str(w, "general.name", json_path ? "tokenizer only" : synth > 0 ? "synthetic tokenizer only" : "no tokenizer");
+    if ((json_path && tokjson_write_gguf(w, json_path, NULL, err, sizeof err)) ||
+        (!json_path && synth > 0 && toksynth_write_gguf(w, (uint32_t)synth, err, sizeof err))) {
+        fprintf(stderr, "minke tokenize: %s\n", err);
+        gguf_writer_abort(w);
+        return 1;
+    }
+    if (gguf_writer_begin_data(w) || gguf_writer_close(w)) {
+        fprintf(stderr, "minke tokenize: writing %s failed\n", out);
+        return 1;
+    }
+    return 0;
 }
 
 static int run_bench(const tokenizer *t, const char *path, unsigned flags) {
@@ -77,6 +101,8 @@ static int run_bench(const tokenizer *t, const char *path, unsigned flags) {
 
 int cmd_tokenize(int argc, char **argv) {
     const char *model = NULL, *json_path = NULL, *bench = NULL, *in_path = NULL, *out_path = NULL;
+    const char *write_out = NULL;
+    long synth = 0;
     int decode = 0, pieces = 0;
     unsigned flags = 0;
     for (int i = 1; i < argc; i++) {
@@ -87,6 +113,8 @@ int cmd_tokenize(int argc, char **argv) {
         else if (!strcmp(a, "--bench") && has_next) bench = argv[++i];
         else if (!strcmp(a, "-i") && has_next) in_path = argv[++i];
         else if (!strcmp(a, "-o") && has_next) out_path = argv[++i];
+        else if (!strcmp(a, "--write-gguf") && has_next) write_out = argv[++i];
+        else if (!strcmp(a, "--synthetic") && has_next) synth = strtol(argv[++i], NULL, 10);
         else if (!strcmp(a, "--decode")) decode = 1;
         else if (!strcmp(a, "--pieces")) pieces = 1;
         else if (!strcmp(a, "--no-special")) flags |= TOK_NO_SPECIAL;
@@ -97,6 +125,7 @@ int cmd_tokenize(int argc, char **argv) {
             return 2;
         }
     }
+    if (write_out) return write_gguf(write_out, json_path, synth);
     if (!model && !json_path && !pieces) {
         fprintf(stderr, "minke tokenize: -m MODEL.gguf is required\n\n");
         usage(stderr);
