@@ -225,9 +225,9 @@ int dsv4_config_validate(const dsv4_config *c, char *err, size_t errlen) {
     if (c->n_head < 1 || c->n_head > 4096) BAD("attention.head_count %u must be 1..4096", c->n_head);
     if (c->n_head_kv != 1) BAD("attention.head_count_kv is %u; DeepSeek V4 has one shared KV head", c->n_head_kv);
     if (c->head_dim < 2 || c->head_dim > 65536) BAD("attention.key_length %u must be 2..65536", c->head_dim);
-    if (c->value_dim != c->head_dim) BAD("attention.value_length %u differs from key_length %u (K and V share one head)", c->value_dim, c->head_dim);
     if (c->rope_dim < 2 || c->rope_dim % 2) BAD("rope.dimension_count %u must be even and >= 2", c->rope_dim);
     if (c->rope_dim >= c->head_dim) BAD("rope.dimension_count %u must be smaller than key_length %u", c->rope_dim, c->head_dim);
+    if (c->value_dim != c->head_dim) BAD("attention.value_length %u differs from key_length %u (K and V share one head)", c->value_dim, c->head_dim);
     if ((c->head_dim - c->rope_dim) % 64)
         BAD("key_length - rope.dimension_count = %u must be a multiple of 64 (FP8 KV blocks)", c->head_dim - c->rope_dim);
     if ((uint64_t)c->n_head * c->head_dim > MAXW) BAD("head_count x key_length is too large");
