@@ -1,0 +1,567 @@
+/* worker.c: the single inference thread of `minke serve`. Jobs queue in
+ * arrival order and run one at a time on the one live session. For each job:
+ * pick the longest reusable state (live tokens as a token prefix, then the
+ * live text as a byte prefix of the rendered prompt, then the disk cache),
+ * prefill the rest in chunks (keepalives, cancellation, disk snapshots at
+ * aligned frontiers), then sample/decode token by token, feeding the text to
+ * the streaming chat parser whose events become the API's deltas; stop on
+ * EOS, stop sequences, a closed tool-call block, max tokens or context end.
+ * The live session only ever extends; a miss starts it over. */
+#define _GNU_SOURCE 1
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "server/server.h"
+#include "engine/sample.h"
+#include "text/chat.h"
+#include "text/dsml.h"
+
+static pthread_mutex_t q_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t q_cv = PTHREAD_COND_INITIALIZER;
+static job *q_head, *q_tail;
+static job *q_running;
+static int q_stop;
+static pthread_t worker_thread;
+static int worker_running;
+static long seq_counter;
+
+/* the live checkpoint: exactly the tokens evaluated in g_sess, and their bytes */
+static minke_session *g_sess;
+static int32_t *live_tok;
+static int n_live, cap_live;
+static sbuf live_text;
+static int last_continued;   /* last continued-save frontier */
+
+long worker_next_seq(void) { return __atomic_add_fetch(&seq_counter, 1, __ATOMIC_RELAXED); }
+
+static void live_reset(void) {
+    minke_session_reset(g_sess);
+    n_live = 0;
+    sbuf_clear(&live_text);
+    last_continued = 0;
+}
+
+static void live_push(const int32_t *t, int n) {
+    if (n_live + n > cap_live) {
+        int cap = cap_live ? cap_live : 1024;
+        while (cap < n_live + n) cap *= 2;
+        live_tok = realloc(live_tok, (size_t)cap * sizeof *live_tok);
+        cap_live = cap;
+    }
+    for (int i = 0; i < n; i++) {
+        live_tok[n_live++] = t[i];
+        size_t len;
+        const char *b = engine_token_bytes(t[i], &len);
+        sbuf_add(&live_text, b, len);
+    }
+}
+
+/* Restore live bookkeeping after a disk load: the token list comes with the file. */
+static void live_set(const int32_t *t, int n) {
+    n_live = 0;
+    sbuf_clear(&live_text);
+    live_push(t, n);
+}
+
+static int is_cancelled(job *j) {
+    if (__atomic_load_n(&j->cancelled, __ATOMIC_SEQ_CST)) return 1;
+    if (j->req->stream && !stream_client_alive(&j->out)) {
+        __atomic_store_n(&j->cancelled, 1, __ATOMIC_SEQ_CST);
+        return 1;
+    }
+    return 0;
+}
+
+/* ---- disk snapshots ---- */
+
+static void save_live(kv_reason why) {
+    const server_config *cfg = server_cfg();
+    if (!kvdisk_enabled() || n_live < cfg->kv_min_tokens) return;
+    kvdisk_save_tokens(g_sess, live_text.p, live_text.n, live_tok, n_live, why);
+}
+
+/* Where a cold snapshot should be cut: the chat anchor (last <｜User｜> before
+ * the first <｜Assistant｜>: BOS + system + tools, without the task-specific
+ * turn) when long enough, else the aligned store length. */
+static int cold_store_len(const int32_t *t, int n) {
+    const server_config *cfg = server_cfg();
+    int32_t user = engine_special_user(), asst = engine_special_assistant();
+    int last_user = -1;
+    for (int i = 0; i < n; i++) {
+        if (t[i] == asst) break;
+        if (t[i] == user) last_user = i;
+    }
+    if (last_user >= cfg->kv_min_tokens) return last_user;
+    return kvdisk_store_len(n, cfg->kv_min_tokens, cfg->kv_boundary_trim, cfg->kv_boundary_align);
+}
+
+static int continued_step(void) {
+    const server_config *cfg = server_cfg();
+    if (cfg->kv_continued_interval <= 0) return 0;
+    int a = cfg->kv_boundary_align > 0 ? cfg->kv_boundary_align : 1;
+    return (cfg->kv_continued_interval + a - 1) / a * a;
+}
+
+static void maybe_continued_save(void) {
+    int step = continued_step();
+    if (!step || !kvdisk_enabled() || n_live < server_cfg()->kv_min_tokens) return;
+    if (n_live % step == 0 && n_live > last_continued) {
+        save_live(KV_REASON_CONTINUED);
+        last_continued = n_live;
+    }
+}
+
+/* ---- the cache ladder ---- */
+
+/* Decides what to keep and returns the tokens still to prefill (effective
+ * prompt = reused tokens + fresh tokenization of the rest of the text). */
+static int32_t *plan_prompt(gen_request *r, int *n_eff, int *n_cached, const char **source) {
+    /* 1. live tokens are a prefix of the request tokens */
+    if (n_live > 0 && n_live <= r->n_tokens && !memcmp(live_tok, r->tokens, (size_t)n_live * sizeof *live_tok) &&
+        (n_live < r->n_tokens || minke_logits(g_sess))) {
+        *n_cached = n_live;
+        *n_eff = r->n_tokens;
+        *source = "memory-token";
+        int32_t *all = malloc((size_t)r->n_tokens * sizeof *all + 1);
+        memcpy(all, r->tokens, (size_t)r->n_tokens * sizeof *all);
+        return all;
+    }
+    /* 2. live text is a byte prefix of the rendered prompt */
+    if (n_live > 0 && live_text.n <= r->prompt_len && !memcmp(live_text.p, r->prompt_text, live_text.n) &&
+        (live_text.n < r->prompt_len || minke_logits(g_sess))) {
+        int n_suf = 0;
+        int32_t *suf = engine_tokenize(r->prompt_text + live_text.n, r->prompt_len - live_text.n, &n_suf);
+        if (suf && n_suf >= 0 && n_live + n_suf < server_cfg()->ctx) {
+            int32_t *all = malloc((size_t)(n_live + n_suf) * sizeof *all + 1);
+            memcpy(all, live_tok, (size_t)n_live * sizeof *all);
+            memcpy(all + n_live, suf, (size_t)n_suf * sizeof *all);
+            free(suf);
+            *n_cached = n_live;
+            *n_eff = n_live + n_suf;
+            *source = "memory-text";
+            return all;
+        }
+        free(suf);
+    }
+    /* 3. miss: keep the displaced conversation on disk, then try the disk */
+    if (n_live > 0) {
+        save_live(KV_REASON_EVICT);
+    }
+    live_reset();
+    if (kvdisk_enabled()) {
+        int32_t *ftok = NULL;
+        int n_ftok = 0;
+        size_t klen = kvdisk_load_prefix(g_sess, r->prompt_text, r->prompt_len, &ftok, &n_ftok);
+        if (klen > 0 && n_ftok > 0) {
+            live_set(ftok, n_ftok);
+            last_continued = n_ftok;
+            free(ftok);
+            int n_suf = 0;
+            int32_t *suf = engine_tokenize(r->prompt_text + klen, r->prompt_len - klen, &n_suf);
+            if (suf && n_suf >= 0 && n_live + n_suf < server_cfg()->ctx && (n_suf > 0 || minke_logits(g_sess))) {
+                int32_t *all = malloc((size_t)(n_live + n_suf) * sizeof *all + 1);
+                memcpy(all, live_tok, (size_t)n_live * sizeof *all);
+                memcpy(all + n_live, suf, (size_t)n_suf * sizeof *all);
+                free(suf);
+                *n_cached = n_live;
+                *n_eff = n_live + n_suf;
+                *source = "disk-text";
+                return all;
+            }
+            free(suf);
+            live_reset();
+        } else {
+            free(ftok);
+        }
+    }
+    *n_cached = 0;
+    *n_eff = r->n_tokens;
+    *source = "cold";
+    int32_t *all = malloc((size_t)r->n_tokens * sizeof *all + 1);
+    memcpy(all, r->tokens, (size_t)r->n_tokens * sizeof *all);
+    return all;
+}
+
+/* ---- streaming projection: chat events -> API sink ---- */
+
+typedef struct gen_ctx {
+    job *j;
+    chat_stream *cs;
+    int stream;                 /* write deltas to the client */
+    char **ids;                 /* tool-call ids assigned as calls start */
+    int n_ids;
+} gen_ctx;
+
+static void new_call_id(const gen_request *r, char *out, size_t n) {
+    char hex[33];
+    random_hex(hex, 32);
+    snprintf(out, n, "%s%s", r->api == API_ANTHROPIC ? "toolu_" : "call_", hex);
+}
+
+static void on_chat_event(void *user, const chat_event *ev) {
+    gen_ctx *g = user;
+    job *j = g->j;
+    const api_sink *k = j->sink;
+    switch (ev->kind) {
+    case CHAT_EV_REASONING:
+        sbuf_add(&j->res.reasoning, ev->text, ev->len);
+        if (g->stream && k->reasoning && ev->len) k->reasoning(j, ev->text, ev->len);
+        break;
+    case CHAT_EV_CONTENT:
+        sbuf_add(&j->res.content, ev->text, ev->len);
+        if (g->stream && k->content && ev->len) k->content(j, ev->text, ev->len);
+        break;
+    case CHAT_EV_TOOL_START: {
+        char id[64];
+        new_call_id(j->req, id, sizeof id);
+        g->ids = realloc(g->ids, (size_t)(g->n_ids + 1) * sizeof *g->ids);
+        g->ids[g->n_ids++] = strdup(id);
+        char *name = strndup(ev->text, ev->len);
+        if (g->stream && k->tool_start) k->tool_start(j, ev->tool_index, id, name);
+        free(name);
+        break;
+    }
+    case CHAT_EV_TOOL_ARGS:
+        if (g->stream && k->tool_args && ev->len) k->tool_args(j, ev->tool_index, ev->text, ev->len);
+        break;
+    case CHAT_EV_TOOL_END:
+        if (g->stream && k->tool_end) k->tool_end(j, ev->tool_index);
+        break;
+    }
+}
+
+/* The exact DSML block (from "\n\n<｜DSML｜tool_calls>" through its end tag)
+ * in the generated text after the last </think>, for exact replay. */
+static char *extract_raw_dsml(const char *text, size_t n) {
+    const char *from = text;
+    for (const char *p = text; (p = memmem(p, (size_t)(text + n - p), CHAT_THINK_CLOSE, 8)); p += 8) from = p + 8;
+    const char *start = memmem(from, (size_t)(text + n - from), CHAT_TOOL_CALLS_START, strlen(CHAT_TOOL_CALLS_START));
+    if (!start) {
+        const char *tag = "<" CHAT_DSML "tool_calls>";
+        start = memmem(from, (size_t)(text + n - from), tag, strlen(tag));
+    }
+    if (!start) return NULL;
+    const char *end = memmem(start, (size_t)(text + n - start), CHAT_TOOL_CALLS_END, strlen(CHAT_TOOL_CALLS_END));
+    if (!end) return NULL;
+    end += strlen(CHAT_TOOL_CALLS_END);
+    return strndup(start, (size_t)(end - start));
+}
+
+/* First occurrence at or after `from` of any stop string; -1 if none. */
+static long find_stop(const gen_request *r, const char *text, size_t n, size_t from, int *which) {
+    long best = -1;
+    for (int i = 0; i < r->n_stop; i++) {
+        size_t sl = strlen(r->stop[i]);
+        size_t start = from >= sl ? from - sl + 1 : 0;
+        if (start > n) continue;
+        const char *p = memmem(text + start, n - start, r->stop[i], sl);
+        if (p && (best < 0 || p - text < best)) { best = p - text; *which = i; }
+    }
+    return best;
+}
+
+static size_t max_stop_len(const gen_request *r) {
+    size_t m = 0;
+    for (int i = 0; i < r->n_stop; i++) if (strlen(r->stop[i]) > m) m = strlen(r->stop[i]);
+    return m;
+}
+
+/* Send raw text [*fed, upto) to the projection (chat parser or plain text). */
+static void feed_text(gen_ctx *g, const char *text, size_t *fed, size_t upto, int final) {
+    job *j = g->j;
+    if (upto <= *fed) return;
+    if (g->cs) {
+        chat_stream_feed(g->cs, text + *fed, upto - *fed);
+        *fed = upto;
+        return;
+    }
+    size_t n = upto - *fed;
+    if (!final) n = utf8_safe_len(text + *fed, n);
+    if (!n) return;
+    if (g->stream && j->sink->content) j->sink->content(j, text + *fed, n);
+    *fed += n;
+}
+
+static void fail_before_start(job *j, int status, const char *type, const char *msg) {
+    json_t *b = j->sink->error_body(status, type, msg);
+    char *s = json_dumps(b, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    json_decref(b);
+    size_t n = strlen(s);
+    s = realloc(s, n + 2);
+    s[n] = '\n';
+    s[n + 1] = 0;
+    snprintf(j->res.error, sizeof j->res.error, "%s", msg);
+    j->res.finish = FINISH_ERROR;
+    job_finish(j, status, s);
+}
+
+static void run_job(job *j) {
+    gen_request *r = j->req;
+    gen_result *res = &j->res;
+    const server_config *cfg = server_cfg();
+    res->stop_index = -1;
+    long seq = worker_next_seq();
+    j->seq = seq;
+    char hex[25];
+    random_hex(hex, 24);
+    switch (r->api) {
+    case API_CHAT: snprintf(j->id, sizeof j->id, "chatcmpl-%ld", seq); break;
+    case API_COMPLETIONS: snprintf(j->id, sizeof j->id, "cmpl-%ld", seq); break;
+    case API_RESPONSES: snprintf(j->id, sizeof j->id, "resp_%s", hex); break;
+    case API_ANTHROPIC: snprintf(j->id, sizeof j->id, "msg_%s", hex); break;
+    }
+    if (is_cancelled(j)) { fail_before_start(j, 499, "invalid_request_error", "client disconnected"); return; }
+
+    int n_eff = 0, n_cached = 0;
+    const char *source = "cold";
+    int32_t *eff = plan_prompt(r, &n_eff, &n_cached, &source);
+    res->prompt_tokens = n_eff;
+    res->cached_tokens = n_cached;
+    if (n_eff >= cfg->ctx) {
+        free(eff);
+        fail_before_start(j, 400, "invalid_request_error", "prompt does not fit the context");
+        return;
+    }
+
+    /* prefill what is not cached, in chunks, with boundary snapshots */
+    int cold_cut = 0;
+    if (kvdisk_enabled() && n_cached == 0 && cfg->kv_cold_max_tokens > 0 && n_eff >= cfg->kv_min_tokens && n_eff <= cfg->kv_cold_max_tokens)
+        cold_cut = cold_store_len(eff, n_eff);
+    double t0 = now_seconds(), last_keepalive = t0;
+    int started = 0;
+    int chunk = cfg->prefill_chunk > 0 ? cfg->prefill_chunk : 512;
+    int step = continued_step();
+    while (n_live < n_eff) {
+        int n = n_eff - n_live;
+        if (n > chunk) n = chunk;
+        if (cold_cut > n_live && n_live + n > cold_cut) n = cold_cut - n_live;
+        if (step && kvdisk_enabled()) {
+            int next = (n_live / step + 1) * step;
+            if (n_live + n > next) n = next - n_live;
+        }
+        if (minke_prefill(g_sess, eff + n_live, n, NULL)) {
+            char msg[256];
+            snprintf(msg, sizeof msg, "prefill failed: %s", minke_last_error());
+            server_log("%s", msg);
+            live_reset();
+            free(eff);
+            if (!started) { fail_before_start(j, 500, "server_error", msg); return; }
+            snprintf(res->error, sizeof res->error, "%s", msg);
+            j->sink->stream_error(j, msg);
+            res->finish = FINISH_ERROR;
+            job_finish(j, 200, NULL);
+            return;
+        }
+        live_push(eff + n_live, n);
+        if (cold_cut && n_live == cold_cut) save_live(KV_REASON_COLD);
+        maybe_continued_save();
+        if (r->stream && !started) {
+            j->sink->begin(j);
+            job_mark_started(j);
+            started = 1;
+        }
+        if (is_cancelled(j)) break;
+        double now = now_seconds();
+        if (r->stream && now - last_keepalive >= 2.0) {
+            sse_raw(&j->out, ": prefill\n\n");
+            last_keepalive = now;
+        }
+    }
+    free(eff);
+    res->prefill_s = now_seconds() - t0;
+    if (r->stream && !started) {
+        j->sink->begin(j);
+        job_mark_started(j);
+    }
+
+    /* generation */
+    int thinking = r->think != THINK_NONE;
+    sampler_params sp = sampler_params_default();
+    sp.temperature = r->temperature;
+    sp.top_p = r->top_p;
+    sp.min_p = r->min_p;
+    sp.top_k = r->top_k;
+    sp.seed = r->seed;
+    sp = sampler_params_for_mode(&sp, thinking);
+    sampler *smp = sampler_new(&sp);
+    gen_ctx g = {.j = j, .stream = r->stream};
+    if (r->api != API_COMPLETIONS) g.cs = chat_stream_new(r->think == THINK_NONE ? "chat" : r->think == THINK_MAX ? "max" : "thinking", on_chat_event, &g);
+    int32_t eos = engine_eos();
+    int n_vocab = engine_n_vocab();
+    int max_new = r->max_tokens;
+    if (max_new > cfg->ctx - n_live) max_new = cfg->ctx - n_live;
+    size_t fed = 0;
+    size_t hold = max_stop_len(r);
+    hold = hold ? hold - 1 : 0;
+    int was_in_block = 0;
+    finish_reason fin = FINISH_LENGTH;
+    double td = now_seconds();
+    int pending = -1; /* sampled, not yet evaluated */
+    while (!is_cancelled(j)) {
+        if (pending >= 0) {
+            if (minke_decode(g_sess, pending)) {
+                snprintf(res->error, sizeof res->error, "decode failed: %s", minke_last_error());
+                fin = FINISH_ERROR;
+                break;
+            }
+            live_push(&pending, 1);
+            pending = -1;
+            if (!(g.cs && chat_stream_in_tool_block(g.cs))) maybe_continued_save();
+        }
+        if (res->completion_tokens >= max_new) { fin = FINISH_LENGTH; break; }
+        const float *logits = minke_logits(g_sess);
+        if (!logits) { snprintf(res->error, sizeof res->error, "no logits"); fin = FINISH_ERROR; break; }
+        int greedy = r->has_tools && g.cs && dsml_in_structure(g.cs);
+        int32_t tok = sampler_sample(smp, logits, n_vocab, greedy);
+        if (tok == eos) { fin = FINISH_STOP; break; }
+        res->completion_tokens++;
+        size_t blen;
+        const char *b = engine_token_bytes(tok, &blen);
+        size_t before = res->raw_text.n;
+        sbuf_add(&res->raw_text, b, blen);
+        int which = -1;
+        long at = r->n_stop ? find_stop(r, res->raw_text.p, res->raw_text.n, before, &which) : -1;
+        if (at >= 0) {
+            res->raw_text.n = (size_t)at;
+            res->raw_text.p[at] = 0;
+            feed_text(&g, res->raw_text.p, &fed, (size_t)at, 1);
+            res->stop_index = which;
+            fin = FINISH_STOP;
+            break;
+        }
+        size_t upto = res->raw_text.n > hold ? res->raw_text.n - hold : 0;
+        feed_text(&g, res->raw_text.p, &fed, upto, 0);
+        if (g.cs && r->has_tools) {
+            int in_block = chat_stream_in_tool_block(g.cs);
+            if (was_in_block && !in_block && chat_stream_tool_count(g.cs) > 0) {
+                fin = FINISH_TOOL_CALLS;
+                break;
+            }
+            was_in_block = in_block;
+        }
+        pending = tok;
+        if (n_live + 1 >= cfg->ctx) { fin = FINISH_LENGTH; break; }
+    }
+    if (is_cancelled(j)) {
+        fin = FINISH_ERROR;
+        snprintf(res->error, sizeof res->error, "%s", q_stop ? "shutdown requested" : "client disconnected");
+    }
+    res->decode_s = now_seconds() - td;
+    feed_text(&g, res->raw_text.p ? res->raw_text.p : "", &fed, res->raw_text.n, 1);
+    sampler_free(smp);
+
+    /* final message */
+    if (g.cs) {
+        int in_block = chat_stream_in_tool_block(g.cs);
+        json_t *msg = chat_stream_finish(g.cs, NULL);
+        chat_stream_free(g.cs);
+        const char *rc = json_string_value(json_object_get(msg, "reasoning_content"));
+        const char *ct = json_string_value(json_object_get(msg, "content"));
+        sbuf_clear(&res->reasoning);
+        sbuf_clear(&res->content);
+        if (rc) sbuf_adds(&res->reasoning, rc);
+        if (ct) sbuf_adds(&res->content, ct);
+        res->saw_think_close = !thinking || memmem(res->raw_text.p ? res->raw_text.p : "", res->raw_text.n, CHAT_THINK_CLOSE, 8) != NULL;
+        json_t *calls = json_object_get(msg, "tool_calls");
+        size_t nc = json_array_size(calls);
+        if (nc && r->has_tools) {
+            res->calls = calloc(nc, sizeof *res->calls);
+            for (size_t i = 0; i < nc; i++) {
+                json_t *fn = json_object_get(json_array_get(calls, i), "function");
+                gen_tool_call *c = &res->calls[res->n_calls++];
+                char id[64];
+                if ((int)i < g.n_ids) snprintf(id, sizeof id, "%s", g.ids[i]);
+                else new_call_id(r, id, sizeof id);
+                c->id = strdup(id);
+                c->name = strdup(json_string_value(json_object_get(fn, "name")) ? json_string_value(json_object_get(fn, "name")) : "");
+                const char *a = json_string_value(json_object_get(fn, "arguments"));
+                c->arguments = strdup(a ? a : "{}");
+            }
+            res->raw_dsml = extract_raw_dsml(res->raw_text.p, res->raw_text.n);
+            if (res->raw_dsml && cfg->tool_replay)
+                for (int i = 0; i < res->n_calls; i++) toolmem_put(res->calls[i].id, res->raw_dsml);
+            if (fin != FINISH_ERROR) fin = FINISH_TOOL_CALLS;
+        }
+        if (in_block && fin != FINISH_TOOL_CALLS && r->has_tools) {
+            fin = FINISH_ERROR;
+            snprintf(res->error, sizeof res->error, "unterminated tool call");
+        }
+        json_decref(msg);
+    }
+    for (int i = 0; i < g.n_ids; i++) free(g.ids[i]);
+    free(g.ids);
+    res->finish = fin;
+    j->sink->end(j);
+    job_finish(j, 200, NULL);
+    (void)source;
+    server_log("job %s: source=%s live=%d finish=%d", j->id, source, n_live, (int)fin);
+}
+
+static void *worker_main(void *arg) {
+    (void)arg;
+    for (;;) {
+        pthread_mutex_lock(&q_mu);
+        while (!q_head && !q_stop) pthread_cond_wait(&q_cv, &q_mu);
+        job *j = q_head;
+        if (!j) { pthread_mutex_unlock(&q_mu); break; }
+        q_head = j->next;
+        if (!q_head) q_tail = NULL;
+        q_running = j;
+        pthread_mutex_unlock(&q_mu);
+        if (q_stop) {
+            fail_before_start(j, 503, "server_error", "server shutting down");
+        } else {
+            run_job(j);
+        }
+        pthread_mutex_lock(&q_mu);
+        q_running = NULL;
+        pthread_mutex_unlock(&q_mu);
+        job_unref(j);
+    }
+    return NULL;
+}
+
+int worker_start(void) {
+    const server_config *cfg = server_cfg();
+    g_sess = minke_session_create(engine_model(), cfg->ctx);
+    if (!g_sess) {
+        fprintf(stderr, "minke serve: cannot create a session of %d tokens: %s\n", cfg->ctx, minke_last_error());
+        return -1;
+    }
+    toolmem_init(cfg->tool_memory_max_ids);
+    if (pthread_create(&worker_thread, NULL, worker_main, NULL)) return -1;
+    worker_running = 1;
+    return 0;
+}
+
+int worker_submit(job *j) {
+    pthread_mutex_lock(&q_mu);
+    if (q_stop) { pthread_mutex_unlock(&q_mu); return -1; }
+    j->next = NULL;
+    if (q_tail) q_tail->next = j;
+    else q_head = j;
+    q_tail = j;
+    pthread_cond_signal(&q_cv);
+    pthread_mutex_unlock(&q_mu);
+    return 0;
+}
+
+void worker_shutdown(void) {
+    pthread_mutex_lock(&q_mu);
+    q_stop = 1;
+    if (q_running) __atomic_store_n(&q_running->cancelled, 1, __ATOMIC_SEQ_CST);
+    pthread_cond_broadcast(&q_cv);
+    pthread_mutex_unlock(&q_mu);
+    if (worker_running) pthread_join(worker_thread, NULL);
+    worker_running = 0;
+    if (g_sess) {
+        save_live(KV_REASON_SHUTDOWN);
+        minke_session_free(g_sess);
+        g_sess = NULL;
+    }
+    free(live_tok);
+    live_tok = NULL;
+    sbuf_free(&live_text);
+}
