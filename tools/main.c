@@ -43,6 +43,6 @@ int main(int argc, char **argv) {
         usage(stderr);
         return 2;
     }
-    /* no subcommand: chat, with all options passed through */
+    /* no subcommand: chat, with all options passed through (argv[0] plays the subcommand) */
     return cmd_chat(argc, argv);
 }
