@@ -385,6 +385,25 @@ int main(int argc, char **argv) {
         tokenizer_free(tj);
     }
 
+    /* without tokenizer.ggml.token_type, added tokens are inferred (neither a
+     * byte nor a merge result): same ids */
+    {
+        const gguf_kv *kt = gguf_find_kv(f, "tokenizer.ggml.tokens");
+        gguf_str *toks = malloc(kt->arr_n * sizeof *toks), *mers = malloc(km->arr_n * sizeof *mers);
+        CHECK(!gguf_arr_strings(kt, toks) && !gguf_arr_strings(km, mers), "read arrays");
+        tokenizer *tn = tokenizer_from_arrays(toks, NULL, kt->arr_n, mers, km->arr_n, err, sizeof err);
+        CHECK(tn, "from arrays without types: %s", err);
+        if (tn) {
+            n = run_encode_file(tn, FIX "cases.jsonl", &ok);
+            CHECK(ok == n, "no-token_type path cases %zu/%zu", ok, n);
+            n = run_decode_file(tn, FIX "decode_cases.jsonl", &ok);
+            CHECK(ok == n, "no-token_type path decode %zu/%zu", ok, n);
+            tokenizer_free(tn);
+        }
+        free(toks);
+        free(mers);
+    }
+
     /* TOK_NO_SPECIAL: special strings are plain text */
     {
         const char *txt = "<think>";

@@ -332,6 +332,12 @@ tokenizer *tokenizer_from_arrays(const gguf_str *tokens, const int32_t *token_ty
     if (!token_types)
         for (int b = 0; b < 256; b++) t->is_added[t->byte_token[b]] = 0;
     free(is_merge_result);
+    /* the chat format's special strings are always matched whole, whatever a
+     * converter wrote as their type (ds4 likewise finds them by string) */
+    for (int k = 0; k < TOK_SPECIAL_COUNT; k++) {
+        int32_t id = tokenizer_find(t, special_strings[k]);
+        if (id >= 0) t->is_added[id] = 1;
+    }
 
     /* decoded bytes */
     t->bytes_arena = malloc(total);
