@@ -58,7 +58,7 @@ void quant_bf16(const float *src, void *dst, int64_t n)
     for (int64_t i = 0; i < n; i++) h[i] = f32_to_bf16(src[i]);
 }
 
-void dot_bf16(int64_t n, float *s, const void *w, const void *a)
+void dot_bf16_scalar(int64_t n, float *s, const void *w, const void *a)
 {
     const uint16_t *x = w;
     const float *y = a;

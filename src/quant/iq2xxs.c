@@ -251,8 +251,15 @@ void quant_iq2_xxs(const float *src, void *dst, int64_t n)
             if (amax == 0) { gscale[g] = 0; continue; }
             float best_err = INFINITY, best_s = amax / 43;
             uint8_t tmp[4];
-            for (int c = 0; c < 16; c++) {
-                float s = amax / 43.0f * (0.45f + 0.07f * c);
+            /* coarse fan over amax/43 * [0.45, 1.5], then the two half-steps around the best */
+            float best_f = 0;
+            for (int c = 0; c < 8; c++) {
+                float f = 0.45f + 0.15f * c, s = amax / 43.0f * f;
+                float e = group_eval(&sg[4 * g], s, tmp);
+                if (e < best_err) { best_err = e; best_s = s; best_f = f; memcpy(idx[g], tmp, 4); }
+            }
+            for (int c = -1; c <= 1; c += 2) {
+                float s = amax / 43.0f * (best_f + 0.075f * c);
                 float e = group_eval(&sg[4 * g], s, tmp);
                 if (e < best_err) { best_err = e; best_s = s; memcpy(idx[g], tmp, 4); }
             }

@@ -20,6 +20,7 @@ int quant_use_simd = 1;
 #ifdef __AVX2__
 DISPATCH(dot_f32)
 DISPATCH(dot_f16)
+DISPATCH(dot_bf16)
 DISPATCH(dot_q8_0_q8_0f)
 DISPATCH(dot_q2_K_q8_K)
 DISPATCH(dot_q4_K_q8_K)
@@ -30,6 +31,7 @@ DISPATCH(dot_mxfp4_q8_0f)
     void name(int64_t n, float *s, const void *w, const void *a) { name##_scalar(n, s, w, a); }
 SCALAR_ONLY(dot_f32)
 SCALAR_ONLY(dot_f16)
+SCALAR_ONLY(dot_bf16)
 SCALAR_ONLY(dot_q8_0_q8_0f)
 SCALAR_ONLY(dot_q2_K_q8_K)
 SCALAR_ONLY(dot_q4_K_q8_K)

@@ -72,18 +72,50 @@ void dot_f16_avx2(int64_t n, float *s, const void *w, const void *a)
 #endif
 }
 
+static inline float half_to_float(uint16_t h)
+{
+#ifdef __F16C__
+    return _cvtsh_ss(h);
+#else
+    return f16_to_f32(h);
+#endif
+}
+
+void dot_bf16_avx2(int64_t n, float *s, const void *w, const void *a)
+{
+    const uint16_t *x = w;
+    const float *y = a;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m256i h = _mm256_loadu_si256((const __m256i *)(x + i));
+        __m256 w0 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_castsi256_si128(h)), 16));
+        __m256 w1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_extracti128_si256(h, 1)), 16));
+        acc0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(y + i), acc0);
+        acc1 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(y + i + 8), acc1);
+    }
+    float sum = hsum_ps(_mm256_add_ps(acc0, acc1));
+    for (; i < n; i++) sum += bf16_to_f32(x[i]) * y[i];
+    *s = sum;
+}
+
 void dot_q8_0_q8_0f_avx2(int64_t n, float *s, const void *w, const void *a)
 {
     const block_q8_0 *x = w;
     const block_q8_0f *y = a;
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / 32; i++) {
-        __m256i xq = _mm256_loadu_si256((const __m256i *)x[i].q);
-        __m256i yq = _mm256_loadu_si256((const __m256i *)y[i].q);
-        __m256 d = _mm256_set1_ps(f16_to_f32(x[i].d) * y[i].d);
-        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_i8(xq, yq)), acc);
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    int64_t nb = n / 32, i = 0;
+    for (; i + 2 <= nb; i += 2) {
+        __m256i p0 = dot_i8(_mm256_loadu_si256((const __m256i *)x[i].q), _mm256_loadu_si256((const __m256i *)y[i].q));
+        __m256i p1 = dot_i8(_mm256_loadu_si256((const __m256i *)x[i + 1].q), _mm256_loadu_si256((const __m256i *)y[i + 1].q));
+        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(half_to_float(x[i].d) * y[i].d), _mm256_cvtepi32_ps(p0), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(half_to_float(x[i + 1].d) * y[i + 1].d), _mm256_cvtepi32_ps(p1), acc1);
     }
-    *s = hsum_ps(acc);
+    for (; i < nb; i++) {
+        __m256i p = dot_i8(_mm256_loadu_si256((const __m256i *)x[i].q), _mm256_loadu_si256((const __m256i *)y[i].q));
+        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(half_to_float(x[i].d) * y[i].d), _mm256_cvtepi32_ps(p), acc0);
+    }
+    *s = hsum_ps(_mm256_add_ps(acc0, acc1));
 }
 
 void dot_q2_K_q8_K_avx2(int64_t n, float *s, const void *w, const void *a)
@@ -108,8 +140,8 @@ void dot_q2_K_q8_K_avx2(int64_t n, float *s, const void *w, const void *a)
                 isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, sc));
             }
         }
-        sum += y[i].d * f16_to_f32(x[i].d) * (float)hsum_epi32(isum) -
-               y[i].d * f16_to_f32(x[i].dmin) * (float)msum;
+        sum += y[i].d * half_to_float(x[i].d) * (float)hsum_epi32(isum) -
+               y[i].d * half_to_float(x[i].dmin) * (float)msum;
     }
     *s = sum;
 }
@@ -138,8 +170,8 @@ void dot_q4_K_q8_K_avx2(int64_t n, float *s, const void *w, const void *a)
             __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, y1), _mm256_set1_epi16(sc[2 * k + 1]));
             isum = _mm256_add_epi32(isum, _mm256_add_epi32(p0, p1));
         }
-        sum += y[i].d * f16_to_f32(x[i].d) * (float)hsum_epi32(isum) -
-               y[i].d * f16_to_f32(x[i].dmin) * (float)msum;
+        sum += y[i].d * half_to_float(x[i].d) * (float)hsum_epi32(isum) -
+               y[i].d * half_to_float(x[i].dmin) * (float)msum;
     }
     *s = sum;
 }
@@ -172,7 +204,7 @@ void dot_iq2_xxs_q8_K_avx2(int64_t n, float *s, const void *w, const void *a)
             __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(grid, yq), _mm256_set1_epi16(1));
             bsum = _mm256_add_epi32(bsum, _mm256_mullo_epi32(p, _mm256_set1_epi32((int)(2 * (aux >> 28) + 1))));
         }
-        sum += f16_to_f32(x[i].d) * y[i].d * (float)hsum_epi32(bsum) * 0.125f;
+        sum += half_to_float(x[i].d) * y[i].d * (float)hsum_epi32(bsum) * 0.125f;
     }
     *s = sum;
 }

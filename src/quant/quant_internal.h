@@ -37,6 +37,7 @@ void dot_f16(int64_t n, float *s, const void *w, const void *a);
 void dequant_bf16(const void *src, float *dst, int64_t n);
 void quant_bf16(const float *src, void *dst, int64_t n);
 void dot_bf16(int64_t n, float *s, const void *w, const void *a);
+void dot_bf16_scalar(int64_t n, float *s, const void *w, const void *a);
 void dequant_i32(const void *src, float *dst, int64_t n);
 
 /* ---- 8-bit formats (q8.c) ---- */
@@ -81,6 +82,7 @@ void dot_mxfp4_q8_0f_scalar(int64_t n, float *s, const void *w, const void *a);
 /* ---- AVX2 kernels (quant_avx2.c); only called when quant_use_simd != 0 ---- */
 void dot_f32_avx2(int64_t n, float *s, const void *w, const void *a);
 void dot_f16_avx2(int64_t n, float *s, const void *w, const void *a);
+void dot_bf16_avx2(int64_t n, float *s, const void *w, const void *a);
 void dot_q8_0_q8_0f_avx2(int64_t n, float *s, const void *w, const void *a);
 void dot_q2_K_q8_K_avx2(int64_t n, float *s, const void *w, const void *a);
 void dot_q4_K_q8_K_avx2(int64_t n, float *s, const void *w, const void *a);
