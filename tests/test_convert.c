@@ -1,0 +1,674 @@
+/* test_convert.c: `minke convert` on the tiny-a official-format checkpoint.
+ *
+ * The checkpoint is decoded here independently of src/convert (own
+ * safetensors parse, own name table written from spec model.md §4.5, FP8 /
+ * FP4 / E8M0 / BF16 decoded from their bit definitions), then:
+ *  - --experts f32 --dense f32: every GGUF tensor equals the exact decoded
+ *    official values, bit for bit, and every official tensor is used;
+ *  - --experts mxfp4: every expert block carries the checkpoint's E8M0 scale
+ *    byte and FP4 codes unchanged (ggml nibble order);
+ *  - default policy (ds4 q2): F32 tensors exact, every other tensor equal to
+ *    the library quantizer applied to the exact values and within the
+ *    format's error (Q8_0 per-block bound, F16 rounding, K/IQ RMS bounds);
+ *  - GGUF -> GGUF: the q2 file rewritten with f32 policies is its exact
+ *    dequantization (the "F32 twin");
+ *  - bad inputs (corrupt header, missing tensor, wrong shape, unreadable
+ *    dtype, a config that is not DeepSeek V4) fail with a clear message and
+ *    leave no output file.
+ */
+#define _GNU_SOURCE
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "convert/convert.h"
+#include "gguf/gguf.h"
+#include "quant/quant.h"
+
+static int failures;
+#define CHECK(cond, ...)                                                     \
+    do {                                                                     \
+        if (!(cond)) {                                                       \
+            failures++;                                                      \
+            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);             \
+            fprintf(stderr, __VA_ARGS__);                                    \
+            fprintf(stderr, "\n");                                           \
+        }                                                                    \
+    } while (0)
+
+static const char *ckpt_dir = "tests/fixtures/oracle/tiny-a";
+static char tmpdir[512];
+
+static void make_tmpdir(void) {
+    const char *b = getenv("MINKE_BUILD");
+    char base[400];
+    snprintf(base, sizeof base, "%s/tmp", b && *b ? b : "/tmp");
+    mkdir(base, 0755);
+    snprintf(tmpdir, sizeof tmpdir, "%s/test_convert.XXXXXX", base);
+    if (!mkdtemp(tmpdir)) {
+        snprintf(tmpdir, sizeof tmpdir, "/tmp/test_convert.XXXXXX");
+        if (!mkdtemp(tmpdir)) {
+            perror("mkdtemp");
+            exit(1);
+        }
+    }
+}
+
+static uint8_t *read_all(const char *path, uint64_t *size) {
+    FILE *fp = fopen(path, "rb");
+    if (!fp) return NULL;
+    fseek(fp, 0, SEEK_END);
+    long n = ftell(fp);
+    fseek(fp, 0, SEEK_SET);
+    uint8_t *b = malloc(n ? (size_t)n : 1);
+    if (fread(b, 1, (size_t)n, fp) != (size_t)n) {
+        free(b);
+        fclose(fp);
+        return NULL;
+    }
+    fclose(fp);
+    *size = (uint64_t)n;
+    return b;
+}
+
+static int write_all(const char *path, const void *p, size_t n) {
+    FILE *fp = fopen(path, "wb");
+    if (!fp) return -1;
+    size_t w = fwrite(p, 1, n, fp);
+    fclose(fp);
+    return w == n ? 0 : -1;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* independent checkpoint reader */
+
+typedef struct {
+    char name[200];
+    char dtype[16];
+    int nd;
+    uint64_t shape[4];
+    const uint8_t *data;
+    uint64_t nbytes;
+    int used;
+} ck_tensor;
+
+typedef struct {
+    uint8_t *file;
+    uint64_t size;
+    json_t *header;
+    ck_tensor *t;
+    int n;
+} ckpt;
+
+static int ckpt_load(ckpt *c, const char *path) {
+    memset(c, 0, sizeof *c);
+    c->file = read_all(path, &c->size);
+    if (!c->file) return -1;
+    uint64_t hl;
+    memcpy(&hl, c->file, 8);
+    json_error_t je;
+    c->header = json_loadb((const char *)c->file + 8, hl, 0, &je);
+    if (!c->header) return -1;
+    c->t = calloc(json_object_size(c->header), sizeof *c->t);
+    const char *k;
+    json_t *v;
+    json_object_foreach(c->header, k, v) {
+        if (!strcmp(k, "__metadata__")) continue;
+        ck_tensor *t = &c->t[c->n++];
+        snprintf(t->name, sizeof t->name, "%s", k);
+        snprintf(t->dtype, sizeof t->dtype, "%s", json_string_value(json_object_get(v, "dtype")));
+        json_t *sh = json_object_get(v, "shape");
+        t->nd = (int)json_array_size(sh);
+        for (int d = 0; d < t->nd; d++) t->shape[d] = (uint64_t)json_integer_value(json_array_get(sh, d));
+        json_t *off = json_object_get(v, "data_offsets");
+        uint64_t b0 = (uint64_t)json_integer_value(json_array_get(off, 0));
+        uint64_t b1 = (uint64_t)json_integer_value(json_array_get(off, 1));
+        t->data = c->file + 8 + hl + b0;
+        t->nbytes = b1 - b0;
+    }
+    return 0;
+}
+
+static ck_tensor *ck_find(ckpt *c, const char *name) {
+    for (int i = 0; i < c->n; i++)
+        if (!strcmp(c->t[i].name, name)) return &c->t[i];
+    return NULL;
+}
+
+/* bit-level definitions (spec model.md §4.5) */
+static double ref_e4m3(uint8_t b) {
+    if ((b & 0x7F) == 0x7F) return 0.0;
+    int e = (b >> 3) & 15, m = b & 7;
+    double v = e == 0 ? m * ldexp(1.0, -9) : (1.0 + m / 8.0) * ldexp(1.0, e - 7);
+    return (b & 0x80) ? -v : v;
+}
+static double ref_e8m0(uint8_t b) { return ldexp(1.0, (int)b - 127); }
+static double ref_e2m1(int c) {
+    static const double mag[8] = {0, 0.5, 1, 1.5, 2, 3, 4, 6};
+    return (c & 8) ? -mag[c & 7] : mag[c & 7];
+}
+static float ref_bf16(const uint8_t *p) {
+    uint32_t u = (uint32_t)(p[0] | (p[1] << 8)) << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* Decode one official matrix/vector (+ its .scale) into out (rows x cols, row-major). */
+static int ck_decode(ckpt *c, const char *name, uint64_t rows, uint64_t cols, float *out) {
+    ck_tensor *t = ck_find(c, name);
+    if (!t) return -1;
+    t->used = 1;
+    if (!strcmp(t->dtype, "F32")) {
+        if (t->nbytes != rows * cols * 4) return -1;
+        memcpy(out, t->data, t->nbytes);
+    } else if (!strcmp(t->dtype, "BF16")) {
+        if (t->nbytes != rows * cols * 2) return -1;
+        for (uint64_t i = 0; i < rows * cols; i++) out[i] = ref_bf16(t->data + 2 * i);
+    } else if (!strcmp(t->dtype, "F8_E4M3")) {
+        char sn[256];
+        snprintf(sn, sizeof sn, "%.*s.scale", (int)(strlen(name) - 7), name);
+        ck_tensor *s = ck_find(c, sn);
+        if (!s || t->nbytes != rows * cols) return -1;
+        s->used = 1;
+        uint64_t sc_cols = s->shape[1];
+        for (uint64_t r = 0; r < rows; r++)
+            for (uint64_t i = 0; i < cols; i++)
+                out[r * cols + i] = (float)(ref_e4m3(t->data[r * cols + i]) * ref_e8m0(s->data[(r / 128) * sc_cols + i / 128]));
+    } else if (!strcmp(t->dtype, "I8")) {
+        char sn[256];
+        snprintf(sn, sizeof sn, "%.*s.scale", (int)(strlen(name) - 7), name);
+        ck_tensor *s = ck_find(c, sn);
+        if (!s || t->nbytes != rows * cols / 2) return -1;
+        s->used = 1;
+        for (uint64_t r = 0; r < rows; r++)
+            for (uint64_t i = 0; i < cols; i++) {
+                uint8_t byte = t->data[r * cols / 2 + i / 2];
+                int code = (i & 1) ? byte >> 4 : byte & 15;
+                out[r * cols + i] = (float)(ref_e2m1(code) * ref_e8m0(s->data[r * (cols / 32) + i / 32]));
+            }
+    } else {
+        return -1;
+    }
+    return 0;
+}
+
+/* GGUF name -> official name (the table of spec §4.5, written out independently). */
+static const char *const name_map[][2] = {
+    {"token_embd.weight", "embed.weight"}, {"output_norm.weight", "norm.weight"},
+    {"output.weight", "head.weight"}, {"output_hc_base.weight", "hc_head_base"},
+    {"output_hc_fn.weight", "hc_head_fn"}, {"output_hc_scale.weight", "hc_head_scale"},
+    {"hc_attn_fn.weight", "hc_attn_fn"}, {"hc_attn_base.weight", "hc_attn_base"},
+    {"hc_attn_scale.weight", "hc_attn_scale"}, {"hc_ffn_fn.weight", "hc_ffn_fn"},
+    {"hc_ffn_base.weight", "hc_ffn_base"}, {"hc_ffn_scale.weight", "hc_ffn_scale"},
+    {"attn_norm.weight", "attn_norm.weight"}, {"ffn_norm.weight", "ffn_norm.weight"},
+    {"attn_sinks.weight", "attn.attn_sink"}, {"attn_q_a.weight", "attn.wq_a.weight"},
+    {"attn_q_a_norm.weight", "attn.q_norm.weight"}, {"attn_q_b.weight", "attn.wq_b.weight"},
+    {"attn_kv.weight", "attn.wkv.weight"}, {"attn_kv_a_norm.weight", "attn.kv_norm.weight"},
+    {"attn_output_a.weight", "attn.wo_a.weight"}, {"attn_output_b.weight", "attn.wo_b.weight"},
+    {"attn_compressor_ape.weight", "attn.compressor.ape"},
+    {"attn_compressor_kv.weight", "attn.compressor.wkv.weight"},
+    {"attn_compressor_gate.weight", "attn.compressor.wgate.weight"},
+    {"attn_compressor_norm.weight", "attn.compressor.norm.weight"},
+    {"indexer.attn_q_b.weight", "attn.indexer.wq_b.weight"},
+    {"indexer.proj.weight", "attn.indexer.weights_proj.weight"},
+    {"indexer_compressor_ape.weight", "attn.indexer.compressor.ape"},
+    {"indexer_compressor_kv.weight", "attn.indexer.compressor.wkv.weight"},
+    {"indexer_compressor_gate.weight", "attn.indexer.compressor.wgate.weight"},
+    {"indexer_compressor_norm.weight", "attn.indexer.compressor.norm.weight"},
+    {"ffn_gate_inp.weight", "ffn.gate.weight"}, {"exp_probs_b.bias", "ffn.gate.bias"},
+    {"ffn_gate_tid2eid.weight", "ffn.gate.tid2eid"},
+    {"ffn_gate_shexp.weight", "ffn.shared_experts.w1.weight"},
+    {"ffn_up_shexp.weight", "ffn.shared_experts.w3.weight"},
+    {"ffn_down_shexp.weight", "ffn.shared_experts.w2.weight"},
+    {"ffn_gate_exps.weight", "w1.weight"}, {"ffn_up_exps.weight", "w3.weight"},
+    {"ffn_down_exps.weight", "w2.weight"},
+};
+
+/* Official name for GGUF tensor `g` (expert e for *_exps); 0 ok. */
+static int map_name(const char *g, int e, char *out, size_t n) {
+    int layer = -1;
+    const char *suf = g;
+    if (!strncmp(g, "blk.", 4)) {
+        layer = atoi(g + 4);
+        suf = strchr(g + 4, '.') + 1;
+    }
+    for (size_t i = 0; i < sizeof name_map / sizeof name_map[0]; i++) {
+        if (strcmp(suf, name_map[i][0])) continue;
+        if (layer < 0) snprintf(out, n, "%s", name_map[i][1]);
+        else if (strstr(suf, "_exps")) snprintf(out, n, "layers.%d.ffn.experts.%d.%s", layer, e, name_map[i][1]);
+        else snprintf(out, n, "layers.%d.%s", layer, name_map[i][1]);
+        return 0;
+    }
+    return -1;
+}
+
+/* Exact values of GGUF tensor gt (ne0 x rest) from the checkpoint; NULL when it cannot. */
+static float *expected_values(ckpt *c, const gguf_tensor *gt) {
+    uint64_t ne0 = gt->ne[0], ne1 = gt->ne[1], ne2 = gt->ne[2];
+    float *v = malloc(ne0 * ne1 * ne2 * sizeof *v);
+    char on[256];
+    int parts = strstr(gt->cname, "_exps") ? (int)ne2 : 1;
+    for (int e = 0; e < parts; e++) {
+        if (map_name(gt->cname, e, on, sizeof on) != 0 ||
+            ck_decode(c, on, parts > 1 ? ne1 : ne1 * ne2, ne0, v + (uint64_t)e * ne0 * ne1) != 0) {
+            fprintf(stderr, "cannot decode %s for %s\n", on, gt->cname);
+            free(v);
+            return NULL;
+        }
+    }
+    return v;
+}
+
+static int check_tid2eid(ckpt *c, const gguf_tensor *gt) {
+    char on[256];
+    if (map_name(gt->cname, 0, on, sizeof on) != 0) return -1;
+    ck_tensor *t = ck_find(c, on);
+    if (!t || strcmp(t->dtype, "I64") || gt->type != GGML_TYPE_I32) return -1;
+    t->used = 1;
+    uint64_t n = gt->ne[0] * gt->ne[1];
+    if (t->nbytes != n * 8) return -1;
+    for (uint64_t i = 0; i < n; i++) {
+        int64_t want;
+        int32_t got;
+        memcpy(&want, t->data + 8 * i, 8);
+        memcpy(&got, (const uint8_t *)gt->data + 4 * i, 4);
+        if (want != got) return -1;
+    }
+    return 0;
+}
+
+static gguf_file *convert_to(const char *out_name, const char *input, const char *experts, const char *dense,
+                             char *path, size_t pn) {
+    convert_opts o;
+    convert_opts_default(&o);
+    o.input = input;
+    snprintf(path, pn, "%s/%s", tmpdir, out_name);
+    o.output = path;
+    o.progress = 0;
+    if (experts) policy_set_experts(&o.policy, experts);
+    if (dense) policy_set_dense(&o.policy, dense);
+    char err[1024] = "";
+    int rc = convert_model(&o, err, sizeof err);
+    CHECK(rc == 0, "convert %s -> %s failed: %s", input, out_name, err);
+    if (rc != 0) return NULL;
+    gguf_file *g = gguf_open(path, err, sizeof err);
+    CHECK(g != NULL, "cannot open %s: %s", path, err);
+    return g;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+
+static void test_f32_exact(ckpt *c) {
+    char path[1024];
+    gguf_file *g = convert_to("f32.gguf", ckpt_dir, "f32", "f32", path, sizeof path);
+    if (!g) return;
+    for (int i = 0; i < c->n; i++) c->t[i].used = 0;
+    int n_checked = 0;
+    for (uint64_t i = 0; i < g->n_tensors; i++) {
+        const gguf_tensor *gt = &g->tensors[i];
+        if (strstr(gt->cname, "tid2eid")) {
+            CHECK(check_tid2eid(c, gt) == 0, "%s differs from the checkpoint's tid2eid", gt->cname);
+            n_checked++;
+            continue;
+        }
+        CHECK(gt->type == GGML_TYPE_F32, "%s has type %s under --experts f32 --dense f32", gt->cname, quant_name((int)gt->type));
+        if (gt->type != GGML_TYPE_F32) continue;
+        float *want = expected_values(c, gt);
+        CHECK(want != NULL, "no checkpoint values for %s", gt->cname);
+        if (!want) continue;
+        uint64_t nel = gt->ne[0] * gt->ne[1] * gt->ne[2];
+        uint64_t bad = 0;
+        for (uint64_t k = 0; k < nel; k++)
+            if (memcmp(&want[k], (const float *)gt->data + k, 4) != 0) bad++;
+        CHECK(bad == 0, "%s: %llu of %llu values differ from the exact dequantized checkpoint", gt->cname,
+              (unsigned long long)bad, (unsigned long long)nel);
+        free(want);
+        n_checked++;
+    }
+    int unused = 0;
+    for (int i = 0; i < c->n; i++)
+        if (!c->t[i].used) {
+            unused++;
+            fprintf(stderr, "checkpoint tensor %s not used\n", c->t[i].name);
+        }
+    CHECK(unused == 0, "%d checkpoint tensors were not converted", unused);
+    CHECK(n_checked > 100, "only %d tensors checked", n_checked);
+    fprintf(stderr, "f32: %d tensors bit-exact, every checkpoint tensor used\n", n_checked);
+    gguf_close(g);
+}
+
+static void test_mxfp4_lossless(ckpt *c) {
+    char path[1024];
+    gguf_file *g = convert_to("mxfp4.gguf", ckpt_dir, "mxfp4", NULL, path, sizeof path);
+    if (!g) return;
+    int n_exps = 0;
+    for (uint64_t i = 0; i < g->n_tensors; i++) {
+        const gguf_tensor *gt = &g->tensors[i];
+        if (!strstr(gt->cname, "_exps")) continue;
+        n_exps++;
+        CHECK(gt->type == GGML_TYPE_MXFP4, "%s has type %s", gt->cname, quant_name((int)gt->type));
+        if (gt->type != GGML_TYPE_MXFP4) continue;
+        uint64_t ne0 = gt->ne[0], ne1 = gt->ne[1];
+        uint64_t bad = 0;
+        for (uint64_t e = 0; e < gt->ne[2]; e++) {
+            char on[256], sn[256];
+            map_name(gt->cname, (int)e, on, sizeof on);
+            snprintf(sn, sizeof sn, "%.*s.scale", (int)(strlen(on) - 7), on);
+            ck_tensor *w = ck_find(c, on), *s = ck_find(c, sn);
+            CHECK(w && s, "checkpoint lacks %s", on);
+            if (!w || !s) continue;
+            for (uint64_t r = 0; r < ne1; r++)
+                for (uint64_t b = 0; b < ne0 / 32; b++) {
+                    const uint8_t *blk = (const uint8_t *)gt->data + ((e * ne1 + r) * (ne0 / 32) + b) * 17;
+                    if (blk[0] != s->data[r * (ne0 / 32) + b]) bad++;
+                    for (int j = 0; j < 32; j++) {
+                        uint64_t col = b * 32 + (uint64_t)j;
+                        uint8_t ob = w->data[r * (ne0 / 2) + col / 2];
+                        int want = (col & 1) ? ob >> 4 : ob & 15;
+                        int got = j < 16 ? blk[1 + j] & 15 : blk[1 + j - 16] >> 4;
+                        if (want != got) bad++;
+                    }
+                }
+        }
+        CHECK(bad == 0, "%s: %llu scale bytes / codes differ from the checkpoint's FP4", gt->cname, (unsigned long long)bad);
+    }
+    CHECK(n_exps == 18, "expected 18 expert tensors, found %d", n_exps);
+    fprintf(stderr, "mxfp4: %d expert tensors carry the checkpoint's FP4 codes and scales unchanged\n", n_exps);
+    gguf_close(g);
+}
+
+/* Error bound check of one quantized/rounded tensor against the exact values. */
+static void check_quantized(const gguf_tensor *gt, const float *want, int check_rows_every) {
+    const quant_traits *q = quant_get((int)gt->type);
+    uint64_t ne0 = gt->ne[0], rows = gt->ne[1] * gt->ne[2];
+    uint64_t rb = quant_row_bytes((int)gt->type, (int64_t)ne0);
+    float *deq = malloc(ne0 * sizeof *deq);
+    uint8_t *mine = malloc(rb);
+    double se = 0, sx = 0;
+    uint64_t bytes_bad = 0, bound_bad = 0;
+    for (uint64_t r = 0; r < rows; r++) {
+        const uint8_t *row = (const uint8_t *)gt->data + r * rb;
+        const float *x = want + r * ne0;
+        q->dequant(row, deq, (int64_t)ne0);
+        /* the converter must produce exactly what the quantizer makes of the exact values */
+        if (r % (uint64_t)check_rows_every == 0) {
+            q->quant(x, mine, (int64_t)ne0);
+            if (memcmp(mine, row, rb) != 0) bytes_bad++;
+        }
+        for (uint64_t i = 0; i < ne0; i++) {
+            double d = (double)deq[i] - x[i];
+            se += d * d;
+            sx += (double)x[i] * x[i];
+        }
+        if (gt->type == GGML_TYPE_F16) {
+            for (uint64_t i = 0; i < ne0; i++)
+                if (fabs((double)deq[i] - x[i]) > fabs(x[i]) * ldexp(1, -11) + ldexp(1, -25)) bound_bad++;
+        } else if (gt->type == GGML_TYPE_Q8_0) {
+            for (uint64_t b = 0; b < ne0 / 32; b++) {
+                double amax = 0;
+                for (int j = 0; j < 32; j++) amax = fmax(amax, fabs(x[b * 32 + j]));
+                for (int j = 0; j < 32; j++)
+                    if (fabs((double)deq[b * 32 + j] - x[b * 32 + j]) > 0.6 * amax / 127 + 1e-30) bound_bad++;
+            }
+        }
+    }
+    double rel = sx > 0 ? sqrt(se / sx) : 0;
+    double limit = gt->type == GGML_TYPE_F16 ? 1e-3 : gt->type == GGML_TYPE_Q8_0 ? 0.01
+                 : gt->type == GGML_TYPE_Q2_K ? 0.45 : gt->type == GGML_TYPE_IQ2_XXS ? 0.55 : 0;
+    if (strstr(gt->cname, "blk.3.")) fprintf(stderr, "%s (%s): relative RMS error %.4f (limit %.2f)\n", gt->cname, q->name, rel, limit);
+    CHECK(bytes_bad == 0, "%s (%s): %llu rows differ from quantizing the exact values", gt->cname, q->name,
+          (unsigned long long)bytes_bad);
+    CHECK(bound_bad == 0, "%s (%s): %llu values outside the format's error bound", gt->cname, q->name, (unsigned long long)bound_bad);
+    CHECK(rel <= limit, "%s (%s): relative RMS error %.4f > %.4f", gt->cname, q->name, rel, limit);
+    free(deq);
+    free(mine);
+}
+
+static void test_default_policy(ckpt *c, int quick) {
+    char path[1024];
+    gguf_file *g = convert_to("q2.gguf", ckpt_dir, NULL, NULL, path, sizeof path);
+    if (!g) return;
+    int counts[GGML_TYPE_COUNT] = {0};
+    for (uint64_t i = 0; i < g->n_tensors; i++) {
+        const gguf_tensor *gt = &g->tensors[i];
+        if (gt->type < GGML_TYPE_COUNT) counts[gt->type]++;
+        if (strstr(gt->cname, "tid2eid")) {
+            CHECK(check_tid2eid(c, gt) == 0, "%s differs", gt->cname);
+            continue;
+        }
+        /* ds4 q2 layout types */
+        int want_type = strstr(gt->cname, "ffn_down_exps") ? GGML_TYPE_Q2_K
+                      : strstr(gt->cname, "_exps") ? GGML_TYPE_IQ2_XXS
+                      : strstr(gt->cname, "indexer") && !strstr(gt->cname, "_norm") ? GGML_TYPE_F16
+                      : (strstr(gt->cname, "attn_q_a.") || strstr(gt->cname, "attn_q_b.") || strstr(gt->cname, "attn_kv.") ||
+                         strstr(gt->cname, "attn_output_") || strstr(gt->cname, "shexp") || !strcmp(gt->cname, "output.weight"))
+                          ? GGML_TYPE_Q8_0
+                      : (strstr(gt->cname, "_fn.") || strstr(gt->cname, "compressor_kv") || strstr(gt->cname, "compressor_gate") ||
+                         strstr(gt->cname, "compressor_ape") || strstr(gt->cname, "gate_inp") ||
+                         !strcmp(gt->cname, "token_embd.weight"))
+                          ? GGML_TYPE_F16
+                          : GGML_TYPE_F32;
+        CHECK((int)gt->type == want_type, "%s has type %s, ds4's q2 layout has %s", gt->cname, quant_name((int)gt->type),
+              quant_name(want_type));
+        float *want = expected_values(c, gt);
+        if (!want) {
+            CHECK(0, "no values for %s", gt->cname);
+            continue;
+        }
+        if (gt->type == GGML_TYPE_F32) {
+            CHECK(!memcmp(want, gt->data, gt->ne[0] * gt->ne[1] * gt->ne[2] * 4), "%s: F32 values differ", gt->cname);
+        } else {
+            /* IQ2_XXS quantization is slow: check the quantizer bytes on a sample of rows in quick mode */
+            int every = gt->type == GGML_TYPE_IQ2_XXS ? 16 : 1;
+            check_quantized(gt, want, every);
+        }
+        free(want);
+    }
+    fprintf(stderr, "default policy: F32 %d, F16 %d, Q8_0 %d, IQ2_XXS %d, Q2_K %d, I32 %d tensors checked\n",
+            counts[GGML_TYPE_F32], counts[GGML_TYPE_F16], counts[GGML_TYPE_Q8_0], counts[GGML_TYPE_IQ2_XXS],
+            counts[GGML_TYPE_Q2_K], counts[GGML_TYPE_I32]);
+    CHECK(counts[GGML_TYPE_IQ2_XXS] == 12 && counts[GGML_TYPE_Q2_K] == 6, "expert type counts wrong");
+
+    /* GGUF -> GGUF: the F32 twin of the q2 file is its exact dequantization */
+    char path2[1024];
+    gguf_file *twin = convert_to("q2-twin.gguf", path, "f32", "f32", path2, sizeof path2);
+    if (twin) {
+        CHECK(twin->n_tensors == g->n_tensors, "twin has %llu tensors, source %llu", (unsigned long long)twin->n_tensors,
+              (unsigned long long)g->n_tensors);
+        int bad = 0;
+        for (uint64_t i = 0; i < g->n_tensors; i++) {
+            const gguf_tensor *s = &g->tensors[i];
+            const gguf_tensor *t = gguf_find_tensor(twin, s->cname);
+            if (!t) {
+                bad++;
+                continue;
+            }
+            uint64_t nel = s->ne[0] * s->ne[1] * s->ne[2];
+            if (s->type == GGML_TYPE_I32) {
+                if (t->type != GGML_TYPE_I32 || memcmp(s->data, t->data, nel * 4)) bad++;
+                continue;
+            }
+            float *d = malloc(nel * sizeof *d);
+            quant_get((int)s->type)->dequant(s->data, d, (int64_t)nel);
+            if (t->type != GGML_TYPE_F32 || memcmp(d, t->data, nel * 4)) {
+                bad++;
+                fprintf(stderr, "twin %s differs\n", s->cname);
+            }
+            free(d);
+        }
+        CHECK(bad == 0, "%d tensors of the F32 twin are not the exact dequantization", bad);
+        /* and the metadata (config + tokenizer-less) survives */
+        uint32_t nl = 0;
+        CHECK(gguf_get_u32(twin, "deepseek4.block_count", &nl) == 0 && nl == 6, "twin block_count %u", nl);
+        gguf_close(twin);
+    }
+    gguf_close(g);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* bad inputs */
+
+/* Write dir/config.json (copy or given text) and dir/model.safetensors with header `h` and the fixture's data. */
+static void make_variant(const char *dir, ckpt *c, json_t *h, const char *config_text) {
+    mkdir(dir, 0755);
+    char p[1024];
+    snprintf(p, sizeof p, "%s/config.json", dir);
+    if (config_text) write_all(p, config_text, strlen(config_text));
+    else {
+        char src[1024];
+        uint64_t n;
+        snprintf(src, sizeof src, "%s/config.json", ckpt_dir);
+        uint8_t *b = read_all(src, &n);
+        write_all(p, b, n);
+        free(b);
+    }
+    char *hs = json_dumps(h, JSON_COMPACT);
+    size_t hl = strlen(hs);
+    size_t padded = (hl + 7) / 8 * 8;
+    uint64_t old_hl;
+    memcpy(&old_hl, c->file, 8);
+    uint64_t data_n = c->size - 8 - old_hl;
+    uint8_t *buf = malloc(8 + padded + data_n);
+    uint64_t hl64 = padded;
+    memcpy(buf, &hl64, 8);
+    memcpy(buf + 8, hs, hl);
+    memset(buf + 8 + hl, ' ', padded - hl);
+    memcpy(buf + 8 + padded, c->file + 8 + old_hl, data_n);
+    snprintf(p, sizeof p, "%s/model.safetensors", dir);
+    write_all(p, buf, 8 + padded + data_n);
+    free(buf);
+    free(hs);
+}
+
+static void expect_fail(const char *what, const char *dir, const char *needle1, const char *needle2) {
+    convert_opts o;
+    convert_opts_default(&o);
+    char out[1024];
+    snprintf(out, sizeof out, "%s/bad.gguf", tmpdir);
+    unlink(out);
+    o.input = dir;
+    o.output = out;
+    o.progress = 0;
+    policy_set_experts(&o.policy, "f32");
+    policy_set_dense(&o.policy, "f32");
+    char err[1024] = "";
+    int rc = convert_model(&o, err, sizeof err);
+    CHECK(rc != 0, "%s: convert succeeded", what);
+    CHECK(strstr(err, needle1) != NULL, "%s: message '%s' lacks '%s'", what, err, needle1);
+    if (needle2) CHECK(strstr(err, needle2) != NULL, "%s: message '%s' lacks '%s'", what, err, needle2);
+    CHECK(access(out, F_OK) != 0, "%s: an output file was left behind", what);
+    fprintf(stderr, "%s -> %s\n", what, err);
+}
+
+static void test_errors(ckpt *c) {
+    char dir[1024];
+    /* missing tensor */
+    json_t *h = json_deep_copy(c->header);
+    json_object_del(h, "layers.3.attn.wq_a.weight");
+    snprintf(dir, sizeof dir, "%s/missing", tmpdir);
+    make_variant(dir, c, h, NULL);
+    expect_fail("missing tensor", dir, "lacks tensor", "layers.3.attn.wq_a.weight");
+    json_decref(h);
+    /* missing FP8 scale */
+    h = json_deep_copy(c->header);
+    json_object_del(h, "layers.1.ffn.shared_experts.w2.scale");
+    snprintf(dir, sizeof dir, "%s/noscale", tmpdir);
+    make_variant(dir, c, h, NULL);
+    expect_fail("missing scale", dir, "layers.1.ffn.shared_experts.w2.scale", NULL);
+    json_decref(h);
+    /* wrong shape (same byte count) */
+    h = json_deep_copy(c->header);
+    json_t *sh = json_object_get(json_object_get(h, "layers.2.attn.wkv.weight"), "shape");
+    json_array_set_new(sh, 0, json_integer(64));
+    json_array_set_new(sh, 1, json_integer(512));
+    snprintf(dir, sizeof dir, "%s/shape", tmpdir);
+    make_variant(dir, c, h, NULL);
+    expect_fail("wrong shape", dir, "shape", "layers.2.attn.wkv.weight");
+    json_decref(h);
+    /* unreadable dtype */
+    h = json_deep_copy(c->header);
+    json_object_set_new(json_object_get(h, "norm.weight"), "dtype", json_string("I16"));
+    snprintf(dir, sizeof dir, "%s/dtype", tmpdir);
+    make_variant(dir, c, h, NULL);
+    expect_fail("unknown dtype", dir, "dtype", "norm.weight");
+    json_decref(h);
+    /* data range past the end */
+    h = json_deep_copy(c->header);
+    json_t *off = json_object_get(json_object_get(h, "embed.weight"), "data_offsets");
+    json_array_set_new(off, 1, json_integer((json_int_t)c->size * 2));
+    snprintf(dir, sizeof dir, "%s/range", tmpdir);
+    make_variant(dir, c, h, NULL);
+    expect_fail("data range", dir, "corrupt", "embed.weight");
+    json_decref(h);
+    /* not DeepSeek V4 */
+    snprintf(dir, sizeof dir, "%s/llama", tmpdir);
+    make_variant(dir, c, c->header, "{\"model_type\": \"llama\", \"hidden_size\": 256}");
+    expect_fail("llama config", dir, "not a DeepSeek V4", NULL);
+    snprintf(dir, sizeof dir, "%s/nohc", tmpdir);
+    make_variant(dir, c, c->header, "{\"dim\": 256, \"n_layers\": 6, \"vocab_size\": 1024}");
+    expect_fail("config without V4 keys", dir, "not a DeepSeek V4", NULL);
+    /* corrupt header: garbage JSON and a header length beyond the file */
+    snprintf(dir, sizeof dir, "%s/garbage", tmpdir);
+    make_variant(dir, c, c->header, NULL);
+    char p[1100];
+    snprintf(p, sizeof p, "%s/model.safetensors", dir);
+    FILE *fp = fopen(p, "r+b");
+    if (fp) {
+        fseek(fp, 8, SEEK_SET);
+        fwrite("{\"x\": [1,", 1, 9, fp);
+        fclose(fp);
+    }
+    expect_fail("garbage header", dir, "corrupt", "model.safetensors");
+    snprintf(dir, sizeof dir, "%s/hlen", tmpdir);
+    make_variant(dir, c, c->header, NULL);
+    snprintf(p, sizeof p, "%s/model.safetensors", dir);
+    fp = fopen(p, "r+b");
+    if (fp) {
+        uint64_t big = 1ull << 40;
+        fwrite(&big, 8, 1, fp);
+        fclose(fp);
+    }
+    expect_fail("header length", dir, "corrupt", NULL);
+    /* truncated file */
+    snprintf(dir, sizeof dir, "%s/trunc", tmpdir);
+    make_variant(dir, c, c->header, NULL);
+    snprintf(p, sizeof p, "%s/model.safetensors", dir);
+    if (truncate(p, (off_t)(c->size / 2)) != 0) perror("truncate");
+    expect_fail("truncated file", dir, "corrupt", NULL);
+    /* no such directory */
+    snprintf(dir, sizeof dir, "%s/nonexistent", tmpdir);
+    expect_fail("missing input", dir, "config.json", NULL);
+}
+
+int main(void) {
+    make_tmpdir();
+    int quick = getenv("MINKE_ASAN") && atoi(getenv("MINKE_ASAN"));
+    char path[1024];
+    snprintf(path, sizeof path, "%s/model.safetensors", ckpt_dir);
+    ckpt c;
+    if (ckpt_load(&c, path) != 0) {
+        fprintf(stderr, "FAIL: cannot read %s (run from the repository root)\n", path);
+        return 1;
+    }
+    test_f32_exact(&c);
+    test_mxfp4_lossless(&c);
+    test_errors(&c);
+    /* the IQ2_XXS quantizer is too slow under sanitizers for the whole default-policy pass */
+    if (!quick) test_default_policy(&c, quick);
+    else fprintf(stderr, "MINKE_ASAN: default-policy conversion skipped\n");
+    json_decref(c.header);
+    free(c.t);
+    free(c.file);
+    if (!failures) {
+        char cmd[700];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+        if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", tmpdir);
+    }
+    fprintf(stderr, "%s (%d failures)\n", failures ? "FAIL" : "PASS", failures);
+    return failures ? 1 : 0;
+}
