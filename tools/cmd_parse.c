@@ -71,7 +71,7 @@ int cmd_parse(int argc, char **argv) {
             }
         }
         json_decref(input);
-        char *s = json_dumps(out, JSON_COMPACT | JSON_PRESERVE_ORDER);
+        char *s = json_dumps(out, JSON_PRESERVE_ORDER);
         if (s) { puts(s); free(s); }
         json_decref(out);
     }

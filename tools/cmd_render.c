@@ -13,8 +13,10 @@
 #include <jansson.h>
 
 #include "cli.h"
+#include "gguf/gguf.h"
 #include "text/chat.h"
 #include "text/pyjson.h"
+#include "text/tokenizer.h"
 
 static void usage(FILE *out) {
     fprintf(out,
@@ -27,7 +29,7 @@ static void usage(FILE *out) {
 }
 
 static void print_line(json_t *o) {
-    char *s = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    char *s = json_dumps(o, JSON_PRESERVE_ORDER);
     if (s) {
         fputs(s, stdout);
         fputc('\n', stdout);
@@ -44,9 +46,18 @@ int cmd_render(int argc, char **argv) {
         else if (argv[i][0] == '-' && argv[i][1]) { usage(stderr); return 2; }
         else path = argv[i];
     }
+    gguf_file *gf = NULL;
+    tokenizer *tok = NULL;
     if (model) {
-        fprintf(stderr, "minke render: -m is not supported yet (tokenizer pending)\n");
-        return 2;
+        char err[512];
+        gf = gguf_open(model, err, sizeof err);
+        if (!gf) { fprintf(stderr, "minke render: %s\n", err); return 1; }
+        tok = tokenizer_from_gguf(gf, err, sizeof err);
+        if (!tok) {
+            fprintf(stderr, "minke render: %s: %s\n", model, err);
+            gguf_close(gf);
+            return 1;
+        }
     }
     FILE *in = stdin;
     if (path && strcmp(path, "-")) {
@@ -75,6 +86,20 @@ int cmd_render(int argc, char **argv) {
             if (text) {
                 json_t *r = json_string(text);
                 json_object_set_new(out, "rendered", r ? r : json_string(""));
+                if (tok) {
+                    int32_t *ids = NULL;
+                    size_t n = 0;
+                    /* special-token text is matched; nothing is added (BOS is in the text) */
+                    if (tokenizer_encode_flags(tok, text, strlen(text), 0, &ids, &n) == 0) {
+                        json_t *a = json_array();
+                        for (size_t k = 0; k < n; k++) json_array_append_new(a, json_integer(ids[k]));
+                        json_object_set_new(out, "ids", a);
+                    } else {
+                        json_object_set_new(out, "ids_error", json_string("tokenization failed"));
+                        bad = 1;
+                    }
+                    free(ids);
+                }
                 free(text);
             } else {
                 json_object_set_new(out, "error", json_string(err));
@@ -85,5 +110,7 @@ int cmd_render(int argc, char **argv) {
     }
     free(line);
     if (in != stdin) fclose(in);
+    tokenizer_free(tok);
+    if (gf) gguf_close(gf);
     return bad ? 1 : 0;
 }
