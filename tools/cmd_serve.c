@@ -36,7 +36,9 @@ static void usage(FILE *out) {
             "  --kv-cache-boundary-trim-tokens N       (default 32)\n"
             "  --kv-cache-boundary-align-tokens N      (default 2048)\n"
             "  --disable-exact-dsml-tool-replay\n"
-            "  --tool-memory-max-ids N     (default 100000)\n");
+            "  --tool-memory-max-ids N     (default 100000)\n"
+            "  --test-hooks                tests only: a request's \"minke_script\" text is\n"
+            "                              emitted token by token instead of sampling\n");
 }
 
 static int need_int(int argc, char **argv, int *i, long lo, long hi, long *out) {
@@ -100,6 +102,7 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--kv-cache-boundary-trim-tokens")) { if (need_int(argc, argv, &i, 0, 1 << 20, &v)) return 2; cfg.kv_boundary_trim = (int)v; }
         else if (!strcmp(a, "--kv-cache-boundary-align-tokens")) { if (need_int(argc, argv, &i, 0, 1 << 20, &v)) return 2; cfg.kv_boundary_align = (int)v; }
         else if (!strcmp(a, "--disable-exact-dsml-tool-replay")) cfg.tool_replay = 0;
+        else if (!strcmp(a, "--test-hooks")) cfg.test_hooks = 1;
         else if (!strcmp(a, "--tool-memory-max-ids")) { if (need_int(argc, argv, &i, 1, 1 << 30, &v)) return 2; cfg.tool_memory_max_ids = (int)v; }
         else {
             fprintf(stderr, "minke serve: unknown option '%s'\n\n", a);

@@ -322,10 +322,10 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
         int gen = r->completion_tokens;
         double pf = r->prefill_s > 0 ? (r->prompt_tokens - r->cached_tokens) / r->prefill_s : 0;
         double dc = r->decode_s > 0 ? gen / r->decode_s : 0;
-        server_log("%s %s %d prompt=%d cached=%d gen=%d prefill=%.1f tok/s decode=%.1f tok/s%s%s", ctx->method, ctx->path,
-                   ctx->status ? ctx->status : 499, r->prompt_tokens, r->cached_tokens, gen, pf, dc,
+        server_log("%s %s %d %s prompt=%d cached=%d (%s) gen=%d prefill=%.1f tok/s decode=%.1f tok/s%s%s%s", ctx->method, ctx->path,
+                   ctx->status ? ctx->status : 499, j->id, r->prompt_tokens, r->cached_tokens, r->cache_source ? r->cache_source : "-", gen, pf, dc,
                    toe != MHD_REQUEST_TERMINATED_COMPLETED_OK ? " (client disconnected)" : "",
-                   r->finish == FINISH_ERROR && r->error[0] ? r->error : "");
+                   r->finish == FINISH_ERROR && r->error[0] ? " error: " : "", r->finish == FINISH_ERROR ? r->error : "");
         job_unref(j);
     } else {
         server_log("%s %s %d", ctx->method, ctx->path, ctx->status ? ctx->status : 499);

@@ -38,6 +38,7 @@ void gen_request_free(gen_request *r) {
     free(r->model);
     json_decref(r->chat_input);
     free(r->raw_prompt);
+    free(r->script);
     free(r->prompt_text);
     free(r->tokens);
     for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
@@ -206,6 +207,8 @@ int req_read_common(gen_request *r, json_t *body, parse_error *e) {
         r->include_usage = json_is_true(iu);
     }
     r->think = THINK_HIGH;
+    json_t *script = json_object_get(body, "minke_script");
+    if (server_cfg()->test_hooks && json_is_string(script)) r->script = strdup(json_string_value(script));
     return 0;
 }
 

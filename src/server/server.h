@@ -66,6 +66,7 @@ typedef struct server_config {
     int kv_boundary_align;
     int tool_replay;          /* exact DSML tool replay on */
     int tool_memory_max_ids;
+    int test_hooks;           /* honour "minke_script" in request bodies (tests only) */
 } server_config;
 
 /* ---- APIs ---- */
@@ -108,6 +109,7 @@ typedef struct gen_request {
     int n_tool_names;
     /* tool-call ids mentioned by the request (for tool replay lookups) */
     int n_replayed;           /* assistant tool-call turns replayed exactly */
+    char *script;             /* --test-hooks: text to emit instead of sampling */
 } gen_request;
 
 void gen_request_free(gen_request *r);
@@ -130,6 +132,7 @@ typedef struct gen_result {
     int saw_think_close;
     int prompt_tokens, cached_tokens, completion_tokens;
     double prefill_s, decode_s;
+    const char *cache_source; /* memory-token, memory-text, disk-text, cold */
     char error[256];
 } gen_result;
 

@@ -318,6 +318,7 @@ static void run_job(job *j) {
     const char *source = "cold";
     int32_t *eff = plan_prompt(r, &n_eff, &n_cached, &source);
     res->prompt_tokens = n_eff;
+    res->cache_source = source;
     res->cached_tokens = n_cached;
     if (n_eff >= cfg->ctx) {
         free(eff);
@@ -399,6 +400,9 @@ static void run_job(job *j) {
     finish_reason fin = FINISH_LENGTH;
     double td = now_seconds();
     int pending = -1; /* sampled, not yet evaluated */
+    int32_t *script = NULL;
+    int n_script = 0;
+    if (r->script) script = engine_tokenize(r->script, strlen(r->script), &n_script);
     while (!is_cancelled(j)) {
         if (pending >= 0) {
             if (minke_decode(g_sess, pending)) {
@@ -410,11 +414,11 @@ static void run_job(job *j) {
             pending = -1;
             if (!(g.cs && chat_stream_in_tool_block(g.cs))) maybe_continued_save();
         }
-        if (res->completion_tokens >= max_new) { fin = FINISH_LENGTH; break; }
         const float *logits = minke_logits(g_sess);
         if (!logits) { snprintf(res->error, sizeof res->error, "no logits"); fin = FINISH_ERROR; break; }
         int greedy = r->has_tools && g.cs && dsml_in_structure(g.cs);
         int32_t tok = sampler_sample(smp, logits, n_vocab, greedy);
+        if (script) tok = res->completion_tokens < n_script ? script[res->completion_tokens] : eos;
         if (tok == eos) { fin = FINISH_STOP; break; }
         res->completion_tokens++;
         size_t blen;
@@ -441,9 +445,10 @@ static void run_job(job *j) {
             }
             was_in_block = in_block;
         }
+        if (res->completion_tokens >= max_new || n_live + 1 >= cfg->ctx) { fin = FINISH_LENGTH; break; }
         pending = tok;
-        if (n_live + 1 >= cfg->ctx) { fin = FINISH_LENGTH; break; }
     }
+    free(script);
     if (is_cancelled(j)) {
         fin = FINISH_ERROR;
         snprintf(res->error, sizeof res->error, "%s", q_stop ? "shutdown requested" : "client disconnected");
@@ -495,8 +500,6 @@ static void run_job(job *j) {
     res->finish = fin;
     j->sink->end(j);
     job_finish(j, 200, NULL);
-    (void)source;
-    server_log("job %s: source=%s live=%d finish=%d", j->id, source, n_live, (int)fin);
 }
 
 static void *worker_main(void *arg) {
