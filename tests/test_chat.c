@@ -529,6 +529,57 @@ static void test_fuzz(const parse_set *ps) {
     printf("fuzz: %d mutated completions through strict, tolerant and streaming parsers\n", iters);
 }
 
+/* Random type confusion in conversations: every input either renders or is
+ * rejected with a message; nothing crashes (run under ASan in CI). */
+static void test_render_fuzz(void) {
+    int n;
+    char **lines = read_lines("cases.jsonl", &n);
+    static const char *pool[] = {"null", "5", "1.5", "\"x\"", "\"\"", "[]", "{}", "[1]", "{\"a\": 1}", "true",
+                                 "[{\"type\": \"text\", \"text\": \"t\"}]", "[{\"type\": \"image\"}]",
+                                 "[{\"id\": 1, \"function\": {\"name\": 2, \"arguments\": {\"k\": 1}}}]",
+                                 "[{\"function\": {\"name\": \"f\", \"arguments\": \"{\\\"a\\\": NaN}\"}}]",
+                                 "[{\"type\": \"function\"}]", "\"action\"", "\"tool\"", "\"user\"",
+                                 "\"assistant\"", "\"developer\"", "\"latest_reminder\""};
+    static const char *fields[] = {"role", "content", "tool_calls", "reasoning_content", "tools", "task", "wo_eos",
+                                   "tool_call_id", "response_format"};
+    static const char *top[] = {"tools", "thinking_mode", "reasoning_effort", "drop_thinking", "context"};
+    int iters = getenv("MINKE_ASAN") ? 1500 : 6000, rendered = 0, rejected = 0;
+    for (int it = 0; it < iters; it++) {
+        json_t *c = pyjson_loads(lines[it % n], strlen(lines[it % n]), NULL, 0);
+        json_t *msgs = json_object_get(c, "messages");
+        int muts = 1 + (int)(rnd() % 3);
+        for (int k = 0; k < muts; k++) {
+            const char *v = pool[rnd() % (sizeof pool / sizeof pool[0])];
+            json_t *val = json_loads(v, 0, NULL);
+            unsigned op = rnd() % 8;
+            if (op == 0 && json_array_size(msgs)) {
+                json_array_set_new(msgs, rnd() % json_array_size(msgs), val);
+            } else if (op == 1) {
+                json_object_set_new(c, top[rnd() % 5], val);
+            } else if (json_array_size(msgs)) {
+                json_t *m = json_array_get(msgs, rnd() % json_array_size(msgs));
+                if (json_is_object(m)) json_object_set_new(m, fields[rnd() % 9], val);
+                else json_decref(val);
+            } else {
+                json_decref(val);
+            }
+        }
+        char err[256] = "";
+        char *r = chat_render(c, err, sizeof err);
+        if (r) rendered++;
+        else {
+            rejected++;
+            CHECK(err[0], "render fuzz %d: rejected without a message", it);
+        }
+        free(r);
+        json_decref(c);
+    }
+    for (int i = 0; i < n; i++) free(lines[i]);
+    free(lines);
+    printf("render fuzz: %d mutated conversations, %d rendered, %d rejected with a message\n", iters, rendered,
+           rejected);
+}
+
 int main(void) {
     test_render_cases();
     parse_set ps = load_parse_cases();
@@ -539,6 +590,7 @@ int main(void) {
     test_pyjson();
     test_modes();
     test_fuzz(&ps);
+    test_render_fuzz();
     for (int i = 0; i < ps.n; i++) {
         json_decref(ps.parsed[i]);
         free(ps.completion[i]);
