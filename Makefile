@@ -37,9 +37,10 @@ LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o)
 TOOL_OBJ  := $(TOOL_SRC:%.c=$(BUILD)/%.o)
 CU_OBJ    := $(CU_SRC:%.cu=$(BUILD)/%.cu.o)
 TEST_BIN  := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+CUDA_TEST_BIN := $(patsubst tests/cuda/%.c,$(BUILD)/tests/cuda/%,$(sort $(wildcard tests/cuda/*.c)))
 LIB       := $(BUILD)/libminke.a
 
-.PHONY: all test asan cuda test-cuda fuzz clean tests
+.PHONY: all test asan cuda test-cuda fuzz clean tests cuda-tests
 all: $(BIN)
 
 $(BIN): $(TOOL_OBJ) $(LIB)
@@ -70,16 +71,26 @@ asan:
 	$(MAKE) BUILD=build/asan BIN=minke-asan OPT="-O1 -fno-omit-frame-pointer -fsanitize=address,undefined" tests
 
 cuda:
-	$(MAKE) CUDA=1 BIN=$(BIN)
+	$(MAKE) CUDA=1 BIN=$(BIN) $(BIN) cuda-tests
+
+# CUDA check programs (tests/cuda/*.c), built only in CUDA=1 builds
+cuda-tests: $(CUDA_TEST_BIN)
+$(BUILD)/tests/cuda/%: tests/cuda/%.c $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(ARCH_FLAGS) -o $@ $< $(LIB) $(LDLIBS)
 
 test-cuda: cuda
-	./tests/run-cuda.sh
+	MINKE_BUILD=build/cuda MINKE_BIN=$(abspath $(BIN)) ./tests/run-cuda.sh
 
+FUZZ_SRC := src/gguf/gguf.c src/model/config.c src/model/layout.c $(wildcard src/quant/*.c)
 fuzz:
-	$(MAKE) -C . build/fuzz/fuzz_gguf
-build/fuzz/fuzz_gguf: tests/fuzz/fuzz_gguf.c src/gguf/gguf.c src/quant/*.c
+	$(MAKE) -C . build/fuzz/fuzz_gguf build/fuzz/make_seeds
+build/fuzz/fuzz_gguf: tests/fuzz/fuzz_gguf.c $(FUZZ_SRC)
 	@mkdir -p $(dir $@)
-	clang -std=gnu11 -g -O1 -Iinclude -Isrc -fsanitize=fuzzer,address,undefined $(ARCH_FLAGS) -o $@ tests/fuzz/fuzz_gguf.c src/gguf/gguf.c $(wildcard src/quant/*.c) -lm
+	clang -std=gnu11 -g -O1 -Iinclude -Isrc -fsanitize=fuzzer,address,undefined $(ARCH_FLAGS) -o $@ tests/fuzz/fuzz_gguf.c $(FUZZ_SRC) -lm
+build/fuzz/make_seeds: tests/fuzz/make_seeds.c $(FUZZ_SRC)
+	@mkdir -p $(dir $@)
+	$(CC) -std=gnu11 -g -O1 -Iinclude -Isrc $(ARCH_FLAGS) -o $@ tests/fuzz/make_seeds.c $(FUZZ_SRC) -lm
 
 clean:
 	rm -rf build minke minke-asan

@@ -463,8 +463,8 @@ static void test_corrupt(void) {
     m = mini_default(); m.dup_key = 1; expect_error(&m, "duplicate metadata key 'k.u32'", "duplicate key");
     m = mini_default(); m.dup_tensor = 1; expect_error(&m, "duplicate tensor name", "duplicate tensor");
     m = mini_default(); m.align_kv = 0xFFFFFFFFu; expect_error(&m, "exceeds file size", "huge alignment");
-    {   /* unknown tensor type: opens, size 0, no data (ds4 only warns) */
-        m = mini_default(); m.ttype = 77;
+    for (int k = 0; k < 2; k++) {   /* unknown tensor type (or an internal id): opens, size 0, no data (ds4 only warns) */
+        m = mini_default(); m.ttype = k ? 77 : 64;
         buf b = mini_build(&m);
         char err[256] = "";
         gguf_file *f = gguf_open_buffer(b.p, b.n, err, sizeof err);

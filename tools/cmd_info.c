@@ -163,7 +163,7 @@ int cmd_info(int argc, char **argv) {
     uint64_t unknown = 0;
     for (uint64_t i = 0; i < f->n_tensors; i++) {
         const gguf_tensor *t = &f->tensors[i];
-        int known = quant_get((int)t->type) != NULL;
+        int known = t->type < GGML_TYPE_COUNT && quant_get((int)t->type) != NULL;
         uint32_t slot = t->type < GGML_TYPE_COUNT ? t->type : GGML_TYPE_COUNT;
         type_count[slot]++;
         type_bytes[slot] += t->nbytes;

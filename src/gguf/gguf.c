@@ -266,6 +266,14 @@ static int index_tensors(gguf_file_impl *fi, char *err, size_t errlen) {
     return 0;
 }
 
+/* Traits of a ggml type a GGUF may carry; NULL for unknown ids and for minke's internal
+ * activation formats (ids >= GGML_TYPE_COUNT), which never appear in files. */
+static const quant_traits *file_type(uint32_t type) {
+    if (type >= GGML_TYPE_COUNT) return NULL;
+    const quant_traits *qt = quant_get((int)type);
+    return qt && qt->blck > 0 && qt->bytes > 0 ? qt : NULL;
+}
+
 /* Bytes of a tensor of `nel` elements of a known type; -1 on overflow. */
 static int tensor_bytes(const quant_traits *qt, uint64_t nel, uint64_t *out) {
     uint64_t blocks = nel / (uint64_t)qt->blck + (nel % (uint64_t)qt->blck != 0);
@@ -360,8 +368,8 @@ static int parse(gguf_file_impl *fi, char *err, size_t errlen) {
             }
         }
         if (rd_u32(&c, &t->type, what) || rd_u64(&c, &t->offset, what)) return -1;
-        const quant_traits *qt = quant_get((int)t->type);
-        if (qt && qt->blck > 0 && qt->bytes > 0) {
+        const quant_traits *qt = file_type(t->type);
+        if (qt) {
             if (tensor_bytes(qt, nel, &t->nbytes)) {
                 set_err(err, errlen, "tensor '%s': byte size overflows", nm);
                 return -1;
@@ -390,7 +398,7 @@ static int parse(gguf_file_impl *fi, char *err, size_t errlen) {
     }
     for (uint64_t i = 0; i < f->n_tensors; i++) {
         gguf_tensor *t = &f->tensors[i];
-        if (!quant_get((int)t->type)) continue;
+        if (!file_type(t->type)) continue;
         uint64_t start, end;
         if (add_overflows(f->data_offset, t->offset, &start) || add_overflows(start, t->nbytes, &end) ||
             end > f->size) {
@@ -786,8 +794,8 @@ int gguf_w_tensor(gguf_writer *w, const char *name, uint32_t n_dims, const uint6
     if (w->failed) return -1;
     if (w->header_done) { w_fail(w, "tensor '%s' declared after the header was written", name); return -1; }
     if (n_dims < 1 || n_dims > GGUF_MAX_DIMS) { w_fail(w, "tensor '%s': %u dimensions (must be 1..%d)", name, n_dims, GGUF_MAX_DIMS); return -1; }
-    const quant_traits *qt = quant_get((int)type);
-    if (!qt || qt->blck <= 0 || !qt->bytes) { w_fail(w, "tensor '%s': unknown type %u", name, type); return -1; }
+    const quant_traits *qt = file_type(type);
+    if (!qt) { w_fail(w, "tensor '%s': unknown type %u", name, type); return -1; }
     uint64_t nel = 1;
     for (uint32_t d = 0; d < n_dims; d++)
         if (ne[d] > (uint64_t)INT64_MAX || mul_overflows(nel, ne[d], &nel) || nel > (uint64_t)INT64_MAX) {
