@@ -33,6 +33,9 @@ typedef struct minke_model_params {
     int sims;              /* FP8 KV / Hadamard+FP4 indexer simulations: 1 (default) or 0 */
     int progress;          /* show a load progress bar on stderr when it is a TTY */
     int n_gpus;            /* cuda: number of GPUs, 0 or 1 = one */
+    int f32_activations;   /* testing: quantized weights are dequantized and multiplied with f32
+                              activations instead of activations quantized to the weight's dot
+                              type (spec §16); 0 (default) = ds4 numerics */
 } minke_model_params;
 
 void minke_model_params_default(minke_model_params *p);

@@ -20,12 +20,12 @@ static int g_fail = 0;
 #define CHECK(cond, ...) do { if (!(cond)) { g_fail++; fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
     fprintf(stderr, __VA_ARGS__); fprintf(stderr, "\n"); } } while (0)
 
-static const char *tu_bin(void) {
+static inline const char *tu_bin(void) {
     const char *b = getenv("MINKE_BIN");
     return b && *b ? b : "./minke";
 }
 
-static const char *tu_tmpdir(const char *name) {
+static inline const char *tu_tmpdir(const char *name) {
     static char dir[1024];
     const char *b = getenv("MINKE_BUILD");
     snprintf(dir, sizeof dir, "%s/tmp", b && *b ? b : "build");
@@ -36,7 +36,7 @@ static const char *tu_tmpdir(const char *name) {
 }
 
 /* Run `minke convert SRC -o OUT ARGS`; 0 on success. */
-static int tu_convert(const char *src, const char *out, const char *args) {
+static inline int tu_convert(const char *src, const char *out, const char *args) {
     char cmd[4096];
     snprintf(cmd, sizeof cmd, "'%s' convert '%s' -o '%s' %s --no-progress > /dev/null", tu_bin(), src, out, args);
     int rc = system(cmd);
@@ -44,7 +44,7 @@ static int tu_convert(const char *src, const char *out, const char *args) {
     return rc;
 }
 
-static void *tu_read(const char *path, long *bytes) {
+static inline void *tu_read(const char *path, long *bytes) {
     FILE *f = fopen(path, "rb");
     if (!f) return NULL;
     fseek(f, 0, SEEK_END);
@@ -57,7 +57,7 @@ static void *tu_read(const char *path, long *bytes) {
     return p;
 }
 
-static minke_model *tu_open(const char *path, int sims) {
+static inline minke_model *tu_open(const char *path, int sims) {
     minke_model_params p;
     minke_model_params_default(&p);
     p.path = path;
@@ -69,13 +69,13 @@ static minke_model *tu_open(const char *path, int sims) {
     return m;
 }
 
-static float tu_maxabs(const float *a, size_t n) {
+static inline float tu_maxabs(const float *a, size_t n) {
     float m = 0;
     for (size_t i = 0; i < n; i++) if (fabsf(a[i]) > m) m = fabsf(a[i]);
     return m;
 }
 
-static float tu_maxdiff(const float *a, const float *b, size_t n) {
+static inline float tu_maxdiff(const float *a, const float *b, size_t n) {
     float m = 0;
     for (size_t i = 0; i < n; i++) {
         float d = fabsf(a[i] - b[i]);
@@ -84,14 +84,14 @@ static float tu_maxdiff(const float *a, const float *b, size_t n) {
     return m;
 }
 
-static int tu_argmax(const float *a, int n) {
+static inline int tu_argmax(const float *a, int n) {
     int b = 0;
     for (int i = 1; i < n; i++) if (a[i] > a[b]) b = i;
     return b;
 }
 
 /* Full-prefill logits for tokens on a fresh session; NULL on error. */
-static float *tu_logits(minke_model *m, const int32_t *tok, int T, int chunk) {
+static inline float *tu_logits(minke_model *m, const int32_t *tok, int T, int chunk) {
     int V = minke_model_get_info(m)->n_vocab;
     minke_session *s = minke_session_create(m, T);
     if (!s) return NULL;

@@ -22,6 +22,8 @@ static void usage(void) {
             "  --threads N          CPU threads (default: all cores)\n"
             "  --ctx N              context size (default: number of tokens)\n"
             "  --dump-taps DIR      write intermediate tensors to DIR/<name>.f32\n"
+            "  --f32-act            quantized weights: dequantize and use f32 activations\n"
+            "                       (instead of ds4's quantized activations; for testing)\n"
             "  --time               print tokens/s on stderr\n");
 }
 
@@ -82,6 +84,7 @@ int cmd_logits(int argc, char **argv) {
         else if (!strcmp(a, "--ctx") || !strcmp(a, "-c")) { NEED(); n_ctx = atoi(v); }
         else if (!strcmp(a, "--dump-taps")) { NEED(); tap_dir = v; }
         else if (!strcmp(a, "--time")) timing = 1;
+        else if (!strcmp(a, "--f32-act")) mp.f32_activations = 1;
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(); return 0; }
         else { fprintf(stderr, "minke logits: unknown option '%s'\n", a); usage(); return 2; }
 #undef NEED

@@ -25,6 +25,7 @@ typedef struct cpu_model {
     float *output_hc_base, *output_hc_scale, *output_norm;
     nm_rope rope_main, rope_comp;         /* sliding-only layers / compressed layers */
     nm_rope rope_idx;                     /* compressed-layer table (indexer uses the same) */
+    int exact_act;                        /* minke_model_params.f32_activations */
 } cpu_model;
 
 /* One compressor's streaming state (spec §8.1). */
@@ -50,7 +51,7 @@ typedef struct cpu_session {
 
 /* y[t*ys + r] = W[row0 + r] . x[t*xs ..] for r < nrows, t < T (x has W->ne[0] values per token).
  * W may be a 3-D expert tensor: pass `expert` to select matrix e (else 0). */
-void cpu_matmul(cpu_pool *pool, const dsv4_tensor *W, int expert, int64_t row0, int64_t nrows,
+void cpu_matmul(const cpu_model *cm, const dsv4_tensor *W, int expert, int64_t row0, int64_t nrows,
                 const float *x, int64_t xs, int T, float *y, int64_t ys);
 /* Dequantize row r of a 2-D tensor to f32 (embedding lookup). */
 void cpu_get_row(const dsv4_tensor *W, int64_t r, float *out);

@@ -49,7 +49,7 @@ static void hc_pre(fw *f, const dsv4_tensor *fn, const float *scale, const float
         const float *X = f->X + (size_t)t * f->hcD;
         nm_rmsnorm(f->Xn + (size_t)t * f->hcD, X, NULL, f->hcD, c->rms_eps);
     }
-    cpu_matmul(f->cm->pool, fn, 0, 0, c->hc_mix, f->Xn, f->hcD, f->T, f->mix, c->hc_mix);
+    cpu_matmul(f->cm, fn, 0, 0, c->hc_mix, f->Xn, f->hcD, f->T, f->mix, c->hc_mix);
     for (int t = 0; t < f->T; t++) {
         float *pre = f->pre + (size_t)t * f->nhc;
         nm_hc_split(f->mix + (size_t)t * c->hc_mix, scale, base, f->nhc, (int)c->hc_sinkhorn_iters,
@@ -198,10 +198,10 @@ static void attention_layer(fw *f, int il) {
         nm_rmsnorm(f->x + (size_t)t * D, f->u + (size_t)t * D, V->attn_norm, D, c->rms_eps);
         tap(f, "blk.%d.attn_norm", il, t, f->x + (size_t)t * D, D);
     }
-    cpu_matmul(pool, &L->q_a, 0, 0, ql, f->x, D, T, f->ql, ql);             /* A3 */
+    cpu_matmul(f->cm, &L->q_a, 0, 0, ql, f->x, D, T, f->ql, ql);             /* A3 */
     for (int t = 0; t < T; t++)
         nm_rmsnorm(f->qn + (size_t)t * ql, f->ql + (size_t)t * ql, V->q_a_norm, ql, c->rms_eps);
-    cpu_matmul(pool, &L->q_b, 0, 0, (int64_t)H * Dh, f->qn, ql, T, f->q, (int64_t)H * Dh);  /* A4 */
+    cpu_matmul(f->cm, &L->q_b, 0, 0, (int64_t)H * Dh, f->qn, ql, T, f->q, (int64_t)H * Dh);  /* A4 */
     for (int t = 0; t < T; t++) {
         for (int h = 0; h < H; h++) {
             float *qh = f->q + ((size_t)t * H + h) * Dh;
@@ -210,7 +210,7 @@ static void attention_layer(fw *f, int il) {
         }
         tap(f, "blk.%d.q", il, t, f->q + (size_t)t * H * Dh, (int64_t)H * Dh);
     }
-    cpu_matmul(pool, &L->kv, 0, 0, Dh, f->x, D, T, f->kv, Dh);              /* A6 */
+    cpu_matmul(f->cm, &L->kv, 0, 0, Dh, f->x, D, T, f->kv, Dh);              /* A6 */
     for (int t = 0; t < T; t++) {
         float *kv = f->kv + (size_t)t * Dh;
         nm_rmsnorm(kv, kv, V->kv_norm, Dh, c->rms_eps);
@@ -221,14 +221,14 @@ static void attention_layer(fw *f, int il) {
     int ihd = (int)c->indexer_head_dim, nih = (int)c->indexer_n_head;
     int cw = ratio == 4 ? 2 * Dh : Dh;
     if (ratio) {
-        cpu_matmul(pool, &L->comp_kv, 0, 0, cw, f->x, D, T, f->ca, cw);
-        cpu_matmul(pool, &L->comp_gate, 0, 0, cw, f->x, D, T, f->cg, cw);
+        cpu_matmul(f->cm, &L->comp_kv, 0, 0, cw, f->x, D, T, f->ca, cw);
+        cpu_matmul(f->cm, &L->comp_gate, 0, 0, cw, f->x, D, T, f->cg, cw);
     }
     if (ratio == 4) {
-        cpu_matmul(pool, &L->idx_comp_kv, 0, 0, 2 * ihd, f->x, D, T, f->ia, 2 * ihd);
-        cpu_matmul(pool, &L->idx_comp_gate, 0, 0, 2 * ihd, f->x, D, T, f->ig, 2 * ihd);
-        cpu_matmul(pool, &L->idx_q_b, 0, 0, (int64_t)nih * ihd, f->qn, ql, T, f->qi, (int64_t)nih * ihd);
-        cpu_matmul(pool, &L->idx_proj, 0, 0, nih, f->x, D, T, f->wi, nih);
+        cpu_matmul(f->cm, &L->idx_comp_kv, 0, 0, 2 * ihd, f->x, D, T, f->ia, 2 * ihd);
+        cpu_matmul(f->cm, &L->idx_comp_gate, 0, 0, 2 * ihd, f->x, D, T, f->ig, 2 * ihd);
+        cpu_matmul(f->cm, &L->idx_q_b, 0, 0, (int64_t)nih * ihd, f->qn, ql, T, f->qi, (int64_t)nih * ihd);
+        cpu_matmul(f->cm, &L->idx_proj, 0, 0, nih, f->x, D, T, f->wi, nih);
     }
 
     /* cache updates, compressors, indexer and attention, token by token */
@@ -273,9 +273,9 @@ static void attention_layer(fw *f, int il) {
     /* A12: grouped low-rank output */
     int G = (int)c->o_groups, ol = (int)c->o_lora_rank, gin = (int)c->o_group_in;
     for (int g = 0; g < G; g++)
-        cpu_matmul(pool, &L->out_a, 0, (int64_t)g * ol, ol, f->o + (size_t)g * gin, (int64_t)H * Dh, T,
+        cpu_matmul(f->cm, &L->out_a, 0, (int64_t)g * ol, ol, f->o + (size_t)g * gin, (int64_t)H * Dh, T,
                    f->z + (size_t)g * ol, c->o_dim);
-    cpu_matmul(pool, &L->out_b, 0, 0, D, f->z, c->o_dim, T, f->a, D);
+    cpu_matmul(f->cm, &L->out_b, 0, 0, D, f->z, c->o_dim, T, f->a, D);
     for (int t = 0; t < T; t++) tap(f, "blk.%d.attn_out", il, t, f->a + (size_t)t * D, D);
     hc_post(f, f->a);                                                       /* A13 */
 }
@@ -285,7 +285,6 @@ static void ffn_layer(fw *f, int il) {
     const dsv4_config *c = f->c;
     const dsv4_layer *L = &f->m->w.layers[il];
     const cpu_layer_vecs *V = &f->cm->lv[il];
-    cpu_pool *pool = f->cm->pool;
     int T = f->T, D = f->D, E = (int)c->n_expert, K = (int)c->n_expert_used, F = (int)c->expert_ff;
     float clamp = c->swiglu_clamp[il];
 
@@ -295,7 +294,7 @@ static void ffn_layer(fw *f, int il) {
         tap(f, "blk.%d.ffn_norm", il, t, f->x + (size_t)t * D, D);
     }
     /* router (§11.1-11.3) */
-    cpu_matmul(pool, &L->gate_inp, 0, 0, E, f->x, D, T, f->logits_r, E);
+    cpu_matmul(f->cm, &L->gate_inp, 0, 0, E, f->x, D, T, f->logits_r, E);
     int *sel = malloc(sizeof(int) * (size_t)T * K);
     float *wt = malloc(sizeof(float) * (size_t)T * K), *scores = malloc(sizeof(float) * (size_t)E);
     for (int t = 0; t < T; t++) {
@@ -328,12 +327,12 @@ static void ffn_layer(fw *f, int il) {
                 if (sel[t * K + k] == e) { tk[n] = t; tw[n] = wt[t * K + k]; n++; }
         if (!n) continue;
         for (int i = 0; i < n; i++) memcpy(xg + (size_t)i * D, f->x + (size_t)tk[i] * D, sizeof(float) * (size_t)D);
-        cpu_matmul(pool, &L->gate_exps, e, 0, F, xg, D, n, g, F);
-        cpu_matmul(pool, &L->up_exps, e, 0, F, xg, D, n, up, F);
+        cpu_matmul(f->cm, &L->gate_exps, e, 0, F, xg, D, n, g, F);
+        cpu_matmul(f->cm, &L->up_exps, e, 0, F, xg, D, n, up, F);
         for (int i = 0; i < n; i++)
             for (int j = 0; j < F; j++)
                 g[(size_t)i * F + j] = nm_swiglu_clamp(g[(size_t)i * F + j], up[(size_t)i * F + j], clamp) * tw[i];
-        cpu_matmul(pool, &L->down_exps, e, 0, D, g, F, n, dn, D);
+        cpu_matmul(f->cm, &L->down_exps, e, 0, D, g, F, n, dn, D);
         for (int i = 0; i < n; i++) {
             float *mo = f->m_out + (size_t)tk[i] * D;
             for (int d = 0; d < D; d++) mo[d] += dn[(size_t)i * D + d];
@@ -343,10 +342,10 @@ static void ffn_layer(fw *f, int il) {
     /* shared expert (§11.4) */
     int SF = (int)c->shexp_ff;
     float *sg = malloc(sizeof(float) * (size_t)T * SF), *su = malloc(sizeof(float) * (size_t)T * SF);
-    cpu_matmul(pool, &L->gate_shexp, 0, 0, SF, f->x, D, T, sg, SF);
-    cpu_matmul(pool, &L->up_shexp, 0, 0, SF, f->x, D, T, su, SF);
+    cpu_matmul(f->cm, &L->gate_shexp, 0, 0, SF, f->x, D, T, sg, SF);
+    cpu_matmul(f->cm, &L->up_shexp, 0, 0, SF, f->x, D, T, su, SF);
     for (size_t i = 0; i < (size_t)T * SF; i++) sg[i] = nm_swiglu_clamp(sg[i], su[i], clamp);
-    cpu_matmul(pool, &L->down_shexp, 0, 0, D, sg, SF, T, f->sh_out, D);
+    cpu_matmul(f->cm, &L->down_shexp, 0, 0, D, sg, SF, T, f->sh_out, D);
     free(sg); free(su); free(g); free(up); free(sel); free(wt);
     for (int t = 0; t < T; t++) {
         tap(f, "blk.%d.moe_out", il, t, f->m_out + (size_t)t * D, D);
@@ -364,7 +363,7 @@ static void output_head(fw *f, int t0, float *logits) {
     float *y = malloc(sizeof(float) * (size_t)n * D), *mix = malloc(sizeof(float) * (size_t)n * nhc);
     for (int i = 0; i < n; i++)
         nm_rmsnorm(f->Xn + (size_t)i * f->hcD, f->X + (size_t)(t0 + i) * f->hcD, NULL, f->hcD, c->rms_eps);
-    cpu_matmul(f->cm->pool, &w->output_hc_fn, 0, 0, nhc, f->Xn, f->hcD, n, mix, nhc);
+    cpu_matmul(f->cm, &w->output_hc_fn, 0, 0, nhc, f->Xn, f->hcD, n, mix, nhc);
     for (int i = 0; i < n; i++) {
         float hw[64];
         nm_hc_head_weights(mix + (size_t)i * nhc, f->cm->output_hc_scale[0], f->cm->output_hc_base, nhc, c->hc_eps, hw);
@@ -374,7 +373,7 @@ static void output_head(fw *f, int t0, float *logits) {
         nm_rmsnorm(yi, yi, f->cm->output_norm, D, c->rms_eps);
         tap(f, "output_norm.out", -1, t0 + i, yi, D);
     }
-    cpu_matmul(f->cm->pool, &w->output, 0, 0, c->n_vocab, y, D, n, logits, c->n_vocab);
+    cpu_matmul(f->cm, &w->output, 0, 0, c->n_vocab, y, D, n, logits, c->n_vocab);
     for (int i = 0; i < n; i++) tap(f, "logits", -1, t0 + i, logits + (size_t)i * c->n_vocab, c->n_vocab);
     free(y);
     free(mix);

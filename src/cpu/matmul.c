@@ -22,9 +22,33 @@ typedef struct mm_job {
     int T;
     float *y;
     int64_t ys;
+    const float *x;         /* f32 activations (exact mode) */
+    int64_t xs;
 } mm_job;
 
 #define MM_BLOCK 16
+
+/* Exact mode: dequantized weight rows times f32 activations, f32 sums. */
+static void mm_task_exact(void *ctx, int64_t i0, int64_t i1) {
+    mm_job *j = ctx;
+    const quant_traits *tr = quant_get(j->type);
+    float *row = malloc(sizeof(float) * (size_t)j->cols * MM_BLOCK);
+    if (!row) return;
+    for (int64_t r = i0; r < i1; r += MM_BLOCK) {
+        int64_t nr = i1 - r < MM_BLOCK ? i1 - r : MM_BLOCK;
+        for (int64_t k = 0; k < nr; k++) tr->dequant(j->w + (uint64_t)(r + k) * j->row_bytes, row + k * j->cols, j->cols);
+        for (int t = 0; t < j->T; t++) {
+            const float *x = j->x + (int64_t)t * j->xs;
+            for (int64_t k = 0; k < nr; k++) {
+                const float *w = row + k * j->cols;
+                float s = 0.0f;
+                for (int64_t i = 0; i < j->cols; i++) s += w[i] * x[i];
+                j->y[(int64_t)t * j->ys + r + k] = s;
+            }
+        }
+    }
+    free(row);
+}
 
 static void mm_task(void *ctx, int64_t i0, int64_t i1) {
     mm_job *j = ctx;
@@ -36,11 +60,19 @@ static void mm_task(void *ctx, int64_t i0, int64_t i1) {
     }
 }
 
-void cpu_matmul(cpu_pool *pool, const dsv4_tensor *W, int expert, int64_t row0, int64_t nrows,
+void cpu_matmul(const cpu_model *cm, const dsv4_tensor *W, int expert, int64_t row0, int64_t nrows,
                 const float *x, int64_t xs, int T, float *y, int64_t ys) {
     const quant_traits *tr = quant_get(W->type);
     int64_t cols = W->ne[0];
     int vt = tr->vec_dot_type;
+    if (cm->exact_act && vt != GGML_TYPE_F32) {
+        mm_job j = {
+            .w = (const uint8_t *)W->data + ((uint64_t)expert * (uint64_t)W->ne[1] + (uint64_t)row0) * W->row_bytes,
+            .row_bytes = W->row_bytes, .type = W->type, .cols = cols, .T = T, .y = y, .ys = ys, .x = x, .xs = xs,
+        };
+        cpu_pool_for(cm->pool, nrows, MM_BLOCK, mm_task_exact, &j);
+        return;
+    }
     uint64_t xq_bytes = quant_row_bytes(vt, cols);
     uint8_t *xq = malloc(xq_bytes * (uint64_t)T);
     for (int t = 0; t < T; t++) quant_quantize_activation(vt, x + (int64_t)t * xs, xq + (uint64_t)t * xq_bytes, cols);
@@ -52,7 +84,7 @@ void cpu_matmul(cpu_pool *pool, const dsv4_tensor *W, int expert, int64_t row0, 
     /* enough work per slice to pay for waking a thread */
     int64_t grain = (int64_t)(65536 / (cols * (T > 0 ? T : 1))) + 1;
     if (grain < MM_BLOCK) grain = MM_BLOCK;
-    cpu_pool_for(pool, nrows, grain, mm_task, &j);
+    cpu_pool_for(cm->pool, nrows, grain, mm_task, &j);
     free(xq);
 }
 
