@@ -191,9 +191,16 @@ static void gen_iq2_xxs(uint64_t *st, float d, uint8_t *dst, int64_t nb) {
     }
 }
 
-static void gen_mxfp4(uint64_t *st, int e, uint8_t *dst, int64_t nb) {
+/* MXFP4 scales are powers of two: x = e + frac picks exponent floor(x) or floor(x)+1 per block,
+ * with the share of the larger one chosen so the mean variance hits 4^x exactly. */
+static void gen_mxfp4(uint64_t *st, float x, uint8_t *dst, int64_t nb) {
+    int e = (int)floorf(x);
+    float want = exp2f(2.0f * (x - (float)e)); /* variance relative to exponent e: 1..4 */
+    uint32_t p_hi = (uint32_t)((want - 1.0f) / 3.0f * 65536.0f);
     for (int64_t b = 0; b < nb; b++, dst += 17) {
-        dst[0] = (uint8_t)e;
+        uint64_t r = splitmix64(st);
+        int eb = e + ((uint32_t)(r & 0xFFFF) < p_hi ? 1 : 0);
+        dst[0] = (uint8_t)(eb < 1 ? 1 : eb > 254 ? 254 : eb);
         fill_bytes(st, dst + 1, 16);
     }
 }
@@ -209,7 +216,7 @@ static void gen_blocks(int type, uint64_t *st, float d, uint8_t *dst, int64_t nb
     case GGML_TYPE_Q2_K: gen_q2_k(st, d, dst, nb); break;
     case GGML_TYPE_Q4_K: gen_q4_k(st, d, dst, nb); break;
     case GGML_TYPE_IQ2_XXS: gen_iq2_xxs(st, d, dst, nb); break;
-    case GGML_TYPE_MXFP4: gen_mxfp4(st, (int)d, dst, nb); break;
+    case GGML_TYPE_MXFP4: gen_mxfp4(st, d, dst, nb); break;
     }
 }
 
@@ -289,8 +296,8 @@ int synth_fill_rows(const dsv4_config *c, const dsv4_tensor_spec *s, int type, u
         if (!(unit_rms[type] > 0)) return -1;
         float d;
         if (type == GGML_TYPE_MXFP4) {
-            int e = 127 + (int)lrintf(log2f(ds.a / unit_rms[type]));
-            d = (float)(e < 1 ? 1 : e > 254 ? 254 : e);
+            d = 127.0f + log2f(ds.a / unit_rms[type]);
+            d = d < 1 ? 1 : d > 253 ? 253 : d;
         } else {
             d = ds.a / unit_rms[type];
         }

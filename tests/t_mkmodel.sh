@@ -1,0 +1,60 @@
+#!/bin/sh
+# t_mkmodel.sh: `minke mkmodel` writes valid DeepSeek V4 GGUFs (minke info accepts
+# them) for several presets and type policies, with a synthetic or the real
+# tokenizer; the output depends on the seed but not on the thread count.
+set -u
+B=${MINKE_BUILD:-build}
+T="$B/tmp/t_mkmodel.$$"
+mkdir -p "$T"
+fail=0
+say() { echo "$*"; }
+bad() { echo "FAIL: $*"; fail=1; }
+
+loadable() { # FILE WHAT
+    out=$("$MINKE_BIN" info "$1" 2>&1) || { bad "$2: minke info exit $?: $out"; return; }
+    echo "$out" | grep -q "^loadable DeepSeek V4 model" || bad "$2: not loadable: $(echo "$out" | tail -3)"
+    echo "$out" | grep -q "^tokenizer: ok" || bad "$2: tokenizer not ok"
+}
+
+"$MINKE_BIN" mkmodel --preset tiny -o "$T/a.gguf" -t 1 --seed 5 2>"$T/log" || bad "mkmodel tiny: $(cat "$T/log")"
+loadable "$T/a.gguf" "tiny q2"
+"$MINKE_BIN" mkmodel --preset tiny -o "$T/b.gguf" -t 2 --seed 5 2>/dev/null || bad "mkmodel tiny -t 2"
+cmp -s "$T/a.gguf" "$T/b.gguf" || bad "same seed, different thread count: files differ"
+"$MINKE_BIN" mkmodel --preset tiny -o "$T/c.gguf" --seed 6 2>/dev/null || bad "mkmodel seed 6"
+cmp -s "$T/a.gguf" "$T/c.gguf" && bad "different seeds gave the same file"
+
+for pol in "q4k f16" "mxfp4 f32" "q8_0 bf16" "f16 q8_0" "f32 f32"; do
+    set -- $pol
+    "$MINKE_BIN" mkmodel --preset tiny -o "$T/p.gguf" --experts "$1" --dense "$2" --damp 0.5 2>"$T/log" ||
+        bad "mkmodel --experts $1 --dense $2: $(cat "$T/log")"
+    loadable "$T/p.gguf" "tiny $1/$2"
+done
+
+"$MINKE_BIN" mkmodel --preset tiny -o "$T/l.gguf" --layers 9 --dim 512 --n-experts 8 --hca-ratio 16 2>/dev/null ||
+    bad "mkmodel with overrides"
+loadable "$T/l.gguf" "overrides"
+"$MINKE_BIN" info "$T/l.gguf" 2>&1 | grep -q "9 layers (2 sliding, 4 CSA, 3 HCA), dim 512" || bad "overrides not applied"
+
+if [ "${MINKE_ASAN:-0}" = 0 ]; then
+    tok=tests/fixtures/tokenizer/deepseek_v4_tokenizer.json
+    "$MINKE_BIN" mkmodel --preset tiny -o "$T/tok.gguf" --tokenizer "$tok" 2>"$T/log" || bad "mkmodel --tokenizer: $(cat "$T/log")"
+    loadable "$T/tok.gguf" "tiny with the DeepSeek tokenizer"
+    "$MINKE_BIN" info "$T/tok.gguf" 2>&1 | grep -q "vocab 129280" || bad "vocab is not the tokenizer's"
+    rm -f "$T/tok.gguf"
+    "$MINKE_BIN" mkmodel --preset small -o "$T/small.gguf" 2>"$T/log" || bad "mkmodel small: $(cat "$T/log")"
+    loadable "$T/small.gguf" "small"
+    cat "$T/log"
+    rm -f "$T/small.gguf"
+fi
+
+# errors
+"$MINKE_BIN" mkmodel --preset tiny -o "$T/x.gguf" --experts q3 2>"$T/log"; rc=$?
+[ $rc = 2 ] && grep -q "unknown --experts\|q3" "$T/log" || bad "bad --experts: rc $rc $(cat "$T/log")"
+"$MINKE_BIN" mkmodel --preset huge -o "$T/x.gguf" 2>"$T/log"; rc=$?
+[ $rc = 2 ] && grep -q "unknown preset" "$T/log" || bad "bad preset: rc $rc"
+"$MINKE_BIN" mkmodel --preset tiny -o "$T/x.gguf" --dim 200 2>"$T/log"; rc=$?
+[ $rc != 0 ] || bad "dim 200 accepted (rows not a multiple of the block size)"
+[ -e "$T/x.gguf" ] && bad "an output was left after an error"
+
+[ $fail = 0 ] && rm -rf "$T"
+exit $fail
