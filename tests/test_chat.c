@@ -376,6 +376,11 @@ static void test_tolerant(void) {
                  "parameter name=\"x\" string=\"false\">not json</" CHAT_DSML "parameter>\n</" CHAT_DSML
                  "invoke>\n</" CHAT_DSML "tool_calls>junk",
          "", "", "g", "{\"x\": \"not json\"}"},
+        /* NaN is not JSON: kept as a string */
+        {"chat", "\n\n<" CHAT_DSML "tool_calls>\n<" CHAT_DSML "invoke name=\"h\">\n<" CHAT_DSML
+                 "parameter name=\"x\" string=\"false\">[NaN]</" CHAT_DSML "parameter>\n</" CHAT_DSML
+                 "invoke>\n</" CHAT_DSML "tool_calls>junk",
+         "", "", "h", "{\"x\": \"[NaN]\"}"},
         /* cut off while thinking: all reasoning */
         {"thinking", "still thinking about", "", "still thinking about", NULL, NULL},
         /* unusable block: everything is content */

@@ -505,6 +505,24 @@ static int find_attr(const char *t, size_t s, size_t e, const char *attr, span *
     return 0;
 }
 
+/* Whether a value holds NaN or +-Infinity (kept as pyjson raw markers). */
+static int has_nonfinite(const json_t *v) {
+    if (json_is_array(v)) {
+        for (size_t i = 0; i < json_array_size(v); i++)
+            if (has_nonfinite(json_array_get(v, i))) return 1;
+    } else if (json_is_object(v)) {
+        const json_t *raw = json_object_get(v, PYJSON_RAW_KEY);
+        if (json_is_string(raw) && json_object_size(v) == 1) {
+            const char *r = json_string_value(raw);
+            return !strcmp(r, "NaN") || !strcmp(r, "Infinity") || !strcmp(r, "-Infinity");
+        }
+        const char *k;
+        json_t *x;
+        json_object_foreach((json_t *)v, k, x) if (has_nonfinite(x)) return 1;
+    }
+    return 0;
+}
+
 /* Parses a drifted tool block in [from, n). Appends calls; returns how many. */
 static int tolerant_tool_calls(const char *t, size_t n, size_t from, json_t *calls) {
     size_t pos = from, end;
@@ -548,6 +566,10 @@ static int tolerant_tool_calls(const char *t, size_t n, size_t from, json_t *cal
                 while (a < b && is_ws(t[a])) a++;
                 while (b > a && is_ws(t[b - 1])) b--;
                 jv = b > a ? pyjson_loads(t + a, b - a, NULL, 0) : json_null();
+                if (jv && has_nonfinite(jv)) { /* NaN/Infinity are not JSON for clients */
+                    json_decref(jv);
+                    jv = NULL;
+                }
             }
             if (jv) {
                 char *d = pyjson_dumps(jv);
