@@ -15,8 +15,8 @@ err() { echo "FAIL: $*"; fail=1; }
 
 "$MINKE_BIN" tokenize --json "$FIX/deepseek_v4_tokenizer.json" --write-gguf "$T/tok.gguf" || { echo "FAIL: write GGUF"; exit 1; }
 
-# encode: the ids array ends every case line; the CLI answers {"ids": [...]}
-for f in cases fuzz_cases; do
+# encode (hf_random_cases: see the fixture README): the ids array ends every case line; the CLI answers {"ids": [...]}
+for f in cases fuzz_cases hf_random_cases; do
     sed 's/.*"ids":\[\([^]]*\)\]}$/\1/' "$FIX/$f.jsonl" > "$T/$f.want"
     "$MINKE_BIN" tokenize -m "$T/tok.gguf" < "$FIX/$f.jsonl" > "$T/$f.out" || err "tokenize $f exited non-zero"
     sed 's/^{"ids": \[\(.*\)\]}$/\1/; s/ //g' "$T/$f.out" > "$T/$f.got"

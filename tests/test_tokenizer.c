@@ -3,7 +3,7 @@
  * Builds a tokenizer-only GGUF from tests/fixtures/tokenizer's tokenizer.json
  * with tokjson_write_gguf, loads it back with tokenizer_from_gguf (the
  * official path) and replays every encode case (cases.jsonl,
- * fuzz_cases.jsonl) and decode case (decode_cases.jsonl). Also: the spec's
+ * fuzz_cases.jsonl, hf_random_cases.jsonl) and decode case (decode_cases.jsonl). Also: the spec's
  * pre-tokenizer piece table, streaming decode of split UTF-8, the "no
  * tokenizer" error, and synthetic tokenizers of several sizes.
  */
@@ -372,6 +372,9 @@ int main(int argc, char **argv) {
     n = run_encode_file(t, FIX "fuzz_cases.jsonl", &ok);
     printf("fuzz_cases.jsonl: %zu/%zu\n", ok, n);
     CHECK(n > 900 && ok == n, "fuzz_cases.jsonl %zu/%zu", ok, n);
+    n = run_encode_file(t, FIX "hf_random_cases.jsonl", &ok);
+    printf("hf_random_cases.jsonl: %zu/%zu\n", ok, n);
+    CHECK(n == 8000 && ok == n, "hf_random_cases.jsonl %zu/%zu", ok, n);
     n = run_decode_file(t, FIX "decode_cases.jsonl", &ok);
     printf("decode_cases.jsonl: %zu/%zu\n", ok, n);
     CHECK(n > 1600 && ok == n, "decode_cases.jsonl %zu/%zu", ok, n);
