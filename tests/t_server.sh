@@ -1,0 +1,62 @@
+#!/bin/sh
+# t_server.sh: end-to-end tests of `minke serve` on the CPU backend with a tiny
+# random model that carries the real DeepSeek V4 vocabulary: the official
+# openai and @anthropic-ai/sdk clients drive every endpoint (tests/node/sdk.mjs),
+# broken and hostile requests (bad_input.mjs), and a bounded concurrent load
+# with an RSS check (load.mjs). The server is killed on exit, whatever happens.
+set -eu
+B=${MINKE_BUILD:-build}
+BIN=${MINKE_BIN:-$(pwd)/minke}
+T="$B/tmp/server.$$"
+mkdir -p "$T"
+MODEL="$B/tmp/server-tiny.gguf"
+PORT=$((20000 + $$ % 20000))
+SERVER_PID=""
+
+cleanup() {
+    if [ -n "$SERVER_PID" ]; then kill "$SERVER_PID" 2>/dev/null || true; wait "$SERVER_PID" 2>/dev/null || true; fi
+    rm -rf "$T"
+}
+trap cleanup EXIT INT TERM
+
+if ! command -v node >/dev/null 2>&1; then
+    echo "SKIP: node is not installed"
+    exit 0
+fi
+if [ ! -d tests/node/node_modules/openai ] || [ ! -d tests/node/node_modules/@anthropic-ai/sdk ]; then
+    (cd tests/node && npm ci --no-audit --no-fund) || { echo "FAIL: npm ci in tests/node failed"; exit 1; }
+fi
+
+if [ ! -f "$MODEL" ]; then
+    "$BIN" mkmodel --preset tiny --tokenizer tests/fixtures/tokenizer/deepseek_v4_tokenizer.json -o "$MODEL.tmp.$$" --no-progress
+    mv "$MODEL.tmp.$$" "$MODEL"
+fi
+
+"$BIN" serve -m "$MODEL" --port "$PORT" --ctx 1024 --api-key test-key --test-hooks --max-body-mb 1 -t 2 >"$T/server.log" 2>&1 &
+SERVER_PID=$!
+i=0
+until curl -sf "http://127.0.0.1:$PORT/health" -H 'Authorization: Bearer test-key' >/dev/null 2>&1; do
+    i=$((i + 1))
+    if [ $i -gt 300 ] || ! kill -0 "$SERVER_PID" 2>/dev/null; then echo "server did not start"; cat "$T/server.log"; exit 1; fi
+    sleep 0.1
+done
+
+export MINKE_URL="http://127.0.0.1:$PORT" MINKE_API_KEY=test-key MINKE_PID="$SERVER_PID"
+status=0
+node tests/node/sdk.mjs || status=1
+node tests/node/bad_input.mjs || status=1
+if [ "${MINKE_ASAN:-0}" = 1 ]; then
+    LOAD_CLIENTS=4 LOAD_REQUESTS=5 node tests/node/load.mjs || status=1
+else
+    node tests/node/load.mjs || status=1
+fi
+
+# every request got exactly one log line with its counters
+grep -q 'POST /v1/chat/completions 200 chatcmpl-[0-9]* prompt=[0-9]* cached=[0-9]* (.*) gen=[0-9]* prefill=' "$T/server.log" || { echo "missing request log lines"; status=1; }
+
+# SIGTERM: clean exit with status 0
+kill -TERM "$SERVER_PID"
+if wait "$SERVER_PID"; then echo "ok   server exited 0 on SIGTERM"; else echo "FAIL server exit status $? on SIGTERM"; status=1; fi
+SERVER_PID=""
+if [ $status -ne 0 ]; then echo "--- server log (tail) ---"; tail -40 "$T/server.log"; fi
+exit $status
