@@ -280,6 +280,46 @@ static void test_no_tokenizer(void) {
     gguf_close(f);
 }
 
+/* tokenizer_config.json decides bos/eos/pad and add_bos/add_eos */
+static void test_config(void) {
+    char cfg[600], path[600], err[256] = "";
+    snprintf(cfg, sizeof cfg, "%s/tokenizer_config.json", tmpdir);
+    snprintf(path, sizeof path, "%s/cfg.gguf", tmpdir);
+    FILE *f = fopen(cfg, "w");
+    CHECK(f, "write config");
+    if (!f) return;
+    fputs("{\"add_bos_token\": true, \"add_eos_token\": false, \"bos_token\": {\"content\": "
+          "\"<\uff5cbegin\u2581of\u2581sentence\uff5c>\"}, \"eos_token\": \"<\uff5cend\u2581of\u2581sentence\uff5c>\", "
+          "\"pad_token\": \"<\uff5cend\u2581of\u2581sentence\uff5c>\"}\n", f);
+    fclose(f);
+    gguf_writer *w = gguf_writer_open(path, 32, err, sizeof err);
+    CHECK(w, "writer: %s", err);
+    if (!w) return;
+    CHECK(tokjson_write_gguf(w, FIX "deepseek_v4_tokenizer.json", cfg, err, sizeof err) == 0, "tokjson+cfg: %s", err);
+    CHECK(gguf_writer_begin_data(w) == 0 && gguf_writer_close(w) == 0, "write cfg.gguf");
+    gguf_file *g = gguf_open(path, err, sizeof err);
+    CHECK(g, "open cfg.gguf: %s", err);
+    if (!g) return;
+    uint32_t u = 99;
+    int b = -1;
+    CHECK(!gguf_get_u32(g, "tokenizer.ggml.padding_token_id", &u) && u == 1, "pad from config");
+    CHECK(!gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &b) && b == 1, "add_bos from config");
+    CHECK(!gguf_get_bool(g, "tokenizer.ggml.add_eos_token", &b) && b == 0, "add_eos from config");
+    gguf_close(g);
+    /* a broken config is an error, not a silent default */
+    f = fopen(cfg, "w");
+    if (f) { fputs("{not json", f); fclose(f); }
+    w = gguf_writer_open(path, 32, err, sizeof err);
+    if (w) {
+        err[0] = 0;
+        CHECK(tokjson_write_gguf(w, FIX "deepseek_v4_tokenizer.json", cfg, err, sizeof err) == -1 && err[0],
+              "bad config refused");
+        gguf_writer_abort(w);
+    }
+    err[0] = 0;
+    CHECK(tokjson_vocab_size(FIX "cases.jsonl", err, sizeof err) == -1 && err[0], "not a tokenizer.json: %s", err);
+}
+
 static void test_synthetic(void) {
     static const uint32_t sizes[] = {TOKSYNTH_MIN_VOCAB, 300, 1024, 4096};
     const char *texts[] = {"Hello world! The quick brown fox.", "int main(void) {\n    return 0;\n}\n",
@@ -430,6 +470,7 @@ int main(int argc, char **argv) {
     tokenizer_free(t);
     gguf_close(f);
     test_no_tokenizer();
+    test_config();
     test_synthetic();
 
     char cmd[600];
