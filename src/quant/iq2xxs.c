@@ -154,28 +154,60 @@ static void subgroup_prepare(const float *x, subgroup *sg)
 /* Best lattice point at scale s (> 0); *err gets its squared error. Ties go
  * to the lowest index in both versions, so they choose identically. */
 #ifdef __AVX2__
+/* Pick, lane by lane, the smaller (value, index) pair of two candidates. */
+static inline void min_pair(__m256 *b, __m256i *bi, __m256 v, __m256i vi)
+{
+    __m256 lt = _mm256_or_ps(_mm256_cmp_ps(v, *b, _CMP_LT_OQ),
+                             _mm256_and_ps(_mm256_cmp_ps(v, *b, _CMP_EQ_OQ),
+                                           _mm256_castsi256_ps(_mm256_cmpgt_epi32(*bi, vi))));
+    *b = _mm256_blendv_ps(*b, v, lt);
+    *bi = _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(*bi), _mm256_castsi256_ps(vi), lt));
+}
+
+/* Four independent running minima (vectors k+0, k+8, k+16, k+24) so the
+ * compare/blend chains overlap; merged by (value, lowest index), which is
+ * the same choice as a first-minimum scalar scan. */
 static int subgroup_best(const subgroup *sg, float s, float *err)
 {
-    const __m256 vs = _mm256_set1_ps(s), m2 = _mm256_set1_ps(-2.0f);
-    __m256 best = _mm256_set1_ps(INFINITY);
-    __m256i bidx = _mm256_setzero_si256(), idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    const __m256i step = _mm256_set1_epi32(8);
-    for (int k = 0; k < 256; k += 8) {
-        __m256 v = _mm256_fmadd_ps(m2, _mm256_loadu_ps(sg->D + k), _mm256_mul_ps(vs, _mm256_loadu_ps(grid_n2 + k)));
-        __m256 lt = _mm256_cmp_ps(v, best, _CMP_LT_OQ);
-        best = _mm256_blendv_ps(best, v, lt);
-        bidx = _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(bidx), _mm256_castsi256_ps(idx), lt));
-        idx = _mm256_add_epi32(idx, step);
+    const __m256 vs = _mm256_set1_ps(s), m2 = _mm256_set1_ps(-2.0f), inf = _mm256_set1_ps(INFINITY);
+    const __m256i step = _mm256_set1_epi32(32);
+    __m256 b0 = inf, b1 = inf, b2 = inf, b3 = inf;
+    __m256i i0 = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    __m256i i1 = _mm256_add_epi32(i0, _mm256_set1_epi32(8));
+    __m256i i2 = _mm256_add_epi32(i0, _mm256_set1_epi32(16));
+    __m256i i3 = _mm256_add_epi32(i0, _mm256_set1_epi32(24));
+    __m256i x0 = i0, x1 = i1, x2 = i2, x3 = i3;
+#define IQ2_STEP(b, x, i, off)                                                                      \
+    do {                                                                                            \
+        __m256 v = _mm256_fmadd_ps(m2, _mm256_loadu_ps(sg->D + k + (off)),                          \
+                                   _mm256_mul_ps(vs, _mm256_loadu_ps(grid_n2 + k + (off))));        \
+        __m256 lt = _mm256_cmp_ps(v, b, _CMP_LT_OQ);                                                \
+        b = _mm256_blendv_ps(b, v, lt);                                                             \
+        x = _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(x), _mm256_castsi256_ps(i), lt)); \
+        i = _mm256_add_epi32(i, step);                                                              \
+    } while (0)
+    for (int k = 0; k < 256; k += 32) {
+        IQ2_STEP(b0, x0, i0, 0);
+        IQ2_STEP(b1, x1, i1, 8);
+        IQ2_STEP(b2, x2, i2, 16);
+        IQ2_STEP(b3, x3, i3, 24);
     }
-    float bv[8];
-    int bi[8];
-    _mm256_storeu_ps(bv, best);
-    _mm256_storeu_si256((__m256i *)bi, bidx);
-    int r = 0;
-    for (int l = 1; l < 8; l++)
-        if (bv[l] < bv[r] || (bv[l] == bv[r] && bi[l] < bi[r])) r = l;
-    *err = s * bv[r] + sg->t2;
-    return bi[r];
+#undef IQ2_STEP
+    min_pair(&b0, &x0, b1, x1);
+    min_pair(&b2, &x2, b3, x3);
+    min_pair(&b0, &x0, b2, x2);
+    /* across lanes: swap halves, then pairs, then neighbours */
+    __m256 v = _mm256_permute2f128_ps(b0, b0, 1);
+    __m256i vi = _mm256_permute2f128_si256(x0, x0, 1);
+    min_pair(&b0, &x0, v, vi);
+    v = _mm256_permute_ps(b0, _MM_SHUFFLE(1, 0, 3, 2));
+    vi = _mm256_shuffle_epi32(x0, _MM_SHUFFLE(1, 0, 3, 2));
+    min_pair(&b0, &x0, v, vi);
+    v = _mm256_permute_ps(b0, _MM_SHUFFLE(2, 3, 0, 1));
+    vi = _mm256_shuffle_epi32(x0, _MM_SHUFFLE(2, 3, 0, 1));
+    min_pair(&b0, &x0, v, vi);
+    *err = s * _mm256_cvtss_f32(b0) + sg->t2;
+    return _mm256_cvtsi256_si32(x0);
 }
 #else
 static int subgroup_best(const subgroup *sg, float s, float *err)
