@@ -522,6 +522,47 @@ static void test_tensor_breakage(void) {
     unlink(path);
 }
 
+/* The MTP file's table: spec §4.4 tensor list and §4.3's byte total. */
+static void test_mtp(void) {
+    dsv4_config c;
+    dsv4_config_preset(&c, "flash");
+    dsv4_tensor_spec *s;
+    int n = dsv4_mtp_tensor_specs(&c, &s);
+    CHECK(n == 32, "MTP tensor count %d", n);
+    if (n <= 0) return;
+    uint64_t total = 0;
+    for (int i = 0; i < n; i++) {
+        uint64_t b = quant_nbytes(s[i].ds4_type, s[i].ne[0] * s[i].ne[1] * s[i].ne[2]);
+        total += (b + 31) / 32 * 32;
+        CHECK(!strncmp(s[i].name, "mtp.0.", 6) && s[i].layer == 43, "MTP name/layer %s %d", s[i].name, s[i].layer);
+    }
+    CHECK(total == 3807600192ull, "MTP data bytes %llu", (unsigned long long)total);
+    free(s);
+
+    /* a tiny MTP file with only general.* metadata */
+    char path[600], err[300];
+    dsv4_config_preset(&c, "tiny");
+    for (int drop = 0; drop < 2; drop++) {
+        snprintf(path, sizeof path, "%s/mtp%d.gguf", tmpdir, drop);
+        gguf_writer *w = gguf_writer_open(path, 32, err, sizeof err);
+        gguf_w_str(w, "general.architecture", "deepseek4");
+        n = dsv4_mtp_tensor_specs(&c, &s);
+        for (int i = 0; i < n; i++)
+            if (!(drop && s[i].kind == DSV4_T_EXP_PROBS_B)) gguf_w_tensor(w, s[i].name, s[i].n_dims, s[i].ne, (uint32_t)s[i].ds4_type);
+        gguf_writer_begin_data(w);
+        for (int i = 0; i < n - drop; i++) gguf_w_zeros(w, gguf_writer_tensor_nbytes(w, i));
+        CHECK(gguf_writer_close(w) == 0, "MTP close: %s", gguf_writer_error(NULL));
+        free(s);
+        gguf_file *f = gguf_open(path, err, sizeof err);
+        CHECK(f, "MTP open: %s", err);
+        if (!f) continue;
+        int rc = dsv4_check_mtp_tensors(f, &c, err, sizeof err);
+        if (drop) CHECK(rc == -1 && strstr(err, "missing tensor 'mtp.0.exp_probs_b.bias'"), "MTP without bias: %s", err);
+        else CHECK(rc == 0, "tiny MTP: %s", err);
+        gguf_close(f);
+    }
+}
+
 /* Full-size Flash, data as holes: header, table and ds4's checks at real scale. */
 static void test_flash_sparse(void) {
     char path[600], err[300];
@@ -570,6 +611,7 @@ int main(void) {
     test_tiny_roundtrip();
     test_metadata_breakage();
     test_tensor_breakage();
+    test_mtp();
     test_flash_sparse();
     char cmd[700];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);

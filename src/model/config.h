@@ -135,6 +135,9 @@ enum dsv4_tensor_kind {
     DSV4_T_FFN_GATE_INP, DSV4_T_EXP_PROBS_B, DSV4_T_FFN_GATE_TID2EID,
     DSV4_T_FFN_GATE_EXPS, DSV4_T_FFN_UP_EXPS, DSV4_T_FFN_DOWN_EXPS,
     DSV4_T_FFN_GATE_SHEXP, DSV4_T_FFN_UP_SHEXP, DSV4_T_FFN_DOWN_SHEXP,
+    /* MTP block only (spec §4.4; names "mtp.0.<kind name>") */
+    DSV4_T_MTP_HC_HEAD_BASE, DSV4_T_MTP_HC_HEAD_FN, DSV4_T_MTP_HC_HEAD_SCALE,
+    DSV4_T_MTP_E_PROJ, DSV4_T_MTP_H_PROJ, DSV4_T_MTP_ENORM, DSV4_T_MTP_HNORM, DSV4_T_MTP_NORM,
     DSV4_T_COUNT
 };
 
@@ -152,7 +155,13 @@ typedef struct dsv4_tensor_spec {
  * table order, exp_probs_b only on layers >= n_hash_layer, tid2eid only below), then the output
  * head tensors. *out is malloc'd (caller frees). Returns the count (1328 for Flash) or -1. */
 int dsv4_tensor_specs(const dsv4_config *c, dsv4_tensor_spec **out);
-/* Name of a tensor kind without the "blk.N." prefix, e.g. "attn_kv.weight". */
+/* The MTP GGUF's 32 tensors (spec §4.4), names "mtp.0.*", layer = n_layer (the block's logical
+ * index). ds4_type is the published MTP file's type: F32 for plain tensors (hc_*_fn,
+ * ffn_gate_inp), Q8_0 dense, Q4_K routed experts. Returns the count or -1. */
+int dsv4_mtp_tensor_specs(const dsv4_config *c, dsv4_tensor_spec **out);
+/* dsv4_check_tensors for an MTP file (config from the main file). */
+int dsv4_check_mtp_tensors(const gguf_file *f, const dsv4_config *c, char *err, size_t errlen);
+/* Name of a tensor kind without the "blk.N." / "mtp.0." prefix, e.g. "attn_kv.weight". */
 const char *dsv4_tensor_kind_name(int kind);
 const char *dsv4_role_name(int role);
 /* Whether minke can use a tensor of ggml type `type` in role `role`

@@ -65,6 +65,14 @@ static const char *const kind_names[DSV4_T_COUNT] = {
     [DSV4_T_FFN_GATE_SHEXP] = "ffn_gate_shexp.weight",
     [DSV4_T_FFN_UP_SHEXP] = "ffn_up_shexp.weight",
     [DSV4_T_FFN_DOWN_SHEXP] = "ffn_down_shexp.weight",
+    [DSV4_T_MTP_HC_HEAD_BASE] = "hc_head_base.weight",
+    [DSV4_T_MTP_HC_HEAD_FN] = "hc_head_fn.weight",
+    [DSV4_T_MTP_HC_HEAD_SCALE] = "hc_head_scale.weight",
+    [DSV4_T_MTP_E_PROJ] = "e_proj.weight",
+    [DSV4_T_MTP_H_PROJ] = "h_proj.weight",
+    [DSV4_T_MTP_ENORM] = "enorm.weight",
+    [DSV4_T_MTP_HNORM] = "hnorm.weight",
+    [DSV4_T_MTP_NORM] = "norm.weight",
 };
 
 const char *dsv4_tensor_kind_name(int kind) {
@@ -108,6 +116,7 @@ typedef struct spec_list {
     dsv4_tensor_spec *v;
     int n, cap;
     int failed;
+    int mtp;      /* names "mtp.0.*", MTP file types */
 } spec_list;
 
 static void add(spec_list *l, int layer, int kind, int role, uint32_t n_dims, uint64_t ne0, uint64_t ne1, uint64_t ne2) {
@@ -121,7 +130,8 @@ static void add(spec_list *l, int layer, int kind, int role, uint32_t n_dims, ui
     }
     dsv4_tensor_spec *s = &l->v[l->n++];
     memset(s, 0, sizeof *s);
-    if (layer < 0) snprintf(s->name, sizeof s->name, "%s", kind_names[kind]);
+    if (l->mtp) snprintf(s->name, sizeof s->name, "mtp.0.%s", kind_names[kind]);
+    else if (layer < 0) snprintf(s->name, sizeof s->name, "%s", kind_names[kind]);
     else snprintf(s->name, sizeof s->name, "blk.%d.%s", layer, kind_names[kind]);
     s->n_dims = n_dims;
     s->ne[0] = ne0;
@@ -130,7 +140,62 @@ static void add(spec_list *l, int layer, int kind, int role, uint32_t n_dims, ui
     s->role = role;
     s->kind = kind;
     s->ds4_type = role_ds4_type(role);
+    if (l->mtp) {
+        if (role == DSV4_ROLE_HC_FN || role == DSV4_ROLE_SMALL_F16) s->ds4_type = GGML_TYPE_F32;
+        if (role == DSV4_ROLE_EXPERT_GATEUP || role == DSV4_ROLE_EXPERT_DOWN) s->ds4_type = GGML_TYPE_Q4_K;
+    }
     s->layer = layer;
+}
+
+/* The attention and FFN tensors of a sliding-window, top-k routed block (shared by the
+ * MTP block, which has neither compressor nor hash routing). */
+static void add_mtp_block(spec_list *l, const dsv4_config *c, int L) {
+    const uint64_t D = c->n_embd, E = c->n_expert, F = c->expert_ff;
+    add(l, L, DSV4_T_HC_ATTN_FN, DSV4_ROLE_HC_FN, 2, c->hc_dim, c->hc_mix, 1);
+    add(l, L, DSV4_T_HC_ATTN_SCALE, DSV4_ROLE_NORM, 1, 3, 1, 1);
+    add(l, L, DSV4_T_HC_ATTN_BASE, DSV4_ROLE_NORM, 1, c->hc_mix, 1, 1);
+    add(l, L, DSV4_T_ATTN_NORM, DSV4_ROLE_NORM, 1, D, 1, 1);
+    add(l, L, DSV4_T_ATTN_Q_A, DSV4_ROLE_DENSE, 2, D, c->q_lora_rank, 1);
+    add(l, L, DSV4_T_ATTN_Q_A_NORM, DSV4_ROLE_NORM, 1, c->q_lora_rank, 1, 1);
+    add(l, L, DSV4_T_ATTN_Q_B, DSV4_ROLE_DENSE, 2, c->q_lora_rank, c->q_dim, 1);
+    add(l, L, DSV4_T_ATTN_KV, DSV4_ROLE_DENSE, 2, D, c->head_dim, 1);
+    add(l, L, DSV4_T_ATTN_KV_A_NORM, DSV4_ROLE_NORM, 1, c->head_dim, 1, 1);
+    add(l, L, DSV4_T_ATTN_SINKS, DSV4_ROLE_NORM, 1, c->n_head, 1, 1);
+    add(l, L, DSV4_T_ATTN_OUTPUT_A, DSV4_ROLE_DENSE, 2, c->o_group_in, c->o_dim, 1);
+    add(l, L, DSV4_T_ATTN_OUTPUT_B, DSV4_ROLE_DENSE, 2, c->o_dim, D, 1);
+    add(l, L, DSV4_T_HC_FFN_FN, DSV4_ROLE_HC_FN, 2, c->hc_dim, c->hc_mix, 1);
+    add(l, L, DSV4_T_HC_FFN_SCALE, DSV4_ROLE_NORM, 1, 3, 1, 1);
+    add(l, L, DSV4_T_HC_FFN_BASE, DSV4_ROLE_NORM, 1, c->hc_mix, 1, 1);
+    add(l, L, DSV4_T_FFN_NORM, DSV4_ROLE_NORM, 1, D, 1, 1);
+    add(l, L, DSV4_T_FFN_GATE_INP, DSV4_ROLE_SMALL_F16, 2, D, E, 1);
+    add(l, L, DSV4_T_EXP_PROBS_B, DSV4_ROLE_NORM, 1, E, 1, 1);
+    add(l, L, DSV4_T_FFN_GATE_EXPS, DSV4_ROLE_EXPERT_GATEUP, 3, D, F, E);
+    add(l, L, DSV4_T_FFN_UP_EXPS, DSV4_ROLE_EXPERT_GATEUP, 3, D, F, E);
+    add(l, L, DSV4_T_FFN_DOWN_EXPS, DSV4_ROLE_EXPERT_DOWN, 3, F, D, E);
+    add(l, L, DSV4_T_FFN_GATE_SHEXP, DSV4_ROLE_DENSE, 2, D, c->shexp_ff, 1);
+    add(l, L, DSV4_T_FFN_UP_SHEXP, DSV4_ROLE_DENSE, 2, D, c->shexp_ff, 1);
+    add(l, L, DSV4_T_FFN_DOWN_SHEXP, DSV4_ROLE_DENSE, 2, c->shexp_ff, D, 1);
+}
+
+int dsv4_mtp_tensor_specs(const dsv4_config *c, dsv4_tensor_spec **out) {
+    *out = NULL;
+    if (dsv4_config_validate(c, NULL, 0)) return -1;
+    spec_list l = {0};
+    l.mtp = 1;
+    const uint64_t D = c->n_embd;
+    int L = (int)c->n_layer;
+    add(&l, L, DSV4_T_MTP_HC_HEAD_BASE, DSV4_ROLE_NORM, 1, c->n_hc, 1, 1);
+    add(&l, L, DSV4_T_MTP_HC_HEAD_FN, DSV4_ROLE_HC_FN, 2, c->hc_dim, c->n_hc, 1);
+    add(&l, L, DSV4_T_MTP_HC_HEAD_SCALE, DSV4_ROLE_NORM, 1, 1, 1, 1);
+    add(&l, L, DSV4_T_MTP_E_PROJ, DSV4_ROLE_DENSE, 2, D, D, 1);
+    add(&l, L, DSV4_T_MTP_H_PROJ, DSV4_ROLE_DENSE, 2, D, D, 1);
+    add(&l, L, DSV4_T_MTP_ENORM, DSV4_ROLE_NORM, 1, D, 1, 1);
+    add(&l, L, DSV4_T_MTP_HNORM, DSV4_ROLE_NORM, 1, D, 1, 1);
+    add(&l, L, DSV4_T_MTP_NORM, DSV4_ROLE_NORM, 1, D, 1, 1);
+    add_mtp_block(&l, c, L);
+    if (l.failed) { free(l.v); return -1; }
+    *out = l.v;
+    return l.n;
 }
 
 int dsv4_tensor_specs(const dsv4_config *c, dsv4_tensor_spec **out) {
@@ -229,9 +294,9 @@ static int check_tid2eid(const gguf_tensor *t, const dsv4_config *c, char *err, 
     return 0;
 }
 
-static int check_tensors(const gguf_file *f, const dsv4_config *c, int strict_ds4, char *err, size_t errlen) {
+static int check_tensors(const gguf_file *f, const dsv4_config *c, int strict_ds4, int mtp, char *err, size_t errlen) {
     dsv4_tensor_spec *specs;
-    int n = dsv4_tensor_specs(c, &specs);
+    int n = mtp ? dsv4_mtp_tensor_specs(c, &specs) : dsv4_tensor_specs(c, &specs);
     if (n < 0) {
         char e[200];
         if (dsv4_config_validate(c, e, sizeof e)) set_err(err, errlen, "invalid config: %s", e);
@@ -240,6 +305,7 @@ static int check_tensors(const gguf_file *f, const dsv4_config *c, int strict_ds
     }
     int rc = -1;
     uint32_t gate_type = 0;
+    const char *gate_name = "ffn_gate_exps.weight";
     for (int i = 0; i < n; i++) {
         const dsv4_tensor_spec *s = &specs[i];
         const gguf_tensor *t = gguf_find_tensor(f, s->name);
@@ -277,10 +343,10 @@ static int check_tensors(const gguf_file *f, const dsv4_config *c, int strict_ds
                     (unsigned long long)t->ne[0], quant_name((int)t->type));
             goto out;
         }
-        if (s->kind == DSV4_T_FFN_GATE_EXPS) gate_type = t->type;
+        if (s->kind == DSV4_T_FFN_GATE_EXPS) { gate_type = t->type; gate_name = s->name; }
         if (s->kind == DSV4_T_FFN_UP_EXPS && t->type != gate_type) {
-            set_err(err, errlen, "tensor '%s' has type %s but blk.%d.ffn_gate_exps.weight has %s (gate and up must match)",
-                    s->name, quant_name((int)t->type), s->layer, quant_name((int)gate_type));
+            set_err(err, errlen, "tensor '%s' has type %s but %s has %s (gate and up must match)",
+                    s->name, quant_name((int)t->type), gate_name, quant_name((int)gate_type));
             goto out;
         }
         if (s->kind == DSV4_T_FFN_GATE_TID2EID && check_tid2eid(t, c, err, errlen)) goto out;
@@ -292,7 +358,7 @@ out:
 }
 
 int dsv4_check_tensors(const gguf_file *f, const dsv4_config *c, char *err, size_t errlen) {
-    return check_tensors(f, c, 0, err, errlen);
+    return check_tensors(f, c, 0, 0, err, errlen);
 }
 
 int dsv4_check_ds4_compat(const gguf_file *f, const dsv4_config *c, char *err, size_t errlen) {
@@ -304,5 +370,9 @@ int dsv4_check_ds4_compat(const gguf_file *f, const dsv4_config *c, char *err, s
         if (!gguf_find_kv(f, "tokenizer.ggml.tokens")) set_err(err, errlen, "no tokenizer (ds4 requires one)");
         return -1;
     }
-    return check_tensors(f, c, 1, err, errlen);
+    return check_tensors(f, c, 1, 0, err, errlen);
+}
+
+int dsv4_check_mtp_tensors(const gguf_file *f, const dsv4_config *c, char *err, size_t errlen) {
+    return check_tensors(f, c, 0, 1, err, errlen);
 }
