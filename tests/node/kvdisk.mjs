@@ -1,0 +1,39 @@
+// kvdisk.mjs: one step of the disk KV cache test (t_server_kvdisk.sh drives
+// the server restarts). Usage: node kvdisk.mjs cold|warm|rejected OUT.json
+//   cold:     first request ever: nothing cached; writes the greedy answer to OUT
+//   warm:     after a restart: the shared prefix comes from disk (cached tokens
+//             reported, their prefill skipped) and the greedy answer is the same
+//   rejected: the cache files were corrupted: nothing may be reused
+import fs from 'node:fs';
+import OpenAI from 'openai';
+import { BASE, API_KEY, MODEL, assert } from './util.mjs';
+
+const [phase, out] = process.argv.slice(2);
+const openai = new OpenAI({ baseURL: `${BASE}/v1`, apiKey: API_KEY, maxRetries: 0 });
+const system = 'You are a careful assistant who answers questions about the weather in great detail. '.repeat(8);
+const ask = (q) => openai.chat.completions.create({
+  model: MODEL, max_tokens: 4, temperature: 0, thinking: { type: 'disabled' },
+  messages: [{ role: 'system', content: system }, { role: 'user', content: q }],
+});
+
+const r = await ask('What is the weather in Oslo?');
+const cached = r.usage.prompt_tokens_details.cached_tokens;
+console.log(`${phase}: prompt ${r.usage.prompt_tokens} cached ${cached}`);
+if (phase === 'cold') {
+  assert.equal(cached, 0);
+  fs.writeFileSync(out, JSON.stringify({ content: r.choices[0].message.content, prompt: r.usage.prompt_tokens }));
+} else if (phase === 'warm') {
+  const before = JSON.parse(fs.readFileSync(out, 'utf8'));
+  assert.equal(r.usage.prompt_tokens, before.prompt);
+  assert.ok(cached >= 100, `cached ${cached}: the system prompt should come from the disk cache`);
+  assert.ok(cached < r.usage.prompt_tokens);
+  assert.equal(r.choices[0].message.content, before.content, 'restored state gives the same greedy answer');
+  // another question with the same prefix also starts from the stored system prompt
+  const r2 = await ask('And in Rome?');
+  assert.ok(r2.usage.prompt_tokens_details.cached_tokens >= 100, JSON.stringify(r2.usage));
+} else if (phase === 'rejected') {
+  assert.equal(cached, 0, 'a corrupted cache file must not be used');
+} else {
+  throw new Error(`unknown phase ${phase}`);
+}
+console.log(`ok   kvdisk ${phase}`);

@@ -1,0 +1,107 @@
+#!/bin/sh
+# t_server_kvdisk.sh: the disk KV cache of `minke serve` across restarts.
+# 1. cold request -> snapshot files written (cold + shutdown saves), exit 0;
+# 2. restart on the same --kv-disk-dir: the shared prefix is loaded from disk
+#    (cached tokens reported, greedy answer unchanged);
+# 3. corrupted, truncated and foreign files are rejected with a log line and
+#    removed, and nothing is reused from them;
+# 4. a small --kv-disk-space-mb budget is enforced by eviction.
+set -eu
+B=${MINKE_BUILD:-build}
+BIN=${MINKE_BIN:-$(pwd)/minke}
+T="$B/tmp/kvdisk.$$"
+D="$T/cache"
+mkdir -p "$T"
+MODEL="$B/tmp/server-tiny.gguf"
+PORT=$((20000 + ($$ + 7919) % 20000))
+SERVER_PID=""
+
+cleanup() {
+    if [ -n "$SERVER_PID" ]; then kill "$SERVER_PID" 2>/dev/null || true; wait "$SERVER_PID" 2>/dev/null || true; fi
+    rm -rf "$T"
+}
+trap cleanup EXIT INT TERM
+
+if ! command -v node >/dev/null 2>&1; then echo "SKIP: node is not installed"; exit 0; fi
+if [ ! -d tests/node/node_modules/openai ]; then
+    (cd tests/node && npm ci --no-audit --no-fund) || { echo "FAIL: npm ci in tests/node failed"; exit 1; }
+fi
+if [ ! -f "$MODEL" ]; then
+    "$BIN" mkmodel --preset tiny --tokenizer tests/fixtures/tokenizer/deepseek_v4_tokenizer.json -o "$MODEL.tmp.$$" --no-progress
+    mv "$MODEL.tmp.$$" "$MODEL"
+fi
+
+start() { # start LOGNAME [extra options]
+    log="$T/$1.log"
+    shift
+    "$BIN" serve -m "$MODEL" --port "$PORT" --ctx 1024 --api-key test-key -t 2 --kv-disk-dir "$D" --kv-cache-min-tokens 32 "$@" >"$log" 2>&1 &
+    SERVER_PID=$!
+    i=0
+    until curl -sf "http://127.0.0.1:$PORT/health" -H 'Authorization: Bearer test-key' >/dev/null 2>&1; do
+        i=$((i + 1))
+        if [ $i -gt 300 ] || ! kill -0 "$SERVER_PID" 2>/dev/null; then echo "server did not start"; cat "$log"; exit 1; fi
+        sleep 0.1
+    done
+}
+stop() {
+    kill -TERM "$SERVER_PID"
+    if ! wait "$SERVER_PID"; then echo "FAIL: server did not exit 0 on SIGTERM"; SERVER_PID=""; exit 1; fi
+    SERVER_PID=""
+}
+fail() { echo "FAIL: $*"; for f in "$T"/*.log; do echo "--- $f"; tail -20 "$f"; done; exit 1; }
+
+export MINKE_URL="http://127.0.0.1:$PORT" MINKE_API_KEY=test-key
+
+# 1. cold
+start run1
+node tests/node/kvdisk.mjs cold "$T/answer.json" || fail "cold phase"
+stop
+grep -q 'stored .* (cold' "$T/run1.log" || fail "no cold snapshot stored"
+grep -q 'stored .* (shutdown' "$T/run1.log" || fail "no shutdown snapshot stored"
+n=$(ls "$D"/*.kv | wc -l)
+[ "$n" -ge 2 ] || fail "expected >= 2 cache files, found $n"
+ls "$D" | grep -q '\.tmp\.' && fail "temporary file left behind"
+for f in "$D"/*.kv; do
+    [ "$(head -c 3 "$f")" = KVC ] || fail "$f lacks the KVC magic"
+done
+echo "ok   cold request stored $n snapshots"
+
+# 2. warm restart
+start run2
+node tests/node/kvdisk.mjs warm "$T/answer.json" || fail "warm phase"
+stop
+grep -q 'cached=[1-9][0-9]* (disk-text)' "$T/run2.log" || fail "log does not show a disk hit"
+echo "ok   restart reused the disk snapshot"
+
+# 3. corrupt every file (one flipped byte in the middle), truncate one, add a foreign one
+for f in "$D"/*.kv; do
+    size=$(wc -c <"$f")
+    printf '\377' | dd of="$f" bs=1 seek=$((size / 2)) conv=notrunc 2>/dev/null
+done
+first=$(ls "$D"/*.kv | head -1)
+head -c 100 "$first" >"$T/trunc" && cp "$T/trunc" "$D/0123456789abcdef0123456789abcdef01234567.kv"
+printf 'not a cache file at all, just some bytes that are long enough to have a header........' >"$D/89abcdef0123456789abcdef0123456789abcdef.kv"
+start run3
+grep -q 'rejected 0123456789abcdef0123456789abcdef01234567.kv' "$T/run3.log" || fail "truncated file not rejected at startup"
+grep -q 'rejected 89abcdef0123456789abcdef0123456789abcdef.kv' "$T/run3.log" || fail "foreign file not rejected at startup"
+node tests/node/kvdisk.mjs rejected "$T/answer.json" || fail "corrupted cache was used"
+grep -q 'rejected .*checksum mismatch' "$T/run3.log" || fail "corrupted file not rejected with a log line"
+stop
+for f in 0123456789abcdef0123456789abcdef01234567 89abcdef0123456789abcdef0123456789abcdef; do
+    [ ! -f "$D/$f.kv" ] || fail "rejected file $f.kv not removed"
+done
+echo "ok   corrupted, truncated and foreign files rejected and removed"
+
+# 4. budget: 1 MiB holds one ~0.7 MiB snapshot; more stores evict older ones
+rm -rf "$D"
+start run4 --kv-disk-space-mb 1
+for q in one two three; do
+    curl -sf "$MINKE_URL/v1/chat/completions" -H 'Authorization: Bearer test-key' \
+        -d "{\"messages\":[{\"role\":\"system\",\"content\":\"Topic $q: $(printf 'weather and climate facts %.0s' 1 2 3 4 5 6 7 8 9 10 11 12)\"},{\"role\":\"user\",\"content\":\"$q\"}],\"max_tokens\":2,\"thinking\":false}" >/dev/null ||
+        fail "request $q"
+done
+stop
+total=$(cat "$D"/*.kv 2>/dev/null | wc -c)
+[ "$total" -le 1048576 ] || fail "cache holds $total bytes, over the 1 MiB budget"
+grep -q 'evicted' "$T/run4.log" || fail "nothing was evicted"
+echo "ok   budget kept ($total bytes) by eviction"
