@@ -48,6 +48,8 @@ static void test_tables(void)
     CHECK(iq2xxs_grid_data[1] == 0x080808080808082bULL, "grid[1]");
     CHECK(iq2xxs_grid_data[100] == 0x08192b0808081908ULL, "grid[100]");
     CHECK(iq2xxs_grid_data[255] == 0x2b2b2b1908081908ULL, "grid[255]");
+    CHECK(quant_iq2xxs_grid() == iq2xxs_grid_data && quant_iq2xxs_ksigns() == ksigns_iq2xs_data, "table accessors");
+    CHECK(quant_mxfp4_kvalues()[7] == 12 && quant_mxfp4_kvalues()[15] == -12, "mxfp4 kvalues");
     for (int i = 0; i < 128; i++) {
         uint8_t s = ksigns_iq2xs_data[i];
         CHECK((s & 127) == i, "ksigns low bits %d", i);

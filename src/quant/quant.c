@@ -117,3 +117,7 @@ int quant_matvec(int type, const void *W, int64_t rows, int64_t cols, const floa
     free(xq);
     return 0;
 }
+
+const uint64_t *quant_iq2xxs_grid(void) { return iq2xxs_grid_data; }
+const uint8_t *quant_iq2xxs_ksigns(void) { return ksigns_iq2xs_data; }
+const int8_t *quant_mxfp4_kvalues(void) { return mxfp4_kvalues; }

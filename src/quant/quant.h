@@ -91,4 +91,12 @@ void mxfp4_from_official(const uint8_t *packed, const uint8_t *scales, void *dst
  * checkpoint conversion does (spec §4.5). */
 float fp8_e4m3_to_f32_nan0(uint8_t v);
 
+/* Read-only lookup tables, for backends that decode the formats themselves
+ * (e.g. uploading them to a GPU): the IQ2_XXS lattice (256 u64, 8 magnitude
+ * bytes each, byte j = element j), its sign table (128 bytes, bit 7 = parity)
+ * and the MXFP4 values (E2M1 times 2, 16 int8; scale 2^(e-128)). */
+const uint64_t *quant_iq2xxs_grid(void);
+const uint8_t *quant_iq2xxs_ksigns(void);
+const int8_t *quant_mxfp4_kvalues(void);
+
 #endif
