@@ -466,6 +466,37 @@ int main(int argc, char **argv) {
         free(back);
     }
 
+    /* random bytes (mostly invalid UTF-8, with special-token fragments) round-trip */
+    {
+        uint64_t x = 0x9E3779B97F4A7C15ull;
+        static const char *frag[] = {"<\xef\xbd\x9c", "\xef\xbd\x9c>", "<think>", "\xef\xbd\x9c" "DSML\xef\xbd\x9c", "\xe2\x96\x81",
+                                     " ", "\n", "\xf0\x9f", "\xe3\x83\xbb", "12"};
+        int rt_ok = 1;
+        for (int it = 0; it < 3000 && rt_ok; it++) {
+            char buf[200];
+            size_t bl = 0, want = (size_t)(it % 97);
+            while (bl < want) {
+                x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+                if ((x & 7) == 0) {
+                    const char *fr = frag[(x >> 8) % 10];
+                    size_t fl = strlen(fr);
+                    if (bl + fl > sizeof buf) break;
+                    memcpy(buf + bl, fr, fl);
+                    bl += fl;
+                } else buf[bl++] = (char)(x >> 24);
+            }
+            int32_t *ids = NULL;
+            size_t k = 0;
+            char *back = NULL;
+            size_t backl = 0;
+            rt_ok = tokenizer_encode(t, buf, bl, 0, &ids, &k) == 0 && tokenizer_decode(t, ids, k, &back, &backl) == 0 &&
+                    backl == bl && !memcmp(back, buf, bl);
+            free(ids);
+            free(back);
+        }
+        CHECK(rt_ok, "random bytes round trip");
+    }
+
     test_stream(t);
     tokenizer_free(t);
     gguf_close(f);
