@@ -218,7 +218,9 @@ int convert_model(const convert_opts *o, char *err, size_t errlen) {
             }
         }
     }
-    if (!from_gguf && o->tokenizer_json && o->no_tokenizer) {
+    if (from_gguf && o->tokenizer_json) snprintf(tok_json, sizeof tok_json, "%s", o->tokenizer_json);
+    if (from_gguf && o->tokenizer_config) snprintf(tok_cfg, sizeof tok_cfg, "%s", o->tokenizer_config);
+    if (o->tokenizer_json && o->no_tokenizer) {
         snprintf(err, errlen, "--tokenizer and --no-tokenizer contradict each other");
         goto out;
     }
@@ -275,6 +277,31 @@ int convert_model(const convert_opts *o, char *err, size_t errlen) {
         }
     }
 
+    if (st) {
+        /* checkpoint tensors nothing maps to (the MTP block, mtp.*, goes to a separate file) */
+        int64_t unused = 0;
+        const char *first = NULL;
+        for (int64_t k = 0; k < st->n_tensors; k++) st->tensors[k].used = 0;
+        for (int i = 0; i < n_specs; i++)
+            for (int e = 0; e < ct[i].off.n_parts; e++) {
+                ((st_tensor *)ct[i].off.parts[e].w)->used = 1;
+                if (ct[i].off.parts[e].scale) ((st_tensor *)ct[i].off.parts[e].scale)->used = 1;
+            }
+        for (int64_t k = 0; k < st->n_tensors; k++)
+            if (!st->tensors[k].used && !unused++) first = st->tensors[k].name;
+        if (unused)
+            fprintf(stderr, "minke convert: note: %lld checkpoint tensors are not part of the main model (e.g. %s)\n",
+                    (long long)unused, first);
+    }
+    if (tok_json[0]) {
+        int nv = tokjson_vocab_size(tok_json, err, errlen);
+        if (nv < 0) goto out;
+        if ((uint32_t)nv != cfg.n_vocab) {
+            snprintf(err, errlen, "%s has %d tokens but the model's vocab_size is %u", tok_json, nv, cfg.n_vocab);
+            goto out;
+        }
+    }
+
     cc.n_threads = o->n_threads > 0 ? o->n_threads : rowpool_default_threads();
     cc.scratch_floats = (size_t)GRAIN_FLOATS > max_ne0 ? (size_t)GRAIN_FLOATS : max_ne0;
     cc.scratch = calloc((size_t)cc.n_threads, sizeof *cc.scratch);
@@ -303,10 +330,11 @@ int convert_model(const convert_opts *o, char *err, size_t errlen) {
                 (kv->key.len >= 10 && !memcmp(kv->key.ptr, "deepseek4.", 10)) ||
                 (kv->key.len == 17 && !memcmp(kv->key.ptr, "minke.type_policy", 17)))
                 continue;
-            if (o->no_tokenizer && kv->key.len >= 10 && !memcmp(kv->key.ptr, "tokenizer.", 10)) continue;
+            if ((o->no_tokenizer || tok_json[0]) && kv->key.len >= 10 && !memcmp(kv->key.ptr, "tokenizer.", 10)) continue;
             gguf_w_kv_copy(w, kv);
         }
-    } else if (tok_json[0]) {
+    }
+    if (tok_json[0]) {
         if (tokjson_write_gguf(w, tok_json, tok_cfg[0] ? tok_cfg : NULL, err, errlen) != 0) goto out;
     }
     gguf_w_str(w, "minke.type_policy", pdesc);

@@ -32,6 +32,7 @@ typedef struct st_tensor {
     const uint8_t *data;
     uint64_t nbytes;
     int shard;
+    int used;                  /* scratch flag for callers */
 } st_tensor;
 
 typedef struct st_shard {
