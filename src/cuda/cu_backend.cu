@@ -1,0 +1,905 @@
+/* cu_backend.cu: the CUDA backend (engine/backend.h): weights copied to the
+ * GPU, per-session KV state on the device, the forward pass as a sequence of
+ * kernel launches on one stream, and decode steps captured as CUDA graphs.
+ *
+ * Data flow per layer follows src/cpu/forward.c (spec model.md §7, §12): the
+ * batch of T tokens goes through every per-token op at once; the order-
+ * dependent parts (compressor state, indexer causality, the raw window) are
+ * expressed in closed form per token (cu_ops.cu) so no host loop over tokens
+ * is needed. Nothing in a step synchronises with the host except the final
+ * copy of the logits.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cuda/cu_common.cuh"
+#include "cuda/cu_ops.h"
+#include "cuda/cu_backend.h"
+
+extern "C" {
+#include "engine/backend.h"
+#include "quant/quant.h"
+#include "cpu/numerics.h"
+}
+
+#define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { \
+    minke_set_error("cuda: %s failed: %s (%s:%d)", #x, cudaGetErrorString(e_), __FILE__, __LINE__); goto fail; } } while (0)
+
+/* ------------------------------------------------------------------ */
+/* device model                                                        */
+
+typedef struct cu_t {
+    void *d;
+    int type;
+    int64_t ne[4];
+    uint64_t row_bytes, nbytes;
+} cu_t;
+
+#define LAYER_FIELDS(X) X(hc_attn_fn) X(hc_attn_scale) X(hc_attn_base) X(attn_norm) X(q_a) X(q_a_norm) X(q_b) \
+    X(kv) X(kv_norm) X(sinks) X(out_a) X(out_b) X(comp_ape) X(comp_kv) X(comp_gate) X(comp_norm) X(idx_q_b)   \
+    X(idx_proj) X(idx_comp_ape) X(idx_comp_kv) X(idx_comp_gate) X(idx_comp_norm) X(hc_ffn_fn) X(hc_ffn_scale) \
+    X(hc_ffn_base) X(ffn_norm) X(gate_inp) X(exp_bias) X(tid2eid) X(gate_exps) X(up_exps) X(down_exps)        \
+    X(gate_shexp) X(up_shexp) X(down_shexp)
+#define GLOBAL_FIELDS(X) X(token_embd) X(output_hc_base) X(output_hc_fn) X(output_hc_scale) X(output_norm) X(output)
+
+typedef struct cu_layer {
+    int ratio;
+#define DECL(n) cu_t n;
+    LAYER_FIELDS(DECL)
+} cu_layer;
+
+typedef struct cu_model {
+    int dev;
+    cudaStream_t st;
+    GLOBAL_FIELDS(DECL)
+#undef DECL
+    cu_layer *layers;
+    float *rope_main, *rope_comp;   /* inv_freq tables, rope_dim/2 each */
+    uint64_t weight_bytes;
+    int max_in;                     /* widest matmul input */
+} cu_model;
+
+/* ------------------------------------------------------------------ */
+/* session                                                             */
+
+typedef struct cu_lcache {
+    float *ring;           /* W x hd */
+    float *comp;           /* comp_cap x hd */
+    float *index;          /* index_cap x ihd */
+    float *ckv, *csc;      /* compressor state rows x width */
+    float *ikv, *isc;
+    int comp_cap, index_cap, crows, cwidth, irows, iwidth;
+} cu_lcache;
+
+typedef struct cu_graph { cudaGraphExec_t exec; int T; int with_logits; } cu_graph;
+
+struct cu_session {
+    int n_ctx, chunk;
+    cu_lcache *lc;
+    uint64_t bytes;
+    int *d_pos, *h_pos;             /* pinned host mirror for async updates */
+    int32_t *d_tok, *h_tok;
+    /* scratch, sized for `chunk` tokens */
+    float *X, *X2, *x, *post, *comb, *partial; double *psq;
+    float *ql, *qn, *q, *kvp, *kvb, *ca, *cg, *ia, *ig, *qi, *wi, *scores, *o, *z, *a;
+    int *sel, *nsel;
+    float *rlog, *rw; int *rsel;
+    int *tpairs, *tstart, *tcount, *texp, *ntiles;
+    float *eg, *eu, *emid, *eout, *mo, *sg, *su, *smid, *so;
+    float *hy, *logits;             /* logits: chunk rows x V (or 1 when the chunk is large) */
+    int logit_rows;
+    void *act;                      /* quantized activations */
+    uint64_t act_bytes;
+    int64_t score_stride;
+    int *d_argmax;
+    float *h_logits;                /* pinned, V floats */
+    cu_graph graphs[4];
+    int n_graphs;
+};
+
+static cu_model *CM(minke_model *m) { return (cu_model *)m->be; }
+
+static size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
+
+/* ------------------------------------------------------------------ */
+/* model init: weights to the device                                   */
+
+static int is_vector_tensor(const char *field) {
+    static const char *v[] = {"hc_attn_scale", "hc_attn_base", "attn_norm", "q_a_norm", "kv_norm", "sinks",
+                              "comp_norm", "idx_comp_norm", "hc_ffn_scale", "hc_ffn_base", "ffn_norm", "exp_bias",
+                              "output_hc_base", "output_hc_scale", "output_norm", "comp_ape", "idx_comp_ape", NULL};
+    for (int i = 0; v[i]; i++) if (!strcmp(v[i], field)) return 1;
+    return 0;
+}
+static int is_plain_float(int t) { return t == CU_TYPE_F32 || t == CU_TYPE_F16 || t == CU_TYPE_BF16; }
+
+typedef struct upload_job {
+    const dsv4_tensor *src;
+    cu_t *dst;
+    const char *field;
+    int to_f32;
+} upload_job;
+
+static double now_s(void) { struct timespec ts; clock_gettime(CLOCK_MONOTONIC, &ts); return ts.tv_sec + ts.tv_nsec * 1e-9; }
+
+static void progress(int on, uint64_t done, uint64_t total, double t0) {
+    if (!on) return;
+    int w = 40, f = total ? (int)(w * (double)done / total) : w;
+    double el = now_s() - t0;
+    fprintf(stderr, "\rcuda: loading weights [%.*s%*s] %5.1f / %.1f GiB  %.1f GB/s", f,
+            "########################################", w - f, "", done / 1073741824.0, total / 1073741824.0,
+            el > 0 ? done / el / 1e9 : 0.0);
+    if (done >= total) fputc('\n', stderr);
+}
+
+static void cu_model_free(minke_model *m) {
+    cu_model *cm = CM(m);
+    if (!cm) return;
+#define FREE_T(n) cudaFree(cm->n.d);
+    GLOBAL_FIELDS(FREE_T)
+    if (cm->layers) {
+        for (uint32_t il = 0; il < m->w.cfg.n_layer; il++) {
+            cu_layer *L = &cm->layers[il];
+#define FREE_L(n) cudaFree(L->n.d);
+            LAYER_FIELDS(FREE_L)
+        }
+        free(cm->layers);
+    }
+    cudaFree(cm->rope_main);
+    cudaFree(cm->rope_comp);
+    if (cm->st) cudaStreamDestroy(cm->st);
+    free(cm);
+    m->be = NULL;
+}
+
+/* Synthetic fill scale for a matrix: 1/sqrt(fan in). */
+static float synth_scale(const dsv4_tensor *t) { return t->ne[0] > 0 ? 1.0f / sqrtf((float)t->ne[0]) : 1.0f; }
+
+static int cu_model_init(minke_model *m) {
+    const dsv4_config *c = &m->w.cfg;
+    cu_model *cm = NULL;
+    upload_job *jobs = NULL;
+    int nj = 0;
+    void *stage[2] = {NULL, NULL};
+    cudaEvent_t ev[2] = {NULL, NULL};
+    const size_t STAGE = 64u << 20;
+    uint64_t total = 0, done = 0;
+    double t0 = now_s();
+    int prog = m->params.progress && isatty(2);
+
+    if (c->head_dim > 512 || c->head_dim % 32 || c->n_hc > 8 || c->hc_mix > 32 || c->rope_dim > 256 ||
+        c->indexer_n_head > 64 || c->n_expert_used > 16 || c->n_expert > 4096 || (c->hc_dim % 16) ||
+        (c->n_csa && c->indexer_head_dim % 32)) {
+        minke_set_error("cuda backend: unsupported dims (head_dim %u <= 512 and %%32, n_hc %u <= 8, indexer heads %u <= 64)",
+                        c->head_dim, c->n_hc, c->indexer_n_head);
+        return -1;
+    }
+    if (m->params.sims && ((c->head_dim - c->rope_dim) % 64 != 0 || (c->n_csa && c->indexer_head_dim != 128))) {
+        minke_set_error("simulations need head_dim - rope_dim divisible by 64 and indexer_head_dim 128 "
+                        "(use --sims off for this model)");
+        return -1;
+    }
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1) {
+        minke_set_error("cuda backend: no CUDA device found");
+        return -1;
+    }
+    cm = (cu_model *)calloc(1, sizeof *cm);
+    if (!cm) { minke_set_error("out of memory"); return -1; }
+    m->be = cm;
+    cm->layers = (cu_layer *)calloc(c->n_layer, sizeof(cu_layer));
+    jobs = (upload_job *)calloc(6 + (size_t)c->n_layer * 40, sizeof(upload_job));
+    if (!cm->layers || !jobs) { minke_set_error("out of memory"); goto fail; }
+    CK(cudaSetDevice(0));
+    CK(cudaStreamCreateWithFlags(&cm->st, cudaStreamNonBlocking));
+
+    /* tables */
+    {
+        uint64_t grid[256]; uint8_t signs[128]; int8_t kv[16];
+        /* recover the IQ2_XXS grid through the public dequantizer: one group, scale
+         * nibble 3 (dg = 0.875 d), d = 1, grid index k in slot 0, no signs */
+        const quant_traits *iq = quant_get(GGML_TYPE_IQ2_XXS);
+        const quant_traits *mx = quant_get(GGML_TYPE_MXFP4);
+        if (!iq) { minke_set_error("cuda backend: no IQ2_XXS decoder"); goto fail; }
+        for (int k = 0; k < 256; k++) {
+            uint8_t blk[66]; float out[256];
+            memset(blk, 0, sizeof blk);
+            blk[0] = 0x00; blk[1] = 0x3C;            /* f16 1.0 */
+            blk[2] = (uint8_t)k;
+            blk[2 + 7] = 0x30;                      /* t = 3 in bits 28..31 */
+            iq->dequant(blk, out, 256);
+            uint64_t v = 0;
+            for (int j = 0; j < 8; j++) v |= (uint64_t)(uint8_t)lrintf(out[j] / 0.875f) << (8 * j);
+            grid[k] = v;
+        }
+        for (int i = 0; i < 128; i++) signs[i] = (uint8_t)(i | ((__builtin_popcount(i) & 1) << 7));
+        for (int i = 0; i < 16; i++) {
+            /* MXFP4 value table (x2) from the decoder: scale byte 128 = 2^0 for the half-scale convention */
+            kv[i] = 0;
+            if (mx) {
+                uint8_t blk[17]; float out[32];
+                memset(blk, 0, sizeof blk);
+                blk[0] = 128; blk[1] = (uint8_t)i;
+                mx->dequant(blk, out, 32);
+                kv[i] = (int8_t)lrintf(out[0] * 2.0f);
+            }
+        }
+        if (cu_tables_init(grid, signs, kv)) { minke_set_error("cuda: table upload failed"); goto fail; }
+        cu_ops_init();
+    }
+    /* RoPE tables: the CPU's own init, so the angles agree bit for bit */
+    {
+        nm_rope r;
+        float *h = (float *)malloc(sizeof(float) * c->rope_dim);
+        CK(cudaMalloc(&cm->rope_main, sizeof(float) * c->rope_dim));
+        CK(cudaMalloc(&cm->rope_comp, sizeof(float) * c->rope_dim));
+        nm_rope_init(&r, (int)c->rope_dim, c->rope_freq_base, 0, 0, 0, 0, 0);
+        memcpy(h, r.inv_freq, sizeof(float) * c->rope_dim / 2);
+        CK(cudaMemcpy(cm->rope_main, h, sizeof(float) * c->rope_dim / 2, cudaMemcpyHostToDevice));
+        nm_rope_init(&r, (int)c->rope_dim, c->compress_rope_freq_base, 1, c->yarn_factor, (double)c->yarn_orig_ctx,
+                     c->yarn_beta_fast, c->yarn_beta_slow);
+        memcpy(h, r.inv_freq, sizeof(float) * c->rope_dim / 2);
+        CK(cudaMemcpy(cm->rope_comp, h, sizeof(float) * c->rope_dim / 2, cudaMemcpyHostToDevice));
+        free(h);
+    }
+
+    /* the job list: vectors and small tables become f32 on the host */
+#define JOB_G(n) jobs[nj++] = upload_job{&m->w.n, &cm->n, #n, 0};
+    GLOBAL_FIELDS(JOB_G)
+    for (uint32_t il = 0; il < c->n_layer; il++) {
+        const dsv4_layer *L = &m->w.layers[il];
+        cu_layer *D = &cm->layers[il];
+        D->ratio = L->ratio;
+#define JOB_L(n) jobs[nj++] = upload_job{&L->n, &D->n, #n, 0};
+        LAYER_FIELDS(JOB_L)
+    }
+    for (int i = 0; i < nj; i++) {
+        upload_job *j = &jobs[i];
+        const dsv4_tensor *t = j->src;
+        if (!t->name && !t->nbytes) continue;
+        int64_t nel = t->ne[0] * (t->ne[1] ? t->ne[1] : 1) * (t->ne[2] ? t->ne[2] : 1) * (t->ne[3] ? t->ne[3] : 1);
+        j->to_f32 = is_vector_tensor(j->field) ||
+                    ((!strcmp(j->field, "hc_attn_fn") || !strcmp(j->field, "hc_ffn_fn") ||
+                      !strcmp(j->field, "output_hc_fn") || !strcmp(j->field, "token_embd")) && !is_plain_float(t->type));
+        if (!j->to_f32 && t->type != CU_TYPE_I32 && !cu_gemv_supported(t->type)) {
+            minke_set_error("cuda backend: tensor %s has type %s, which has no CUDA kernel", t->name ? t->name : j->field,
+                            quant_name(t->type));
+            goto fail;
+        }
+        j->dst->type = j->to_f32 ? CU_TYPE_F32 : t->type;
+        for (int k = 0; k < 4; k++) j->dst->ne[k] = t->ne[k] ? t->ne[k] : 1;
+        j->dst->nbytes = j->to_f32 ? (uint64_t)nel * 4 : t->nbytes;
+        j->dst->row_bytes = j->to_f32 ? (uint64_t)j->dst->ne[0] * 4 : t->row_bytes;
+        total += j->dst->nbytes;
+        if (t->ne[0] > cm->max_in) cm->max_in = (int)t->ne[0];
+    }
+    {
+        size_t fr = 0, tot = 0;
+        CK(cudaMemGetInfo(&fr, &tot));
+        uint64_t reserve = 2ull << 30;
+        if (total + reserve > fr) {
+            minke_set_error("cuda backend: the weights need %.2f GiB plus %.1f GiB of working space, but the GPU has "
+                            "%.2f GiB free of %.2f GiB", total / 1073741824.0, reserve / 1073741824.0,
+                            fr / 1073741824.0, tot / 1073741824.0);
+            goto fail;
+        }
+    }
+    CK(cudaMallocHost(&stage[0], STAGE));
+    CK(cudaMallocHost(&stage[1], STAGE));
+    CK(cudaEventCreateWithFlags(&ev[0], cudaEventDisableTiming));
+    CK(cudaEventCreateWithFlags(&ev[1], cudaEventDisableTiming));
+    {
+        int cur = 0;
+        bool used[2] = {false, false};
+        for (int i = 0; i < nj; i++) {
+            upload_job *j = &jobs[i];
+            const dsv4_tensor *t = j->src;
+            if (!j->dst->nbytes) continue;
+            CK(cudaMalloc(&j->dst->d, align256(j->dst->nbytes)));
+            int64_t nel = (int64_t)(j->dst->ne[0] * j->dst->ne[1] * j->dst->ne[2] * j->dst->ne[3]);
+            if (!t->data) {
+                /* synthetic model (bench): fill on the device */
+                uint64_t seed = 0x9E3779B97F4A7C15ull * (uint64_t)(i + 1);
+                if (j->to_f32) {
+                    float *h = (float *)malloc((size_t)nel * 4);
+                    for (int64_t k = 0; k < nel; k++) {
+                        uint32_t x = (uint32_t)((seed + k) * 2654435761u);
+                        float u = (float)(x >> 8) / 16777216.0f - 0.5f;
+                        float v;
+                        if (strstr(j->field, "norm")) v = 1.0f + 0.1f * u;
+                        else if (!strcmp(j->field, "sinks") || !strcmp(j->field, "exp_bias")) v = 0.1f * u;
+                        else if (strstr(j->field, "scale")) v = 0.5f + 0.1f * u;
+                        else v = 0.2f * u;
+                        h[k] = v;
+                    }
+                    CK(cudaMemcpy(j->dst->d, h, (size_t)nel * 4, cudaMemcpyHostToDevice));
+                    free(h);
+                } else {
+                    float sc = t->type == CU_TYPE_I32 ? (float)c->n_expert : synth_scale(t);
+                    if (!strcmp(j->field, "token_embd")) sc = 1.0f;
+                    cu_synth_fill(j->dst->d, t->type, nel, seed, sc, cm->st);
+                }
+                done += j->dst->nbytes;
+                progress(prog, done, total, t0);
+                continue;
+            }
+            if (j->to_f32) {
+                float *h = (float *)malloc((size_t)nel * 4);
+                if (!h) { minke_set_error("out of memory"); goto fail; }
+                const quant_traits *qt = quant_get(t->type);
+                if (t->type == CU_TYPE_I32 || !qt) { free(h); minke_set_error("cuda: cannot convert %s", t->name); goto fail; }
+                qt->dequant(t->data, h, nel);
+                CK(cudaMemcpy(j->dst->d, h, (size_t)nel * 4, cudaMemcpyHostToDevice));
+                free(h);
+                done += j->dst->nbytes;
+                continue;
+            }
+            /* big tensors: double-buffered pinned staging, the copy of one
+             * chunk overlaps the memcpy into the other */
+            const uint8_t *src = (const uint8_t *)t->data;
+            uint64_t off = 0;
+            while (off < t->nbytes) {
+                size_t n = (size_t)(t->nbytes - off < STAGE ? t->nbytes - off : STAGE);
+                if (used[cur]) CK(cudaEventSynchronize(ev[cur]));
+                memcpy(stage[cur], src + off, n);
+                CK(cudaMemcpyAsync((uint8_t *)j->dst->d + off, stage[cur], n, cudaMemcpyHostToDevice, cm->st));
+                CK(cudaEventRecord(ev[cur], cm->st));
+                used[cur] = true;
+                cur ^= 1;
+                off += n;
+                done += n;
+                progress(prog, done, total, t0);
+            }
+        }
+        CK(cudaStreamSynchronize(cm->st));
+        progress(prog, total, total, t0);
+    }
+    cm->weight_bytes = total;
+    cudaFreeHost(stage[0]); cudaFreeHost(stage[1]);
+    cudaEventDestroy(ev[0]); cudaEventDestroy(ev[1]);
+    free(jobs);
+    return 0;
+fail:
+    if (stage[0]) cudaFreeHost(stage[0]);
+    if (stage[1]) cudaFreeHost(stage[1]);
+    if (ev[0]) cudaEventDestroy(ev[0]);
+    if (ev[1]) cudaEventDestroy(ev[1]);
+    free(jobs);
+    cu_model_free(m);
+    return -1;
+}
+
+/* ------------------------------------------------------------------ */
+/* sessions                                                            */
+
+static void cu_session_free(minke_model *m, void *bs) {
+    cu_session *s = (cu_session *)bs;
+    if (!s) return;
+    for (int i = 0; i < s->n_graphs; i++) cudaGraphExecDestroy(s->graphs[i].exec);
+    if (s->lc) {
+        for (uint32_t il = 0; il < m->w.cfg.n_layer; il++) {
+            cu_lcache *l = &s->lc[il];
+            cudaFree(l->ring); cudaFree(l->comp); cudaFree(l->index);
+            cudaFree(l->ckv); cudaFree(l->csc); cudaFree(l->ikv); cudaFree(l->isc);
+        }
+        free(s->lc);
+    }
+    void *bufs[] = {s->d_pos, s->d_tok, s->X, s->X2, s->x, s->post, s->comb, s->partial, s->psq, s->ql, s->qn, s->q,
+                    s->kvp, s->kvb, s->ca, s->cg, s->ia, s->ig, s->qi, s->wi, s->scores, s->o, s->z, s->a, s->sel,
+                    s->nsel, s->rlog, s->rw, s->rsel, s->tpairs, s->tstart, s->tcount, s->texp, s->ntiles, s->eg,
+                    s->eu, s->emid, s->eout, s->mo, s->sg, s->su, s->smid, s->so, s->hy, s->logits, s->act, s->d_argmax};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cudaFree(bufs[i]);
+    cudaFreeHost(s->h_pos); cudaFreeHost(s->h_tok); cudaFreeHost(s->h_logits);
+    free(s);
+}
+
+__global__ void k_fill_f32(float *p, int64_t n, float v) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) p[i] = v;
+}
+static void fill(float *p, int64_t n, float v, cudaStream_t st) {
+    if (p && n > 0) k_fill_f32<<<(unsigned)((n + 255) / 256), 256, 0, st>>>(p, n, v);
+}
+
+static void cu_session_reset(minke_model *m, void *bs) {
+    cu_session *s = (cu_session *)bs;
+    cu_model *cm = CM(m);
+    for (uint32_t il = 0; il < m->w.cfg.n_layer; il++) {
+        cu_lcache *l = &s->lc[il];
+        int64_t cs = (int64_t)l->crows * l->cwidth, is = (int64_t)l->irows * l->iwidth;
+        fill(l->ckv, cs, 0.f, cm->st); fill(l->csc, cs, -INFINITY, cm->st);
+        fill(l->ikv, is, 0.f, cm->st); fill(l->isc, is, -INFINITY, cm->st);
+    }
+    cudaStreamSynchronize(cm->st);
+}
+
+static void *cu_session_alloc(minke_model *m, int n_ctx) {
+    const dsv4_config *c = &m->w.cfg;
+    cu_model *cm = CM(m);
+    cu_session *s = (cu_session *)calloc(1, sizeof *s);
+    if (!s) { minke_set_error("out of memory"); return NULL; }
+    int Dh = (int)c->head_dim, ihd = (int)c->indexer_head_dim, W = (int)c->sliding_window;
+    int64_t D = c->n_embd, K = c->n_expert_used, F = c->expert_ff, SF = c->shexp_ff, V = c->n_vocab;
+    s->n_ctx = n_ctx;
+    s->lc = (cu_lcache *)calloc(c->n_layer, sizeof(cu_lcache));
+    if (!s->lc) { minke_set_error("out of memory"); free(s); return NULL; }
+    {
+        /* chunk: up to 512 tokens, fewer when the indexer score matrix would be large */
+        int64_t icap = n_ctx / 4 + 1;
+        int64_t chunk = 512;
+        while (chunk > 16 && chunk * icap * 4 > (256ll << 20)) chunk /= 2;
+        if (chunk > n_ctx) chunk = n_ctx;
+        if (chunk < 1) chunk = 1;
+        s->chunk = (int)chunk;
+        s->score_stride = icap;
+    }
+    int64_t T = s->chunk, TK = T * K;
+    for (uint32_t il = 0; il < c->n_layer; il++) {
+        cu_lcache *l = &s->lc[il];
+        int r = (int)c->compress_ratio[il];
+        CK(cudaMalloc(&l->ring, sizeof(float) * W * Dh));
+        s->bytes += sizeof(float) * W * Dh;
+        if (r) {
+            l->comp_cap = n_ctx / r + 1;
+            l->crows = r == 4 ? 8 : r;
+            l->cwidth = r == 4 ? 2 * Dh : Dh;
+            CK(cudaMalloc(&l->comp, sizeof(float) * (size_t)l->comp_cap * Dh));
+            CK(cudaMalloc(&l->ckv, sizeof(float) * l->crows * l->cwidth));
+            CK(cudaMalloc(&l->csc, sizeof(float) * l->crows * l->cwidth));
+            s->bytes += sizeof(float) * ((size_t)l->comp_cap * Dh + 2 * (size_t)l->crows * l->cwidth);
+        }
+        if (r == 4) {
+            l->index_cap = n_ctx / 4 + 1;
+            l->irows = 8; l->iwidth = 2 * ihd;
+            CK(cudaMalloc(&l->index, sizeof(float) * (size_t)l->index_cap * ihd));
+            CK(cudaMalloc(&l->ikv, sizeof(float) * l->irows * l->iwidth));
+            CK(cudaMalloc(&l->isc, sizeof(float) * l->irows * l->iwidth));
+            s->bytes += sizeof(float) * ((size_t)l->index_cap * ihd + 2 * (size_t)l->irows * l->iwidth);
+        }
+    }
+#define AL(p, n) CK(cudaMalloc((void **)&(p), (size_t)(n) > 0 ? (size_t)(n) : 4))
+    AL(s->d_pos, 4 * sizeof(int));
+    AL(s->d_tok, T * 4);
+    CK(cudaMallocHost(&s->h_pos, 4 * sizeof(int)));
+    CK(cudaMallocHost(&s->h_tok, T * 4));
+    CK(cudaMallocHost(&s->h_logits, V * 4));
+    AL(s->X, T * c->hc_dim * 4); AL(s->X2, T * c->hc_dim * 4); AL(s->x, T * D * 4);
+    AL(s->post, T * 8 * 4); AL(s->comb, T * 64 * 4); AL(s->partial, T * 16 * 32 * 4); AL(s->psq, T * 16 * 8);
+    AL(s->ql, T * c->q_lora_rank * 4); AL(s->qn, T * c->q_lora_rank * 4); AL(s->q, T * c->q_dim * 4);
+    AL(s->kvp, T * Dh * 4); AL(s->kvb, T * Dh * 4);
+    AL(s->ca, T * 2 * Dh * 4); AL(s->cg, T * 2 * Dh * 4); AL(s->ia, T * 2 * ihd * 4); AL(s->ig, T * 2 * ihd * 4);
+    AL(s->qi, T * c->indexer_n_head * ihd * 4); AL(s->wi, T * c->indexer_n_head * 4);
+    AL(s->scores, T * s->score_stride * 4);
+    AL(s->o, T * c->q_dim * 4); AL(s->z, T * c->o_dim * 4); AL(s->a, T * D * 4);
+    AL(s->sel, T * (c->indexer_top_k ? c->indexer_top_k : 1) * 4); AL(s->nsel, T * 4);
+    AL(s->rlog, T * c->n_expert * 4); AL(s->rw, TK * 4); AL(s->rsel, TK * 4);
+    AL(s->tpairs, TK * 4); AL(s->tstart, (TK + c->n_expert) * 4); AL(s->tcount, (TK + c->n_expert) * 4);
+    AL(s->texp, (TK + c->n_expert) * 4); AL(s->ntiles, 4);
+    AL(s->eg, TK * F * 4); AL(s->eu, TK * F * 4); AL(s->emid, TK * F * 4); AL(s->eout, TK * D * 4);
+    AL(s->mo, T * D * 4); AL(s->sg, T * SF * 4); AL(s->su, T * SF * 4); AL(s->smid, T * SF * 4); AL(s->so, T * D * 4);
+    AL(s->hy, T * D * 4);
+    s->logit_rows = V * T * 4 <= (256ll << 20) ? (int)T : 1;
+    AL(s->logits, (int64_t)s->logit_rows * V * 4);
+    {
+        int64_t mx = cm->max_in;
+        if (mx < c->q_dim) mx = c->q_dim;
+        int64_t rows = TK > T ? TK : T;
+        s->act_bytes = (uint64_t)(rows * mx / 32 * 37 + 4096);   /* Q8_K (292/256) and Q8_0_F32 (36/32) both fit */
+        AL(s->act, s->act_bytes);
+    }
+    AL(s->d_argmax, 4);
+#undef AL
+    cu_session_reset(m, s);
+    return s;
+fail:
+    cu_session_free(m, s);
+    return NULL;
+}
+
+static uint64_t cu_session_bytes(minke_model *m, void *bs) { return ((cu_session *)bs)->bytes; }
+
+/* ------------------------------------------------------------------ */
+/* forward                                                             */
+
+typedef struct fwd {
+    minke_model *m;
+    cu_model *cm;
+    cu_session *s;
+    const dsv4_config *c;
+    cudaStream_t st;
+    int T;
+    int taps;          /* copy intermediates to the host for m->tap */
+    int pos0_host;     /* valid when taps */
+    const int32_t *tok_host;
+} fwd;
+
+/* y[T][rows] = W . x[T][in] with the activation quantized as the CPU does. */
+static void matmul(fwd *f, const cu_t *W, const float *x, int64_t in, int64_t rows, float *y, int64_t ystride,
+                   int T, int64_t row0 = 0) {
+    int at = cu_act_type(W->type);
+    const void *act = x;
+    int64_t astride = in * 4;
+    if (at != CU_TYPE_F32) {
+        cu_quantize_act(at, x, f->s->act, T, in, f->st);
+        act = f->s->act;
+        astride = cu_act_row_bytes(at, in);
+    }
+    cu_gemv_args g;
+    memset(&g, 0, sizeof g);
+    g.w = (const uint8_t *)W->d + row0 * W->row_bytes;
+    g.wtype = W->type; g.rows = rows; g.in = in; g.row_bytes = W->row_bytes;
+    g.act = act; g.act_stride = astride; g.act_div = 1;
+    g.out = y; g.out_stride = ystride; g.ntok = T;
+    g.nt_hint = T >= 8 ? 8 : T >= 4 ? 4 : 1;
+    int nt = g.nt_hint <= 1 ? 1 : g.nt_hint <= 4 ? 4 : 8;
+    cu_gemv(&g, (T + nt - 1) / nt, f->st);
+}
+
+static void tapv(fwd *f, const char *fmt, int il, const float *d, int64_t n) {
+    if (!f->taps || !f->m->tap) return;
+    char name[64];
+    snprintf(name, sizeof name, fmt, il);
+    float *h = (float *)malloc(sizeof(float) * (size_t)n * f->T);
+    cudaStreamSynchronize(f->st);
+    cudaMemcpy(h, d, sizeof(float) * (size_t)n * f->T, cudaMemcpyDeviceToHost);
+    for (int t = 0; t < f->T; t++) minke_tap_emit(f->m, name, f->pos0_host + t, h + (size_t)t * n, n);
+    free(h);
+}
+
+static void attention_layer(fwd *f, int il) {
+    const dsv4_config *c = f->c;
+    cu_layer *L = &f->cm->layers[il];
+    cu_lcache *lc = &f->s->lc[il];
+    cu_session *s = f->s;
+    cudaStream_t st = f->st;
+    int T = f->T, D = (int)c->n_embd, Dh = (int)c->head_dim, H = (int)c->n_head, ratio = L->ratio;
+    int W = (int)c->sliding_window, ql = (int)c->q_lora_rank, nrot = (int)c->rope_dim;
+    const float *rope = ratio ? f->cm->rope_comp : f->cm->rope_main;
+    int sims = f->m->params.sims;
+
+    cu_hc_pre(s->X, T, D, (int)c->n_hc, L->hc_attn_fn.d, L->hc_attn_fn.type, (int)c->hc_mix,
+              (const float *)L->hc_attn_scale.d, (const float *)L->hc_attn_base.d, (const float *)L->attn_norm.d,
+              (int)c->hc_sinkhorn_iters, c->hc_eps, c->rms_eps, 0, s->partial, s->psq, s->x, s->post, s->comb, st);
+    tapv(f, "blk.%d.attn_norm", il, s->x, D);
+    matmul(f, &L->q_a, s->x, D, ql, s->ql, ql, T);
+    cu_rmsnorm(s->ql, (const float *)L->q_a_norm.d, T, ql, c->rms_eps, s->qn, st);
+    matmul(f, &L->q_b, s->qn, ql, (int64_t)H * Dh, s->q, (int64_t)H * Dh, T);
+    cu_qhead_norm_rope(s->q, T, H, Dh, nrot, rope, s->d_pos, c->rms_eps, st);
+    tapv(f, "blk.%d.q", il, s->q, (int64_t)H * Dh);
+    matmul(f, &L->kv, s->x, D, Dh, s->kvp, Dh, T);
+    cu_kv_finish(s->kvp, (const float *)L->kv_norm.d, T, Dh, nrot, rope, s->d_pos, c->rms_eps, sims, 0, s->kvb, st);
+    tapv(f, "blk.%d.kv", il, s->kvb, Dh);
+    int ihd = (int)c->indexer_head_dim, nih = (int)c->indexer_n_head;
+    int cw = ratio == 4 ? 2 * Dh : Dh;
+    if (ratio) {
+        matmul(f, &L->comp_kv, s->x, D, cw, s->ca, cw, T);
+        matmul(f, &L->comp_gate, s->x, D, cw, s->cg, cw, T);
+        cu_comp_emit(s->ca, s->cg, T, L->comp_ape.d, L->comp_ape.type, ratio, Dh, lc->ckv, lc->csc,
+                     (const float *)L->comp_norm.d, c->rms_eps, nrot, rope, s->d_pos, sims, 0, 0, lc->comp, st);
+        cu_comp_state(s->ca, s->cg, T, L->comp_ape.d, L->comp_ape.type, ratio, Dh, lc->ckv, lc->csc, s->d_pos, st);
+    }
+    if (ratio == 4) {
+        matmul(f, &L->idx_comp_kv, s->x, D, 2 * ihd, s->ia, 2 * ihd, T);
+        matmul(f, &L->idx_comp_gate, s->x, D, 2 * ihd, s->ig, 2 * ihd, T);
+        cu_comp_emit(s->ia, s->ig, T, L->idx_comp_ape.d, L->idx_comp_ape.type, 4, ihd, lc->ikv, lc->isc,
+                     (const float *)L->idx_comp_norm.d, c->rms_eps, nrot, rope, s->d_pos, sims, 1, 0, lc->index, st);
+        cu_comp_state(s->ia, s->ig, T, L->idx_comp_ape.d, L->idx_comp_ape.type, 4, ihd, lc->ikv, lc->isc, s->d_pos, st);
+        matmul(f, &L->idx_q_b, s->qn, ql, (int64_t)nih * ihd, s->qi, (int64_t)nih * ihd, T);
+        cu_idx_q_prep(s->qi, T, nih, ihd, nrot, rope, s->d_pos, sims, st);
+        matmul(f, &L->idx_proj, s->x, D, nih, s->wi, nih, T);
+        cu_idx_scores(s->qi, s->wi, lc->index, T, nih, ihd, c->indexer_scale, (int)c->indexer_top_k,
+                      lc->index_cap, s->d_pos, s->scores, s->score_stride, st);
+        cu_idx_topk(s->scores, s->score_stride, T, (int)c->indexer_top_k, s->d_pos, s->sel, s->nsel, st);
+    }
+    cu_attention(s->q, s->kvb, lc->ring, lc->comp, ratio == 4 ? s->sel : NULL, s->nsel, (int)c->indexer_top_k,
+                 (const float *)L->sinks.d, T, H, Dh, W, ratio, nrot, rope, c->attn_scale, s->d_pos, s->o, st);
+    cu_raw_store(s->kvb, T, Dh, W, s->d_pos, lc->ring, st);
+    tapv(f, "blk.%d.attn_o", il, s->o, (int64_t)H * Dh);
+    /* grouped output A: row r of out_a reads group r / o_lora of o */
+    {
+        int G = (int)c->o_groups, ol = (int)c->o_lora_rank, gin = (int)c->o_group_in;
+        const cu_t *Wa = &L->out_a;
+        int at = cu_act_type(Wa->type);
+        int64_t in_all = (int64_t)H * Dh;
+        const void *act = s->o;
+        int64_t astride = in_all * 4, gbytes = (int64_t)gin * 4;
+        if (at != CU_TYPE_F32) {
+            cu_quantize_act(at, s->o, s->act, T, in_all, st);
+            act = s->act;
+            astride = cu_act_row_bytes(at, in_all);
+            gbytes = cu_act_row_bytes(at, gin);
+        }
+        cu_gemv_args g;
+        memset(&g, 0, sizeof g);
+        g.w = Wa->d; g.wtype = Wa->type; g.rows = (int64_t)G * ol; g.in = gin; g.row_bytes = Wa->row_bytes;
+        g.act = act; g.act_stride = astride; g.act_div = 1; g.out = s->z; g.out_stride = c->o_dim; g.ntok = T;
+        g.group_rows = ol; g.group_act_bytes = gbytes;
+        g.nt_hint = T >= 8 ? 8 : T >= 4 ? 4 : 1;
+        int nt = g.nt_hint <= 1 ? 1 : g.nt_hint <= 4 ? 4 : 8;
+        cu_gemv(&g, (T + nt - 1) / nt, st);
+    }
+    matmul(f, &L->out_b, s->z, c->o_dim, D, s->a, D, T);
+    tapv(f, "blk.%d.attn_out", il, s->a, D);
+    cu_hc_post(s->X, s->a, NULL, s->post, s->comb, T, D, (int)c->n_hc, s->X2, st);
+    float *t = s->X; s->X = s->X2; s->X2 = t;
+}
+
+static void ffn_layer(fwd *f, int il) {
+    const dsv4_config *c = f->c;
+    cu_layer *L = &f->cm->layers[il];
+    cu_session *s = f->s;
+    cudaStream_t st = f->st;
+    int T = f->T, D = (int)c->n_embd, E = (int)c->n_expert, K = (int)c->n_expert_used, F = (int)c->expert_ff;
+    int SF = (int)c->shexp_ff, P = T * K;
+    float clamp = c->swiglu_clamp[il];
+
+    cu_hc_pre(s->X, T, D, (int)c->n_hc, L->hc_ffn_fn.d, L->hc_ffn_fn.type, (int)c->hc_mix,
+              (const float *)L->hc_ffn_scale.d, (const float *)L->hc_ffn_base.d, (const float *)L->ffn_norm.d,
+              (int)c->hc_sinkhorn_iters, c->hc_eps, c->rms_eps, 0, s->partial, s->psq, s->x, s->post, s->comb, st);
+    tapv(f, "blk.%d.ffn_norm", il, s->x, D);
+    matmul(f, &L->gate_inp, s->x, D, E, s->rlog, E, T);
+    int hash = (uint32_t)il < c->n_hash_layer;
+    cu_router(s->rlog, hash ? NULL : (const float *)L->exp_bias.d, hash ? (const int32_t *)L->tid2eid.d : NULL,
+              s->d_tok, T, E, K, c->expert_weights_scale, s->rsel, s->rw, st);
+    int nt = P >= 64 ? 8 : P >= 16 ? 4 : 1;
+    cu_moe_tiles(s->rsel, P, E, nt, s->tpairs, s->tstart, s->tcount, s->texp, s->ntiles, st);
+    int max_tiles = (P + nt - 1) / nt + (E < P ? E : P);
+    /* gate and up over the token activations (act row = pair / K) */
+    const cu_t *Wg = &L->gate_exps, *Wu = &L->up_exps, *Wd = &L->down_exps;
+    int at = cu_act_type(Wg->type);
+    const void *act = s->x;
+    int64_t astride = (int64_t)D * 4;
+    if (at != CU_TYPE_F32) {
+        cu_quantize_act(at, s->x, s->act, T, D, st);
+        act = s->act;
+        astride = cu_act_row_bytes(at, D);
+    }
+    cu_gemv_args g;
+    memset(&g, 0, sizeof g);
+    g.wtype = Wg->type; g.rows = F; g.in = D; g.row_bytes = Wg->row_bytes; g.expert_bytes = Wg->row_bytes * F;
+    g.act = act; g.act_stride = astride; g.act_div = K; g.out_stride = F; g.nt_hint = nt;
+    g.tile_pairs = s->tpairs; g.tile_start = s->tstart; g.tile_count = s->tcount; g.tile_expert = s->texp;
+    g.n_tiles = s->ntiles;
+    g.w = Wg->d; g.out = s->eg;
+    cu_gemv(&g, max_tiles, st);
+    g.w = Wu->d; g.wtype = Wu->type; g.row_bytes = Wu->row_bytes; g.expert_bytes = Wu->row_bytes * F; g.out = s->eu;
+    if (cu_act_type(Wu->type) != at) {   /* different formats for gate and up are refused by the binder; stay safe */
+        g.act = s->x; g.act_stride = (int64_t)D * 4;
+    }
+    cu_gemv(&g, max_tiles, st);
+    cu_swiglu(s->eg, s->eu, s->rw, P, F, clamp, s->emid, st);
+    int atd = cu_act_type(Wd->type);
+    const void *actd = s->emid;
+    int64_t adstride = (int64_t)F * 4;
+    if (atd != CU_TYPE_F32) {
+        cu_quantize_act(atd, s->emid, s->act, P, F, st);
+        actd = s->act;
+        adstride = cu_act_row_bytes(atd, F);
+    }
+    g.w = Wd->d; g.wtype = Wd->type; g.rows = D; g.in = F; g.row_bytes = Wd->row_bytes; g.expert_bytes = Wd->row_bytes * D;
+    g.act = actd; g.act_stride = adstride; g.act_div = 1; g.out = s->eout; g.out_stride = D;
+    cu_gemv(&g, max_tiles, st);
+    cu_moe_sum(s->eout, T, K, D, s->mo, st);
+    tapv(f, "blk.%d.moe_out", il, s->mo, D);
+    /* shared expert */
+    matmul(f, &L->gate_shexp, s->x, D, SF, s->sg, SF, T);
+    matmul(f, &L->up_shexp, s->x, D, SF, s->su, SF, T);
+    cu_swiglu(s->sg, s->su, NULL, T, SF, clamp, s->smid, st);
+    matmul(f, &L->down_shexp, s->smid, SF, D, s->so, D, T);
+    tapv(f, "blk.%d.shexp_out", il, s->so, D);
+    cu_hc_post(s->X, s->mo, s->so, s->post, s->comb, T, D, (int)c->n_hc, s->X2, st);
+    float *t = s->X; s->X = s->X2; s->X2 = t;
+}
+
+/* Output head for rows t0 .. t0+n-1 of the batch into s->logits. */
+static void output_head(fwd *f, int t0, int n) {
+    const dsv4_config *c = f->c;
+    cu_model *cm = f->cm;
+    cu_session *s = f->s;
+    int D = (int)c->n_embd, nhc = (int)c->n_hc;
+    const float *X = s->X + (size_t)t0 * c->hc_dim;
+    cu_hc_pre(X, n, D, nhc, cm->output_hc_fn.d, cm->output_hc_fn.type, nhc, (const float *)cm->output_hc_scale.d,
+              (const float *)cm->output_hc_base.d, NULL, 0, c->hc_eps, c->rms_eps, 1, s->partial, s->psq, s->hy,
+              s->post, s->comb, f->st);
+    cu_rmsnorm(s->hy, (const float *)cm->output_norm.d, n, D, c->rms_eps, s->hy, f->st);
+    matmul(f, &cm->output, s->hy, D, c->n_vocab, s->logits, c->n_vocab, n);
+}
+
+/* The forward of one chunk (T <= s->chunk) on the stream; tokens and position
+ * already in s->d_tok / s->d_pos. Leaves the last row's logits in s->logits
+ * (row 0) unless all_rows, then rows 0..T-1 (T <= logit_rows). */
+static void forward_chunk(fwd *f, int all_rows) {
+    const dsv4_config *c = f->c;
+    cu_session *s = f->s;
+    cu_embed(s->d_tok, f->T, f->cm->token_embd.d, f->cm->token_embd.type, (int)c->n_embd, (int)c->n_hc, s->X, f->st);
+    if (f->taps && f->m->tap) {
+        /* the embedding is replicated: tap stream 0 */
+        float *h = (float *)malloc(sizeof(float) * c->hc_dim * f->T);
+        cudaStreamSynchronize(f->st);
+        cudaMemcpy(h, s->X, sizeof(float) * c->hc_dim * f->T, cudaMemcpyDeviceToHost);
+        for (int t = 0; t < f->T; t++) minke_tap_emit(f->m, "embd", f->pos0_host + t, h + (size_t)t * c->hc_dim, c->n_embd);
+        free(h);
+    }
+    for (uint32_t il = 0; il < c->n_layer; il++) {
+        attention_layer(f, (int)il);
+        ffn_layer(f, (int)il);
+        tapv(f, "blk.%d.out", (int)il, s->X, c->hc_dim);
+    }
+    if (all_rows) output_head(f, 0, f->T);
+    else output_head(f, f->T - 1, 1);
+}
+
+static int run_chunk(minke_model *m, cu_session *s, const int32_t *tokens, int T, int pos0, float *all_logits,
+                     float *last_logits) {
+    cu_model *cm = CM(m);
+    const dsv4_config *c = &m->w.cfg;
+    int V = (int)c->n_vocab;
+    int taps = m->tap != NULL;
+    int want_all = all_logits != NULL;
+    /* all rows fit the logits buffer only for small T; otherwise compute in sub-passes is not possible
+     * after the layers ran, so the caller splits chunks to logit_rows when all logits are wanted */
+    memcpy(s->h_tok, tokens, sizeof(int32_t) * T);
+    s->h_pos[0] = pos0;
+    cudaStream_t st = cm->st;
+    CK(cudaMemcpyAsync(s->d_tok, s->h_tok, sizeof(int32_t) * T, cudaMemcpyHostToDevice, st));
+    CK(cudaMemcpyAsync(s->d_pos, s->h_pos, sizeof(int), cudaMemcpyHostToDevice, st));
+    {
+        fwd f;
+        memset(&f, 0, sizeof f);
+        f.m = m; f.cm = cm; f.s = s; f.c = c; f.st = st; f.T = T; f.taps = taps; f.pos0_host = pos0;
+        f.tok_host = tokens;
+        int use_graph = !taps && T == 1 && !getenv("MINKE_CUDA_NO_GRAPH");
+        if (use_graph) {
+            cu_graph *g = NULL;
+            for (int i = 0; i < s->n_graphs; i++)
+                if (s->graphs[i].T == T && s->graphs[i].with_logits == want_all) g = &s->graphs[i];
+            if (!g && s->n_graphs < 4) {
+                cudaGraph_t graph;
+                /* X/X2 swap an even number of times per layer pair, so the captured pointers repeat */
+                CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+                forward_chunk(&f, want_all);
+                CK(cudaStreamEndCapture(st, &graph));
+                g = &s->graphs[s->n_graphs];
+                CK(cudaGraphInstantiate(&g->exec, graph, 0));
+                cudaGraphDestroy(graph);
+                g->T = T; g->with_logits = want_all;
+                s->n_graphs++;
+            }
+            if (g) CK(cudaGraphLaunch(g->exec, st));
+            else forward_chunk(&f, want_all);
+        } else {
+            forward_chunk(&f, want_all);
+        }
+    }
+    if (want_all) {
+        CK(cudaMemcpyAsync(all_logits, s->logits, sizeof(float) * (size_t)T * V, cudaMemcpyDeviceToHost, st));
+        CK(cudaStreamSynchronize(st));
+        memcpy(last_logits, all_logits + (size_t)(T - 1) * V, sizeof(float) * V);
+    } else if (last_logits) {
+        CK(cudaMemcpyAsync(s->h_logits, s->logits, sizeof(float) * V, cudaMemcpyDeviceToHost, st));
+        CK(cudaStreamSynchronize(st));
+        memcpy(last_logits, s->h_logits, sizeof(float) * V);
+    } else {
+        CK(cudaStreamSynchronize(st));
+    }
+    if (taps && m->tap) {
+        for (int t = 0; t < T; t++)
+            if (want_all) minke_tap_emit(m, "logits", pos0 + t, all_logits + (size_t)t * V, V);
+        if (!want_all) minke_tap_emit(m, "logits", pos0 + T - 1, last_logits, V);
+    }
+    {
+        cudaError_t e = cudaGetLastError();
+        if (e != cudaSuccess) { minke_set_error("cuda: kernel failed: %s", cudaGetErrorString(e)); return -1; }
+    }
+    return 0;
+fail:
+    return -1;
+}
+
+static int cu_forward(minke_model *m, void *bs, const int32_t *tokens, int n, int pos0, float *all_logits,
+                      float *last_logits) {
+    cu_session *s = (cu_session *)bs;
+    int V = (int)m->w.cfg.n_vocab;
+    int step = s->chunk;
+    if (all_logits && step > s->logit_rows) step = s->logit_rows;
+    for (int i = 0; i < n; i += step) {
+        int T = n - i < step ? n - i : step;
+        if (run_chunk(m, s, tokens + i, T, pos0 + i, all_logits ? all_logits + (size_t)i * V : NULL, last_logits))
+            return -1;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* state payload (engine/backend.h layout)                             */
+
+static int state_copy(minke_model *m, cu_session *s, int pos, uint8_t *buf, int save) {
+    const dsv4_config *c = &m->w.cfg;
+    minke_kv_layer_layout *lay = (minke_kv_layer_layout *)malloc(sizeof(*lay) * c->n_layer);
+    if (!lay) { minke_set_error("out of memory"); return -1; }
+    minke_kv_layout(c, pos, lay);
+    int Dh = (int)c->head_dim, ihd = (int)c->indexer_head_dim, W = (int)c->sliding_window;
+    cudaMemcpyKind k = save ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice;
+    int rc = 0;
+    for (uint32_t il = 0; il < c->n_layer && !rc; il++) {
+        minke_kv_layer_layout *L = &lay[il];
+        cu_lcache *l = &s->lc[il];
+        for (int i = 0; i < L->n_raw && !rc; i++) {
+            int p = pos - L->n_raw + i;
+            void *dev = l->ring + (size_t)(p % W) * Dh;
+            void *host = buf + L->off_raw + (size_t)i * Dh * 4;
+            rc |= save ? cudaMemcpy(host, dev, Dh * 4, k) != cudaSuccess : cudaMemcpy(dev, host, Dh * 4, k) != cudaSuccess;
+        }
+#define CP(dev, off, bytes) if ((bytes) > 0) rc |= (save ? cudaMemcpy(buf + (off), (dev), (bytes), k) : cudaMemcpy((dev), buf + (off), (bytes), k)) != cudaSuccess;
+        CP(l->comp, L->off_comp, (size_t)L->n_comp * Dh * 4)
+        CP(l->index, L->off_index, (size_t)L->n_index * ihd * 4)
+        CP(l->ckv, L->off_comp_kv, (size_t)L->state_rows * L->state_width * 4)
+        CP(l->csc, L->off_comp_sc, (size_t)L->state_rows * L->state_width * 4)
+        CP(l->ikv, L->off_index_kv, (size_t)L->istate_rows * L->istate_width * 4)
+        CP(l->isc, L->off_index_sc, (size_t)L->istate_rows * L->istate_width * 4)
+#undef CP
+    }
+    free(lay);
+    if (rc) minke_set_error("cuda: state copy failed");
+    return rc ? -1 : 0;
+}
+static int cu_state_save(minke_model *m, void *bs, int pos, void *dst) { return state_copy(m, (cu_session *)bs, pos, (uint8_t *)dst, 1); }
+static int cu_state_load(minke_model *m, void *bs, int pos, const void *src) {
+    cu_session_reset(m, bs);
+    return state_copy(m, (cu_session *)bs, pos, (uint8_t *)src, 0);
+}
+
+/* ------------------------------------------------------------------ */
+/* bench helpers (cu_backend.h)                                        */
+
+extern "C" int cu_bench_greedy(minke_model *m, void *bs, int32_t token, int pos, int skip, int32_t *next) {
+    cu_session *s = (cu_session *)bs;
+    cu_model *cm = CM(m);
+    if (run_chunk(m, s, &token, 1, pos, NULL, NULL)) return -1;
+    cu_argmax(s->logits, m->w.cfg.n_vocab, skip, s->d_argmax, cm->st);
+    int h = 0;
+    if (cudaMemcpy(&h, s->d_argmax, 4, cudaMemcpyDeviceToHost) != cudaSuccess) { minke_set_error("cuda: argmax copy"); return -1; }
+    *next = h;
+    return 0;
+}
+
+extern "C" int cu_device_info(char *buf, size_t n, double *bw_gbs) {
+    cudaDeviceProp p;
+    if (cudaGetDeviceProperties(&p, 0) != cudaSuccess) return -1;
+    snprintf(buf, n, "%s, sm_%d%d, %d SMs, %.1f GiB", p.name, p.major, p.minor, p.multiProcessorCount,
+             p.totalGlobalMem / 1073741824.0);
+    if (bw_gbs) {
+        /* measured device-to-device copy bandwidth (read + write) */
+        size_t bytes = 1ull << 30;
+        void *a = NULL, *b = NULL;
+        *bw_gbs = 0;
+        if (cudaMalloc(&a, bytes) == cudaSuccess && cudaMalloc(&b, bytes) == cudaSuccess) {
+            cudaEvent_t e0, e1;
+            cudaEventCreate(&e0); cudaEventCreate(&e1);
+            cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice);
+            cudaEventRecord(e0);
+            for (int i = 0; i < 10; i++) cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice);
+            cudaEventRecord(e1);
+            cudaEventSynchronize(e1);
+            float ms = 0;
+            cudaEventElapsedTime(&ms, e0, e1);
+            *bw_gbs = 10.0 * 2 * bytes / (ms * 1e-3) / 1e9;
+            cudaEventDestroy(e0); cudaEventDestroy(e1);
+        }
+        cudaFree(a); cudaFree(b);
+    }
+    return 0;
+}
+
+extern "C" uint64_t cu_model_weight_bytes(minke_model *m) { return CM(m) ? CM(m)->weight_bytes : 0; }
+
+static const minke_backend_ops cuda_ops = {
+    "cuda", cu_model_init, cu_model_free, cu_session_alloc, cu_session_free, cu_session_reset, cu_session_bytes,
+    cu_forward, cu_state_save, cu_state_load,
+};
+
+extern "C" const minke_backend_ops *minke_backend_cuda(void) { return &cuda_ops; }

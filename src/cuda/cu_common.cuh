@@ -1,0 +1,126 @@
+/* cu_common.cuh: shared pieces of the CUDA backend's kernels: error checks,
+ * the block layouts of the weight and activation formats (spec model.md §5),
+ * scalar conversions, warp/block reductions and the lookup tables.
+ *
+ * The layouts mirror src/quant/quant_internal.h byte for byte; the kernels
+ * reproduce the CPU's integer dot products exactly so the two backends differ
+ * only by float summation order.
+ */
+#ifndef MINKE_CU_COMMON_CUH
+#define MINKE_CU_COMMON_CUH
+
+#include <cuda_runtime.h>
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#include <stdint.h>
+
+#define CU_TYPE_F32 0
+#define CU_TYPE_F16 1
+#define CU_TYPE_Q8_0 8
+#define CU_TYPE_Q2_K 10
+#define CU_TYPE_Q4_K 12
+#define CU_TYPE_Q8_K 15
+#define CU_TYPE_IQ2_XXS 16
+#define CU_TYPE_I32 26
+#define CU_TYPE_BF16 30
+#define CU_TYPE_MXFP4 39
+#define CU_TYPE_Q8_0_F32 64   /* activation-only: f32 d + 32 int8 */
+
+struct __align__(2) cu_block_q8_0 { uint16_t d; int8_t q[32]; };                    /* 34 */
+struct __align__(4) cu_block_q8_0f { float d; int8_t q[32]; };                      /* 36 */
+struct __align__(4) cu_block_q8_K { float d; int8_t q[256]; int16_t bsums[16]; };   /* 292 */
+struct __align__(2) cu_block_q2_K { uint8_t scales[16]; uint8_t qs[64]; uint16_t d, dmin; }; /* 84 */
+struct __align__(2) cu_block_q4_K { uint16_t d, dmin; uint8_t scales[12]; uint8_t qs[128]; }; /* 144 */
+struct __align__(2) cu_block_iq2_xxs { uint16_t d; uint16_t qs[32]; };              /* 66 */
+struct cu_block_mxfp4 { uint8_t e; uint8_t qs[16]; };                               /* 17 */
+
+static_assert(sizeof(cu_block_q8_0) == 34, "q8_0");
+static_assert(sizeof(cu_block_q8_0f) == 36, "q8_0f");
+static_assert(sizeof(cu_block_q8_K) == 292, "q8_K");
+static_assert(sizeof(cu_block_q2_K) == 84, "q2_K");
+static_assert(sizeof(cu_block_q4_K) == 144, "q4_K");
+static_assert(sizeof(cu_block_iq2_xxs) == 66, "iq2_xxs");
+static_assert(sizeof(cu_block_mxfp4) == 17, "mxfp4");
+
+__device__ __forceinline__ float cu_h2f(uint16_t h) { return __half2float(__ushort_as_half(h)); }
+__device__ __forceinline__ float cu_bf2f(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ double warp_sum_d(double v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/* Block-wide sum (any blockDim multiple of 32, <= 1024); every thread gets it. */
+__device__ __forceinline__ float block_sum(float v, float *sh /* >= 33 floats */) {
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+    v = warp_sum(v);
+    __syncthreads();
+    if (lane == 0) sh[w] = v;
+    __syncthreads();
+    float t = 0.f;
+    if (w == 0) {
+        t = lane < nw ? sh[lane] : 0.f;
+        t = warp_sum(t);
+        if (lane == 0) sh[32] = t;
+    }
+    __syncthreads();
+    return sh[32];
+}
+__device__ __forceinline__ double block_sum_d(double v, double *sh /* >= 33 */) {
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+    v = warp_sum_d(v);
+    __syncthreads();
+    if (lane == 0) sh[w] = v;
+    __syncthreads();
+    if (w == 0) {
+        double t = lane < nw ? sh[lane] : 0.0;
+        t = warp_sum_d(t);
+        if (lane == 0) sh[32] = t;
+    }
+    __syncthreads();
+    return sh[32];
+}
+__device__ __forceinline__ float block_max(float v, float *sh) {
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+    v = warp_max(v);
+    __syncthreads();
+    if (lane == 0) sh[w] = v;
+    __syncthreads();
+    if (w == 0) {
+        float t = lane < nw ? sh[lane] : -INFINITY;
+        t = warp_max(t);
+        if (lane == 0) sh[32] = t;
+    }
+    __syncthreads();
+    return sh[32];
+}
+
+/* One element of a plain-float weight tensor (F32/F16/BF16). */
+__device__ __forceinline__ float cu_wload(const void *base, int type, int64_t i) {
+    if (type == CU_TYPE_F16) return cu_h2f(((const uint16_t *)base)[i]);
+    if (type == CU_TYPE_BF16) return cu_bf2f(((const uint16_t *)base)[i]);
+    return ((const float *)base)[i];
+}
+
+__device__ __forceinline__ float sigmoid_stable(float x) {
+    if (x >= 0.f) { float e = expf(-x); return 1.f / (1.f + e); }
+    float e = expf(x); return e / (1.f + e);
+}
+__device__ __forceinline__ float softplus_stable(float x) {
+    if (x > 20.f) return x;
+    if (x < -20.f) return expf(x);
+    return log1pf(expf(x));
+}
+
+#endif

@@ -1,0 +1,401 @@
+/* cu_gemv.cu: matrix-vector products over quantized weights (decode and
+ * batched prefill), and the activation quantizers that feed them.
+ *
+ * Numerics follow the CPU backend (src/quant): Q8_0 and MXFP4 weights take
+ * the activation quantized to Q8_0_F32 (f32 scale per 32), the k-quants and
+ * IQ2_XXS take Q8_K (per 256, bsums), plain-float weights take f32. The
+ * integer parts of every dot are the same as the CPU's; only the order of
+ * the float sums differs.
+ *
+ * Layout of the work: one warp per output row; a row is cut into "items" of
+ * 32 elements (4 or 8 for plain floats) that the lanes stride over; each
+ * block handles 8 rows for a tile of up to NT activation rows, so a weight
+ * item is fetched once per tile. A tile is either a run of tokens (dense) or
+ * a run of (token, expert) pairs that share one expert (MoE, built on the
+ * device by cu_moe_build_tiles so decode graphs need no host decisions).
+ */
+#include "cuda/cu_common.cuh"
+#include "cuda/cu_ops.h"
+
+/* IQ2_XXS grid / signs and MXFP4 values; uploaded once from src/quant's
+ * decoders (cu_tables_init) so the data lives in one place. */
+__device__ uint64_t cu_iq2xxs_grid[256];
+__device__ uint8_t cu_ksigns_iq2xs[128];
+__device__ int8_t cu_mxfp4_kvalues[16];
+
+/* ------------------------------------------------------------------ */
+/* activation quantizers                                               */
+
+/* Q8_0_F32: one warp per 32-block; d = amax/127, q = rint(x/d) (CPU: lrintf(x/d)). */
+__global__ void k_quant_q8_0f(const float *x, cu_block_q8_0f *out, int64_t nblocks) {
+    int64_t b = (int64_t)blockIdx.x * (blockDim.x / 32) + (threadIdx.x >> 5);
+    int lane = threadIdx.x & 31;
+    if (b >= nblocks) return;
+    float v = x[b * 32 + lane];
+    float amax = warp_max(fabsf(v));
+    float d = amax / 127.0f;
+    int q = 0;
+    if (d != 0.0f) { q = __float2int_rn(v / d); q = q < -128 ? -128 : q > 127 ? 127 : q; }
+    out[b].q[lane] = (int8_t)q;
+    if (lane == 0) out[b].d = d;
+}
+
+/* Q8_K: one warp per 256-block, 8 values per lane. The scale comes from the
+ * signed element of largest magnitude, the first one on ties. */
+__global__ void k_quant_q8_K(const float *x, cu_block_q8_K *out, int64_t nblocks) {
+    int64_t b = (int64_t)blockIdx.x * (blockDim.x / 32) + (threadIdx.x >> 5);
+    int lane = threadIdx.x & 31;
+    if (b >= nblocks) return;
+    const float *xb = x + b * 256;
+    float v[8];
+    float amax = 0.f; int idx = 1 << 30;
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        v[j] = xb[j * 32 + lane];
+        float a = fabsf(v[j]);
+        int i = j * 32 + lane;
+        if (a > amax || (a == amax && i < idx && a > 0.f)) { amax = a; idx = i; }
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        float oa = __shfl_xor_sync(0xffffffffu, amax, o);
+        int oi = __shfl_xor_sync(0xffffffffu, idx, o);
+        if (oa > amax || (oa == amax && oi < idx)) { amax = oa; idx = oi; }
+    }
+    cu_block_q8_K *ob = out + b;
+    if (amax == 0.f) {
+#pragma unroll
+        for (int j = 0; j < 8; j++) ob->q[j * 32 + lane] = 0;
+        if (lane < 16) ob->bsums[lane] = 0;
+        if (lane == 0) ob->d = 0.f;
+        return;
+    }
+    float xm = xb[idx];
+    float is = -127.0f / xm;
+    int q[8];
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        int t = __float2int_rn(is * v[j]);
+        q[j] = t < -128 ? -128 : t > 127 ? 127 : t;
+        ob->q[j * 32 + lane] = (int8_t)q[j];
+    }
+    /* bsums: sub-block g = 16 elements: j*32+lane in [16g, 16g+16) -> g = 2j + (lane>=16) */
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        int s = q[j];
+#pragma unroll
+        for (int o = 8; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+        if ((lane & 15) == 0) ob->bsums[2 * j + (lane >> 4)] = (int16_t)s;
+    }
+    if (lane == 0) ob->d = 1.0f / is;
+}
+
+/* ------------------------------------------------------------------ */
+/* per-type item dots                                                  */
+
+__device__ __forceinline__ int ld_i32_u16(const uint8_t *p) {   /* 2-byte aligned */
+    const uint16_t *h = (const uint16_t *)p;
+    return (int)((uint32_t)h[0] | ((uint32_t)h[1] << 16));
+}
+
+template <int TYPE> struct WItem;
+
+/* Q8_0 weight block (34 B, 2-aligned) x Q8_0_F32 activation block. */
+template <> struct WItem<CU_TYPE_Q8_0> {
+    float d; int q[8];
+    __device__ __forceinline__ void load(const uint8_t *row, int it) {
+        const uint8_t *b = row + (int64_t)it * 34;
+        d = cu_h2f(*(const uint16_t *)b);
+#pragma unroll
+        for (int k = 0; k < 8; k++) q[k] = ld_i32_u16(b + 2 + 4 * k);
+    }
+    __device__ __forceinline__ float dot(const uint8_t *act, int it) const {
+        const cu_block_q8_0f *a = (const cu_block_q8_0f *)act + it;
+        const int *aq = (const int *)a->q;
+        int s = 0;
+#pragma unroll
+        for (int k = 0; k < 8; k++) s = __dp4a(q[k], aq[k], s);
+        return d * a->d * (float)s;
+    }
+};
+
+/* MXFP4 block (17 B): E8M0 scale, 16 bytes of nibbles; low nibbles are
+ * elements 0..15, high 16..31; values are kvalues (E2M1 x2) x 2^(e-128). */
+template <> struct WItem<CU_TYPE_MXFP4> {
+    float d; int q[8];
+    __device__ __forceinline__ void load(const uint8_t *row, int it) {
+        const uint8_t *b = row + (int64_t)it * 17;
+        uint8_t e = b[0];
+        d = e == 0 ? __uint_as_float(0x00200000u) : e == 255 ? __uint_as_float(0x7fc00000u)
+                   : __uint_as_float(((uint32_t)e - 1u) << 23);
+        uint8_t lo[16], hi[16];
+#pragma unroll
+        for (int k = 0; k < 16; k++) {
+            uint8_t v = b[1 + k];
+            lo[k] = (uint8_t)cu_mxfp4_kvalues[v & 15];
+            hi[k] = (uint8_t)cu_mxfp4_kvalues[v >> 4];
+        }
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            q[k] = (int)(lo[4 * k] | (lo[4 * k + 1] << 8) | (lo[4 * k + 2] << 16) | ((uint32_t)lo[4 * k + 3] << 24));
+            q[4 + k] = (int)(hi[4 * k] | (hi[4 * k + 1] << 8) | (hi[4 * k + 2] << 16) | ((uint32_t)hi[4 * k + 3] << 24));
+        }
+    }
+    __device__ __forceinline__ float dot(const uint8_t *act, int it) const {
+        const cu_block_q8_0f *a = (const cu_block_q8_0f *)act + it;
+        const int *aq = (const int *)a->q;
+        int s = 0;
+#pragma unroll
+        for (int k = 0; k < 8; k++) s = __dp4a(q[k], aq[k], s);
+        return d * a->d * (float)s;
+    }
+};
+
+/* Q2_K: item = (block, half n, shift s): 32 codes from qs[32n..32n+31]. */
+template <> struct WItem<CU_TYPE_Q2_K> {
+    int c[8]; int sc0, sc1, mn0, mn1, blk, qoff, sb0; float d, dmin;
+    __device__ __forceinline__ void load(const uint8_t *row, int it) {
+        blk = it >> 3; int n = (it >> 2) & 1, s = it & 3;
+        const uint8_t *b = row + (int64_t)blk * 84;
+        const int *qs = (const int *)(b + 16 + 32 * n);
+#pragma unroll
+        for (int k = 0; k < 8; k++) c[k] = (qs[k] >> (2 * s)) & 0x03030303;
+        sb0 = 8 * n + 2 * s;
+        uint8_t s0 = b[sb0], s1 = b[sb0 + 1];
+        sc0 = s0 & 15; mn0 = s0 >> 4; sc1 = s1 & 15; mn1 = s1 >> 4;
+        d = cu_h2f(*(const uint16_t *)(b + 80)); dmin = cu_h2f(*(const uint16_t *)(b + 82));
+        qoff = 128 * n + 32 * s;
+    }
+    __device__ __forceinline__ float dot(const uint8_t *act, int it) const {
+        const cu_block_q8_K *a = (const cu_block_q8_K *)act + blk;
+        const int *aq = (const int *)(a->q + qoff);
+        int p0 = 0, p1 = 0;
+#pragma unroll
+        for (int k = 0; k < 4; k++) p0 = __dp4a(c[k], aq[k], p0);
+#pragma unroll
+        for (int k = 4; k < 8; k++) p1 = __dp4a(c[k], aq[k], p1);
+        int isum = sc0 * p0 + sc1 * p1;
+        int msum = mn0 * a->bsums[sb0] + mn1 * a->bsums[sb0 + 1];
+        return a->d * d * (float)isum - a->d * dmin * (float)msum;
+    }
+};
+
+/* Q4_K: item = (block, sub-block j). */
+template <> struct WItem<CU_TYPE_Q4_K> {
+    int c[8]; int sc, m, blk, j; float d, dmin;
+    __device__ __forceinline__ void load(const uint8_t *row, int it) {
+        blk = it >> 3; j = it & 7;
+        const uint8_t *b = row + (int64_t)blk * 144;
+        const int *qs = (const int *)(b + 16 + 32 * (j >> 1));
+        int sh = 4 * (j & 1);
+#pragma unroll
+        for (int k = 0; k < 8; k++) c[k] = (qs[k] >> sh) & 0x0F0F0F0F;
+        const uint8_t *q = b + 4;
+        if (j < 4) { sc = q[j] & 63; m = q[j + 4] & 63; }
+        else { sc = (q[j + 4] & 0x0F) | ((q[j - 4] >> 6) << 4); m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4); }
+        d = cu_h2f(*(const uint16_t *)b); dmin = cu_h2f(*(const uint16_t *)(b + 2));
+    }
+    __device__ __forceinline__ float dot(const uint8_t *act, int it) const {
+        const cu_block_q8_K *a = (const cu_block_q8_K *)act + blk;
+        const int *aq = (const int *)(a->q + 32 * j);
+        int p = 0;
+#pragma unroll
+        for (int k = 0; k < 8; k++) p = __dp4a(c[k], aq[k], p);
+        int msum = m * (a->bsums[2 * j] + a->bsums[2 * j + 1]);
+        return a->d * d * (float)(sc * p) - a->d * dmin * (float)msum;
+    }
+};
+
+/* IQ2_XXS: item = (block, group g): 4 grid points with their sign masks. */
+template <> struct WItem<CU_TYPE_IQ2_XXS> {
+    int v[8]; int blk, g; float scale;
+    __device__ __forceinline__ void load(const uint8_t *row, int it) {
+        blk = it >> 3; g = it & 7;
+        const uint8_t *b = row + (int64_t)blk * 66;
+        const uint16_t *qs = (const uint16_t *)(b + 2 + 8 * g);
+        uint32_t a01 = qs[0], a23 = qs[1];
+        uint32_t w = (uint32_t)qs[2] | ((uint32_t)qs[3] << 16);
+        uint32_t idx[4] = { a01 & 255, a01 >> 8, a23 & 255, a23 >> 8 };
+#pragma unroll
+        for (int l = 0; l < 4; l++) {
+            uint64_t gv = cu_iq2xxs_grid[idx[l]];
+            uint32_t S = cu_ksigns_iq2xs[(w >> (7 * l)) & 127];
+            uint32_t m0 = ((S & 1) ? 0xFFu : 0) | ((S & 2) ? 0xFF00u : 0) | ((S & 4) ? 0xFF0000u : 0) | ((S & 8) ? 0xFF000000u : 0);
+            uint32_t m1 = ((S & 16) ? 0xFFu : 0) | ((S & 32) ? 0xFF00u : 0) | ((S & 64) ? 0xFF0000u : 0) | ((S & 128) ? 0xFF000000u : 0);
+            uint32_t g0 = (uint32_t)gv, g1 = (uint32_t)(gv >> 32);
+            v[2 * l] = (int)__vsub4(g0 ^ m0, m0);
+            v[2 * l + 1] = (int)__vsub4(g1 ^ m1, m1);
+        }
+        scale = cu_h2f(*(const uint16_t *)b) * (float)(2 * (w >> 28) + 1);
+    }
+    __device__ __forceinline__ float dot(const uint8_t *act, int it) const {
+        const cu_block_q8_K *a = (const cu_block_q8_K *)act + blk;
+        const int *aq = (const int *)(a->q + 32 * g);
+        int p = 0;
+#pragma unroll
+        for (int k = 0; k < 8; k++) p = __dp4a(v[k], aq[k], p);
+        return scale * a->d * (float)p * 0.125f;
+    }
+};
+
+/* Plain floats: F16/BF16 item = 8 elements (16 B), F32 item = 4 elements. */
+template <> struct WItem<CU_TYPE_F16> {
+    float w[8];
+    __device__ __forceinline__ void load(const uint8_t *row, int it) {
+        uint4 u = *(const uint4 *)(row + (int64_t)it * 16);
+        const __half2 *h = (const __half2 *)&u;
+#pragma unroll
+        for (int k = 0; k < 4; k++) { float2 f = __half22float2(h[k]); w[2 * k] = f.x; w[2 * k + 1] = f.y; }
+    }
+    __device__ __forceinline__ float dot(const uint8_t *act, int it) const {
+        const float4 *a = (const float4 *)(act + (int64_t)it * 32);
+        float4 a0 = a[0], a1 = a[1];
+        return w[0] * a0.x + w[1] * a0.y + w[2] * a0.z + w[3] * a0.w + w[4] * a1.x + w[5] * a1.y + w[6] * a1.z + w[7] * a1.w;
+    }
+};
+template <> struct WItem<CU_TYPE_BF16> {
+    float w[8];
+    __device__ __forceinline__ void load(const uint8_t *row, int it) {
+        uint4 u = *(const uint4 *)(row + (int64_t)it * 16);
+        const uint32_t *p = (const uint32_t *)&u;
+#pragma unroll
+        for (int k = 0; k < 4; k++) { w[2 * k] = __uint_as_float(p[k] << 16); w[2 * k + 1] = __uint_as_float(p[k] & 0xFFFF0000u); }
+    }
+    __device__ __forceinline__ float dot(const uint8_t *act, int it) const {
+        const float4 *a = (const float4 *)(act + (int64_t)it * 32);
+        float4 a0 = a[0], a1 = a[1];
+        return w[0] * a0.x + w[1] * a0.y + w[2] * a0.z + w[3] * a0.w + w[4] * a1.x + w[5] * a1.y + w[6] * a1.z + w[7] * a1.w;
+    }
+};
+template <> struct WItem<CU_TYPE_F32> {
+    float4 w;
+    __device__ __forceinline__ void load(const uint8_t *row, int it) { w = *(const float4 *)(row + (int64_t)it * 16); }
+    __device__ __forceinline__ float dot(const uint8_t *act, int it) const {
+        float4 a = *(const float4 *)(act + (int64_t)it * 16);
+        return w.x * a.x + w.y * a.y + w.z * a.z + w.w * a.w;
+    }
+};
+
+/* ------------------------------------------------------------------ */
+/* the GEMV kernel                                                     */
+
+#define GEMV_WARPS 8
+
+template <int TYPE, int NT>
+__global__ void __launch_bounds__(GEMV_WARPS * 32)
+k_gemv(cu_gemv_args g) {
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int64_t r = (int64_t)blockIdx.x * GEMV_WARPS + warp;
+    if (r >= g.rows) return;
+    /* which activation / output rows this tile covers */
+    int ids[NT]; int nt = 0;
+    const uint8_t *wbase = (const uint8_t *)g.w;
+    if (g.tile_pairs) {
+        int tile = blockIdx.y;
+        if (tile >= *g.n_tiles) return;
+        int start = g.tile_start[tile], cnt = g.tile_count[tile];
+        int e = g.tile_expert[tile];
+        wbase += (int64_t)e * g.expert_bytes;
+        for (int k = 0; k < NT; k++) if (k < cnt) ids[nt++] = g.tile_pairs[start + k];
+    } else {
+        int t0 = blockIdx.y * NT;
+        for (int k = 0; k < NT; k++) if (t0 + k < g.ntok) ids[nt++] = t0 + k;
+    }
+    const uint8_t *row = wbase + r * (int64_t)g.row_bytes;
+    int64_t aoff = g.group_rows ? (r / g.group_rows) * g.group_act_bytes : 0;
+    const uint8_t *act[NT];
+#pragma unroll
+    for (int k = 0; k < NT; k++)
+        act[k] = (const uint8_t *)g.act + (int64_t)(k < nt ? ids[k] / g.act_div : 0) * g.act_stride + aoff;
+    float acc[NT];
+#pragma unroll
+    for (int k = 0; k < NT; k++) acc[k] = 0.f;
+    for (int it = lane; it < g.items; it += 32) {
+        WItem<TYPE> w;
+        w.load(row, it);
+#pragma unroll
+        for (int k = 0; k < NT; k++) if (k < nt) acc[k] += w.dot(act[k], it);
+    }
+#pragma unroll
+    for (int k = 0; k < NT; k++) {
+        if (k < nt) {
+            float s = warp_sum(acc[k]);
+            if (lane == 0) {
+                float *o = g.out + (int64_t)ids[k] * g.out_stride + r;
+                if (g.accumulate) *o += s; else *o = s;
+            }
+        }
+    }
+}
+
+template <int TYPE>
+static void launch_type(const cu_gemv_args &g, int ntiles, cudaStream_t st) {
+    dim3 block(GEMV_WARPS * 32);
+    int gx = (int)((g.rows + GEMV_WARPS - 1) / GEMV_WARPS);
+    if (g.nt_hint <= 1) k_gemv<TYPE, 1><<<dim3(gx, ntiles), block, 0, st>>>(g);
+    else if (g.nt_hint <= 4) k_gemv<TYPE, 4><<<dim3(gx, ntiles), block, 0, st>>>(g);
+    else k_gemv<TYPE, 8><<<dim3(gx, ntiles), block, 0, st>>>(g);
+}
+
+int cu_gemv_items(int type, int64_t in) {
+    switch (type) {
+    case CU_TYPE_F32: return (int)(in / 4);
+    case CU_TYPE_F16: case CU_TYPE_BF16: return (int)(in / 8);
+    default: return (int)(in / 32);
+    }
+}
+
+int cu_act_type(int wtype) {
+    switch (wtype) {
+    case CU_TYPE_Q8_0: case CU_TYPE_MXFP4: return CU_TYPE_Q8_0_F32;
+    case CU_TYPE_Q2_K: case CU_TYPE_Q4_K: case CU_TYPE_IQ2_XXS: return CU_TYPE_Q8_K;
+    default: return CU_TYPE_F32;
+    }
+}
+
+int64_t cu_act_row_bytes(int atype, int64_t n) {
+    if (atype == CU_TYPE_Q8_0_F32) return n / 32 * 36;
+    if (atype == CU_TYPE_Q8_K) return n / 256 * 292;
+    return n * 4;
+}
+
+int cu_gemv_supported(int type) {
+    switch (type) {
+    case CU_TYPE_F32: case CU_TYPE_F16: case CU_TYPE_BF16: case CU_TYPE_Q8_0:
+    case CU_TYPE_Q2_K: case CU_TYPE_Q4_K: case CU_TYPE_IQ2_XXS: case CU_TYPE_MXFP4: return 1;
+    default: return 0;
+    }
+}
+
+void cu_gemv(const cu_gemv_args *ga, int ntiles, cudaStream_t st) {
+    cu_gemv_args g = *ga;
+    g.items = cu_gemv_items(g.wtype, g.in);
+    if (g.act_div <= 0) g.act_div = 1;
+    switch (g.wtype) {
+    case CU_TYPE_Q8_0: launch_type<CU_TYPE_Q8_0>(g, ntiles, st); break;
+    case CU_TYPE_MXFP4: launch_type<CU_TYPE_MXFP4>(g, ntiles, st); break;
+    case CU_TYPE_Q2_K: launch_type<CU_TYPE_Q2_K>(g, ntiles, st); break;
+    case CU_TYPE_Q4_K: launch_type<CU_TYPE_Q4_K>(g, ntiles, st); break;
+    case CU_TYPE_IQ2_XXS: launch_type<CU_TYPE_IQ2_XXS>(g, ntiles, st); break;
+    case CU_TYPE_F16: launch_type<CU_TYPE_F16>(g, ntiles, st); break;
+    case CU_TYPE_BF16: launch_type<CU_TYPE_BF16>(g, ntiles, st); break;
+    default: launch_type<CU_TYPE_F32>(g, ntiles, st); break;
+    }
+}
+
+void cu_quantize_act(int atype, const float *x, void *out, int64_t nrows, int64_t n, cudaStream_t st) {
+    if (atype == CU_TYPE_Q8_0_F32) {
+        int64_t nb = nrows * n / 32;
+        k_quant_q8_0f<<<(unsigned)((nb + 7) / 8), 256, 0, st>>>(x, (cu_block_q8_0f *)out, nb);
+    } else if (atype == CU_TYPE_Q8_K) {
+        int64_t nb = nrows * n / 256;
+        k_quant_q8_K<<<(unsigned)((nb + 7) / 8), 256, 0, st>>>(x, (cu_block_q8_K *)out, nb);
+    }
+}
+
+int cu_tables_init(const uint64_t *grid, const uint8_t *signs, const int8_t *kvalues) {
+    if (cudaMemcpyToSymbol(cu_iq2xxs_grid, grid, sizeof(uint64_t) * 256) != cudaSuccess) return -1;
+    if (cudaMemcpyToSymbol(cu_ksigns_iq2xs, signs, 128) != cudaSuccess) return -1;
+    if (cudaMemcpyToSymbol(cu_mxfp4_kvalues, kvalues, 16) != cudaSuccess) return -1;
+    return 0;
+}

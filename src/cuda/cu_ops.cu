@@ -1,0 +1,908 @@
+/* cu_ops.cu: every kernel of the forward pass except the matrix products
+ * (spec model.md §6-§12): embedding, hyper-connections with Sinkhorn,
+ * RMSNorm, RoPE, FP8/FP4 simulations, Hadamard, compressor, indexer with
+ * deterministic top-k, attention with sinks, router and MoE glue.
+ *
+ * All kernels take T tokens at positions *pos0p + t, so prefill chunks and
+ * single-token decode run the same code, and the position is device data
+ * (one captured graph per step shape). Arithmetic follows src/cpu/numerics.c.
+ */
+#include "cuda/cu_common.cuh"
+#include "cuda/cu_ops.h"
+
+/* ------------------------------------------------------------------ */
+/* small numeric helpers (numerics.c twins)                            */
+
+__device__ __forceinline__ float d_pow2_ceil(float v) {
+    uint32_t b = __float_as_uint(v);
+    int e = (int)((b >> 23) & 255u) - 127 + ((b & 0x7fffffu) != 0);
+    return ldexpf(1.0f, e);
+}
+__device__ __forceinline__ float d_e4m3_round(float u) {
+    float a = fabsf(u);
+    if (a >= 448.0f) return u < 0 ? -448.0f : 448.0f;
+    float q;
+    if (a < 0.015625f) q = 0.001953125f;
+    else { int e; frexpf(a, &e); q = ldexpf(1.0f, e - 1 - 3); }
+    float r = rintf(a / q) * q;
+    if (r > 448.0f) r = 448.0f;
+    return u < 0 ? -r : r;
+}
+__device__ __forceinline__ float d_e2m1_round(float u) {
+    float a = fabsf(u);
+    if (a >= 6.0f) return u < 0 ? -6.0f : 6.0f;
+    float q = a < 2.0f ? 0.5f : a < 4.0f ? 1.0f : 2.0f;
+    float r = rintf(a / q) * q;
+    if (r > 6.0f) r = 6.0f;
+    return u < 0 ? -r : r;
+}
+__device__ __forceinline__ float d_f16_round(float v) { return __half2float(__float2half_rn(v)); }
+
+/* RoPE on the tail of a vector held in shared memory: threads stride over pairs. */
+__device__ void d_rope_tail_sh(float *x, int hd, int nrot, const float *inv_freq, int pos, int inverse) {
+    int off = hd - nrot;
+    for (int k = threadIdx.x; k < nrot / 2; k += blockDim.x) {
+        float ang = (float)pos * inv_freq[k];
+        double sd, cd;
+        sincos((double)ang, &sd, &cd);
+        float c = (float)cd, s = (float)sd;
+        if (inverse) s = -s;
+        float x0 = x[off + 2 * k], x1 = x[off + 2 * k + 1];
+        x[off + 2 * k] = x0 * c - x1 * s;
+        x[off + 2 * k + 1] = x0 * s + x1 * c;
+    }
+}
+
+/* FP8 sim over n (multiple of 64) values in shared memory; blockDim >= 64 multiple of 32. */
+__device__ void d_fp8_sim_sh(float *x, int n, float *red) {
+    int nb = n / 64;
+    /* each warp handles blocks w, w+nw, ... ; a block of 64 = 2 values per lane */
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    __syncthreads();
+    for (int b = w; b < nb; b += nw) {
+        float *v = x + 64 * b;
+        float a0 = v[lane], a1 = v[lane + 32];
+        float amax = warp_max(fmaxf(fabsf(a0), fabsf(a1)));
+        amax = fmaxf(amax, 1e-4f);
+        float s = d_pow2_ceil(amax * (1.0f / 448.0f));
+        float u0 = fminf(fmaxf(a0 / s, -448.f), 448.f), u1 = fminf(fmaxf(a1 / s, -448.f), 448.f);
+        v[lane] = d_e4m3_round(u0) * s;
+        v[lane + 32] = d_e4m3_round(u1) * s;
+    }
+    __syncthreads();
+}
+__device__ void d_fp4_sim_sh(float *x, int n) {
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    __syncthreads();
+    for (int b = w; b < n / 32; b += nw) {
+        float a = x[32 * b + lane];
+        float amax = fmaxf(warp_max(fabsf(a)), 7.052966104933725e-38f);
+        float s = d_pow2_ceil(amax * (1.0f / 6.0f));
+        float u = fminf(fmaxf(a / s, -6.f), 6.f);
+        x[32 * b + lane] = d_e2m1_round(u) * s;
+    }
+    __syncthreads();
+}
+/* Hadamard-128 in double (as the CPU) on shared memory; needs 128 doubles of scratch. */
+__device__ void d_hadamard128_sh(float *x, double *t) {
+    __syncthreads();
+    for (int i = threadIdx.x; i < 128; i += blockDim.x) t[i] = x[i];
+    __syncthreads();
+    for (int st = 1; st < 128; st <<= 1) {
+        for (int p = threadIdx.x; p < 64; p += blockDim.x) {
+            int blk = p / st, j = p % st;
+            int i0 = blk * 2 * st + j;
+            double a = t[i0], b = t[i0 + st];
+            t[i0] = a + b; t[i0 + st] = a - b;
+        }
+        __syncthreads();
+    }
+    for (int i = threadIdx.x; i < 128; i += blockDim.x) x[i] = (float)(t[i] * 0.08838834764831845);
+    __syncthreads();
+}
+
+/* ------------------------------------------------------------------ */
+/* embedding                                                           */
+
+__global__ void k_embed(const int32_t *tokens, const void *emb, int etype, int D, int nhc, float *X) {
+    int t = blockIdx.y;
+    int64_t tok = tokens[t];
+    for (int d = blockIdx.x * blockDim.x + threadIdx.x; d < D; d += gridDim.x * blockDim.x) {
+        float v = cu_wload(emb, etype, tok * D + d);
+        for (int i = 0; i < nhc; i++) X[((int64_t)t * nhc + i) * D + d] = v;
+    }
+}
+void cu_embed(const int32_t *tokens, int T, const void *emb, int etype, int D, int nhc, float *X, cudaStream_t st) {
+    k_embed<<<dim3((D + 255) / 256, T), 256, 0, st>>>(tokens, emb, etype, D, nhc, X);
+}
+
+/* ------------------------------------------------------------------ */
+/* hyper-connections                                                   */
+
+#define HC_SPLIT 16
+#define HC_MAXMIX 32
+
+/* partial[t][split][m] = sum over this split's chunk of fn[m] . X_flat; psq = sum of squares. */
+__global__ void k_hc_mix_partial(const float *X, int hcdim, const void *fn, int fntype, int nmix,
+                                 float *partial, double *psq) {
+    int t = blockIdx.y, sp = blockIdx.x;
+    int chunk = hcdim / HC_SPLIT;
+    const float *x = X + (int64_t)t * hcdim + (int64_t)sp * chunk;
+    __shared__ double shd[33];
+    double ss = 0.0;
+    for (int i = threadIdx.x; i < chunk; i += blockDim.x) ss += (double)x[i] * (double)x[i];
+    ss = block_sum_d(ss, shd);
+    if (threadIdx.x == 0) psq[t * HC_SPLIT + sp] = ss;
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    for (int m = w; m < nmix; m += nw) {
+        float acc = 0.f;
+        int64_t base = (int64_t)m * hcdim + (int64_t)sp * chunk;
+        if (fntype == CU_TYPE_F16 && (chunk % 64) == 0) {
+            const __half2 *h = (const __half2 *)((const uint16_t *)fn + base);
+            for (int i = lane; i < chunk / 2; i += 32) {
+                float2 f = __half22float2(h[i]);
+                acc += f.x * x[2 * i] + f.y * x[2 * i + 1];
+            }
+        } else {
+            for (int i = lane; i < chunk; i += 32) acc += cu_wload(fn, fntype, base + i) * x[i];
+        }
+        acc = warp_sum(acc);
+        if (lane == 0) partial[((int64_t)t * HC_SPLIT + sp) * HC_MAXMIX + m] = acc;
+    }
+}
+
+__global__ void k_hc_pre_finish(const float *X, int D, int nhc, int nmix, const float *partial, const double *psq,
+                                const float *scale, const float *base, const float *norm_w, int iters,
+                                float hc_eps, float rms_eps, int head, float *xout, float *post_out, float *comb_out) {
+    int t = blockIdx.x;
+    int hcdim = D * nhc;
+    __shared__ float mix[HC_MAXMIX], wpre[8];
+    __shared__ double shd[33];
+    if (threadIdx.x == 0) {
+        double ss = 0.0;
+        for (int sp = 0; sp < HC_SPLIT; sp++) ss += psq[t * HC_SPLIT + sp];
+        float r = (float)(1.0 / sqrt(ss / hcdim + (double)rms_eps));
+        for (int m = 0; m < nmix; m++) {
+            float a = 0.f;
+            for (int sp = 0; sp < HC_SPLIT; sp++) a += partial[((int64_t)t * HC_SPLIT + sp) * HC_MAXMIX + m];
+            mix[m] = a * r;
+        }
+        if (head) {
+            for (int i = 0; i < nhc; i++) wpre[i] = sigmoid_stable(mix[i] * scale[0] + base[i]) + hc_eps;
+        } else {
+            float post[8];
+            for (int i = 0; i < nhc; i++) {
+                wpre[i] = sigmoid_stable(mix[i] * scale[0] + base[i]) + hc_eps;
+                post[i] = 2.0f * sigmoid_stable(mix[nhc + i] * scale[1] + base[nhc + i]);
+            }
+            int o = 2 * nhc;
+            float c[64];
+            for (int r2 = 0; r2 < nhc; r2++) {
+                float mx = -INFINITY;
+                for (int cc = 0; cc < nhc; cc++) {
+                    float v = mix[o + r2 * nhc + cc] * scale[2] + base[o + r2 * nhc + cc];
+                    c[r2 * nhc + cc] = v;
+                    if (v > mx) mx = v;
+                }
+                float sum = 0.f;
+                for (int cc = 0; cc < nhc; cc++) { c[r2 * nhc + cc] = expf(c[r2 * nhc + cc] - mx); sum += c[r2 * nhc + cc]; }
+                for (int cc = 0; cc < nhc; cc++) c[r2 * nhc + cc] = c[r2 * nhc + cc] / sum + hc_eps;
+            }
+            for (int it = 0; it < iters; it++) {
+                if (it > 0) {
+                    for (int r2 = 0; r2 < nhc; r2++) {
+                        float s = 0.f;
+                        for (int cc = 0; cc < nhc; cc++) s += c[r2 * nhc + cc];
+                        for (int cc = 0; cc < nhc; cc++) c[r2 * nhc + cc] /= (s + hc_eps);
+                    }
+                }
+                for (int cc = 0; cc < nhc; cc++) {
+                    float s = 0.f;
+                    for (int r2 = 0; r2 < nhc; r2++) s += c[r2 * nhc + cc];
+                    for (int r2 = 0; r2 < nhc; r2++) c[r2 * nhc + cc] /= (s + hc_eps);
+                }
+            }
+            for (int i = 0; i < nhc; i++) post_out[t * nhc + i] = post[i];
+            for (int i = 0; i < nhc * nhc; i++) comb_out[t * nhc * nhc + i] = c[i];
+        }
+    }
+    __syncthreads();
+    const float *x = X + (int64_t)t * hcdim;
+    float *y = xout + (int64_t)t * D;
+    double ss = 0.0;
+    for (int d = threadIdx.x; d < D; d += blockDim.x) {
+        float u = 0.f;
+        for (int i = 0; i < nhc; i++) u += wpre[i] * x[(int64_t)i * D + d];
+        y[d] = u;
+        ss += (double)u * (double)u;
+    }
+    if (!norm_w) return;
+    ss = block_sum_d(ss, shd);
+    float r = (float)(1.0 / sqrt(ss / D + (double)rms_eps));
+    for (int d = threadIdx.x; d < D; d += blockDim.x) y[d] = y[d] * r * norm_w[d];
+}
+
+void cu_hc_pre(const float *X, int T, int D, int nhc, const void *fn, int fntype, int nmix,
+               const float *scale, const float *base, const float *norm_w, int iters, float hc_eps,
+               float rms_eps, int head, float *partial, double *psq, float *x, float *post, float *comb,
+               cudaStream_t st) {
+    k_hc_mix_partial<<<dim3(HC_SPLIT, T), 256, 0, st>>>(X, D * nhc, fn, fntype, nmix, partial, psq);
+    k_hc_pre_finish<<<T, 256, 0, st>>>(X, D, nhc, nmix, partial, psq, scale, base, norm_w, iters, hc_eps,
+                                      rms_eps, head, x, post, comb);
+}
+
+__global__ void k_hc_post(const float *X, const float *f1, const float *f2, const float *post, const float *comb,
+                          int D, int nhc, float *Xout) {
+    int t = blockIdx.y;
+    int d = blockIdx.x * blockDim.x + threadIdx.x;
+    if (d >= D) return;
+    float f = f1[(int64_t)t * D + d];
+    if (f2) f += f2[(int64_t)t * D + d];
+    const float *x = X + (int64_t)t * nhc * D;
+    for (int c = 0; c < nhc; c++) {
+        float v = post[t * nhc + c] * f;
+        for (int r = 0; r < nhc; r++) v += comb[t * nhc * nhc + r * nhc + c] * x[(int64_t)r * D + d];
+        Xout[((int64_t)t * nhc + c) * D + d] = v;
+    }
+}
+void cu_hc_post(const float *X, const float *f1, const float *f2, const float *post, const float *comb,
+                int T, int D, int nhc, float *Xout, cudaStream_t st) {
+    k_hc_post<<<dim3((D + 255) / 256, T), 256, 0, st>>>(X, f1, f2, post, comb, D, nhc, Xout);
+}
+
+/* ------------------------------------------------------------------ */
+/* norms                                                               */
+
+__global__ void k_rmsnorm(const float *x, const float *w, int n, float eps, float *y) {
+    __shared__ double shd[33];
+    const float *xr = x + (int64_t)blockIdx.x * n;
+    float *yr = y + (int64_t)blockIdx.x * n;
+    double ss = 0.0;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) ss += (double)xr[i] * (double)xr[i];
+    ss = block_sum_d(ss, shd);
+    float r = (float)(1.0 / sqrt(ss / n + (double)eps));
+    for (int i = threadIdx.x; i < n; i += blockDim.x) yr[i] = w ? xr[i] * r * w[i] : xr[i] * r;
+}
+void cu_rmsnorm(const float *x, const float *w, int nrows, int n, float eps, float *y, cudaStream_t st) {
+    k_rmsnorm<<<nrows, 256, 0, st>>>(x, w, n, eps, y);
+}
+
+__global__ void k_add(const float *a, const float *b, float *y, int64_t n) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = a[i] + b[i];
+}
+void cu_add(const float *a, const float *b, float *y, int64_t n, cudaStream_t st) {
+    k_add<<<(unsigned)((n + 255) / 256), 256, 0, st>>>(a, b, y, n);
+}
+
+/* q: block per (head, token): unweighted RMSNorm then RoPE tail. */
+__global__ void k_qhead(float *q, int nh, int hd, int nrot, const float *inv_freq, const int *pos0p, float eps) {
+    extern __shared__ float sh[];
+    __shared__ double shd[33];
+    int h = blockIdx.x, t = blockIdx.y;
+    float *v = q + ((int64_t)t * nh + h) * hd;
+    double ss = 0.0;
+    for (int i = threadIdx.x; i < hd; i += blockDim.x) { float a = v[i]; sh[i] = a; ss += (double)a * a; }
+    ss = block_sum_d(ss, shd);
+    float r = (float)(1.0 / sqrt(ss / hd + (double)eps));
+    for (int i = threadIdx.x; i < hd; i += blockDim.x) sh[i] *= r;
+    __syncthreads();
+    d_rope_tail_sh(sh, hd, nrot, inv_freq, *pos0p + t, 0);
+    __syncthreads();
+    for (int i = threadIdx.x; i < hd; i += blockDim.x) v[i] = sh[i];
+}
+void cu_qhead_norm_rope(float *q, int T, int nh, int hd, int nrot, const float *inv_freq,
+                        const int *pos0p, float eps, cudaStream_t st) {
+    k_qhead<<<dim3(nh, T), 128, hd * sizeof(float), st>>>(q, nh, hd, nrot, inv_freq, pos0p, eps);
+}
+
+__global__ void k_kv_finish(const float *kvp, const float *w, int hd, int nrot, const float *inv_freq,
+                            const int *pos0p, float eps, int sims, int f16round, float *out) {
+    extern __shared__ float sh[];
+    __shared__ double shd[33];
+    int t = blockIdx.x;
+    const float *v = kvp + (int64_t)t * hd;
+    double ss = 0.0;
+    for (int i = threadIdx.x; i < hd; i += blockDim.x) { float a = v[i]; sh[i] = a; ss += (double)a * a; }
+    ss = block_sum_d(ss, shd);
+    float r = (float)(1.0 / sqrt(ss / hd + (double)eps));
+    for (int i = threadIdx.x; i < hd; i += blockDim.x) sh[i] = sh[i] * r * w[i];
+    __syncthreads();
+    d_rope_tail_sh(sh, hd, nrot, inv_freq, *pos0p + t, 0);
+    __syncthreads();
+    if (sims) d_fp8_sim_sh(sh, hd - nrot, nullptr);
+    for (int i = threadIdx.x; i < hd; i += blockDim.x)
+        out[(int64_t)t * hd + i] = f16round ? d_f16_round(sh[i]) : sh[i];
+}
+void cu_kv_finish(const float *kvp, const float *w, int T, int hd, int nrot, const float *inv_freq,
+                  const int *pos0p, float eps, int sims, int f16round, float *kv_out, cudaStream_t st) {
+    k_kv_finish<<<T, 128, hd * sizeof(float), st>>>(kvp, w, hd, nrot, inv_freq, pos0p, eps, sims, f16round, kv_out);
+}
+
+/* After attention: the last min(T, W) rows of the batch go to ring slot pos % W. */
+__global__ void k_raw_store(const float *kv, int T, int hd, int W, const int *pos0p, float *ring) {
+    int k = blockIdx.x;                 /* 0 .. min(T,W)-1 */
+    int n = T < W ? T : W;
+    int t = T - n + k;
+    int pos = *pos0p + t;
+    for (int i = threadIdx.x; i < hd; i += blockDim.x)
+        ring[(int64_t)(pos % W) * hd + i] = kv[(int64_t)t * hd + i];
+}
+void cu_raw_store(const float *kv, int T, int hd, int W, const int *pos0p, float *ring, cudaStream_t st) {
+    int n = T < W ? T : W;
+    k_raw_store<<<n, 128, 0, st>>>(kv, T, hd, W, pos0p, ring);
+}
+
+/* ------------------------------------------------------------------ */
+/* compressor (spec §8)                                                */
+
+/* value and score (ape included) of token position p, column col (of Wd). */
+__device__ __forceinline__ void comp_cand(int p, int col, int pos0, const float *a, const float *s,
+                                          const void *ape, int apetype, int m, int Wd,
+                                          const float *Skv, const float *Ssc, float *v, float *sc) {
+    if (p >= pos0) {
+        int t = p - pos0;
+        *v = a[(int64_t)t * Wd + col];
+        *sc = s[(int64_t)t * Wd + col] + cu_wload(ape, apetype, (int64_t)(p % m) * Wd + col);
+    } else {
+        int open0 = (pos0 / m) * m;     /* first position of the window open at pos0 */
+        int slot = p >= open0 ? (m == 4 ? 4 : 0) + p % m : p % m;
+        *v = Skv[(int64_t)slot * Wd + col];
+        *sc = Ssc[(int64_t)slot * Wd + col];
+    }
+}
+
+__global__ void k_comp_emit(const float *a, const float *s, int T, const void *ape, int apetype, int m, int d,
+                            const float *Skv, const float *Ssc, const float *norm_w, float eps, int nrot,
+                            const float *inv_freq, const int *pos0p, int sims, int is_index, int f16round,
+                            float *rows) {
+    extern __shared__ float sh[];        /* d floats + 128 doubles */
+    __shared__ double shd[33];
+    int pos0 = *pos0p;
+    int first = pos0 / m, last = (pos0 + T) / m;   /* windows first .. last-1 emit in this batch */
+    int w = first + blockIdx.x;
+    if (w >= last) return;
+    int c = m == 4 ? 2 : 1, Wd = c * d;
+    double ss = 0.0;
+    for (int j = threadIdx.x; j < d; j += blockDim.x) {
+        float mx = -INFINITY;
+        /* two passes over the candidates: max, then the weighted sum */
+        for (int pass = 0; pass < 2; pass++) {
+            float num = 0.f, den = 0.f;
+            if (m == 4) {
+                for (int r = 0; r < 4; r++) {
+                    int p = (w - 1) * 4 + r;
+                    float v = 0.f, sc = -INFINITY;
+                    if (w > 0) comp_cand(p, j, pos0, a, s, ape, apetype, m, Wd, Skv, Ssc, &v, &sc);
+                    if (pass == 0) { if (sc > mx) mx = sc; }
+                    else if (sc > -5e29f) { float e = expf(sc - mx); num += e * v; den += e; }
+                }
+                for (int r = 0; r < 4; r++) {
+                    int p = w * 4 + r;
+                    float v, sc;
+                    comp_cand(p, d + j, pos0, a, s, ape, apetype, m, Wd, Skv, Ssc, &v, &sc);
+                    if (pass == 0) { if (sc > mx) mx = sc; }
+                    else if (sc > -5e29f) { float e = expf(sc - mx); num += e * v; den += e; }
+                }
+            } else {
+                for (int r = 0; r < m; r++) {
+                    int p = w * m + r;
+                    float v, sc;
+                    comp_cand(p, j, pos0, a, s, ape, apetype, m, Wd, Skv, Ssc, &v, &sc);
+                    if (pass == 0) { if (sc > mx) mx = sc; }
+                    else if (sc > -5e29f) { float e = expf(sc - mx); num += e * v; den += e; }
+                }
+            }
+            if (pass == 1) {
+                float pooled = (mx <= -5e29f || den == 0.f) ? 0.f : num / den;
+                sh[j] = pooled;
+                ss += (double)pooled * pooled;
+            }
+        }
+    }
+    ss = block_sum_d(ss, shd);
+    float r = (float)(1.0 / sqrt(ss / d + (double)eps));
+    for (int j = threadIdx.x; j < d; j += blockDim.x) sh[j] = sh[j] * r * norm_w[j];
+    __syncthreads();
+    d_rope_tail_sh(sh, d, nrot, inv_freq, w * m, 0);
+    __syncthreads();
+    if (sims) {
+        if (is_index) {
+            d_hadamard128_sh(sh, (double *)(sh + d + (d & 1)));
+            d_fp4_sim_sh(sh, d);
+        } else {
+            d_fp8_sim_sh(sh, d - nrot, nullptr);
+        }
+    }
+    for (int j = threadIdx.x; j < d; j += blockDim.x)
+        rows[(int64_t)w * d + j] = f16round ? d_f16_round(sh[j]) : sh[j];
+}
+
+void cu_comp_emit(const float *a, const float *s, int T, const void *ape, int apetype, int m, int d,
+                  float *Skv, float *Ssc, const float *norm_w, float eps, int nrot, const float *inv_freq,
+                  const int *pos0p, int sims, int is_index, int f16round, float *rows, cudaStream_t st) {
+    int maxe = T / m + 1;
+    size_t shm = (size_t)(d + 2) * sizeof(float) + 128 * sizeof(double);
+    k_comp_emit<<<maxe, 128, shm, st>>>(a, s, T, ape, apetype, m, d, Skv, Ssc, norm_w, eps, nrot, inv_freq,
+                                        pos0p, sims, is_index, f16round, rows);
+}
+
+/* Carried state after the batch: thread per column of Wd. */
+__global__ void k_comp_state(const float *a, const float *s, int T, const void *ape, int apetype, int m, int d,
+                             float *Skv, float *Ssc, const int *pos0p) {
+    int c = m == 4 ? 2 : 1, Wd = c * d;
+    int col = blockIdx.x * blockDim.x + threadIdx.x;
+    if (col >= Wd) return;
+    int pos0 = *pos0p, end = pos0 + T;
+    int open_end = (end / m) * m;          /* first position of the window open after the batch */
+    int closed_any = end / m > pos0 / m;   /* a window closed inside the batch */
+    int lo = m == 4 ? 4 : 0;
+    float nv[8], ns[8];
+    if (m == 4) {
+        for (int r = 0; r < 4; r++) { nv[r] = Skv[(int64_t)r * Wd + col]; ns[r] = Ssc[(int64_t)r * Wd + col]; }
+        if (closed_any)      /* slots 0..3: the last closed window's tokens (lane A is what is read later) */
+            for (int r = 0; r < 4; r++)
+                comp_cand(open_end - 4 + r, col, pos0, a, s, ape, apetype, m, Wd, Skv, Ssc, &nv[r], &ns[r]);
+    }
+    for (int r = 0; r < m; r++) {
+        int p = open_end + r;
+        int64_t o = (int64_t)(lo + r) * Wd + col;
+        float v, sc;
+        if (p >= end) { v = 0.f; sc = -INFINITY; }
+        else if (p >= pos0) comp_cand(p, col, pos0, a, s, ape, apetype, m, Wd, Skv, Ssc, &v, &sc);
+        else continue;       /* written before the batch, still in its slot */
+        if (m == 4) { nv[4 + r] = v; ns[4 + r] = sc; }
+        else { Skv[o] = v; Ssc[o] = sc; }
+    }
+    if (m == 4) {
+        for (int r = 0; r < 8; r++) {
+            if (r >= 4 && open_end + (r - 4) < pos0) continue;
+            Skv[(int64_t)r * Wd + col] = nv[r]; Ssc[(int64_t)r * Wd + col] = ns[r];
+        }
+    }
+}
+void cu_comp_state(const float *a, const float *s, int T, const void *ape, int apetype, int m, int d,
+                   float *Skv, float *Ssc, const int *pos0p, cudaStream_t st) {
+    int Wd = (m == 4 ? 2 : 1) * d;
+    k_comp_state<<<(Wd + 127) / 128, 128, 0, st>>>(a, s, T, ape, apetype, m, d, Skv, Ssc, pos0p);
+}
+
+/* ------------------------------------------------------------------ */
+/* indexer (spec §9)                                                   */
+
+__global__ void k_idx_q_prep(float *qI, int nh, int hd, int nrot, const float *inv_freq, const int *pos0p, int sims) {
+    extern __shared__ float sh[];     /* hd floats + 128 doubles */
+    int h = blockIdx.x, t = blockIdx.y;
+    float *v = qI + ((int64_t)t * nh + h) * hd;
+    for (int i = threadIdx.x; i < hd; i += blockDim.x) sh[i] = v[i];
+    __syncthreads();
+    d_rope_tail_sh(sh, hd, nrot, inv_freq, *pos0p + t, 0);
+    __syncthreads();
+    if (sims) {
+        d_hadamard128_sh(sh, (double *)(sh + hd + (hd & 1)));
+        d_fp4_sim_sh(sh, hd);
+    }
+    for (int i = threadIdx.x; i < hd; i += blockDim.x) v[i] = sh[i];
+}
+void cu_idx_q_prep(float *qI, int T, int nh, int hd, int nrot, const float *inv_freq, const int *pos0p,
+                   int sims, cudaStream_t st) {
+    size_t shm = (size_t)(hd + 2) * sizeof(float) + 128 * sizeof(double);
+    k_idx_q_prep<<<dim3(nh, T), 128, shm, st>>>(qI, nh, hd, nrot, inv_freq, pos0p, sims);
+}
+
+/* scores[t][c] = sum_h wI[h]*scale * relu(qI[h] . row[c]) for c < nI(t), only when nI(t) > topk.
+ * Block: 128 threads = 128 rows of one query; the query lives in shared memory. */
+#define IDX_MAXH 64
+__global__ void k_idx_scores(const float *qI, const float *wI, const float *rows, int nh, int hd, float wscale,
+                             int topk, const int *pos0p, float *scores, int64_t sstride) {
+    extern __shared__ float qs[];     /* nh*hd floats + nh */
+    int t = blockIdx.y;
+    int nI = (*pos0p + t + 1) / 4;
+    if (nI <= topk) return;
+    int c0 = blockIdx.x * blockDim.x;
+    if (c0 >= nI) return;
+    const float *q = qI + (int64_t)t * nh * hd;
+    for (int i = threadIdx.x; i < nh * hd; i += blockDim.x) qs[i] = q[i];
+    float *ws = qs + nh * hd;
+    for (int i = threadIdx.x; i < nh; i += blockDim.x) ws[i] = wI[(int64_t)t * nh + i] * wscale;
+    __syncthreads();
+    int c = c0 + threadIdx.x;
+    if (c >= nI) return;
+    const float *k = rows + (int64_t)c * hd;
+    float acc[IDX_MAXH];
+#pragma unroll
+    for (int h = 0; h < IDX_MAXH; h++) acc[h] = 0.f;
+    for (int d0 = 0; d0 < hd; d0 += 8) {
+        float4 ka = *(const float4 *)(k + d0), kb = *(const float4 *)(k + d0 + 4);
+#pragma unroll
+        for (int h = 0; h < IDX_MAXH; h++) {
+            if (h < nh) {
+                const float *qq = qs + h * hd + d0;
+                acc[h] += qq[0] * ka.x + qq[1] * ka.y + qq[2] * ka.z + qq[3] * ka.w +
+                          qq[4] * kb.x + qq[5] * kb.y + qq[6] * kb.z + qq[7] * kb.w;
+            }
+        }
+    }
+    float sc = 0.f;
+#pragma unroll
+    for (int h = 0; h < IDX_MAXH; h++) if (h < nh) sc += ws[h] * fmaxf(acc[h], 0.f);
+    scores[(int64_t)t * sstride + c] = sc;
+}
+void cu_idx_scores(const float *qI, const float *wI, const float *rows, int T, int nh, int hd, float wscale,
+                   int topk, int max_rows, const int *pos0p, float *scores, int64_t score_stride, cudaStream_t st) {
+    size_t shm = (size_t)(nh * hd + nh) * sizeof(float);
+    int gx = (max_rows + 127) / 128;
+    if (gx < 1) gx = 1;
+    k_idx_scores<<<dim3(gx, T), 128, shm, st>>>(qI, wI, rows, nh, hd, wscale, topk, pos0p, scores, score_stride);
+}
+
+/* Top-k by (score desc, index asc) with a 4-pass 8-bit radix select on
+ * order-preserving keys; output ascending by index. One block per query. */
+__device__ __forceinline__ uint32_t f2key(float f) {
+    uint32_t u = __float_as_uint(f);
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+#define TOPK_THREADS 1024
+__global__ void __launch_bounds__(TOPK_THREADS) k_idx_topk(const float *scores, int64_t sstride, int topk,
+                                                          const int *pos0p, int *sel, int *nsel) {
+    int t = blockIdx.x;
+    int nI = (*pos0p + t + 1) / 4;
+    int *out = sel + (int64_t)t * topk;
+    if (nI <= topk) {
+        for (int i = threadIdx.x; i < nI; i += blockDim.x) out[i] = i;
+        if (threadIdx.x == 0) nsel[t] = nI;
+        return;
+    }
+    const float *sc = scores + (int64_t)t * sstride;
+    __shared__ int hist[256];
+    __shared__ uint32_t prefix_sh, mask_sh;
+    __shared__ int need_sh;
+    __shared__ int base_gt, base_eq;
+    if (threadIdx.x == 0) { prefix_sh = 0; mask_sh = 0; need_sh = topk; }
+    __syncthreads();
+    for (int pass = 0; pass < 4; pass++) {
+        int shift = 24 - 8 * pass;
+        for (int i = threadIdx.x; i < 256; i += blockDim.x) hist[i] = 0;
+        __syncthreads();
+        uint32_t prefix = prefix_sh, mask = mask_sh;
+        for (int i = threadIdx.x; i < nI; i += blockDim.x) {
+            uint32_t k = f2key(sc[i]);
+            if ((k & mask) == prefix) atomicAdd(&hist[(k >> shift) & 255], 1);
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            int need = need_sh, acc = 0, b = 255;
+            for (; b > 0; b--) { if (acc + hist[b] >= need) break; acc += hist[b]; }
+            need_sh = need - acc;
+            prefix_sh = prefix | ((uint32_t)b << shift);
+            mask_sh = mask | (255u << shift);
+        }
+        __syncthreads();
+    }
+    uint32_t thr = prefix_sh;     /* key of the k-th largest; need_sh of its ties are taken */
+    int need_eq = need_sh;
+    /* ordered compaction over index chunks: every key above the threshold,
+     * then the first need_eq ties in index order */
+    __shared__ int weq[TOPK_THREADS / 32 + 1], wtk[TOPK_THREADS / 32 + 1];
+    if (threadIdx.x == 0) { base_gt = 0; base_eq = 0; }
+    __syncthreads();
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    for (int c0 = 0; c0 < nI; c0 += blockDim.x) {
+        int i = c0 + threadIdx.x;
+        uint32_t k = i < nI ? f2key(sc[i]) : 0;
+        int gt = i < nI && k > thr, eq = i < nI && k == thr;
+        unsigned be = __ballot_sync(0xffffffffu, eq);
+        if (lane == 0) weq[w] = __popc(be);
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            int a = 0;
+            for (int q = 0; q < nw; q++) { int v = weq[q]; weq[q] = a; a += v; }
+            weq[nw] = a;
+        }
+        __syncthreads();
+        int eq_rank = base_eq + weq[w] + __popc(be & ((1u << lane) - 1));
+        int take = gt || (eq && eq_rank < need_eq);
+        unsigned bt = __ballot_sync(0xffffffffu, take);
+        if (lane == 0) wtk[w] = __popc(bt);
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            int a = 0;
+            for (int q = 0; q < nw; q++) { int v = wtk[q]; wtk[q] = a; a += v; }
+            wtk[nw] = a;
+        }
+        __syncthreads();
+        if (take) out[base_gt + wtk[w] + __popc(bt & ((1u << lane) - 1))] = i;
+        __syncthreads();
+        if (threadIdx.x == 0) { base_gt += wtk[nw]; base_eq += weq[nw]; }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) nsel[t] = topk;
+}
+void cu_idx_topk(const float *scores, int64_t score_stride, int T, int topk, const int *pos0p,
+                 int *sel, int *nsel, cudaStream_t st) {
+    k_idx_topk<<<T, TOPK_THREADS, 0, st>>>(scores, score_stride, topk, pos0p, sel, nsel);
+}
+
+/* ------------------------------------------------------------------ */
+/* attention with sinks (spec §10)                                     */
+
+#define ATT_WARPS 8
+#define ATT_MAXV 16     /* hd / 32 values per lane, hd <= 512 */
+
+__device__ __forceinline__ const float *att_row(int i, int nraw, int q, int pos0, int W, int hd, int ratio,
+                                                const float *kv_batch, const float *ring, const float *comp,
+                                                const int *sel_t) {
+    if (i < nraw) {
+        int j = q - nraw + 1 + i;
+        return j >= pos0 ? kv_batch + (int64_t)(j - pos0) * hd : ring + (int64_t)(j % W) * hd;
+    }
+    int c = i - nraw;
+    if (ratio == 4) c = sel_t[c];
+    return comp + (int64_t)c * hd;
+}
+
+__global__ void __launch_bounds__(ATT_WARPS * 32)
+k_attention(const float *q, const float *kv_batch, const float *ring, const float *comp, const int *sel,
+            const int *nsel, int topk, const float *sinks, int nh, int hd, int W, int ratio, int nrot,
+            const float *inv_freq, float scale, const int *pos0p, float *o) {
+    int h = blockIdx.x, t = blockIdx.y;
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    int pos0 = *pos0p, qp = pos0 + t;
+    int nraw = qp + 1 < W ? qp + 1 : W;
+    int ncomp = 0;
+    if (ratio == 4) ncomp = nsel[t];
+    else if (ratio > 0) ncomp = (qp + 1) / ratio;
+    int n = nraw + ncomp;
+    const int *sel_t = sel ? sel + (int64_t)t * topk : nullptr;
+    const float *qv = q + ((int64_t)t * nh + h) * hd;
+    int nv = hd / 32;
+    float qr[ATT_MAXV], acc[ATT_MAXV];
+#pragma unroll
+    for (int k = 0; k < ATT_MAXV; k++) { qr[k] = k < nv ? qv[k * 32 + lane] : 0.f; acc[k] = 0.f; }
+    float M = -INFINITY, L = 0.f;
+    for (int i = w; i < n; i += ATT_WARPS) {
+        const float *row = att_row(i, nraw, qp, pos0, W, hd, ratio, kv_batch, ring, comp, sel_t);
+        float rv[ATT_MAXV];
+        float s = 0.f;
+#pragma unroll
+        for (int k = 0; k < ATT_MAXV; k++) if (k < nv) { rv[k] = row[k * 32 + lane]; s += qr[k] * rv[k]; }
+        s = warp_sum(s) * scale;
+        float Mn = fmaxf(M, s);
+        float corr = expf(M - Mn), p = expf(s - Mn);
+        L = L * corr + p;
+#pragma unroll
+        for (int k = 0; k < ATT_MAXV; k++) if (k < nv) acc[k] = acc[k] * corr + p * rv[k];
+        M = Mn;
+    }
+    /* combine the warps with the sink */
+    __shared__ float sM[ATT_WARPS], sL[ATT_WARPS];
+    __shared__ float sacc[ATT_WARPS][512 + 1];
+    if (lane == 0) { sM[w] = M; sL[w] = L; }
+#pragma unroll
+    for (int k = 0; k < ATT_MAXV; k++) if (k < nv) sacc[w][k * 32 + lane] = acc[k];
+    __syncthreads();
+    float sink = sinks[h];
+    float Mt = sink;
+    for (int k = 0; k < ATT_WARPS; k++) Mt = fmaxf(Mt, sM[k]);
+    float den = expf(sink - Mt);
+    float fac[ATT_WARPS];
+    for (int k = 0; k < ATT_WARPS; k++) {
+        fac[k] = sM[k] == -INFINITY ? 0.f : expf(sM[k] - Mt);
+        den += sL[k] * fac[k];
+    }
+    float inv = 1.0f / den;
+    __shared__ float ov[512];
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+        float v = 0.f;
+        for (int k = 0; k < ATT_WARPS; k++) v += sacc[k][d] * fac[k];
+        ov[d] = v * inv;
+    }
+    __syncthreads();
+    d_rope_tail_sh(ov, hd, nrot, inv_freq, qp, 1);
+    __syncthreads();
+    float *out = o + ((int64_t)t * nh + h) * hd;
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) out[d] = ov[d];
+}
+
+void cu_attention(const float *q, const float *kv_batch, const float *ring, const float *comp,
+                  const int *sel, const int *nsel, int topk, const float *sinks, int T, int nh, int hd,
+                  int W, int ratio, int nrot, const float *inv_freq, float scale, const int *pos0p,
+                  float *o, cudaStream_t st) {
+    k_attention<<<dim3(nh, T), ATT_WARPS * 32, 0, st>>>(q, kv_batch, ring, comp, sel, nsel, topk, sinks, nh, hd,
+                                                        W, ratio, nrot, inv_freq, scale, pos0p, o);
+}
+
+/* ------------------------------------------------------------------ */
+/* router and MoE (spec §11)                                           */
+
+__global__ void k_router(const float *logits, const float *bias, const int32_t *tid2eid, const int32_t *tokens,
+                         int E, int K, float route_scale, int *sel, float *wout) {
+    int t = blockIdx.x;
+    extern __shared__ float sc[];     /* E scores + E selection values */
+    float *sv = sc + E;
+    for (int e = threadIdx.x; e < E; e += blockDim.x) {
+        float s = sqrtf(softplus_stable(logits[(int64_t)t * E + e]));
+        sc[e] = s;
+        sv[e] = bias ? s + bias[e] : s;
+    }
+    __syncthreads();
+    if (threadIdx.x != 0) return;
+    int idx[16];
+    if (tid2eid) {
+        for (int k = 0; k < K; k++) idx[k] = tid2eid[(int64_t)tokens[t] * K + k];
+    } else {
+        /* repeated arg-max, strict >, so the lower index wins ties */
+        for (int k = 0; k < K; k++) {
+            int best = -1; float bv = -INFINITY;
+            for (int e = 0; e < E; e++) {
+                bool used = false;
+                for (int j = 0; j < k; j++) used |= idx[j] == e;
+                if (used) continue;
+                if (best < 0 || sv[e] > bv) { best = e; bv = sv[e]; }
+            }
+            idx[k] = best;
+        }
+    }
+    float sum = 0.f;
+    for (int k = 0; k < K; k++) sum += sc[idx[k]];
+    if (sum < 6.103515625e-5f) sum = 6.103515625e-5f;
+    for (int k = 0; k < K; k++) {
+        sel[t * K + k] = idx[k];
+        wout[t * K + k] = sc[idx[k]] / sum * route_scale;
+    }
+}
+void cu_router(const float *logits, const float *bias, const int32_t *tid2eid, const int32_t *tokens,
+               int T, int E, int K, float route_scale, int *sel, float *w, cudaStream_t st) {
+    k_router<<<T, 128, 2 * E * sizeof(float), st>>>(logits, bias, tid2eid, tokens, E, K, route_scale, sel, w);
+}
+
+/* Pairs (token*K + slot) grouped by expert into tiles of at most nt pairs. One block. */
+__global__ void k_moe_tiles(const int *sel, int P, int E, int nt, int *pairs, int *tstart, int *tcount,
+                            int *texpert, int *ntiles) {
+    extern __shared__ int smem[];
+    int *cnt = smem, *off = smem + E, *fill = smem + 2 * E, *toff = smem + 3 * E;
+    for (int e = threadIdx.x; e < E; e += blockDim.x) { cnt[e] = 0; fill[e] = 0; }
+    __syncthreads();
+    for (int p = threadIdx.x; p < P; p += blockDim.x) atomicAdd(&cnt[sel[p]], 1);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int a = 0, tt = 0;
+        for (int e = 0; e < E; e++) { off[e] = a; a += cnt[e]; toff[e] = tt; tt += (cnt[e] + nt - 1) / nt; }
+        *ntiles = tt;
+    }
+    __syncthreads();
+    /* deterministic order inside an expert: by pair id (each thread scans its own experts) */
+    for (int e = threadIdx.x; e < E; e += blockDim.x) {
+        if (!cnt[e]) continue;
+        int k = 0;
+        for (int p = 0; p < P; p++) if (sel[p] == e) pairs[off[e] + k++] = p;
+        for (int i = 0; i < (cnt[e] + nt - 1) / nt; i++) {
+            int ti = toff[e] + i;
+            tstart[ti] = off[e] + i * nt;
+            tcount[ti] = min(nt, cnt[e] - i * nt);
+            texpert[ti] = e;
+        }
+    }
+}
+void cu_moe_tiles(const int *sel, int P, int E, int nt, int *pairs, int *tstart, int *tcount, int *texpert,
+                  int *ntiles, cudaStream_t st) {
+    k_moe_tiles<<<1, 256, 4 * E * sizeof(int), st>>>(sel, P, E, nt, pairs, tstart, tcount, texpert, ntiles);
+}
+
+__global__ void k_swiglu(const float *g, const float *u, const float *w, int F, float limit, float *mid) {
+    int p = blockIdx.y;
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= F) return;
+    float gv = g[(int64_t)p * F + i], uv = u[(int64_t)p * F + i];
+    if (limit > 1e-6f) {
+        if (gv > limit) gv = limit;
+        if (uv > limit) uv = limit;
+        if (uv < -limit) uv = -limit;
+    }
+    float s = gv * sigmoid_stable(gv) * uv;
+    if (w) s *= w[p];
+    mid[(int64_t)p * F + i] = s;
+}
+void cu_swiglu(const float *g, const float *u, const float *w, int P, int F, float limit, float *mid,
+               cudaStream_t st) {
+    k_swiglu<<<dim3((F + 255) / 256, P), 256, 0, st>>>(g, u, w, F, limit, mid);
+}
+
+__global__ void k_moe_sum(const float *outp, int K, int D, float *m) {
+    int t = blockIdx.y;
+    int d = blockIdx.x * blockDim.x + threadIdx.x;
+    if (d >= D) return;
+    float s = 0.f;
+    for (int k = 0; k < K; k++) s += outp[((int64_t)t * K + k) * D + d];
+    m[(int64_t)t * D + d] = s;
+}
+void cu_moe_sum(const float *outp, int T, int K, int D, float *m, cudaStream_t st) {
+    k_moe_sum<<<dim3((D + 255) / 256, T), 256, 0, st>>>(outp, K, D, m);
+}
+
+/* ------------------------------------------------------------------ */
+/* argmax (greedy bench decode) and synthetic weights                  */
+
+__global__ void k_argmax(const float *x, int64_t n, int skip, int *out) {
+    __shared__ float bv[1024];
+    __shared__ int bi[1024];
+    float best = -INFINITY; int idx = 0x7fffffff;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+        if (i == skip) continue;
+        float v = x[i];
+        if (v > best || (v == best && i < idx)) { best = v; idx = (int)i; }
+    }
+    bv[threadIdx.x] = best; bi[threadIdx.x] = idx;
+    __syncthreads();
+    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s) {
+            float ov = bv[threadIdx.x + s]; int oi = bi[threadIdx.x + s];
+            if (ov > bv[threadIdx.x] || (ov == bv[threadIdx.x] && oi < bi[threadIdx.x])) { bv[threadIdx.x] = ov; bi[threadIdx.x] = oi; }
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) *out = bi[0];
+}
+void cu_argmax(const float *x, int64_t n, int skip, int *out, cudaStream_t st) {
+    k_argmax<<<1, 1024, 0, st>>>(x, n, skip, out);
+}
+
+__device__ __forceinline__ uint32_t hash32(uint64_t x) {
+    x ^= x >> 33; x *= 0xff51afd7ed558ccdULL; x ^= x >> 33; x *= 0xc4ceb9fe1a85ec53ULL; x ^= x >> 33;
+    return (uint32_t)x;
+}
+__device__ __forceinline__ float hash_unit(uint64_t x) { return (float)(hash32(x) >> 8) * (1.0f / 16777216.0f) * 2.f - 1.f; }
+
+/* Synthetic weights: plain floats uniform in [-scale, scale]; block formats get
+ * random codes with block scales chosen so the dequantized values are of
+ * order `scale` (never NaN/inf). */
+__global__ void k_synth(uint8_t *dst, int type, int64_t nbytes_or_nel, int64_t nblocks, uint64_t seed, float scale) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    if (type == CU_TYPE_F32) {
+        for (; i < nbytes_or_nel; i += stride) ((float *)dst)[i] = hash_unit(seed + i) * scale;
+    } else if (type == CU_TYPE_F16) {
+        for (; i < nbytes_or_nel; i += stride) ((__half *)dst)[i] = __float2half(hash_unit(seed + i) * scale);
+    } else if (type == CU_TYPE_BF16) {
+        for (; i < nbytes_or_nel; i += stride) ((__nv_bfloat16 *)dst)[i] = __float2bfloat16(hash_unit(seed + i) * scale);
+    } else if (type == CU_TYPE_I32) {
+        for (; i < nbytes_or_nel; i += stride) ((int32_t *)dst)[i] = (int32_t)(hash32(seed + i) % (uint32_t)scale);
+    } else {
+        /* block formats: random bytes, then fix the scale fields per block */
+        for (int64_t b = i; b < nbytes_or_nel / 4; b += stride) ((uint32_t *)dst)[b] = hash32(seed * 31 + b);
+        /* trailing bytes (block sizes not multiple of 4 overall are handled by the caller's padding) */
+    }
+}
+__global__ void k_synth_scales(uint8_t *dst, int type, int64_t nblocks, float scale) {
+    int64_t b = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    for (; b < nblocks; b += stride) {
+        switch (type) {
+        case CU_TYPE_Q8_0: { __half h = __float2half(scale / 127.f); *(__half *)(dst + b * 34) = h; break; }
+        case CU_TYPE_Q2_K: { uint8_t *p = dst + b * 84; *(__half *)(p + 80) = __float2half(scale / 24.f); *(__half *)(p + 82) = __float2half(scale / 48.f); break; }
+        case CU_TYPE_Q4_K: { uint8_t *p = dst + b * 144; *(__half *)p = __float2half(scale / 400.f); *(__half *)(p + 2) = __float2half(scale / 800.f); break; }
+        case CU_TYPE_IQ2_XXS: { uint8_t *p = dst + b * 66; *(__half *)p = __float2half(scale / 100.f); break; }
+        case CU_TYPE_MXFP4: { dst[b * 17] = (uint8_t)(127 - 2); break; }
+        default: break;
+        }
+    }
+}
+void cu_synth_fill(void *dst, int type, int64_t nel, uint64_t seed, float scale, cudaStream_t st) {
+    int64_t nbytes = 0, nblocks = 0;
+    switch (type) {
+    case CU_TYPE_F32: case CU_TYPE_I32: nbytes = nel; break;
+    case CU_TYPE_F16: case CU_TYPE_BF16: nbytes = nel; break;
+    case CU_TYPE_Q8_0: nblocks = nel / 32; nbytes = nblocks * 34; break;
+    case CU_TYPE_Q2_K: nblocks = nel / 256; nbytes = nblocks * 84; break;
+    case CU_TYPE_Q4_K: nblocks = nel / 256; nbytes = nblocks * 144; break;
+    case CU_TYPE_IQ2_XXS: nblocks = nel / 256; nbytes = nblocks * 66; break;
+    case CU_TYPE_MXFP4: nblocks = nel / 32; nbytes = nblocks * 17; break;
+    default: return;
+    }
+    k_synth<<<4096, 256, 0, st>>>((uint8_t *)dst, type, nbytes, nblocks, seed, scale);
+    if (nblocks) k_synth_scales<<<4096, 256, 0, st>>>((uint8_t *)dst, type, nblocks, scale);
+}
+
+void cu_ops_init(void) {
+    cudaFuncSetAttribute(k_idx_scores, cudaFuncAttributeMaxDynamicSharedMemorySize, 160 * 1024);
+}

@@ -1,0 +1,109 @@
+/* cu_ops.h: host-side launchers of the CUDA backend's kernels (cu_gemv.cu,
+ * cu_ops.cu), called by the forward pass in cu_forward.cu.
+ *
+ * Every launcher takes a stream and enqueues work without synchronising, so
+ * a whole decode step can be captured into a CUDA graph. Positions are read
+ * on the device from *pos0p (the batch's first absolute position), never
+ * passed by value, so one captured graph serves every step of its shape.
+ */
+#ifndef MINKE_CU_OPS_H
+#define MINKE_CU_OPS_H
+
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+typedef struct cu_gemv_args {
+    const void *w;            /* weights (expert 0 when tiled by expert) */
+    int wtype;
+    int64_t rows, in;
+    uint64_t row_bytes, expert_bytes;
+    const void *act;          /* activation rows in cu_act_type(wtype) format */
+    int64_t act_stride;       /* bytes between activation rows */
+    int act_div;              /* activation row = id / act_div (pairs -> tokens) */
+    float *out;
+    int64_t out_stride;       /* floats between output rows */
+    int accumulate;           /* add to out instead of storing */
+    int ntok;                 /* dense mode: number of activation rows */
+    int nt_hint;              /* rows per tile: 1, 4 or 8 */
+    int64_t group_rows;       /* grouped input: row r reads the activation at */
+    int64_t group_act_bytes;  /*   (r / group_rows) * group_act_bytes; 0 = off */
+    const int *tile_pairs, *tile_start, *tile_count, *tile_expert, *n_tiles; /* MoE mode */
+    int items;                /* filled by cu_gemv */
+} cu_gemv_args;
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+int cu_gemv_supported(int type);
+int cu_gemv_items(int type, int64_t in);
+int cu_act_type(int wtype);
+int64_t cu_act_row_bytes(int atype, int64_t n);
+/* ntiles: grid height (dense: ceil(ntok / nt_hint); MoE: the maximum tile count). */
+void cu_gemv(const cu_gemv_args *g, int ntiles, cudaStream_t st);
+void cu_quantize_act(int atype, const float *x, void *out, int64_t nrows, int64_t n, cudaStream_t st);
+int cu_tables_init(const uint64_t *grid, const uint8_t *signs, const int8_t *kvalues);
+
+/* ---- cu_ops.cu ---- */
+void cu_ops_init(void);   /* kernel attributes, once per process */
+void cu_embed(const int32_t *tokens, int T, const void *emb, int etype, int D, int nhc, float *X, cudaStream_t st);
+
+/* HC pre/head: mix = fn . X_flat * rms, then (pre/post/comb + u = sum pre X, x = rmsnorm(u; norm))
+ * or, with head = 1, w = sigmoid(mix*scale+base)+eps, x = sum w X (no norm). */
+void cu_hc_pre(const float *X, int T, int D, int nhc, const void *fn, int fntype, int nmix,
+               const float *scale, const float *base, const float *norm_w, int iters, float hc_eps,
+               float rms_eps, int head, float *partial, double *psq, float *x, float *post, float *comb,
+               cudaStream_t st);
+void cu_hc_post(const float *X, const float *f1, const float *f2, const float *post, const float *comb,
+                int T, int D, int nhc, float *Xout, cudaStream_t st);
+
+void cu_rmsnorm(const float *x, const float *w, int nrows, int n, float eps, float *y, cudaStream_t st);
+void cu_add(const float *a, const float *b, float *y, int64_t n, cudaStream_t st);
+
+/* per-head unweighted RMSNorm then RoPE of the tail at pos0 + t */
+void cu_qhead_norm_rope(float *q, int T, int nh, int hd, int nrot, const float *inv_freq,
+                        const int *pos0p, float eps, cudaStream_t st);
+/* kv row: rmsnorm(w) + RoPE + FP8 sim of the first nope dims (sims) + optional f16 rounding */
+void cu_kv_finish(const float *kvp, const float *w, int T, int hd, int nrot, const float *inv_freq,
+                  const int *pos0p, float eps, int sims, int f16round, float *kv_out, cudaStream_t st);
+void cu_raw_store(const float *kv, int T, int hd, int W, const int *pos0p, float *ring, cudaStream_t st);
+
+/* compressor: emitted rows of the batch into rows[], then the carried state */
+void cu_comp_emit(const float *a, const float *s, int T, const void *ape, int apetype, int m, int d,
+                  float *Skv, float *Ssc, const float *norm_w, float eps, int nrot, const float *inv_freq,
+                  const int *pos0p, int sims, int is_index, int f16round, float *rows, cudaStream_t st);
+void cu_comp_state(const float *a, const float *s, int T, const void *ape, int apetype, int m, int d,
+                   float *Skv, float *Ssc, const int *pos0p, cudaStream_t st);
+
+/* indexer */
+void cu_idx_q_prep(float *qI, int T, int nh, int hd, int nrot, const float *inv_freq, const int *pos0p,
+                   int sims, cudaStream_t st);
+void cu_idx_scores(const float *qI, const float *wI, const float *rows, int T, int nh, int hd, float wscale,
+                   int topk, int max_rows, const int *pos0p, float *scores, int64_t score_stride, cudaStream_t st);
+void cu_idx_topk(const float *scores, int64_t score_stride, int T, int topk, const int *pos0p,
+                 int *sel, int *nsel, cudaStream_t st);
+
+/* attention with sinks + inverse RoPE of the output */
+void cu_attention(const float *q, const float *kv_batch, const float *ring, const float *comp,
+                  const int *sel, const int *nsel, int topk, const float *sinks, int T, int nh, int hd,
+                  int W, int ratio, int nrot, const float *inv_freq, float scale, const int *pos0p,
+                  float *o, cudaStream_t st);
+
+/* router + MoE */
+void cu_router(const float *logits, const float *bias, const int32_t *tid2eid, const int32_t *tokens,
+               int T, int E, int K, float route_scale, int *sel, float *w, cudaStream_t st);
+void cu_moe_tiles(const int *sel, int P, int E, int nt, int *pairs, int *tstart, int *tcount, int *texpert,
+                  int *ntiles, cudaStream_t st);
+void cu_swiglu(const float *g, const float *u, const float *w, int P, int F, float limit, float *mid,
+               cudaStream_t st);
+void cu_moe_sum(const float *outp, int T, int K, int D, float *m, cudaStream_t st);
+
+/* argmax over n floats per row, skipping index `skip` (-1 none) */
+void cu_argmax(const float *x, int64_t n, int skip, int *out, cudaStream_t st);
+/* deterministic fill of n bytes of synthetic weights for a type (bench) */
+void cu_synth_fill(void *dst, int type, int64_t nel, uint64_t seed, float scale, cudaStream_t st);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

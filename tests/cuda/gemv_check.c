@@ -1,0 +1,148 @@
+/* gemv_check.c: the CUDA matrix-vector kernels against src/quant on random
+ * data, for every weight type the backend supports: activation quantization
+ * must match the CPU byte for byte, and y = W x within float rounding
+ * (relative 1e-5 of max|y|). Also times a Flash-sized row set per type.
+ * Run on a GPU machine (tests/run-cuda.sh).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cuda_runtime_api.h>
+
+#include "quant/quant.h"
+#include "cuda/cu_ops.h"
+
+static uint64_t rng = 88172645463325252ull;
+static float frand(void) {
+    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+    return (float)((rng >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
+}
+
+#define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("FAIL cuda %s: %s\n", #x, cudaGetErrorString(e_)); exit(1); } } while (0)
+
+static int tables_ready = 0;
+static void tables(void) {
+    if (tables_ready) return;
+    uint64_t grid[256]; uint8_t signs[128]; int8_t kv[16];
+    const quant_traits *iq = quant_get(GGML_TYPE_IQ2_XXS), *mx = quant_get(GGML_TYPE_MXFP4);
+    for (int k = 0; k < 256; k++) {
+        uint8_t blk[66] = {0}; float out[256];
+        blk[1] = 0x3C; blk[2] = (uint8_t)k; blk[9] = 0x30;
+        iq->dequant(blk, out, 256);
+        uint64_t v = 0;
+        for (int j = 0; j < 8; j++) v |= (uint64_t)(uint8_t)lrintf(out[j] / 0.875f) << (8 * j);
+        grid[k] = v;
+    }
+    for (int i = 0; i < 128; i++) signs[i] = (uint8_t)(i | ((__builtin_popcount(i) & 1) << 7));
+    for (int i = 0; i < 16; i++) {
+        uint8_t blk[17] = {0}; float out[32];
+        blk[0] = 128; blk[1] = (uint8_t)i;
+        mx->dequant(blk, out, 32);
+        kv[i] = (int8_t)lrintf(out[0] * 2.0f);
+    }
+    if (cu_tables_init(grid, signs, kv)) { printf("FAIL tables\n"); exit(1); }
+    tables_ready = 1;
+}
+
+static int check_type(int type, int64_t rows, int64_t in, int T, int timing) {
+    const quant_traits *tr = quant_get(type);
+    uint64_t rb = quant_row_bytes(type, in);
+    float *wf = malloc(sizeof(float) * in), *x = malloc(sizeof(float) * T * in);
+    uint8_t *W = malloc(rb * rows);
+    for (int64_t r = 0; r < rows; r++) {
+        for (int64_t i = 0; i < in; i++) wf[i] = frand() * (1.0f + (r % 7));
+        tr->quant(wf, W + r * rb, in);
+    }
+    for (int64_t i = 0; i < T * in; i++) x[i] = frand() * (i % 13 == 0 ? 10.0f : 1.0f);
+    float *yref = malloc(sizeof(float) * T * rows), *ygpu = malloc(sizeof(float) * T * rows);
+    for (int t = 0; t < T; t++) {
+        float *yt = malloc(sizeof(float) * rows);
+        quant_matvec(type, W, rows, in, x + t * in, yt);
+        for (int64_t r = 0; r < rows; r++) yref[t * rows + r] = yt[r];
+        free(yt);
+    }
+    void *dW, *dact; float *dx, *dy;
+    int at = cu_act_type(type);
+    int64_t arb = cu_act_row_bytes(at, in);
+    CK(cudaMalloc(&dW, rb * rows)); CK(cudaMalloc((void **)&dx, sizeof(float) * T * in));
+    CK(cudaMalloc(&dact, arb * T + 64)); CK(cudaMalloc((void **)&dy, sizeof(float) * T * rows));
+    CK(cudaMemcpy(dW, W, rb * rows, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dx, x, sizeof(float) * T * in, cudaMemcpyHostToDevice));
+    int fail = 0;
+    const void *act = dx;
+    int64_t astride = in * 4;
+    if (at != 0) {
+        cu_quantize_act(at, dx, dact, T, in, 0);
+        act = dact; astride = arb;
+        /* byte-exact against the CPU quantizer */
+        uint8_t *hq = malloc(arb * T), *cq = malloc(arb * T);
+        CK(cudaMemcpy(hq, dact, arb * T, cudaMemcpyDeviceToHost));
+        for (int t = 0; t < T; t++) quant_quantize_activation(tr->vec_dot_type, x + t * in, cq + t * arb, in);
+        if (memcmp(hq, cq, arb * T)) { printf("FAIL %s: activation quantization differs from the CPU\n", tr->name); fail = 1; }
+        free(hq); free(cq);
+    }
+    cu_gemv_args g;
+    memset(&g, 0, sizeof g);
+    g.w = dW; g.wtype = type; g.rows = rows; g.in = in; g.row_bytes = rb; g.act = act; g.act_stride = astride;
+    g.act_div = 1; g.out = dy; g.out_stride = rows; g.ntok = T;
+    for (int nt = 1; nt <= 8; nt = nt == 1 ? 4 : 8) {
+        g.nt_hint = nt;
+        CK(cudaMemset(dy, 0xFF, sizeof(float) * T * rows));
+        cu_gemv(&g, (T + nt - 1) / nt, 0);
+        CK(cudaGetLastError());
+        CK(cudaMemcpy(ygpu, dy, sizeof(float) * T * rows, cudaMemcpyDeviceToHost));
+        double md = 0, mr = 0;
+        for (int64_t i = 0; i < T * rows; i++) {
+            if (fabs(yref[i]) > mr) mr = fabs(yref[i]);
+            double d = fabs((double)yref[i] - ygpu[i]);
+            if (!(d <= md)) md = isnan(d) ? INFINITY : d;
+        }
+        double rel = md / (mr > 0 ? mr : 1);
+        int bad = !(rel <= 1e-5);
+        printf("%s gemv %-8s rows %5lld in %5lld T %d tile %d: rel err %.2e\n", bad ? "FAIL" : "ok  ", tr->name,
+               (long long)rows, (long long)in, T, nt, rel);
+        fail |= bad;
+    }
+    if (timing) {
+        /* decode-shaped timing: T = 1 over a weight set far larger than L2 */
+        int64_t R = (int64_t)((1ull << 30) / rb);
+        void *big;
+        if (cudaMalloc(&big, rb * R) == cudaSuccess) {
+            float *yb; CK(cudaMalloc((void **)&yb, sizeof(float) * R));
+            cu_synth_fill(big, type, R * in, 1234, 0.01f, 0);
+            cu_gemv_args b = g;
+            b.w = big; b.rows = R; b.out = yb; b.out_stride = R; b.ntok = 1; b.nt_hint = 1;
+            cudaEvent_t e0, e1; cudaEventCreate(&e0); cudaEventCreate(&e1);
+            cu_gemv(&b, 1, 0);
+            cudaEventRecord(e0, 0);
+            for (int i = 0; i < 20; i++) cu_gemv(&b, 1, 0);
+            cudaEventRecord(e1, 0);
+            cudaEventSynchronize(e1);
+            float ms; cudaEventElapsedTime(&ms, e0, e1);
+            ms /= 20;
+            printf("time gemv %-8s %6.2f MB: %.3f ms, %.0f GB/s\n", tr->name, rb * R / 1e6, ms, rb * R / (ms * 1e-3) / 1e9);
+            cudaFree(yb); cudaFree(big);
+        }
+    }
+    cudaFree(dW); cudaFree(dx); cudaFree(dact); cudaFree(dy);
+    free(wf); free(x); free(W); free(yref); free(ygpu);
+    return fail;
+}
+
+int main(int argc, char **argv) {
+    int timing = argc > 1 && !strcmp(argv[1], "--time");
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess || n < 1) { printf("SKIP no CUDA device\n"); return 0; }
+    tables();
+    int types[] = {GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_Q8_0, GGML_TYPE_Q2_K, GGML_TYPE_Q4_K,
+                   GGML_TYPE_IQ2_XXS, GGML_TYPE_MXFP4};
+    int fail = 0;
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        if (!quant_get(types[i])) { printf("skip type %d (not in src/quant)\n", types[i]); continue; }
+        fail |= check_type(types[i], 300, 1024, 5, 0);
+        fail |= check_type(types[i], 77, 4096, 9, timing);
+    }
+    printf("%s\n", fail ? "gemv_check: FAILED" : "gemv_check: all ok");
+    return fail;
+}

@@ -1,0 +1,74 @@
+#!/bin/sh
+# run-cuda.sh: the CUDA backend's checks, run on a machine with an NVIDIA GPU
+# (make test-cuda, or directly with MINKE_BIN = a CUDA build of minke and
+# MINKE_BUILD = its build dir holding tests/cuda/*):
+#   1. gemv_check: every quantized matmul kernel against src/quant;
+#   2. tiny-a (tests/fixtures/oracle) converted to F32 and to the default q2
+#      policy: CUDA logits vs CPU logits for one prefill, uneven chunks and
+#      token-by-token decode (CUDA graphs), simulations on and off: same
+#      argmax at every position, max|diff| <= 1e-3 x max|logit|;
+#   3. compute-sanitizer memcheck of a CUDA run on the tiny model.
+# Set CUDA_TEST_QUICK=1 to skip the sanitizer.
+cd "$(dirname "$0")/.." || exit 1
+B=${MINKE_BUILD:-build/cuda}
+M=${MINKE_BIN:-$(pwd)/minke}
+T=$B/tmp/cuda
+mkdir -p "$T"
+pass=0; fail=0; failed=""
+ok() { pass=$((pass+1)); echo "PASS $1"; }
+bad() { fail=$((fail+1)); failed="$failed $1"; echo "FAIL $1"; }
+
+if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
+    echo "SKIP: no NVIDIA GPU here"; exit 0
+fi
+nvidia-smi -L
+
+if "$B/tests/cuda/gemv_check" ${GEMV_TIME:+--time} > "$T/gemv.log" 2>&1; then ok gemv_check; else bad gemv_check; fi
+grep -E '^(FAIL|time)' "$T/gemv.log"
+
+FIX=tests/fixtures/oracle/tiny-a
+TOK=$FIX/tokens.i32
+NTOK=$(( $(wc -c < "$TOK") / 4 ))
+"$M" convert "$FIX" -o "$T/tiny-f32.gguf" --experts f32 --dense f32 --no-progress > "$T/conv.log" 2>&1 || bad convert-f32
+"$M" convert "$FIX" -o "$T/tiny-q2.gguf" --no-progress >> "$T/conv.log" 2>&1 || bad convert-q2
+
+for model in f32 q2; do
+    for sims in on off; do
+        G="$T/tiny-$model.gguf"
+        R="$T/cpu-$model-$sims.f32"
+        if ! "$M" logits -m "$G" --tokens "$TOK" --out "$R" --backend cpu --sims $sims > "$T/cpu-$model-$sims.log" 2>&1; then
+            bad "cpu-logits-$model-$sims"; cat "$T/cpu-$model-$sims.log"; continue
+        fi
+        V=$(( $(wc -c < "$R") / 4 / NTOK ))
+        for mode in prefill chunk7 chunk64 decode; do
+            case $mode in
+                prefill) opt="" ;;
+                chunk7) opt="--chunk 7" ;;
+                chunk64) opt="--chunk 64" ;;
+                decode) opt="--decode" ;;
+            esac
+            name="tiny-$model-sims$sims-$mode"
+            O="$T/cuda-$model-$sims-$mode.f32"
+            if ! "$M" logits -m "$G" --tokens "$TOK" --out "$O" --backend cuda --sims $sims $opt > "$T/$name.log" 2>&1; then
+                bad "$name"; tail -5 "$T/$name.log"; continue
+            fi
+            if "$B/tests/cuda/cmp_f32" "$R" "$O" "$V" 1e-3 --argmax --label "$name"; then ok "$name"; else bad "$name"; fi
+        done
+    done
+done
+
+if [ -z "${CUDA_TEST_QUICK:-}" ] && command -v compute-sanitizer >/dev/null 2>&1; then
+    head -c 160 "$TOK" > "$T/tok40.i32"
+    if compute-sanitizer --tool memcheck --error-exitcode 99 --print-limit 20 \
+        "$M" logits -m "$T/tiny-q2.gguf" --tokens "$T/tok40.i32" --out "$T/san.f32" --backend cuda --chunk 7 \
+        > "$T/sanitizer.log" 2>&1 &&
+       compute-sanitizer --tool memcheck --error-exitcode 99 --print-limit 20 \
+        "$M" logits -m "$T/tiny-q2.gguf" --tokens "$T/tok40.i32" --out "$T/san2.f32" --backend cuda --decode \
+        >> "$T/sanitizer.log" 2>&1; then
+        ok memcheck
+    else
+        bad memcheck; tail -40 "$T/sanitizer.log"
+    fi
+fi
+echo "$pass passed, $fail failed${failed:+:$failed}"
+[ "$fail" -eq 0 ]
