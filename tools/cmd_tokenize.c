@@ -168,6 +168,7 @@ int cmd_tokenize(int argc, char **argv) {
     ssize_t len;
     while ((len = getline(&line, &cap, in)) > 0) {
         while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) len--;
+        if (len == 0) { put_error(out, "empty line"); continue; }
         json_error_t je;
         json_t *j = json_loadb(line, (size_t)len, JSON_ALLOW_NUL, &je);
         if (!j || !json_is_object(j)) {

@@ -429,7 +429,7 @@ tokenizer *tokenizer_from_gguf(const gguf_file *f, char *err, size_t errlen) {
         for (uint64_t i = 0; i < ktype->arr_n; i++) {
             double v = 0;
             if (gguf_arr_get_num(ktype, i, &v)) { seterr(err, errlen, "bad tokenizer.ggml.token_type"); goto done; }
-            types[i] = (int32_t)v;
+            types[i] = (v >= -1e6 && v <= 1e6) ? (int32_t)v : 0; /* nonsense values: "undefined" */
         }
     }
     t = tokenizer_from_arrays(toks, types, (size_t)ktok->arr_n, mers, (size_t)kmer->arr_n, err, errlen);
@@ -465,6 +465,7 @@ typedef struct {
     int32_t *rank;     /* rank of pair (k, k+1), INT32_MAX if none */
     int32_t *merged;   /* id of that pair's merge */
     int32_t *prev, *next;
+    /* heap size stays below 2n: n-1 initial pairs, then each merge pops one and pushes at most two */
     struct heap_ent { int32_t rank, pos, left, right; } *heap;
     size_t cap, heap_n;
     /* pre-tokenizer arrays */
