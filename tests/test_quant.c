@@ -157,14 +157,14 @@ static void test_fp8_fp4_fixture(json_t *root)
             CHECK(isnan(got), "e4m3 %02x should be NaN", c);
             CHECK(fp8_e4m3_to_f32_nan0((uint8_t)c) == 0.0f, "e4m3 nan0 %02x", c);
         } else {
-            float want = (float)json_real_value(v);
+            float want = (float)json_number_value(v);
             CHECK(got == want && signbit(got) == signbit(want), "e4m3 %02x: %g vs %g", c, got, want);
             CHECK(f32_to_fp8_e4m3(got) == c, "e4m3 encode(decode(%02x)) = %02x", c, f32_to_fp8_e4m3(got));
         }
     }
     vals = json_object_get(json_object_get(formats, "e2m1_decode"), "values");
     for (int c = 0; c < 16; c++) {
-        float want = (float)json_real_value(json_array_get(vals, c));
+        float want = (float)json_number_value(json_array_get(vals, c));
         CHECK(same_float(e2m1_to_f32((uint8_t)c), want), "e2m1 %d", c);
         CHECK(e2m1_to_f32((uint8_t)(c | 0xF0)) == e2m1_to_f32((uint8_t)c), "e2m1 uses low nibble");
         if (c != 8) CHECK(f32_to_e2m1(want) == c, "e2m1 encode %g", want);
@@ -173,7 +173,7 @@ static void test_fp8_fp4_fixture(json_t *root)
     for (int b = 0; b < 256 && b < (int)json_array_size(vals); b++) {
         json_t *v = json_array_get(vals, b);
         if (json_is_null(v)) CHECK(isnan(e8m0_to_f32((uint8_t)b)), "e8m0 %d NaN", b);
-        else CHECK(e8m0_to_f32((uint8_t)b) == (float)json_real_value(v), "e8m0 %d", b);
+        else CHECK(e8m0_to_f32((uint8_t)b) == (float)json_number_value(v), "e8m0 %d", b);
     }
     CHECK(e8m0_to_f32(0) == ldexpf(1.0f, -127), "e8m0 byte 0 = 2^-127");
 
@@ -187,17 +187,17 @@ static void test_fp8_fp4_fixture(json_t *root)
         for (size_t b = 0; b * 64 < json_array_size(row); b++) {
             float v[64], amax = 0;
             for (int i = 0; i < 64; i++) {
-                v[i] = (float)json_real_value(json_array_get(row, b * 64 + i));
+                v[i] = (float)json_number_value(json_array_get(row, b * 64 + i));
                 amax = fmaxf(amax, fabsf(v[i]));
             }
             amax = fmaxf(amax, 1e-4f);
             float s = ceil_pow2_from_bits(amax * (1.0f / 448.0f));
-            float want_s = (float)json_real_value(json_array_get(json_array_get(sc, r), b));
+            float want_s = (float)json_number_value(json_array_get(json_array_get(sc, r), b));
             CHECK(s == want_s, "fp8 sim scale row %zu block %zu", r, b);
             for (int i = 0; i < 64; i++) {
                 float u = fminf(fmaxf(v[i] / s, -448.0f), 448.0f);
                 float got = fp8_e4m3_to_f32(f32_to_fp8_e4m3(u)) * s;
-                float want = (float)json_real_value(json_array_get(orow, b * 64 + i));
+                float want = (float)json_number_value(json_array_get(orow, b * 64 + i));
                 nchk++;
                 if (got != want) nbad++;
             }
@@ -216,17 +216,17 @@ static void test_fp8_fp4_fixture(json_t *root)
         for (size_t b = 0; b * 32 < json_array_size(row); b++) {
             float v[32], amax = 0;
             for (int i = 0; i < 32; i++) {
-                v[i] = (float)json_real_value(json_array_get(row, b * 32 + i));
+                v[i] = (float)json_number_value(json_array_get(row, b * 32 + i));
                 amax = fmaxf(amax, fabsf(v[i]));
             }
             amax = fmaxf(amax, 6.0f * ldexpf(1.0f, -126));
             float s = ceil_pow2_from_bits(amax * (1.0f / 6.0f));
-            CHECK(s == (float)json_real_value(json_array_get(json_array_get(sc, r), b)),
+            CHECK(s == (float)json_number_value(json_array_get(json_array_get(sc, r), b)),
                   "fp4 sim scale row %zu block %zu", r, b);
             for (int i = 0; i < 32; i++) {
                 float u = fminf(fmaxf(v[i] / s, -6.0f), 6.0f);
                 float got = e2m1_to_f32(f32_to_e2m1(u)) * s;
-                float want = (float)json_real_value(json_array_get(orow, b * 32 + i));
+                float want = (float)json_number_value(json_array_get(orow, b * 32 + i));
                 nchk++;
                 if (!(got == want)) nbad++;
             }
@@ -263,7 +263,7 @@ static void test_official_weights(json_t *root)
                                                                                 : json_array_get(sb, (size_t)(i / 128)));
                 sum += (double)fp8_e4m3_to_f32_nan0(code) * (double)e8m0_to_f32(sbyte);
             }
-            double want = json_real_value(json_array_get(sums, (size_t)o));
+            double want = json_number_value(json_array_get(sums, (size_t)o));
             CHECK(fabs(sum - want) <= 1e-9 * (1 + fabs(want)), "fp8 weight row %d sum %g vs %g", o, sum, want);
         }
         json_t *samples = json_object_get(f8, "samples");
@@ -274,7 +274,7 @@ static void test_official_weights(json_t *root)
             uint8_t sbyte = (uint8_t)json_integer_value(json_is_array(srow) ? json_array_get(srow, (size_t)(i / 128))
                                                                             : json_array_get(sb, (size_t)(i / 128)));
             float got = fp8_e4m3_to_f32_nan0((uint8_t)hexbyte(hex + 2 * (o * cols + i))) * e8m0_to_f32(sbyte);
-            CHECK(got == (float)json_real_value(json_array_get(smp, 2)), "fp8 weight sample %d,%d", o, i);
+            CHECK(got == (float)json_number_value(json_array_get(smp, 2)), "fp8 weight sample %d,%d", o, i);
         }
     }
 
@@ -300,7 +300,7 @@ static void test_official_weights(json_t *root)
     int nbad = 0;
     for (int o = 0; o < rows; o++)
         for (int i = 0; i < cols; i++) {
-            float want = (float)json_real_value(json_array_get(json_array_get(deq, (size_t)o), (size_t)i));
+            float want = (float)json_number_value(json_array_get(json_array_get(deq, (size_t)o), (size_t)i));
             if (!(y[o * cols + i] == want)) nbad++;
         }
     CHECK(nbad == 0, "official FP4 -> MXFP4 -> f32: %d of %d differ", nbad, n);
@@ -432,8 +432,8 @@ static void test_mxfp4_block(json_t *root)
     float out[32];
     quant_get(GGML_TYPE_MXFP4)->dequant(blk, out, 32);
     for (int j = 0; j < 16; j++) {
-        float lo = (float)json_real_value(json_array_get(vals, (size_t)j)) * ldexpf(1, 120 - 127);
-        float hi = (float)json_real_value(json_array_get(vals, (size_t)(15 - j))) * ldexpf(1, 120 - 127);
+        float lo = (float)json_number_value(json_array_get(vals, (size_t)j)) * ldexpf(1, 120 - 127);
+        float hi = (float)json_number_value(json_array_get(vals, (size_t)(15 - j))) * ldexpf(1, 120 - 127);
         CHECK(out[j] == lo, "mxfp4 low nibble %d -> element %d", j, j);
         CHECK(out[j + 16] == hi, "mxfp4 high nibble %d -> element %d", j, j + 16);
     }
@@ -450,7 +450,56 @@ static void test_mxfp4_block(json_t *root)
     mxfp4_from_official(packed, &scale, mx, 32);
     quant_get(GGML_TYPE_MXFP4)->dequant(mx, out, 32);
     for (int e = 0; e < 32; e++)
-        CHECK(out[e] == (float)json_real_value(json_array_get(vals, (size_t)(e % 16))), "official order element %d", e);
+        CHECK(out[e] == (float)json_number_value(json_array_get(vals, (size_t)(e % 16))), "official order element %d", e);
+}
+
+/* Blocks produced by ggml's own quantizers (tests/fixtures/primitives/
+ * ggml_blocks.json, see its "generator"): our decoders must give exactly
+ * ggml's values, our Q8_0 quantizer ggml's bytes, and our quantizers an error
+ * on the same input no worse than ggml's (5% slack: only 512 samples). */
+static void test_ggml_blocks(void)
+{
+    json_error_t err;
+    json_t *root = json_load_file("tests/fixtures/primitives/ggml_blocks.json", 0, &err);
+    CHECK(root != NULL, "cannot load ggml_blocks fixture: %s", err.text);
+    if (!root) return;
+    int n = (int)json_integer_value(json_object_get(root, "n"));
+    json_t *in = json_object_get(root, "input");
+    float *x = malloc((size_t)n * sizeof(float)), *y = malloc((size_t)n * sizeof(float));
+    uint8_t *blocks = malloc((size_t)n * 4), *ours = malloc((size_t)n * 4);
+    for (int i = 0; i < n; i++) x[i] = (float)json_number_value(json_array_get(in, (size_t)i));
+    const char *key;
+    json_t *f;
+    int nformats = 0;
+    json_object_foreach(json_object_get(root, "formats"), key, f) {
+        int type = (int)json_integer_value(json_object_get(f, "type"));
+        const quant_traits *t = quant_get(type);
+        const char *hex = json_string_value(json_object_get(f, "blocks_hex"));
+        json_t *deq = json_object_get(f, "dequant");
+        CHECK(t && hex && strlen(hex) == 2 * quant_row_bytes(type, n), "%s fixture", key);
+        if (!t || !hex || strlen(hex) != 2 * quant_row_bytes(type, n)) continue;
+        nformats++;
+        size_t nb = quant_row_bytes(type, n);
+        for (size_t k = 0; k < nb; k++) blocks[k] = (uint8_t)hexbyte(hex + 2 * k);
+        t->dequant(blocks, y, n);
+        int bad = 0;
+        double e_ggml = 0, e_ours = 0;
+        for (int i = 0; i < n; i++) {
+            float want = (float)json_number_value(json_array_get(deq, (size_t)i));
+            if (y[i] != want) bad++;
+            e_ggml += (double)(want - x[i]) * (want - x[i]);
+        }
+        CHECK(bad == 0, "%s: %d of %d elements decode differently from ggml", key, bad, n);
+        t->quant(x, ours, n);
+        if (type == GGML_TYPE_Q8_0) CHECK(memcmp(ours, blocks, nb) == 0, "q8_0 bytes differ from ggml's");
+        t->dequant(ours, y, n);
+        for (int i = 0; i < n; i++) e_ours += (double)(y[i] - x[i]) * (y[i] - x[i]);
+        printf("  %-8s vs ggml on its fixture: rmse %.6f (ggml %.6f)\n", key, sqrt(e_ours / n), sqrt(e_ggml / n));
+        CHECK(e_ours <= 1.1025 * e_ggml, "%s quantizer worse than ggml's: %g vs %g", key, e_ours, e_ggml);
+    }
+    CHECK(nformats == 5, "ggml fixture has %d formats", nformats);
+    free(x); free(y); free(blocks); free(ours);
+    json_decref(root);
 }
 
 int main(void)
@@ -467,6 +516,7 @@ int main(void)
     test_q8_blocks();
     test_q2_K_block();
     test_q4_K_block();
+    test_ggml_blocks();
     json_decref(root);
     if (failures) {
         fprintf(stderr, "%d failures\n", failures);
