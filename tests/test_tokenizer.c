@@ -320,6 +320,49 @@ static void test_config(void) {
     CHECK(tokjson_vocab_size(FIX "cases.jsonl", err, sizeof err) == -1 && err[0], "not a tokenizer.json: %s", err);
 }
 
+/* damaged vocabularies are refused with a message, never crash */
+static void test_bad_arrays(void) {
+    char err[256];
+    gguf_str toks[300], mers[2];
+    static char store[300][8];
+    size_t n = 0;
+    for (int b = 0; b < 256; b++) {
+        uint32_t cp = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE ? (uint32_t)b : 0;
+        if (!cp) { int k = 0; for (int x = 0; x < b; x++) if (!((x >= 0x21 && x <= 0x7E) || (x >= 0xA1 && x <= 0xAC) || x >= 0xAE)) k++; cp = 0x100 + (uint32_t)k; }
+        size_t l = cp < 0x80 ? 1 : 2;
+        if (l == 1) store[n][0] = (char)cp;
+        else { store[n][0] = (char)(0xC0 | (cp >> 6)); store[n][1] = (char)(0x80 | (cp & 0x3F)); }
+        toks[n] = (gguf_str){l, store[n]};
+        n++;
+    }
+    toks[n++] = (gguf_str){2, "ab"};
+    err[0] = 0;
+    tokenizer *t = tokenizer_from_arrays(toks, NULL, n, NULL, 0, err, sizeof err);
+    CHECK(t, "bytes + one token, no merges: %s", err);
+    tokenizer_free(t);
+    mers[0] = (gguf_str){3, "a b"};
+    t = tokenizer_from_arrays(toks, NULL, n, mers, 1, err, sizeof err);
+    CHECK(t, "one merge: %s", err);
+    if (t) {
+        int32_t *ids = NULL;
+        size_t k = 0;
+        CHECK(tokenizer_encode(t, "abab", 4, 0, &ids, &k) == 0 && k == 2 && ids[0] == 256 && ids[1] == 256, "tiny merge");
+        free(ids);
+        tokenizer_free(t);
+    }
+    mers[0] = (gguf_str){2, "ab"};
+    err[0] = 0;
+    CHECK(!tokenizer_from_arrays(toks, NULL, n, mers, 1, err, sizeof err) && strstr(err, "merge 0"), "bad merge: %s", err);
+    mers[0] = (gguf_str){3, "a c"};
+    err[0] = 0;
+    CHECK(!tokenizer_from_arrays(toks, NULL, n, mers, 1, err, sizeof err) && strstr(err, "missing"), "merge of unknown token: %s", err);
+    err[0] = 0;
+    CHECK(!tokenizer_from_arrays(toks + 1, NULL, n - 1, NULL, 0, err, sizeof err) && strstr(err, "byte token"),
+          "missing byte token: %s", err);
+    err[0] = 0;
+    CHECK(!tokenizer_from_arrays(toks, NULL, 0, NULL, 0, err, sizeof err) && err[0], "empty vocabulary");
+}
+
 static void test_synthetic(void) {
     static const uint32_t sizes[] = {TOKSYNTH_MIN_VOCAB, 300, 1024, 4096};
     const char *texts[] = {"Hello world! The quick brown fox.", "int main(void) {\n    return 0;\n}\n",
@@ -502,6 +545,7 @@ int main(int argc, char **argv) {
     gguf_close(f);
     test_no_tokenizer();
     test_config();
+    test_bad_arrays();
     test_synthetic();
 
     char cmd[600];
