@@ -32,7 +32,7 @@ if [ ! -f "$MODEL" ]; then
     mv "$MODEL.tmp.$$" "$MODEL"
 fi
 
-"$BIN" serve -m "$MODEL" --port "$PORT" --ctx 1024 --api-key test-key --test-hooks --max-body-mb 1 -t 2 >"$T/server.log" 2>&1 &
+"$BIN" serve -m "$MODEL" --port "$PORT" --ctx 1024 --api-key test-key --test-hooks --max-body-mb 1 --prefill-chunk 64 -t 2 >"$T/server.log" 2>&1 &
 SERVER_PID=$!
 i=0
 until curl -sf "http://127.0.0.1:$PORT/health" -H 'Authorization: Bearer test-key' >/dev/null 2>&1; do
@@ -54,9 +54,24 @@ fi
 # every request got exactly one log line with its counters
 grep -q 'POST /v1/chat/completions 200 chatcmpl-[0-9]* prompt=[0-9]* cached=[0-9]* (.*) gen=[0-9]* prefill=' "$T/server.log" || { echo "missing request log lines"; status=1; }
 
-# SIGTERM: clean exit with status 0
+# SIGTERM during a long streaming generation: the stream is ended properly
+# (finish_reason "error", [DONE]) and the server exits with status 0
+curl -sN "$MINKE_URL/v1/chat/completions" -H 'Authorization: Bearer test-key' \
+    -d '{"messages":[{"role":"user","content":"A long story"}],"max_tokens":900,"stream":true}' >"$T/stream.out" 2>&1 &
+CURL_PID=$!
+i=0
+until grep -q reasoning_content "$T/stream.out" 2>/dev/null; do
+    i=$((i + 1)); [ $i -gt 100 ] && break; sleep 0.1
+done
 kill -TERM "$SERVER_PID"
 if wait "$SERVER_PID"; then echo "ok   server exited 0 on SIGTERM"; else echo "FAIL server exit status $? on SIGTERM"; status=1; fi
 SERVER_PID=""
+wait "$CURL_PID" || true
+if grep -q '"finish_reason":"error"' "$T/stream.out" && grep -q 'data: \[DONE\]' "$T/stream.out"; then
+    echo "ok   in-flight stream closed with finish_reason error on shutdown"
+else
+    echo "FAIL in-flight stream not closed properly on shutdown"; tail -c 600 "$T/stream.out"; status=1
+fi
+grep -q 'SIGTERM received' "$T/server.log" || { echo "FAIL no shutdown log line"; status=1; }
 if [ $status -ne 0 ]; then echo "--- server log (tail) ---"; tail -40 "$T/server.log"; fi
 exit $status

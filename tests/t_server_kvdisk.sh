@@ -105,3 +105,13 @@ total=$(cat "$D"/*.kv 2>/dev/null | wc -c)
 [ "$total" -le 1048576 ] || fail "cache holds $total bytes, over the 1 MiB budget"
 grep -q 'evicted' "$T/run4.log" || fail "nothing was evicted"
 echo "ok   budget kept ($total bytes) by eviction"
+
+# 5. continued snapshots at absolute aligned frontiers (interval 64, align 64)
+rm -rf "$D"
+start run5 --kv-cache-continued-interval-tokens 64 --kv-cache-boundary-align-tokens 64 --kv-cache-cold-max-tokens 0
+node tests/node/kvdisk.mjs cold "$T/answer5.json" || fail "continued phase"
+stop
+grep -q 'stored .* (continued, 64 tokens' "$T/run5.log" || fail "no continued snapshot at 64 tokens"
+grep -q 'stored .* (continued, 128 tokens' "$T/run5.log" || fail "no continued snapshot at 128 tokens"
+grep -q 'stored .* (cold' "$T/run5.log" && fail "cold save with --kv-cache-cold-max-tokens 0"
+echo "ok   continued snapshots at aligned frontiers"

@@ -108,6 +108,18 @@ await check('unknown endpoint and method', async () => {
   assert.equal(h.json.status, 'ok');
 });
 
+await check('keepalive comments while a long prompt is prefilled', async () => {
+  const r = await fetch(`${BASE}/v1/chat/completions`, {
+    method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${API_KEY}` },
+    body: JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'weather report for the coast '.repeat(170) }], max_tokens: 1, stream: true }),
+  });
+  assert.equal(r.status, 200);
+  assert.match(r.headers.get('content-type'), /text\/event-stream/);
+  const text = await r.text();
+  assert.ok(text.includes(': prefill\n\n'), 'no keepalive during a multi-second prefill');
+  assert.ok(text.trimEnd().endsWith('data: [DONE]'));
+});
+
 await check('client disconnect mid-stream stops generation and frees the worker', async () => {
   const ctrl = new AbortController();
   const r = await fetch(`${BASE}/v1/chat/completions`, {
