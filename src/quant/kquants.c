@@ -85,9 +85,24 @@ static float fit_scale_min(int n, int nmax, const float *x, const float *w, uint
     return best_scale;
 }
 
+/* Squared error of one sub-block coded with scale s and min m (codes into L). */
+static float sub_err(const float *x, int len, int nmax, float s, float m, uint8_t *L)
+{
+    float err = 0;
+    for (int i = 0; i < len; i++) {
+        int l = s > 0 ? clampi(nearest_int((x[i] + m) / s), 0, nmax) : 0;
+        L[i] = (uint8_t)l;
+        float diff = s * l - m - x[i];
+        err += diff * diff;
+    }
+    return err;
+}
+
 /* Shared second stage for both k-quants: given per-sub-block (scale, min),
- * choose f16 d/dmin, integer sc/mn (0..qmax), codes L (0..nmax), then refit
- * d and dmin over the block. nsub sub-blocks of len elements. */
+ * choose f16 d/dmin, integer sc/mn (0..qmax), codes L (0..nmax). Each round
+ * re-picks every sub-block's integer pair among the neighbours of its current
+ * one (exact error with re-rounded codes), then refits d and dmin by least
+ * squares over the block; the best round is kept. nsub sub-blocks of len. */
 static void kquant_block(const float *x, int nsub, int len, int nmax, int qmax,
                          const float *scales, const float *mins,
                          uint16_t *d_out, uint16_t *dmin_out, uint8_t *sc, uint8_t *mn, uint8_t *L)
@@ -98,29 +113,40 @@ static void kquant_block(const float *x, int nsub, int len, int nmax, int qmax,
         if (mins[j] > max_min) max_min = mins[j];
     }
     float d = max_scale / qmax, dmin = max_min / qmax;
+    uint16_t dh = f16_scale(d), dmh = f16_scale(dmin);
+    float dq = f16_to_f32(dh), dmq = f16_to_f32(dmh);
     for (int j = 0; j < nsub; j++) {
-        sc[j] = (uint8_t)(d > 0 ? clampi(nearest_int(scales[j] / d), 0, qmax) : 0);
-        mn[j] = (uint8_t)(dmin > 0 ? clampi(nearest_int(mins[j] / dmin), 0, qmax) : 0);
+        sc[j] = (uint8_t)(dq > 0 ? clampi(nearest_int(scales[j] / dq), 0, qmax) : 0);
+        mn[j] = (uint8_t)(dmq > 0 ? clampi(nearest_int(mins[j] / dmq), 0, qmax) : 0);
     }
     float best_err = INFINITY;
     uint16_t best_d = 0, best_dmin = 0;
-    uint8_t Lbest[256];
+    uint8_t Lbest[256], scbest[16], mnbest[16], Ltmp[32];
     for (int iter = 0; iter < 3; iter++) {
-        uint16_t dh = f16_scale(d), dmh = f16_scale(dmin);
-        float dq = f16_to_f32(dh), dmq = f16_to_f32(dmh);
-        /* codes for these scales, the error, and the normal equations of the refit */
+        dh = f16_scale(d);
+        dmh = f16_scale(dmin);
+        dq = f16_to_f32(dh);
+        dmq = f16_to_f32(dmh);
         float err = 0, saa = 0, sab = 0, sbb = 0, sax = 0, sbx = 0;
         for (int j = 0; j < nsub; j++) {
-            float s = dq * sc[j], m = dmq * mn[j];
+            const float *xs = x + j * len;
+            /* integer scale/min pair: current one and its neighbours */
+            int bs = sc[j], bm = mn[j];
+            float be = sub_err(xs, len, nmax, dq * bs, dmq * bm, L + j * len);
+            for (int ds = -1; ds <= 1; ds++)
+                for (int dm = -1; dm <= 1; dm++) {
+                    int cs = sc[j] + ds, cm = mn[j] + dm;
+                    if ((ds == 0 && dm == 0) || cs < 0 || cs > qmax || cm < 0 || cm > qmax) continue;
+                    float e = sub_err(xs, len, nmax, dq * cs, dmq * cm, Ltmp);
+                    if (e < be) { be = e; bs = cs; bm = cm; memcpy(L + j * len, Ltmp, (size_t)len); }
+                }
+            sc[j] = (uint8_t)bs;
+            mn[j] = (uint8_t)bm;
+            err += be;
             for (int i = 0; i < len; i++) {
-                int e = j * len + i;
-                int l = s > 0 ? clampi(nearest_int((x[e] + m) / s), 0, nmax) : 0;
-                L[e] = (uint8_t)l;
-                float diff = s * l - m - x[e];
-                err += diff * diff;
-                float a = (float)(sc[j] * l), b = -(float)mn[j];
+                float a = (float)(bs * L[j * len + i]), b = -(float)bm;
                 saa += a * a; sab += a * b; sbb += b * b;
-                sax += a * x[e]; sbx += b * x[e];
+                sax += a * xs[i]; sbx += b * xs[i];
             }
         }
         if (err < best_err) {
@@ -128,6 +154,8 @@ static void kquant_block(const float *x, int nsub, int len, int nmax, int qmax,
             best_d = dh;
             best_dmin = dmh;
             memcpy(Lbest, L, (size_t)(nsub * len));
+            memcpy(scbest, sc, (size_t)nsub);
+            memcpy(mnbest, mn, (size_t)nsub);
         }
         float D = saa * sbb - sab * sab;
         if (D <= 0) break;
@@ -140,6 +168,8 @@ static void kquant_block(const float *x, int nsub, int len, int nmax, int qmax,
     *d_out = best_d;
     *dmin_out = best_dmin;
     memcpy(L, Lbest, (size_t)(nsub * len));
+    memcpy(sc, scbest, (size_t)nsub);
+    memcpy(mn, mnbest, (size_t)nsub);
 }
 
 /* ---------------- Q2_K ---------------- */
