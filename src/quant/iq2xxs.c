@@ -14,7 +14,9 @@
  * 32-group first gets its best free scale (a fan of candidates, then a
  * least-squares refit); the block scale d is set from the largest group
  * scale, every group's 4-bit scale t is chosen by exact search around its
- * ideal, and d is refitted by least squares with the choices fixed.
+ * ideal, and d is refitted by least squares with the choices fixed. Last,
+ * sub-groups with a forced sign flip try flipping another of their three
+ * smallest elements instead, at the final scale.
  */
 #include <math.h>
 #include <string.h>
