@@ -194,6 +194,16 @@ int cmd_info(int argc, char **argv) {
     /* verdict */
     dsv4_config c;
     printf("\n");
+    if (!gguf_find_kv(f, "deepseek4.block_count") && gguf_find_tensor(f, "mtp.0.e_proj.weight")) {
+        /* an MTP support file carries no model metadata: its shapes follow the main model's */
+        dsv4_config_preset(&c, "flash");
+        if (dsv4_check_mtp_tensors(f, &c, err, sizeof err) == 0)
+            printf("DeepSeek V4 MTP file: matches the Flash layout (use it next to a Flash model)\n");
+        else
+            printf("DeepSeek V4 MTP file: not Flash-shaped (%s); its shapes are checked against the main model at load\n", err);
+        gguf_close(f);
+        return 0;
+    }
     if (dsv4_config_from_gguf(f, &c, err, sizeof err) != 0 || dsv4_check_tensors(f, &c, err, sizeof err) != 0) {
         printf("not loadable: %s\n", err);
         gguf_close(f);
