@@ -55,10 +55,21 @@ static float *run_decode(minke_model *m, const int32_t *tok, int T) {
     return l;
 }
 
+/* Tap hook: capture "blk.N.out" (HC state after layer N) for every position. */
+typedef struct hidden_cap { float *buf; int n_layer, T, width; } hidden_cap;
+static void cap_hidden(void *user, const char *name, int pos, const float *data, int64_t n) {
+    hidden_cap *hc = user;
+    int il;
+    char rest[16];
+    if (sscanf(name, "blk.%d.%15s", &il, rest) != 2 || strcmp(rest, "out") || n != hc->width) return;
+    if (il < 0 || il >= hc->n_layer || pos < 0 || pos >= hc->T) return;
+    memcpy(hc->buf + ((size_t)il * hc->T + pos) * hc->width, data, sizeof(float) * (size_t)n);
+}
+
 static void same(const char *what, const float *a, const float *ref, size_t n, float tol_rel) {
     if (!a) { CHECK(0, "%s: no logits", what); return; }
     float mx = tu_maxabs(ref, n), d = tu_maxdiff(a, ref, n);
-    printf("%-44s max|diff| %.3g (%.3g of max|logit|)\n", what, d, d / mx);
+    printf("%-44s max|diff| %.3g (%.3g of max|ref|)\n", what, d, d / mx);
     CHECK(d <= tol_rel * mx, "%s: max|diff| %g > %g x %g", what, d, tol_rel, mx);
 }
 
@@ -106,6 +117,29 @@ int main(void) {
     }
     printf("argmax agreement with HF: %d/%d\n", agree, T);
     CHECK(mism == 0, "%d positions with a different argmax", mism);
+
+    /* 1b. per-layer HC state against the fixture's hidden.f32 [layer, pos, stream, hidden] */
+    {
+        long hb;
+        float *href = tu_read(TINY_A_DIR "/hidden.f32", &hb);
+        int width = 4 * info->n_embd;
+        hidden_cap hc = {calloc((size_t)info->n_layer * T * width, 4), info->n_layer, T, width};
+        if (href && hb == (long)((size_t)info->n_layer * T * width * 4)) {
+            minke_set_tap(m, cap_hidden, &hc);
+            float *l2 = tu_logits(m, tok, T, 0);
+            minke_set_tap(m, NULL, NULL);
+            free(l2);
+            for (int il = 0; il < info->n_layer; il++) {
+                char what[64];
+                snprintf(what, sizeof what, "layer %d HC state vs hidden.f32 (1e-4)", il);
+                same(what, hc.buf + (size_t)il * T * width, href + (size_t)il * T * width, (size_t)T * width, 1e-4f);
+            }
+        } else {
+            printf("hidden.f32 not in the fixture copy; per-layer check skipped\n");
+        }
+        free(hc.buf);
+        free(href);
+    }
 
     /* 2. batching does not change the numbers */
     int sched[] = {13, 1, 6, 19, 25, 1};

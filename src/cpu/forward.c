@@ -125,9 +125,7 @@ static void idx_task(void *ctx, int64_t c0, int64_t c1) {
         const float *k = j->rows + (size_t)cr * j->ihd;
         float sc = 0.0f;
         for (int h = 0; h < j->nh; h++) {
-            const float *q = j->qi + (size_t)h * j->ihd;
-            float dot = 0.0f;
-            for (int d = 0; d < j->ihd; d++) dot += q[d] * k[d];
+            float dot = nm_dot(j->qi + (size_t)h * j->ihd, k, j->ihd);
             if (dot > 0.0f) sc += j->wi[h] * dot;
         }
         j->scores[cr] = sc;

@@ -8,6 +8,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+float nm_dot(const float *a, const float *b, int n) {
+    float acc[8] = {0};
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++) acc[k] += a[i + k] * b[i + k];
+    float s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+    for (; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
 /* ---- §6.1 ---- */
 float nm_rms_scale(const float *x, int n, float eps) {
     double ss = 0.0;
@@ -277,10 +287,7 @@ void nm_attn_sinks_head(const float *q, const float *const *rows, int n_rows, in
     float *l = n_rows <= 256 ? lbuf : malloc(sizeof(float) * (size_t)n_rows);
     float M = sink;
     for (int i = 0; i < n_rows; i++) {
-        float s = 0.0f;
-        const float *k = rows[i];
-        for (int d = 0; d < hd; d++) s += q[d] * k[d];
-        l[i] = s * scale;
+        l[i] = nm_dot(q, rows[i], hd) * scale;
         if (l[i] > M) M = l[i];
     }
     double den = exp((double)(sink - M));

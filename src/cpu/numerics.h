@@ -8,6 +8,10 @@
 
 #include <stdint.h>
 
+/* f32 dot product with 8 partial sums (vectorizes; fixed order, so results
+ * do not depend on batching or threading). */
+float nm_dot(const float *a, const float *b, int n);
+
 /* ---- §6.1 RMSNorm ---- */
 /* 1/sqrt(mean(x^2) + eps), sum of squares in double. */
 float nm_rms_scale(const float *x, int n, float eps);
