@@ -377,8 +377,8 @@ static void output_head(fw *f, int t0, float *logits) {
     free(mix);
 }
 
-int cpu_forward(minke_model *m, void *bs, const int32_t *tokens, int n, int pos0,
-                float *all_logits, float *last_logits) {
+static int forward_batch(minke_model *m, void *bs, const int32_t *tokens, int n, int pos0,
+                         float *all_logits, float *last_logits) {
     const dsv4_config *c = &m->w.cfg;
     fw f = {0};
     f.m = m; f.cm = m->be; f.s = bs; f.c = c;
@@ -426,4 +426,20 @@ int cpu_forward(minke_model *m, void *bs, const int32_t *tokens, int n, int pos0
     }
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
     return rc;
+}
+
+/* Scratch memory grows with the batch, so long prompts run in pieces (the
+ * result does not depend on how a prompt is split, spec §12). */
+#define CPU_MAX_BATCH 512
+
+int cpu_forward(minke_model *m, void *bs, const int32_t *tokens, int n, int pos0,
+                float *all_logits, float *last_logits) {
+    size_t V = m->w.cfg.n_vocab;
+    for (int i = 0; i < n; i += CPU_MAX_BATCH) {
+        int len = n - i < CPU_MAX_BATCH ? n - i : CPU_MAX_BATCH;
+        if (forward_batch(m, bs, tokens + i, len, pos0 + i, all_logits ? all_logits + (size_t)i * V : NULL,
+                          last_logits) != 0)
+            return -1;
+    }
+    return 0;
 }
