@@ -3,13 +3,14 @@
  * Pipeline per encode call: added-token extraction with a byte trie
  * (leftmost, longest), pre-tokenization of each remaining segment with the
  * three "joyai-llm" regex passes re-expressed as a hand-written scanner over
- * code-point classes (exactly the regex semantics; see pretok_pass3), then
+ * code-point classes (exactly the regex semantics; see pass3_match), then
  * BPE of every piece on token ids: merges are keyed by the id pair, so no
  * string is built while merging.
  */
 #include "text/tokenizer.h"
 
 #include <limits.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <stdio.h>
@@ -48,9 +49,7 @@ static size_t pow2_at_least(size_t n) {
 /* GPT-2 byte alphabet (serving.md §1.4). */
 static uint32_t byte_to_cp_table[256];
 static int16_t cp_to_byte_table[0x144];
-static void byte_tables_init(void) {
-    static int done;
-    if (done) return; /* idempotent: concurrent first calls write identical values */
+static void byte_tables_fill(void) {
     uint32_t next = 0x100;
     for (int b = 0; b < 256; b++) {
         int direct = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
@@ -58,7 +57,10 @@ static void byte_tables_init(void) {
     }
     for (int i = 0; i < 0x144; i++) cp_to_byte_table[i] = -1;
     for (int b = 0; b < 256; b++) cp_to_byte_table[byte_to_cp_table[b]] = (int16_t)b;
-    done = 1;
+}
+static void byte_tables_init(void) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, byte_tables_fill);
 }
 
 /* ---------------------------------------------------------------- structures */
