@@ -325,7 +325,7 @@ void quant_iq2_xxs(const float *src, void *dst, int64_t n)
             float total = 0, num = 0, den = 0;
             uint8_t tsel[8], isel[8][4];
             for (int g = 0; g < 8; g++) {
-                int t0 = (int)lrintf((gscale[g] * 8.0f / dq - 1.0f) * 0.5f);
+                int t0 = round_clamp((gscale[g] * 8.0f / dq - 1.0f) * 0.5f, -1, 16);
                 float gbest = INFINITY;
                 uint8_t tmp[4];
                 for (int t = t0 - 1; t <= t0 + 1; t++) {

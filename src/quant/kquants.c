@@ -21,8 +21,6 @@
 
 #include "quant/quant_internal.h"
 
-static inline int nearest_int(float f) { return (int)lrintf(f); }
-static inline int clampi(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
 
 /* Fit x[i] ~ scale*L[i] - *min_out over n values with weights w (may be NULL);
  * codes 0..nmax. Returns scale (>= 0); *min_out >= 0. */
@@ -49,7 +47,7 @@ static float fit_scale_min(int n, int nmax, const float *x, const float *w, uint
         float iscale = is < 0 ? nmax / (xmax - xmin) : (rmin + rdelta * is + nmax) / (xmax - xmin);
         float sl = 0, sll = 0, slx = 0;
         for (int i = 0; i < n; i++) {
-            int l = clampi(nearest_int(iscale * (x[i] - xmin)), 0, nmax);
+            int l = round_clamp(iscale * (x[i] - xmin), 0, nmax);
             float wi = w ? w[i] : 1.0f;
             Laux[i] = (uint8_t)l;
             sl += wi * l;
@@ -79,7 +77,7 @@ static float fit_scale_min(int n, int nmax, const float *x, const float *w, uint
     }
     if (best_err == INFINITY) {  /* every candidate degenerate: plain range fit */
         float iscale = nmax / (xmax - xmin);
-        for (int i = 0; i < n; i++) L[i] = (uint8_t)clampi(nearest_int(iscale * (x[i] - xmin)), 0, nmax);
+        for (int i = 0; i < n; i++) L[i] = (uint8_t)round_clamp(iscale * (x[i] - xmin), 0, nmax);
     }
     *min_out = -best_off;
     return best_scale;
@@ -88,9 +86,9 @@ static float fit_scale_min(int n, int nmax, const float *x, const float *w, uint
 /* Squared error of one sub-block coded with scale s and min m (codes into L). */
 static float sub_err(const float *x, int len, int nmax, float s, float m, uint8_t *L)
 {
-    float err = 0;
+    float err = 0, inv = s > 0 ? 1.0f / s : 0.0f;
     for (int i = 0; i < len; i++) {
-        int l = s > 0 ? clampi(nearest_int((x[i] + m) / s), 0, nmax) : 0;
+        int l = round_clamp((x[i] + m) * inv, 0, nmax);
         L[i] = (uint8_t)l;
         float diff = s * l - m - x[i];
         err += diff * diff;
@@ -116,8 +114,8 @@ static void kquant_block(const float *x, int nsub, int len, int nmax, int qmax,
     uint16_t dh = f16_scale(d), dmh = f16_scale(dmin);
     float dq = f16_to_f32(dh), dmq = f16_to_f32(dmh);
     for (int j = 0; j < nsub; j++) {
-        sc[j] = (uint8_t)(dq > 0 ? clampi(nearest_int(scales[j] / dq), 0, qmax) : 0);
-        mn[j] = (uint8_t)(dmq > 0 ? clampi(nearest_int(mins[j] / dmq), 0, qmax) : 0);
+        sc[j] = (uint8_t)(dq > 0 ? round_clamp(scales[j] / dq, 0, qmax) : 0);
+        mn[j] = (uint8_t)(dmq > 0 ? round_clamp(mins[j] / dmq, 0, qmax) : 0);
     }
     float best_err = INFINITY;
     uint16_t best_d = 0, best_dmin = 0;

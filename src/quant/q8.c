@@ -53,8 +53,7 @@ void quant_q8_0f(const float *src, void *dst, int64_t n)
         float d = amax / 127.0f;
         b[i].d = d;
         for (int j = 0; j < 32; j++) {
-            long q = d != 0.0f ? lrintf(x[j] / d) : 0;
-            b[i].q[j] = (int8_t)(q < -128 ? -128 : q > 127 ? 127 : q);
+            b[i].q[j] = (int8_t)(d != 0.0f ? round_clamp(x[j] / d, -128, 127) : 0);
         }
     }
 }
@@ -98,8 +97,7 @@ void quant_q8_K(const float *src, void *dst, int64_t n)
         }
         float is = -127.0f / xm;
         for (int j = 0; j < 256; j++) {
-            long q = lrintf(is * x[j]);
-            b[i].q[j] = (int8_t)(q < -128 ? -128 : q > 127 ? 127 : q);
+            b[i].q[j] = (int8_t)round_clamp(is * x[j], -128, 127);
         }
         for (int g = 0; g < 16; g++) {
             int sum = 0;

@@ -8,6 +8,8 @@
 #ifndef MINKE_QUANT_INTERNAL_H
 #define MINKE_QUANT_INTERNAL_H
 
+#include <math.h>
+
 #include "quant/quant.h"
 
 /* ---- block layouts (spec model.md §5) ---- */
@@ -94,6 +96,17 @@ void dot_mxfp4_q8_0f_avx2(int64_t n, float *s, const void *w, const void *a);
 static inline uint16_t f16_scale(float d)
 {
     return f32_to_f16(d > 65504.0f ? 65504.0f : d);
+}
+
+/* Round to nearest (ties to even, like lrintf in the default mode) after
+ * clamping to [lo, hi]; clamping first keeps the int conversion defined and
+ * gives the same result since the bounds are integers (NaN gives lo). rintf inlines to one
+ * instruction with SSE4.1, where lrintf is a library call. */
+static inline int round_clamp(float v, int lo, int hi)
+{
+    if (!(v >= (float)lo)) v = (float)lo;   /* also NaN */
+    if (v > (float)hi) v = (float)hi;
+    return (int)rintf(v);
 }
 
 /* Unpack the 6-bit scale and min of Q4_K sub-block j (spec §5.4). */
