@@ -405,6 +405,7 @@ static void add_orig_ctx_u64(gguf_writer *w) { gguf_w_u64(w, "deepseek4.rope.sca
 static void add_arch_llama(gguf_writer *w) { gguf_w_str(w, "general.architecture", "llama"); }
 static void add_groups_2(gguf_writer *w) { gguf_w_u32(w, "deepseek4.expert_group_count", 2); }
 static void add_groups_u64(gguf_writer *w) { gguf_w_u64(w, "deepseek4.expert_group_count", 2); }
+static void add_gating_sigmoid(gguf_writer *w) { gguf_w_u32(w, "deepseek4.expert_gating_func", 2); }
 static void add_key_len_64(gguf_writer *w) { gguf_w_u32(w, "deepseek4.attention.key_length", 64); }
 static void add_eps_f64(gguf_writer *w) {
     double v = 1e-6;
@@ -426,6 +427,7 @@ static void test_metadata_breakage(void) {
         {"general.architecture", add_arch_llama, "not 'deepseek4'", "architecture"},
         {"deepseek4.expert_group_count", add_groups_2, "group-limited", "expert groups"},
         {"deepseek4.attention.key_length", add_key_len_64, "must be smaller than key_length", "key_length = rope"},
+        {"deepseek4.expert_gating_func", add_gating_sigmoid, "only sqrt(softplus)", "sigmoid gating"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         unlink(path);
@@ -440,6 +442,7 @@ static void test_metadata_breakage(void) {
         {"deepseek4.context_length", NULL, "no context_length"},
         {"general.name", NULL, "no general.name"},
         {"general.architecture", NULL, "no general.architecture"},
+        {"deepseek4.expert_gating_func", NULL, "no expert_gating_func (ds4 files)"},
     };
     for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
         unlink(path);

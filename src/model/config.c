@@ -155,6 +155,14 @@ int dsv4_config_from_gguf(const gguf_file *f, dsv4_config *c, char *err, size_t 
             if (!gguf_arr_get_num(&one, 0, &d) && d >= 0 && d < 1.8e19) c->context_length = (uint64_t)d;
         }
     }
+    {   /* optional (llama.cpp's key); V4 routing is sqrt(softplus) only */
+        uint32_t v;
+        if (!gguf_get_u32(f, K("expert_gating_func"), &v) && v != DSV4_GATING_SQRT_SOFTPLUS) {
+            set_err(err, errlen, "metadata key '" K("expert_gating_func") "' is %u: only sqrt(softplus) scoring (%d) is supported",
+                    v, DSV4_GATING_SQRT_SOFTPLUS);
+            return -1;
+        }
+    }
     for (int g = 0; g < 2; g++) {
         const char *key = g ? K("expert_group_used_count") : K("expert_group_count");
         uint32_t v;
@@ -406,6 +414,8 @@ void dsv4_config_write_gguf(gguf_writer *w, const dsv4_config *c) {
     gguf_w_u32(w, K("expert_group_count"), 0);
     gguf_w_u32(w, K("expert_group_used_count"), 0);
     gguf_w_u32(w, K("hash_layer_count"), c->n_hash_layer);
+    /* not read by ds4; llama.cpp's deepseek4 loader requires it (4 = sqrt(softplus) scoring) */
+    gguf_w_u32(w, K("expert_gating_func"), DSV4_GATING_SQRT_SOFTPLUS);
     gguf_w_bool(w, K("expert_weights_norm"), c->expert_weights_norm);
     gguf_w_f32(w, K("expert_weights_scale"), c->expert_weights_scale);
     gguf_w_arr_f32(w, K("swiglu_clamp_exp"), c->swiglu_clamp, c->n_layer);

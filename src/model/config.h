@@ -20,6 +20,8 @@
 
 #define DSV4_MAX_LAYERS 256
 #define DSV4_ARCH "deepseek4"
+/* llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE_SQRT_SOFTPLUS, stored in deepseek4.expert_gating_func */
+#define DSV4_GATING_SQRT_SOFTPLUS 4
 
 typedef struct dsv4_config {
     char name[64];               /* general.name ("" if absent) */
