@@ -47,6 +47,12 @@ if [ "${MINKE_ASAN:-0}" = 0 ]; then
     rm -f "$T/small.gguf"
 fi
 
+# MTP block next to the main file, then rewritten under another policy by convert
+"$MINKE_BIN" mkmodel --preset tiny -o "$T/m.gguf" --mtp-out "$T/m-mtp.gguf" --experts q4k 2>"$T/log" || bad "mkmodel --mtp-out: $(cat "$T/log")"
+[ -s "$T/m-mtp.gguf" ] || bad "no MTP file"
+"$MINKE_BIN" convert "$T/m-mtp.gguf" -o "$T/m-mtp32.gguf" --experts f32 --dense f32 2>"$T/log" || bad "convert MTP gguf: $(cat "$T/log")"
+"$MINKE_BIN" info "$T/m-mtp32.gguf" 2>&1 | grep -q "32 tensors" || bad "converted MTP file lacks its 32 tensors"
+
 # errors
 "$MINKE_BIN" mkmodel --preset tiny -o "$T/x.gguf" --experts q3 2>"$T/log"; rc=$?
 [ $rc = 2 ] && grep -q "unknown --experts\|q3" "$T/log" || bad "bad --experts: rc $rc $(cat "$T/log")"

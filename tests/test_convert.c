@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "convert/convert.h"
+#include "model/config.h"
 #include "gguf/gguf.h"
 #include "quant/quant.h"
 
@@ -229,10 +230,33 @@ static const char *const name_map[][2] = {
     {"ffn_down_exps.weight", "w2.weight"},
 };
 
+/* MTP-only names (spec §4.4/§4.5: "mtp.0.<official name>") */
+static const char *const mtp_map[][2] = {
+    {"hc_head_base.weight", "hc_head_base"}, {"hc_head_fn.weight", "hc_head_fn"},
+    {"hc_head_scale.weight", "hc_head_scale"}, {"e_proj.weight", "e_proj.weight"},
+    {"h_proj.weight", "h_proj.weight"}, {"enorm.weight", "enorm.weight"},
+    {"hnorm.weight", "hnorm.weight"}, {"norm.weight", "norm.weight"},
+};
+
 /* Official name for GGUF tensor `g` (expert e for *_exps); 0 ok. */
 static int map_name(const char *g, int e, char *out, size_t n) {
     int layer = -1;
     const char *suf = g;
+    if (!strncmp(g, "mtp.0.", 6)) {
+        suf = g + 6;
+        for (size_t i = 0; i < sizeof mtp_map / sizeof mtp_map[0]; i++)
+            if (!strcmp(suf, mtp_map[i][0])) {
+                snprintf(out, n, "mtp.0.%s", mtp_map[i][1]);
+                return 0;
+            }
+        for (size_t i = 0; i < sizeof name_map / sizeof name_map[0]; i++) {
+            if (strcmp(suf, name_map[i][0])) continue;
+            if (strstr(suf, "_exps")) snprintf(out, n, "mtp.0.ffn.experts.%d.%s", e, name_map[i][1]);
+            else snprintf(out, n, "mtp.0.%s", name_map[i][1]);
+            return 0;
+        }
+        return -1;
+    }
     if (!strncmp(g, "blk.", 4)) {
         layer = atoi(g + 4);
         suf = strchr(g + 4, '.') + 1;
@@ -758,6 +782,97 @@ static void test_with_tokenizer(ckpt *c) {
     free(add);
 }
 
+/* A checkpoint with an MTP block: mtp.0.* header entries aliasing existing data (layer 5's
+ * attention/FFN, the shared expert matrices as e_proj/h_proj, the final norm as the MTP norms),
+ * converted with --mtp-out: every MTP tensor equals its decoded official tensor. */
+static void test_mtp(ckpt *c) {
+    char dir[1024], p[1100];
+    snprintf(dir, sizeof dir, "%s/withmtp", tmpdir);
+    json_t *h = json_deep_copy(c->header);
+    const char *k;
+    json_t *v;
+    json_t *add = json_object();
+    json_object_foreach(c->header, k, v) {
+        char nk[300];
+        if (!strncmp(k, "layers.5.", 9) && !strstr(k, "compressor") && !strstr(k, "indexer")) {
+            snprintf(nk, sizeof nk, "mtp.0.%s", k + 9);
+            json_object_set_new(add, nk, json_deep_copy(v));
+        } else if (!strncmp(k, "hc_head_", 8)) {
+            snprintf(nk, sizeof nk, "mtp.0.%s", k);
+            json_object_set_new(add, nk, json_deep_copy(v));
+        }
+    }
+    static const char *const alias[][2] = {
+        {"mtp.0.e_proj.weight", "layers.5.ffn.shared_experts.w1.weight"},
+        {"mtp.0.e_proj.scale", "layers.5.ffn.shared_experts.w1.scale"},
+        {"mtp.0.h_proj.weight", "layers.5.ffn.shared_experts.w3.weight"},
+        {"mtp.0.h_proj.scale", "layers.5.ffn.shared_experts.w3.scale"},
+        {"mtp.0.enorm.weight", "norm.weight"}, {"mtp.0.hnorm.weight", "layers.5.attn_norm.weight"},
+        {"mtp.0.norm.weight", "layers.5.ffn_norm.weight"},
+    };
+    for (size_t i = 0; i < sizeof alias / sizeof alias[0]; i++)
+        json_object_set_new(add, alias[i][0], json_deep_copy(json_object_get(c->header, alias[i][1])));
+    json_object_update(h, add);
+    json_decref(add);
+    make_variant(dir, c, h, NULL);
+    json_decref(h);
+
+    convert_opts o;
+    convert_opts_default(&o);
+    char out[1024], mout[1024], err[1024] = "";
+    snprintf(out, sizeof out, "%s/main-mtp.gguf", tmpdir);
+    snprintf(mout, sizeof mout, "%s/mtp.gguf", tmpdir);
+    o.input = dir;
+    o.output = out;
+    o.mtp_output = mout;
+    o.progress = 0;
+    policy_set_experts(&o.policy, "f32");
+    policy_set_dense(&o.policy, "f32");
+    int rc = convert_model(&o, err, sizeof err);
+    CHECK(rc == 0, "convert with --mtp-out: %s", err);
+    if (rc != 0) return;
+    ckpt c2;
+    snprintf(p, sizeof p, "%s/model.safetensors", dir);
+    if (ckpt_load(&c2, p) != 0) {
+        CHECK(0, "cannot reload %s", p);
+        return;
+    }
+    gguf_file *g = gguf_open(mout, err, sizeof err), *gm = gguf_open(out, err, sizeof err);
+    CHECK(g && gm, "cannot open the outputs: %s", err);
+    if (g && gm) {
+        CHECK(g->n_tensors == 32, "MTP file has %llu tensors, spec §4.4 lists 32", (unsigned long long)g->n_tensors);
+        dsv4_config cfg;
+        CHECK(dsv4_config_from_gguf(gm, &cfg, err, sizeof err) == 0, "main config: %s", err);
+        CHECK(dsv4_check_mtp_tensors(g, &cfg, err, sizeof err) == 0, "dsv4_check_mtp_tensors: %s", err);
+        int bad = 0;
+        for (uint64_t i = 0; i < g->n_tensors; i++) {
+            const gguf_tensor *gt = &g->tensors[i];
+            CHECK(gt->type == GGML_TYPE_F32, "%s: type %s", gt->cname, quant_name((int)gt->type));
+            float *want = expected_values(&c2, gt);
+            uint64_t nel = gt->ne[0] * gt->ne[1] * gt->ne[2];
+            if (!want || gt->type != GGML_TYPE_F32 || memcmp(want, gt->data, nel * 4)) {
+                bad++;
+                fprintf(stderr, "MTP %s differs from its official tensor\n", gt->cname);
+            }
+            free(want);
+        }
+        CHECK(bad == 0, "%d MTP tensors differ", bad);
+        fprintf(stderr, "mtp: %llu MTP tensors written and bit-exact\n", (unsigned long long)g->n_tensors);
+    }
+    if (g) gguf_close(g);
+    if (gm) gguf_close(gm);
+    json_decref(c2.header);
+    free(c2.t);
+    free(c2.file);
+    /* without an MTP block --mtp-out is an error */
+    o.input = ckpt_dir;
+    snprintf(out, sizeof out, "%s/nomtp.gguf", tmpdir);
+    o.output = out;
+    rc = convert_model(&o, err, sizeof err);
+    CHECK(rc != 0 && strstr(err, "MTP"), "--mtp-out on a checkpoint without MTP: rc %d '%s'", rc, err);
+    CHECK(access(out, F_OK) != 0, "output left behind");
+}
+
 int main(void) {
     make_tmpdir();
     int quick = getenv("MINKE_ASAN") && atoi(getenv("MINKE_ASAN"));
@@ -772,6 +887,7 @@ int main(void) {
     test_mxfp4_lossless(&c);
     test_errors(&c);
     test_with_tokenizer(&c);
+    test_mtp(&c);
     /* the IQ2_XXS quantizer is too slow under sanitizers for the whole default-policy pass */
     if (!quick) test_default_policy(&c, quick);
     else fprintf(stderr, "MINKE_ASAN: default-policy conversion skipped\n");

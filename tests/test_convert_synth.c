@@ -83,7 +83,7 @@ static int write_model(const char *name, const dsv4_config *c, const convert_pol
     for (int i = 0; i < n; i++) types[i] = policy_type(p, &specs[i]);
     free(specs);
     snprintf(path, pn, "%s/%s", tmpdir, name);
-    synth_file_opts o = {types, seed, damp, NULL, threads, 0};
+    synth_file_opts o = {types, seed, damp, NULL, threads, 0, 0};
     char err[512] = "";
     int rc = synth_write_gguf(path, c, &o, err, sizeof err);
     CHECK(rc == 0, "synth_write_gguf %s: %s", name, err);
@@ -274,6 +274,41 @@ static void test_damp(const dsv4_config *c) {
     free(specs);
 }
 
+/* the synthetic MTP block (spec §4.4) */
+static void test_mtp(const dsv4_config *c) {
+    dsv4_tensor_spec *specs;
+    int n = dsv4_mtp_tensor_specs(c, &specs);
+    CHECK(n == 32, "MTP spec count %d", n);
+    if (n <= 0) return;
+    convert_policy p;
+    policy_default(&p);
+    policy_set_experts(&p, "q4k");
+    int *types = malloc((size_t)n * sizeof *types);
+    for (int i = 0; i < n; i++) types[i] = policy_type(&p, &specs[i]);
+    char path[1024], err[512] = "";
+    snprintf(path, sizeof path, "%s/mtp.gguf", tmpdir);
+    synth_file_opts o = {types, 3, 1.0f, NULL, 2, 0, 1};
+    CHECK(synth_write_gguf(path, c, &o, err, sizeof err) == 0, "MTP write: %s", err);
+    gguf_file *g = gguf_open(path, err, sizeof err);
+    CHECK(g != NULL, "MTP open: %s", err);
+    if (g) {
+        CHECK(dsv4_check_mtp_tensors(g, c, err, sizeof err) == 0, "dsv4_check_mtp_tensors: %s", err);
+        CHECK(gguf_find_kv(g, "tokenizer.ggml.tokens") == NULL, "the MTP file carries a tokenizer");
+        for (int i = 0; i < n; i++) {
+            const gguf_tensor *t = gguf_find_tensor(g, specs[i].name);
+            if (!t) continue;
+            double mean, std, mn, mx;
+            int finite;
+            stats(t, &mean, &std, &mn, &mx, &finite);
+            CHECK(finite, "%s non-finite", t->cname);
+            if (strstr(t->cname, "norm.weight")) CHECK(mn >= 0.8 - 1e-6 && mx <= 1.2 + 1e-6, "%s range", t->cname);
+        }
+        gguf_close(g);
+    }
+    free(types);
+    free(specs);
+}
+
 static void test_engine_runs(void) {
     dsv4_config c;
     dsv4_config_preset(&c, "tiny");
@@ -356,6 +391,7 @@ int main(void) {
     test_valid_and_deterministic(&c);
     test_types(&c);
     test_damp(&c);
+    test_mtp(&c);
     test_engine_runs();
     if (!failures) {
         char cmd[700];

@@ -20,6 +20,7 @@ static void usage(FILE *f) {
             ".safetensors file next to its config.json, or a GGUF to rewrite under another policy.\n"
             "\n"
             "  -o, --output FILE      GGUF to write (written to a temporary name, renamed at the end)\n"
+            "  --mtp-out FILE         also write the checkpoint's MTP block (mtp.0.*) as an MTP GGUF\n"
             "  --experts TYPE         routed experts: %s\n"
             "                         (default iq2xxs-q2k = ds4's q2 layout; mxfp4 is lossless from FP4)\n"
             "  --dense TYPE           attention/shared-expert/output matrices: %s (default q8_0);\n"
@@ -56,6 +57,9 @@ int cmd_convert(int argc, char **argv) {
         } else if (!strcmp(a, "-i") || !strcmp(a, "--input")) {
             NEED_ARG();
             o.input = v;
+        } else if (!strcmp(a, "--mtp-out")) {
+            NEED_ARG();
+            o.mtp_output = v;
         } else if (!strcmp(a, "--experts")) {
             NEED_ARG();
             if (policy_set_experts(&o.policy, v) != 0) {

@@ -27,6 +27,7 @@ static void usage(FILE *f) {
             "  --tokenizer FILE       embed this tokenizer.json (vocab = its size) instead of a synthetic\n"
             "                         byte-level vocabulary\n"
             "  --seed N               random seed (default 1); same seed, same bytes\n"
+            "  --mtp-out FILE         also write a synthetic MTP block (spec §4.4) as its own GGUF\n"
             "  --damp F               scale the attention output and FFN down projections by F (default 1)\n"
             "  -t, --threads N        worker threads (default: all %d cores; the bytes do not depend on it)\n"
             "  --progress / --no-progress\n"
@@ -61,7 +62,7 @@ static int parse_u32(const char *s, uint32_t *out) {
 }
 
 int cmd_mkmodel(int argc, char **argv) {
-    const char *preset = "tiny", *out = NULL, *tokenizer = NULL;
+    const char *preset = "tiny", *out = NULL, *tokenizer = NULL, *mtp_out = NULL;
     convert_policy pol;
     policy_default(&pol);
     uint64_t seed = 1;
@@ -93,6 +94,7 @@ int cmd_mkmodel(int argc, char **argv) {
         if (!strcmp(a, "--preset")) preset = v;
         else if (!strcmp(a, "-o") || !strcmp(a, "--output")) out = v;
         else if (!strcmp(a, "--tokenizer")) tokenizer = v;
+        else if (!strcmp(a, "--mtp-out")) mtp_out = v;
         else if (!strcmp(a, "--experts")) bad = policy_set_experts(&pol, v);
         else if (!strcmp(a, "--dense")) bad = policy_set_dense(&pol, v);
         else if (!strcmp(a, "--seed")) {
@@ -196,7 +198,7 @@ int cmd_mkmodel(int argc, char **argv) {
     }
     for (int i = 0; i < n; i++) types[i] = policy_type(&pol, &specs[i]);
     free(specs);
-    synth_file_opts so = {types, seed, damp, tokenizer, n_threads, prog};
+    synth_file_opts so = {types, seed, damp, tokenizer, n_threads, prog, 0};
     double t0 = progress_now();
     int rc = synth_write_gguf(out, &c, &so, err, sizeof err);
     double secs = progress_now() - t0;
@@ -204,6 +206,32 @@ int cmd_mkmodel(int argc, char **argv) {
     if (rc != 0) {
         fprintf(stderr, "minke mkmodel: %s\n", err);
         return 1;
+    }
+    if (mtp_out) {
+        /* the MTP block: ds4's MTP file types (F32 plain tensors) with the policy's dense and experts */
+        int nm = dsv4_mtp_tensor_specs(&c, &specs);
+        int *mtypes = nm > 0 ? malloc((size_t)nm * sizeof *mtypes) : NULL;
+        if (!mtypes) {
+            fprintf(stderr, "minke mkmodel: cannot build the MTP tensor list\n");
+            free(specs);
+            return 1;
+        }
+        if (policy_check(&pol, specs, nm, err, sizeof err) != 0) {
+            fprintf(stderr, "minke mkmodel: MTP: %s\n", err);
+            free(specs);
+            free(mtypes);
+            return 2;
+        }
+        for (int i = 0; i < nm; i++) mtypes[i] = policy_type(&pol, &specs[i]);
+        free(specs);
+        synth_file_opts mo = {mtypes, seed, damp, NULL, n_threads, prog, 1};
+        rc = synth_write_gguf(mtp_out, &c, &mo, err, sizeof err);
+        free(mtypes);
+        if (rc != 0) {
+            fprintf(stderr, "minke mkmodel: MTP: %s\n", err);
+            return 1;
+        }
+        fprintf(stderr, "minke mkmodel: wrote the MTP block to %s\n", mtp_out);
     }
     char summ[512];
     dsv4_config_summary(&c, summ, sizeof summ);

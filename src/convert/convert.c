@@ -167,28 +167,153 @@ static void policy_desc(const convert_policy *p, char *b, size_t n) {
              quant_name(p->dense), p->small_f32 ? ", small tensors F32" : "");
 }
 
+/* The opened input. */
+typedef struct conv_input {
+    dsv4_config cfg;
+    st_set *st;
+    gguf_file *gin;
+    int gguf_is_mtp;          /* the input GGUF is an MTP file (mtp.0.* tensors only) */
+    char tok_json[4200], tok_cfg[4200];
+} conv_input;
+
+/* Map every spec to its source and output type; nothing is written yet. */
+static int resolve_all(const convert_opts *o, conv_input *in, const dsv4_tensor_spec *specs, int n, conv_tensor *ct,
+                       char *err, size_t errlen) {
+    if (policy_check(&o->policy, specs, n, err, errlen) != 0) return -1;
+    for (int i = 0; i < n; i++) {
+        const dsv4_tensor_spec *s = &specs[i];
+        ct[i].spec = s;
+        ct[i].out_type = policy_type(&o->policy, s);
+        ct[i].out_row_bytes = quant_row_bytes(ct[i].out_type, (int64_t)s->ne[0]);
+        if (in->gin) {
+            const gguf_tensor *g = gguf_find_tensor(in->gin, s->name);
+            if (!g) {
+                snprintf(err, errlen, "%s: GGUF lacks tensor '%s'", o->input, s->name);
+                return -1;
+            }
+            int same = g->n_dims == s->n_dims;
+            for (uint32_t d = 0; d < 3 && same; d++) same = g->ne[d] == s->ne[d];
+            if (!same) {
+                snprintf(err, errlen, "%s: tensor '%s' has shape [%llu, %llu, %llu], expected [%llu, %llu, %llu]", o->input,
+                         s->name, (unsigned long long)g->ne[0], (unsigned long long)g->ne[1], (unsigned long long)g->ne[2],
+                         (unsigned long long)s->ne[0], (unsigned long long)s->ne[1], (unsigned long long)s->ne[2]);
+                return -1;
+            }
+            const quant_traits *q = quant_get((int)g->type);
+            if (!q || !g->data || (g->type != GGML_TYPE_I32 && !q->dequant)) {
+                snprintf(err, errlen, "%s: tensor '%s' has type %u, which convert cannot read", o->input, s->name, g->type);
+                return -1;
+            }
+            if ((g->type == GGML_TYPE_I32) != (ct[i].out_type == GGML_TYPE_I32)) {
+                snprintf(err, errlen, "%s: tensor '%s' has type %s, expected %s", o->input, s->name, quant_name((int)g->type),
+                         quant_name(ct[i].out_type));
+                return -1;
+            }
+            ct[i].gt = g;
+        } else if (official_resolve(in->st, s, &ct[i].off, err, errlen) != 0) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Write one GGUF: metadata (config, tokenizer for the main file), tensors. */
+static int write_file(const convert_opts *o, conv_input *in, const dsv4_tensor_spec *specs, conv_tensor *ct, int n,
+                      const char *out, int is_mtp, conv_ctx *cc, uint8_t *bufs[2], char *err, size_t errlen) {
+    uint64_t total_out = 0;
+    for (int i = 0; i < n; i++) total_out += ct[i].out_row_bytes * specs[i].ne[1] * specs[i].ne[2];
+    gguf_writer *w = gguf_writer_open(out, 32, err, errlen);
+    if (!w) return -1;
+    dsv4_config_write_gguf(w, &in->cfg);
+    char pdesc[160];
+    policy_desc(&o->policy, pdesc, sizeof pdesc);
+    if (in->gin) {
+        for (uint64_t i = 0; i < in->gin->n_kv; i++) {
+            const gguf_kv *kv = &in->gin->kv[i];
+            if ((kv->key.len >= 8 && !memcmp(kv->key.ptr, "general.", 8)) ||
+                (kv->key.len >= 10 && !memcmp(kv->key.ptr, "deepseek4.", 10)) ||
+                (kv->key.len == 17 && !memcmp(kv->key.ptr, "minke.type_policy", 17)))
+                continue;
+            if ((o->no_tokenizer || in->tok_json[0]) && kv->key.len >= 10 && !memcmp(kv->key.ptr, "tokenizer.", 10)) continue;
+            gguf_w_kv_copy(w, kv);
+        }
+    }
+    if (in->tok_json[0] && !is_mtp &&
+        tokjson_write_gguf(w, in->tok_json, in->tok_cfg[0] ? in->tok_cfg : NULL, err, errlen) != 0) {
+        gguf_writer_abort(w);
+        return -1;
+    }
+    gguf_w_str(w, "minke.type_policy", pdesc);
+    for (int i = 0; i < n; i++) gguf_w_tensor(w, specs[i].name, specs[i].n_dims, specs[i].ne, (uint32_t)ct[i].out_type);
+    if (gguf_writer_begin_data(w) != 0) {
+        snprintf(err, errlen, "%s", gguf_writer_error(w));
+        gguf_writer_abort(w);
+        return -1;
+    }
+    progress pg;
+    progress_start(&pg, is_mtp ? "convert MTP" : "convert", total_out, o->progress);
+    for (int i = 0; i < n; i++) {
+        double t0 = progress_now();
+        if (convert_tensor(cc, &ct[i], w, bufs, &pg, in->cfg.n_expert, err, errlen) != 0) {
+            gguf_writer_abort(w);
+            return -1;
+        }
+        if (in->st) official_release(in->st, &ct[i].off);
+        if (o->verbose) {
+            if (pg.enabled) fprintf(stderr, "\r\033[K");
+            fprintf(stderr, "%-40s [%llu, %llu, %llu] %-7s <- %-7s %.2fs\n", specs[i].name,
+                    (unsigned long long)specs[i].ne[0], (unsigned long long)specs[i].ne[1],
+                    (unsigned long long)specs[i].ne[2], quant_name(ct[i].out_type), src_desc(&ct[i]),
+                    progress_now() - t0);
+        }
+    }
+    progress_finish(&pg);
+    if (gguf_writer_close(w) != 0) {
+        snprintf(err, errlen, "%s: %s", out, gguf_writer_error(NULL));
+        return -1;
+    }
+    return 0;
+}
+
+static void mark_used(conv_tensor *ct, int n) {
+    for (int i = 0; i < n; i++)
+        for (int e = 0; e < ct[i].off.n_parts; e++) {
+            ((st_tensor *)ct[i].off.parts[e].w)->used = 1;
+            if (ct[i].off.parts[e].scale) ((st_tensor *)ct[i].off.parts[e].scale)->used = 1;
+        }
+}
+
 int convert_model(const convert_opts *o, char *err, size_t errlen) {
     int rc = -1;
-    dsv4_config cfg;
-    dsv4_tensor_spec *specs = NULL;
-    int n_specs = 0;
-    st_set *st = NULL;
-    gguf_file *gin = NULL;
-    conv_tensor *ct = NULL;
-    gguf_writer *w = NULL;
+    conv_input in;
+    memset(&in, 0, sizeof in);
+    dsv4_tensor_spec *specs = NULL, *mspecs = NULL;
+    int n_specs = 0, n_mspecs = 0;
+    conv_tensor *ct = NULL, *mct = NULL;
     conv_ctx cc = {0};
     uint8_t *bufs[2] = {NULL, NULL};
-    char dir[4096], path[4200], tok_json[4200] = "", tok_cfg[4200] = "";
+    char dir[4096], path[4200];
 
     if (!o->input || !o->output) {
         snprintf(err, errlen, "input and output are required");
         return -1;
     }
+    if (o->tokenizer_json && o->no_tokenizer) {
+        snprintf(err, errlen, "--tokenizer and --no-tokenizer contradict each other");
+        return -1;
+    }
     int from_gguf = !is_dir(o->input) && ends_with(o->input, ".gguf");
     if (from_gguf) {
-        gin = gguf_open(o->input, err, errlen);
-        if (!gin) return -1;
-        if (dsv4_config_from_gguf(gin, &cfg, err, errlen) != 0) goto out;
+        in.gin = gguf_open(o->input, err, errlen);
+        if (!in.gin) return -1;
+        if (dsv4_config_from_gguf(in.gin, &in.cfg, err, errlen) != 0) goto out;
+        in.gguf_is_mtp = gguf_find_tensor(in.gin, "mtp.0.e_proj.weight") && !gguf_find_tensor(in.gin, "token_embd.weight");
+        if (o->tokenizer_json) snprintf(in.tok_json, sizeof in.tok_json, "%s", o->tokenizer_json);
+        if (o->tokenizer_config) snprintf(in.tok_cfg, sizeof in.tok_cfg, "%s", o->tokenizer_config);
+        if (o->mtp_output) {
+            snprintf(err, errlen, "--mtp-out needs an official checkpoint (convert an MTP GGUF as its own input)");
+            goto out;
+        }
     } else {
         if (is_dir(o->input)) snprintf(dir, sizeof dir, "%s", o->input);
         else {
@@ -202,106 +327,73 @@ int convert_model(const convert_opts *o, char *err, size_t errlen) {
             snprintf(err, errlen, "%s: no config.json (a DeepSeek V4 checkpoint directory needs one)", dir);
             return -1;
         }
-        if (official_config_load(path, &cfg, err, errlen) != 0) return -1;
-        st = is_dir(o->input) ? st_open_dir(o->input, err, errlen) : st_open_file(o->input, err, errlen);
-        if (!st) goto out;
+        if (official_config_load(path, &in.cfg, err, errlen) != 0) return -1;
+        in.st = is_dir(o->input) ? st_open_dir(o->input, err, errlen) : st_open_file(o->input, err, errlen);
+        if (!in.st) goto out;
         if (!o->no_tokenizer) {
-            if (o->tokenizer_json) snprintf(tok_json, sizeof tok_json, "%s", o->tokenizer_json);
+            if (o->tokenizer_json) snprintf(in.tok_json, sizeof in.tok_json, "%s", o->tokenizer_json);
             else {
                 snprintf(path, sizeof path, "%s/tokenizer.json", dir);
-                if (file_exists(path)) snprintf(tok_json, sizeof tok_json, "%s", path);
+                if (file_exists(path)) snprintf(in.tok_json, sizeof in.tok_json, "%s", path);
             }
-            if (o->tokenizer_config) snprintf(tok_cfg, sizeof tok_cfg, "%s", o->tokenizer_config);
+            if (o->tokenizer_config) snprintf(in.tok_cfg, sizeof in.tok_cfg, "%s", o->tokenizer_config);
             else {
                 snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
-                if (tok_json[0] && file_exists(path)) snprintf(tok_cfg, sizeof tok_cfg, "%s", path);
+                if (in.tok_json[0] && file_exists(path)) snprintf(in.tok_cfg, sizeof in.tok_cfg, "%s", path);
             }
         }
     }
-    if (from_gguf && o->tokenizer_json) snprintf(tok_json, sizeof tok_json, "%s", o->tokenizer_json);
-    if (from_gguf && o->tokenizer_config) snprintf(tok_cfg, sizeof tok_cfg, "%s", o->tokenizer_config);
-    if (o->tokenizer_json && o->no_tokenizer) {
-        snprintf(err, errlen, "--tokenizer and --no-tokenizer contradict each other");
-        goto out;
-    }
 
-    n_specs = dsv4_tensor_specs(&cfg, &specs);
+    n_specs = in.gguf_is_mtp ? dsv4_mtp_tensor_specs(&in.cfg, &specs) : dsv4_tensor_specs(&in.cfg, &specs);
     if (n_specs <= 0) {
         snprintf(err, errlen, "cannot build the tensor list for this config");
         goto out;
     }
-    if (policy_check(&o->policy, specs, n_specs, err, errlen) != 0) goto out;
-
-    /* resolve every source before creating the output */
+    /* resolve every source (main and MTP) before creating any output */
     ct = calloc((size_t)n_specs, sizeof *ct);
     if (!ct) {
         snprintf(err, errlen, "out of memory");
         goto out;
     }
-    size_t max_ne0 = 0;
-    uint64_t total_out = 0;
-    for (int i = 0; i < n_specs; i++) {
-        const dsv4_tensor_spec *s = &specs[i];
-        ct[i].spec = s;
-        ct[i].out_type = policy_type(&o->policy, s);
-        ct[i].out_row_bytes = quant_row_bytes(ct[i].out_type, (int64_t)s->ne[0]);
-        total_out += ct[i].out_row_bytes * s->ne[1] * s->ne[2];
-        if (s->ne[0] > max_ne0) max_ne0 = s->ne[0];
-        if (from_gguf) {
-            const gguf_tensor *g = gguf_find_tensor(gin, s->name);
-            if (!g) {
-                snprintf(err, errlen, "%s: GGUF lacks tensor '%s'", o->input, s->name);
-                goto out;
-            }
-            int same = g->n_dims == s->n_dims;
-            for (uint32_t d = 0; d < 3 && same; d++) same = g->ne[d] == s->ne[d];
-            if (!same) {
-                snprintf(err, errlen, "%s: tensor '%s' has shape [%llu, %llu, %llu], expected [%llu, %llu, %llu]", o->input,
-                         s->name, (unsigned long long)g->ne[0], (unsigned long long)g->ne[1], (unsigned long long)g->ne[2],
-                         (unsigned long long)s->ne[0], (unsigned long long)s->ne[1], (unsigned long long)s->ne[2]);
-                goto out;
-            }
-            const quant_traits *q = quant_get((int)g->type);
-            if (!q || !g->data || (g->type != GGML_TYPE_I32 && !q->dequant)) {
-                snprintf(err, errlen, "%s: tensor '%s' has type %u, which convert cannot read", o->input, s->name, g->type);
-                goto out;
-            }
-            if ((g->type == GGML_TYPE_I32) != (ct[i].out_type == GGML_TYPE_I32)) {
-                snprintf(err, errlen, "%s: tensor '%s' has type %s, expected %s", o->input, s->name, quant_name((int)g->type),
-                         quant_name(ct[i].out_type));
-                goto out;
-            }
-            ct[i].gt = g;
-        } else {
-            if (official_resolve(st, s, &ct[i].off, err, errlen) != 0) goto out;
+    if (resolve_all(o, &in, specs, n_specs, ct, err, errlen) != 0) goto out;
+    if (o->mtp_output) {
+        n_mspecs = dsv4_mtp_tensor_specs(&in.cfg, &mspecs);
+        mct = n_mspecs > 0 ? calloc((size_t)n_mspecs, sizeof *mct) : NULL;
+        if (!mct) {
+            snprintf(err, errlen, "cannot build the MTP tensor list");
+            goto out;
         }
+        if (!st_find(in.st, "mtp.0.e_proj.weight")) {
+            snprintf(err, errlen, "--mtp-out: the checkpoint has no MTP block (no mtp.0.* tensors)");
+            goto out;
+        }
+        if (resolve_all(o, &in, mspecs, n_mspecs, mct, err, errlen) != 0) goto out;
     }
-
-    if (st) {
-        /* checkpoint tensors nothing maps to (the MTP block, mtp.*, goes to a separate file) */
+    if (in.st) {
+        /* checkpoint tensors nothing maps to (e.g. the MTP block without --mtp-out) */
         int64_t unused = 0;
         const char *first = NULL;
-        for (int64_t k = 0; k < st->n_tensors; k++) st->tensors[k].used = 0;
-        for (int i = 0; i < n_specs; i++)
-            for (int e = 0; e < ct[i].off.n_parts; e++) {
-                ((st_tensor *)ct[i].off.parts[e].w)->used = 1;
-                if (ct[i].off.parts[e].scale) ((st_tensor *)ct[i].off.parts[e].scale)->used = 1;
-            }
-        for (int64_t k = 0; k < st->n_tensors; k++)
-            if (!st->tensors[k].used && !unused++) first = st->tensors[k].name;
+        for (int64_t k = 0; k < in.st->n_tensors; k++) in.st->tensors[k].used = 0;
+        mark_used(ct, n_specs);
+        if (mct) mark_used(mct, n_mspecs);
+        for (int64_t k = 0; k < in.st->n_tensors; k++)
+            if (!in.st->tensors[k].used && !unused++) first = in.st->tensors[k].name;
         if (unused)
-            fprintf(stderr, "minke convert: note: %lld checkpoint tensors are not part of the main model (e.g. %s)\n",
-                    (long long)unused, first);
+            fprintf(stderr, "minke convert: note: %lld checkpoint tensors are not converted (e.g. %s%s)\n", (long long)unused,
+                    first, !strncmp(first, "mtp.", 4) ? "; --mtp-out FILE writes the MTP block" : "");
     }
-    if (tok_json[0]) {
-        int nv = tokjson_vocab_size(tok_json, err, errlen);
+    if (in.tok_json[0] && !in.gguf_is_mtp) {
+        int nv = tokjson_vocab_size(in.tok_json, err, errlen);
         if (nv < 0) goto out;
-        if ((uint32_t)nv != cfg.n_vocab) {
-            snprintf(err, errlen, "%s has %d tokens but the model's vocab_size is %u", tok_json, nv, cfg.n_vocab);
+        if ((uint32_t)nv != in.cfg.n_vocab) {
+            snprintf(err, errlen, "%s has %d tokens but the model's vocab_size is %u", in.tok_json, nv, in.cfg.n_vocab);
             goto out;
         }
     }
 
+    size_t max_ne0 = 0;
+    for (int i = 0; i < n_specs; i++) max_ne0 = specs[i].ne[0] > max_ne0 ? specs[i].ne[0] : max_ne0;
+    for (int i = 0; i < n_mspecs; i++) max_ne0 = mspecs[i].ne[0] > max_ne0 ? mspecs[i].ne[0] : max_ne0;
     cc.n_threads = o->n_threads > 0 ? o->n_threads : rowpool_default_threads();
     cc.scratch_floats = (size_t)GRAIN_FLOATS > max_ne0 ? (size_t)GRAIN_FLOATS : max_ne0;
     cc.scratch = calloc((size_t)cc.n_threads, sizeof *cc.scratch);
@@ -317,68 +409,29 @@ int convert_model(const convert_opts *o, char *err, size_t errlen) {
             goto out;
         }
 
-    /* header */
-    w = gguf_writer_open(o->output, 32, err, errlen);
-    if (!w) goto out;
-    dsv4_config_write_gguf(w, &cfg);
-    char pdesc[160];
-    policy_desc(&o->policy, pdesc, sizeof pdesc);
-    if (from_gguf) {
-        for (uint64_t i = 0; i < gin->n_kv; i++) {
-            const gguf_kv *kv = &gin->kv[i];
-            if ((kv->key.len >= 8 && !memcmp(kv->key.ptr, "general.", 8)) ||
-                (kv->key.len >= 10 && !memcmp(kv->key.ptr, "deepseek4.", 10)) ||
-                (kv->key.len == 17 && !memcmp(kv->key.ptr, "minke.type_policy", 17)))
-                continue;
-            if ((o->no_tokenizer || tok_json[0]) && kv->key.len >= 10 && !memcmp(kv->key.ptr, "tokenizer.", 10)) continue;
-            gguf_w_kv_copy(w, kv);
-        }
-    }
-    if (tok_json[0]) {
-        if (tokjson_write_gguf(w, tok_json, tok_cfg[0] ? tok_cfg : NULL, err, errlen) != 0) goto out;
-    }
-    gguf_w_str(w, "minke.type_policy", pdesc);
-    for (int i = 0; i < n_specs; i++)
-        gguf_w_tensor(w, specs[i].name, specs[i].n_dims, specs[i].ne, (uint32_t)ct[i].out_type);
-    if (gguf_writer_begin_data(w) != 0) {
-        snprintf(err, errlen, "%s", gguf_writer_error(w));
-        goto out;
-    }
-
-    progress pg;
-    progress_start(&pg, "convert", total_out, o->progress);
-    for (int i = 0; i < n_specs; i++) {
-        double t0 = progress_now();
-        if (convert_tensor(&cc, &ct[i], w, bufs, &pg, cfg.n_expert, err, errlen) != 0) goto out;
-        if (st) official_release(st, &ct[i].off);
-        if (o->verbose) {
-            if (pg.enabled) fprintf(stderr, "\r\033[K");
-            fprintf(stderr, "%-40s [%llu, %llu, %llu] %-7s <- %-7s %.2fs\n", specs[i].name,
-                    (unsigned long long)specs[i].ne[0], (unsigned long long)specs[i].ne[1],
-                    (unsigned long long)specs[i].ne[2], quant_name(ct[i].out_type), src_desc(&ct[i]),
-                    progress_now() - t0);
-        }
-    }
-    progress_finish(&pg);
-    int wrc = gguf_writer_close(w);
-    w = NULL;
-    if (wrc != 0) {
-        snprintf(err, errlen, "%s: %s", o->output, gguf_writer_error(NULL));
+    if (write_file(o, &in, specs, ct, n_specs, o->output, in.gguf_is_mtp, &cc, bufs, err, errlen) != 0) goto out;
+    if (mct && write_file(o, &in, mspecs, mct, n_mspecs, o->mtp_output, 1, &cc, bufs, err, errlen) != 0) {
+        char tmp[900];
+        snprintf(tmp, sizeof tmp, "%s", err);
+        snprintf(err, errlen, "%s (the main file %s was written)", tmp, o->output);
         goto out;
     }
     rc = 0;
 out:
-    if (w) gguf_writer_abort(w);
     if (ct)
         for (int i = 0; i < n_specs; i++) official_src_free(&ct[i].off);
+    if (mct)
+        for (int i = 0; i < n_mspecs; i++) official_src_free(&mct[i].off);
     free(ct);
+    free(mct);
     if (cc.scratch)
         for (int i = 0; i < cc.n_threads; i++) free(cc.scratch[i]);
     free(cc.scratch);
     free(bufs[0]);
     free(bufs[1]);
     free(specs);
-    st_close(st);
-    if (gin) gguf_close(gin);
+    free(mspecs);
+    st_close(in.st);
+    if (in.gin) gguf_close(in.gin);
     return rc;
 }

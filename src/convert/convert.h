@@ -16,6 +16,7 @@
 typedef struct convert_opts {
     const char *input;            /* checkpoint directory, a .safetensors file, or a .gguf */
     const char *output;           /* GGUF to write */
+    const char *mtp_output;       /* NULL, or where to write the MTP block (official mtp.0.*) as its own GGUF */
     convert_policy policy;
     int n_threads;                /* <= 0: all cores */
     int progress;                 /* -1 auto (stderr is a TTY), 0 off, 1 on */

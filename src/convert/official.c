@@ -57,6 +57,14 @@ static const char *official_suffix(int kind) {
     case DSV4_T_FFN_GATE_SHEXP: return "ffn.shared_experts.w1.weight";
     case DSV4_T_FFN_UP_SHEXP: return "ffn.shared_experts.w3.weight";
     case DSV4_T_FFN_DOWN_SHEXP: return "ffn.shared_experts.w2.weight";
+    case DSV4_T_MTP_HC_HEAD_BASE: return "hc_head_base";
+    case DSV4_T_MTP_HC_HEAD_FN: return "hc_head_fn";
+    case DSV4_T_MTP_HC_HEAD_SCALE: return "hc_head_scale";
+    case DSV4_T_MTP_E_PROJ: return "e_proj.weight";
+    case DSV4_T_MTP_H_PROJ: return "h_proj.weight";
+    case DSV4_T_MTP_ENORM: return "enorm.weight";
+    case DSV4_T_MTP_HNORM: return "hnorm.weight";
+    case DSV4_T_MTP_NORM: return "norm.weight";
     default: return NULL;
     }
 }
@@ -69,7 +77,11 @@ int official_name(const dsv4_tensor_spec *s, int expert, char *buf, size_t n) {
     const char *suf = official_suffix(s->kind);
     if (!suf) return -1;
     int k;
-    if (s->layer < 0) k = snprintf(buf, n, "%s", suf);
+    /* the MTP block: official "mtp.0.<name inside a layer>" */
+    int mtp = !strncmp(s->name, "mtp.", 4);
+    if (mtp && is_expert_kind(s->kind)) k = snprintf(buf, n, "mtp.0.ffn.experts.%d.%s", expert, suf);
+    else if (mtp) k = snprintf(buf, n, "mtp.0.%s", suf);
+    else if (s->layer < 0) k = snprintf(buf, n, "%s", suf);
     else if (is_expert_kind(s->kind)) k = snprintf(buf, n, "layers.%d.ffn.experts.%d.%s", s->layer, expert, suf);
     else k = snprintf(buf, n, "layers.%d.%s", s->layer, suf);
     return k > 0 && (size_t)k < n ? 0 : -1;

@@ -92,15 +92,21 @@ static dist tensor_dist(const dsv4_config *c, const dsv4_tensor_spec *s, float d
     case DSV4_T_TOKEN_EMBD: return sym(1.0f);
     case DSV4_T_OUTPUT: return sym(1.5f * inv_D);
     case DSV4_T_OUTPUT_HC_FN:
+    case DSV4_T_MTP_HC_HEAD_FN:
     case DSV4_T_HC_ATTN_FN:
     case DSV4_T_HC_FFN_FN: return sym(0.5f / sqrtf((float)c->hc_dim));
     case DSV4_T_OUTPUT_HC_SCALE:
+    case DSV4_T_MTP_HC_HEAD_SCALE:
     case DSV4_T_HC_ATTN_SCALE:
     case DSV4_T_HC_FFN_SCALE: return range(0.5f, 1.5f);
     case DSV4_T_OUTPUT_HC_BASE:
+    case DSV4_T_MTP_HC_HEAD_BASE:
     case DSV4_T_HC_ATTN_BASE:
     case DSV4_T_HC_FFN_BASE: return sym(0.5f);
     case DSV4_T_OUTPUT_NORM:
+    case DSV4_T_MTP_ENORM:
+    case DSV4_T_MTP_HNORM:
+    case DSV4_T_MTP_NORM:
     case DSV4_T_ATTN_NORM:
     case DSV4_T_ATTN_Q_A_NORM:
     case DSV4_T_ATTN_KV_A_NORM:
@@ -389,7 +395,7 @@ static int fill_write_rows(void *ctx, uint8_t *dst, int64_t r0, int64_t r1, int 
 
 int synth_write_gguf(const char *path, const dsv4_config *c, const synth_file_opts *o, char *err, size_t errlen) {
     dsv4_tensor_spec *specs = NULL;
-    int n = dsv4_tensor_specs(c, &specs);
+    int n = o->mtp ? dsv4_mtp_tensor_specs(c, &specs) : dsv4_tensor_specs(c, &specs);
     if (n <= 0) {
         snprintf(err, errlen, "cannot build the tensor list for this config");
         return -1;
@@ -421,7 +427,9 @@ int synth_write_gguf(const char *path, const dsv4_config *c, const synth_file_op
     w = gguf_writer_open(path, 32, err, errlen);
     if (!w) goto out;
     dsv4_config_write_gguf(w, c);
-    if (o->tokenizer_json) {
+    if (o->mtp) {
+        /* the MTP file carries no tokenizer (it uses the main file's) */
+    } else if (o->tokenizer_json) {
         if (tokjson_write_gguf(w, o->tokenizer_json, NULL, err, errlen) != 0) goto out;
     } else if (toksynth_write_gguf(w, c->n_vocab, err, errlen) != 0) {
         goto out;
@@ -436,7 +444,7 @@ int synth_write_gguf(const char *path, const dsv4_config *c, const synth_file_op
         goto out;
     }
     progress pg;
-    progress_start(&pg, "mkmodel", total, o->progress);
+    progress_start(&pg, o->mtp ? "mkmodel MTP" : "mkmodel", total, o->progress);
     for (int i = 0; i < n; i++) {
         int t = o->types ? o->types[i] : specs[i].ds4_type;
         fill_job j = {c, &specs[i], t, o->seed, o->damp, NULL, 0};

@@ -45,9 +45,11 @@ typedef struct synth_file_opts {
     const char *tokenizer_json;  /* NULL: a synthetic byte-level vocabulary of n_vocab tokens */
     int n_threads;               /* <= 0: all cores */
     int progress;                /* -1 auto (TTY), 0 off, 1 on */
+    int mtp;                     /* 1: write the MTP GGUF (dsv4_mtp_tensor_specs, no tokenizer) */
 } synth_file_opts;
 
-/* Write a complete GGUF (metadata, tokenizer, every tensor of dsv4_tensor_specs(c)). */
+/* Write a complete GGUF (metadata, tokenizer, every tensor of dsv4_tensor_specs(c)), or with
+ * o->mtp the MTP file (every tensor of dsv4_mtp_tensor_specs(c); types index that list). */
 int synth_write_gguf(const char *path, const dsv4_config *c, const synth_file_opts *o, char *err, size_t errlen);
 
 #endif
