@@ -10,11 +10,11 @@
 
 int quant_use_simd = 1;
 
-#define DISPATCH(name)                                                        \
-    void name(int64_t n, float *s, const void *w, const void *a)      \
-    {                                                                         \
-        if (quant_use_simd) name##_avx2(n, s, w, a);                          \
-        else name##_scalar(n, s, w, a);                                       \
+#define DISPATCH(name)                                             \
+    void name(int64_t n, float *s, const void *w, const void *a)   \
+    {                                                              \
+        if (quant_use_simd) name##_avx2(n, s, w, a);               \
+        else name##_scalar(n, s, w, a);                            \
     }
 
 #ifdef __AVX2__
