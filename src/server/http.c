@@ -29,6 +29,7 @@ typedef enum MHD_Result MHD_Result_t;
 #endif
 
 static const server_config *g_cfg;
+static int g_inflight; /* requests between their first callback and on_completed */
 
 typedef struct conn_ctx {
     sbuf body;
@@ -264,6 +265,7 @@ static MHD_Result_t on_request(void *cls, struct MHD_Connection *c, const char *
         snprintf(ctx->method, sizeof ctx->method, "%s", method);
         snprintf(ctx->path, sizeof ctx->path, "%s", url);
         ctx->t0 = now_seconds();
+        __atomic_add_fetch(&g_inflight, 1, __ATOMIC_SEQ_CST);
         *con_cls = ctx;
         return MHD_YES;
     }
@@ -333,6 +335,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     sbuf_free(&ctx->body);
     free(ctx);
     *con_cls = NULL;
+    __atomic_sub_fetch(&g_inflight, 1, __ATOMIC_SEQ_CST);
 }
 
 static int resolve_host(const char *host, struct sockaddr_in *sa) {
@@ -392,6 +395,8 @@ int http_serve(const server_config *cfg) {
     pthread_detach(t2);
     MHD_socket ls = MHD_quiesce_daemon(d);
     worker_shutdown();  /* cancels the running job, fails queued ones, persists the KV */
+    /* let the connections deliver their last frames before they are closed */
+    for (int i = 0; i < 100 && __atomic_load_n(&g_inflight, __ATOMIC_SEQ_CST) > 0; i++) usleep(50 * 1000);
     MHD_stop_daemon(d);
     if (ls != MHD_INVALID_SOCKET) close(ls);
     return 0;

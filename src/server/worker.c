@@ -34,6 +34,17 @@ static int n_live, cap_live;
 static sbuf live_text;
 static int last_continued;   /* last continued-save frontier */
 
+/* Visible-transcript binding (serving.md §4.13): the live KV holds reasoning
+ * that clients do not send back, so the next request's rendering differs from
+ * the live text. After a thinking turn we remember how the client will render
+ * it (bind_text) and the live length; a request whose prompt starts with that
+ * text continues the live KV, appending the token sampled but not evaluated
+ * (if any) and the EOS that closes the turn. */
+static sbuf bind_text;
+static int bind_live = -1;
+static int32_t bind_tail[2];
+static int n_bind_tail;
+
 long worker_next_seq(void) { return __atomic_add_fetch(&seq_counter, 1, __ATOMIC_RELAXED); }
 
 static void live_reset(void) {
@@ -145,7 +156,25 @@ static int32_t *plan_prompt(gen_request *r, int *n_eff, int *n_cached, const cha
         }
         free(suf);
     }
-    /* 3. miss: keep the displaced conversation on disk, then try the disk */
+    /* 3. the client-visible transcript of the last thinking turn */
+    if (bind_live >= 0 && bind_live == n_live && bind_text.n < r->prompt_len && !memcmp(bind_text.p, r->prompt_text, bind_text.n)) {
+        int n_suf = 0;
+        int32_t *suf = engine_tokenize(r->prompt_text + bind_text.n, r->prompt_len - bind_text.n, &n_suf);
+        int n_all = n_live + n_bind_tail + n_suf;
+        if (suf && n_suf >= 0 && n_all < server_cfg()->ctx) {
+            int32_t *all = malloc((size_t)n_all * sizeof *all + 1);
+            memcpy(all, live_tok, (size_t)n_live * sizeof *all);
+            memcpy(all + n_live, bind_tail, (size_t)n_bind_tail * sizeof *all);
+            memcpy(all + n_live + n_bind_tail, suf, (size_t)n_suf * sizeof *all);
+            free(suf);
+            *n_cached = n_live;
+            *n_eff = n_all;
+            *source = "thinking-visible";
+            return all;
+        }
+        free(suf);
+    }
+    /* 4. miss: keep the displaced conversation on disk, then try the disk */
     if (n_live > 0) {
         save_live(KV_REASON_EVICT);
     }
@@ -284,6 +313,31 @@ static void feed_text(gen_ctx *g, const char *text, size_t *fed, size_t upto, in
     *fed += n;
 }
 
+/* How the client will replay this turn without its reasoning: with tools
+ * (reasoning kept by the renderer) "</think>" follows the prompt directly;
+ * without tools, earlier turns are rendered "<｜Assistant｜></think>answer". */
+static void remember_visible(const gen_request *r, const gen_result *res, int32_t unevaluated) {
+    sbuf_clear(&bind_text);
+    size_t plen = r->prompt_len;
+    size_t tl = strlen(CHAT_THINK_OPEN);
+    if (!r->has_tools) {
+        if (plen < tl || memcmp(r->prompt_text + plen - tl, CHAT_THINK_OPEN, tl)) return;
+        plen -= tl;
+    }
+    sbuf_add(&bind_text, r->prompt_text, plen);
+    sbuf_adds(&bind_text, CHAT_THINK_CLOSE);
+    sbuf_add(&bind_text, res->content.p ? res->content.p : "", res->content.n);
+    if (res->n_calls) {
+        if (!res->raw_dsml) return;
+        sbuf_adds(&bind_text, res->raw_dsml);
+    }
+    sbuf_adds(&bind_text, CHAT_EOS);
+    n_bind_tail = 0;
+    if (unevaluated >= 0) bind_tail[n_bind_tail++] = unevaluated;
+    bind_tail[n_bind_tail++] = engine_eos();
+    bind_live = n_live;
+}
+
 static void fail_before_start(job *j, int status, const char *type, const char *msg) {
     json_t *b = j->sink->error_body(status, type, msg);
     char *s = json_dumps(b, JSON_COMPACT | JSON_PRESERVE_ORDER);
@@ -317,6 +371,7 @@ static void run_job(job *j) {
     int n_eff = 0, n_cached = 0;
     const char *source = "cold";
     int32_t *eff = plan_prompt(r, &n_eff, &n_cached, &source);
+    bind_live = -1; /* a binding only ever describes the turn just generated */
     res->prompt_tokens = n_eff;
     res->cache_source = source;
     res->cached_tokens = n_cached;
@@ -400,6 +455,7 @@ static void run_job(job *j) {
     finish_reason fin = FINISH_LENGTH;
     double td = now_seconds();
     int pending = -1; /* sampled, not yet evaluated */
+    int32_t unevaluated = -1; /* last sampled token when the loop ended before evaluating it */
     int32_t *script = NULL;
     int n_script = 0;
     if (r->script) script = engine_tokenize(r->script, strlen(r->script), &n_script);
@@ -441,11 +497,12 @@ static void run_job(job *j) {
             int in_block = chat_stream_in_tool_block(g.cs);
             if (was_in_block && !in_block && chat_stream_tool_count(g.cs) > 0) {
                 fin = FINISH_TOOL_CALLS;
+                unevaluated = tok;
                 break;
             }
             was_in_block = in_block;
         }
-        if (res->completion_tokens >= max_new || n_live + 1 >= cfg->ctx) { fin = FINISH_LENGTH; break; }
+        if (res->completion_tokens >= max_new || n_live + 1 >= cfg->ctx) { fin = FINISH_LENGTH; unevaluated = tok; break; }
         pending = tok;
     }
     free(script);
@@ -498,6 +555,8 @@ static void run_job(job *j) {
     for (int i = 0; i < g.n_ids; i++) free(g.ids[i]);
     free(g.ids);
     res->finish = fin;
+    if (thinking && g.cs && res->saw_think_close && ((fin == FINISH_STOP && res->stop_index < 0) || fin == FINISH_TOOL_CALLS))
+        remember_visible(r, res, fin == FINISH_TOOL_CALLS ? unevaluated : -1);
     j->sink->end(j);
     job_finish(j, 200, NULL);
 }
