@@ -8,6 +8,7 @@
  * tokenizer" error, and synthetic tokenizers of several sizes.
  */
 #include <jansson.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,6 +46,8 @@ static void print_ids(FILE *f, const int32_t *ids, size_t n) {
     if (n > 40) fprintf(f, ",...");
 }
 
+static void check_threads(const tokenizer *t, const char *text, size_t len, const int32_t *want, size_t n);
+
 /* All case texts joined by EOS, and the expected ids joined by EOS's id: the
  * same cases through one long input (which takes the piece-cache path). */
 typedef struct { char *text; size_t tlen, tcap; int32_t *ids; size_t n, cap; } joined;
@@ -67,9 +70,39 @@ static void check_joined(const tokenizer *t, joined *j, const char *what) {
     size_t i = 0;
     for (; ok && i < n; i++) ok = ids[i] == j->ids[i];
     CHECK(ok, "%s joined into one %zu-byte text: mismatch (n %zu vs %zu, at id %zu)", what, j->tlen, n, j->n, i);
+    if (ok) check_threads(t, j->text, j->tlen, j->ids, j->n);
     free(ids);
     free(j->text);
     free(j->ids);
+}
+
+/* Several threads encoding the same text at once get the same ids (the
+ * tokenizer is immutable; scratch and caches are per call). */
+typedef struct { const tokenizer *t; const char *text; size_t len; const int32_t *want; size_t n; int ok; } thr_job;
+static void *thr_encode(void *arg) {
+    thr_job *j = arg;
+    j->ok = 1;
+    for (int r = 0; r < 3 && j->ok; r++) {
+        int32_t *ids = NULL;
+        size_t n = 0;
+        j->ok = tokenizer_encode(j->t, j->text, j->len, 0, &ids, &n) == 0 && n == j->n &&
+                !memcmp(ids, j->want, n * sizeof *ids);
+        free(ids);
+    }
+    return NULL;
+}
+static void check_threads(const tokenizer *t, const char *text, size_t len, const int32_t *want, size_t n) {
+    pthread_t th[4];
+    thr_job jobs[4];
+    int started[4];
+    for (int i = 0; i < 4; i++) {
+        jobs[i] = (thr_job){t, text, len, want, n, 0};
+        started[i] = pthread_create(&th[i], NULL, thr_encode, &jobs[i]) == 0;
+    }
+    for (int i = 0; i < 4; i++) {
+        if (started[i]) pthread_join(th[i], NULL);
+        CHECK(started[i] && jobs[i].ok == 1, "thread %d encode differs", i);
+    }
 }
 
 /* Replays one encode case file; returns the number of cases, counts passes. */
