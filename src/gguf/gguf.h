@@ -60,7 +60,9 @@ typedef struct gguf_file {
     uint64_t data_offset;
 } gguf_file;
 
-/* Open and validate; on failure NULL and err holds one sentence. */
+/* Open and validate; on failure NULL and err holds one sentence. Version 3 only; alignment from a
+ * u32 general.alignment (else 32); duplicate keys or tensor names are refused; a tensor of a type
+ * id minke does not know gets nbytes 0 and data NULL (ds4 only warns about those). */
 gguf_file *gguf_open(const char *path, char *err, size_t errlen);
 /* Same on a caller-owned buffer (fuzzing, tests); the buffer must outlive the result. */
 gguf_file *gguf_open_buffer(const void *buf, uint64_t size, char *err, size_t errlen);
