@@ -134,8 +134,9 @@ int cmd_logits(int argc, char **argv) {
         if (!ok) fprintf(stderr, "minke logits: %s\n", minke_last_error());
         else {
             if (timing)
-                fprintf(stderr, "minke logits: %d tokens in %.3f s (%.2f tokens/s, %s, %s)\n", T, dt, T / dt,
-                        info->backend, decode ? "decode" : "prefill");
+                fprintf(stderr, "minke logits: %d tokens in %.3f s (%.2f tokens/s, %s, %s; KV state %.2f MiB for %d tokens)\n",
+                        T, dt, T / dt, info->backend, decode ? "decode" : "prefill",
+                        minke_session_state_bytes(s) / 1048576.0, minke_session_n_ctx(s));
             FILE *of = fopen(out_path, "wb");
             if (!of) fprintf(stderr, "minke logits: cannot write %s\n", out_path);
             else {
