@@ -6,6 +6,7 @@
 #ifndef MINKE_CPU_CPU_H
 #define MINKE_CPU_CPU_H
 
+#include <pthread.h>
 #include <stdint.h>
 
 #include "cpu/numerics.h"
@@ -26,6 +27,7 @@ typedef struct cpu_model {
     nm_rope rope_main, rope_comp;         /* sliding-only layers / compressed layers */
     nm_rope rope_idx;                     /* compressed-layer table (indexer uses the same) */
     int exact_act;                        /* minke_model_params.f32_activations */
+    pthread_mutex_t lock;                 /* one forward at a time: the pool is not reentrant */
 } cpu_model;
 
 /* One compressor's streaming state (spec §8.1). */

@@ -32,6 +32,7 @@ static void cpu_model_free(minke_model *m) {
     free(cm->output_hc_base);
     free(cm->output_hc_scale);
     free(cm->output_norm);
+    pthread_mutex_destroy(&cm->lock);
     free(cm);
     m->be = NULL;
 }
@@ -51,6 +52,7 @@ static int cpu_model_init(minke_model *m) {
     cpu_model *cm = calloc(1, sizeof *cm);
     if (!cm) { minke_set_error("out of memory"); return -1; }
     cm->exact_act = m->params.f32_activations ? 1 : 0;
+    pthread_mutex_init(&cm->lock, NULL);
     m->be = cm;
     cm->pool = cpu_pool_create(m->params.n_threads);
     cm->lv = calloc(c->n_layer, sizeof *cm->lv);

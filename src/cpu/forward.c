@@ -435,11 +435,14 @@ static int forward_batch(minke_model *m, void *bs, const int32_t *tokens, int n,
 int cpu_forward(minke_model *m, void *bs, const int32_t *tokens, int n, int pos0,
                 float *all_logits, float *last_logits) {
     size_t V = m->w.cfg.n_vocab;
-    for (int i = 0; i < n; i += CPU_MAX_BATCH) {
+    cpu_model *cm = m->be;
+    int rc = 0;
+    pthread_mutex_lock(&cm->lock);   /* sessions of one model may run from several threads */
+    for (int i = 0; i < n && rc == 0; i += CPU_MAX_BATCH) {
         int len = n - i < CPU_MAX_BATCH ? n - i : CPU_MAX_BATCH;
-        if (forward_batch(m, bs, tokens + i, len, pos0 + i, all_logits ? all_logits + (size_t)i * V : NULL,
-                          last_logits) != 0)
-            return -1;
+        rc = forward_batch(m, bs, tokens + i, len, pos0 + i, all_logits ? all_logits + (size_t)i * V : NULL,
+                           last_logits);
     }
-    return 0;
+    pthread_mutex_unlock(&cm->lock);
+    return rc;
 }
