@@ -63,6 +63,10 @@ n=$(ls "$D"/*.kv | wc -l)
 ls "$D" | grep -q '\.tmp\.' && fail "temporary file left behind"
 for f in "$D"/*.kv; do
     [ "$(head -c 3 "$f")" = KVC ] || fail "$f lacks the KVC magic"
+    # the name is the SHA-1 of the key text (header: u32 key length at 48, key at 52)
+    klen=$(od -An -tu4 -j48 -N4 "$f" | tr -d ' ')
+    sum=$(tail -c +53 "$f" | head -c "$klen" | sha1sum | cut -c1-40)
+    [ "$sum.kv" = "$(basename "$f")" ] || fail "$f: name is not the SHA-1 of its key text ($sum)"
 done
 echo "ok   cold request stored $n snapshots"
 
@@ -115,3 +119,14 @@ grep -q 'stored .* (continued, 64 tokens' "$T/run5.log" || fail "no continued sn
 grep -q 'stored .* (continued, 128 tokens' "$T/run5.log" || fail "no continued snapshot at 128 tokens"
 grep -q 'stored .* (cold' "$T/run5.log" && fail "cold save with --kv-cache-cold-max-tokens 0"
 echo "ok   continued snapshots at aligned frontiers"
+
+# 6. exact DSML tool replay survives a restart (tool-id map trailer)
+rm -rf "$D"
+start run6 --test-hooks
+node tests/node/kvdisk.mjs tool1 "$T/tool.json" || fail "tool turn"
+stop
+start run7
+grep -q 'tool-call ids restored' "$T/run7.log" || fail "tool map not restored at startup"
+node tests/node/kvdisk.mjs tool2 "$T/tool.json" || fail "tool replay after restart"
+stop
+echo "ok   tool-call replay restored from the cache files after a restart"

@@ -267,8 +267,18 @@ static MHD_Result_t on_request(void *cls, struct MHD_Connection *c, const char *
         ctx->t0 = now_seconds();
         __atomic_add_fetch(&g_inflight, 1, __ATOMIC_SEQ_CST);
         *con_cls = ctx;
+        /* refuse an announced oversized body before reading it */
+        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+        if (cl && strtoull(cl, NULL, 10) > g_cfg->max_body_bytes) {
+            parse_error e;
+            memset(&e, 0, sizeof e);
+            ctx->too_big = 1;
+            perr(&e, 413, "invalid_request_error", "request body exceeds the limit of %zu bytes (--max-body-mb)", g_cfg->max_body_bytes);
+            return send_error(c, ctx, url, &e);
+        }
         return MHD_YES;
     }
+    if (ctx->status) { *upload_size = 0; return MHD_YES; } /* already answered (413) */
     if (*upload_size) {
         if (!ctx->too_big) {
             if (ctx->body.n + *upload_size > g_cfg->max_body_bytes) { ctx->too_big = 1; sbuf_free(&ctx->body); }

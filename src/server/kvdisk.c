@@ -182,6 +182,34 @@ int kvdisk_evict_to_budget(const char *protect_name) {
     return removed;
 }
 
+/* Reads the tool-id map trailer of one file into tool memory (ids and blocks
+ * are bounded; a malformed trailer is ignored here and caught at load). */
+static int load_tool_map(const entry *e) {
+    char path[4200];
+    entry_path(path, sizeof path, e->name);
+    FILE *f = fopen(path, "rb");
+    if (!f) return 0;
+    int added = 0;
+    unsigned char h[8];
+    if (fseek(f, (long)(KV_HEADER + e->h.key_len + e->h.payload_bytes), SEEK_SET) == 0 && fread(h, 1, 8, f) == 8 && !memcmp(h, "KTM", 3)) {
+        uint32_t cnt = get32(h + 4);
+        for (uint32_t i = 0; i < cnt && i < 4u * (uint32_t)g_cfg->tool_memory_max_ids; i++) {
+            if (fread(h, 1, 8, f) != 8) break;
+            uint32_t il = get32(h), dl = get32(h + 4);
+            if (!il || il > 256 || !dl || dl > (512u << 20) || (uint64_t)il + dl > e->size) break;
+            char *id = malloc(il + 1), *dsml = malloc((size_t)dl + 1);
+            if (!id || !dsml || fread(id, 1, il, f) != il || fread(dsml, 1, dl, f) != dl) { free(id); free(dsml); break; }
+            id[il] = 0;
+            dsml[dl] = 0;
+            if (!memchr(id, 0, il) && !memchr(dsml, 0, dl)) { toolmem_put(id, dsml); added++; }
+            free(id);
+            free(dsml);
+        }
+    }
+    fclose(f);
+    return added;
+}
+
 static int mkdir_p(const char *dir) {
     char tmp[4096];
     snprintf(tmp, sizeof tmp, "%s", dir);
@@ -205,9 +233,14 @@ int kvdisk_init(const server_config *cfg) {
         return -1;
     }
     g_enabled = 1;
+    toolmem_init(cfg->tool_memory_max_ids);
     entry *v = NULL;
     int n = scan(&v);
+    int n_maps = 0;
+    for (int i = 0; i < n && cfg->tool_replay; i++)
+        if (v[i].h.flags & KV_FLAG_TOOLMAP) n_maps += load_tool_map(&v[i]);
     free(v);
+    if (n_maps) server_log("kv cache: %d tool-call ids restored for exact DSML replay", n_maps);
     kvdisk_evict_to_budget(NULL);
     server_log("kv cache: %s, %d entries, %.1f MiB of %llu MiB", g_dir, n, kvdisk_total_bytes() / 1048576.0,
                (unsigned long long)cfg->kv_disk_space_mb);
@@ -217,20 +250,27 @@ int kvdisk_init(const server_config *cfg) {
 int kvdisk_save_tokens(minke_session *s, const char *key, size_t key_len, const int32_t *tok, int n_tok, kv_reason why) {
     if (!g_enabled || n_tok <= 0 || !key_len) return -1;
     uint64_t pbytes = minke_session_serial_bytes(s);
-    uint64_t total = KV_HEADER + key_len + pbytes + 8 + 4ull * (uint64_t)n_tok;
+    char **tm_ids = NULL, **tm_dsml = NULL;
+    int n_tm = g_cfg->tool_replay ? toolmem_collect(key, key_len, &tm_ids, &tm_dsml) : 0;
+    uint64_t tm_bytes = n_tm ? 8 : 0;
+    for (int i = 0; i < n_tm; i++) tm_bytes += 8 + strlen(tm_ids[i]) + strlen(tm_dsml[i]);
+    uint64_t total = KV_HEADER + key_len + pbytes + tm_bytes + 8 + 4ull * (uint64_t)n_tok;
     uint64_t budget = g_cfg->kv_disk_space_mb * 1024ull * 1024ull;
-    if (total + total / 100 > budget) {
-        server_log("kv cache: snapshot of %d tokens (%.1f MiB) does not fit the budget; not stored", n_tok, total / 1048576.0);
+    unsigned char *buf = total + total / 100 > budget ? NULL : malloc(total);
+    if (!buf) {
+        if (total + total / 100 > budget)
+            server_log("kv cache: snapshot of %d tokens (%.1f MiB) does not fit the budget; not stored", n_tok, total / 1048576.0);
+        for (int i = 0; i < n_tm; i++) { free(tm_ids[i]); free(tm_dsml[i]); }
+        free(tm_ids);
+        free(tm_dsml);
         return -1;
     }
-    unsigned char *buf = malloc(total);
-    if (!buf) return -1;
     memset(buf, 0, KV_HEADER);
     memcpy(buf, "KVC", 3);
     buf[3] = 1;
     buf[4] = KV_QUANT_BITS;
     buf[5] = (unsigned char)why;
-    buf[6] = KV_FLAG_TOKENS | KV_FLAG_CRC;
+    buf[6] = KV_FLAG_TOKENS | KV_FLAG_CRC | (n_tm ? KV_FLAG_TOOLMAP : 0);
     put32(buf + 8, (uint32_t)n_tok);
     put32(buf + 12, 0);
     put32(buf + 16, (uint32_t)minke_session_n_ctx(s));
@@ -246,6 +286,24 @@ int kvdisk_save_tokens(minke_session *s, const char *key, size_t key_len, const 
         return -1;
     }
     unsigned char *t = buf + KV_HEADER + key_len + pbytes;
+    if (n_tm) {
+        memcpy(t, "KTM", 3);
+        t[3] = 1;
+        put32(t + 4, (uint32_t)n_tm);
+        t += 8;
+        for (int i = 0; i < n_tm; i++) {
+            size_t il = strlen(tm_ids[i]), dl = strlen(tm_dsml[i]);
+            put32(t, (uint32_t)il);
+            put32(t + 4, (uint32_t)dl);
+            memcpy(t + 8, tm_ids[i], il);
+            memcpy(t + 8 + il, tm_dsml[i], dl);
+            t += 8 + il + dl;
+            free(tm_ids[i]);
+            free(tm_dsml[i]);
+        }
+    }
+    free(tm_ids);
+    free(tm_dsml);
     memcpy(t, "KTK", 3);
     t[3] = 1;
     put32(t + 4, (uint32_t)n_tok);

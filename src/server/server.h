@@ -255,6 +255,7 @@ void toolmem_init(int max_ids);
 void toolmem_put(const char *id, const char *dsml);
 char *toolmem_get(const char *id);   /* caller frees; NULL when unknown */
 int toolmem_count(void);
+int toolmem_collect(const char *text, size_t len, char ***ids, char ***dsmls);
 /* Rewrite assistant messages whose call ids all map to one remembered block so
  * the renderer emits it verbatim; returns a placeholder map for after-render. */
 typedef struct dsml_patch {

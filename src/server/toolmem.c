@@ -172,3 +172,29 @@ void dsml_patches_free(dsml_patch *p, int n) {
     for (int i = 0; i < n; i++) { free(p[i].marker); free(p[i].dsml); }
     free(p);
 }
+
+/* Mappings whose DSML block occurs in text (what a disk snapshot keyed by that
+ * text must carry so replay survives a restart). The live state usually ends
+ * just before the block's last token (generation stops on the closing tag
+ * without evaluating it), so the block's final bytes are not required. */
+int toolmem_collect(const char *text, size_t len, char ***ids, char ***dsmls) {
+    pthread_mutex_lock(&mu);
+    int n = 0, cap = 0;
+    *ids = NULL;
+    *dsmls = NULL;
+    for (tm_entry *e = oldest; e; e = e->newer) {
+        size_t dl = strlen(e->dsml);
+        if (dl > 24) dl -= 24;
+        if (!memmem(text, len, e->dsml, dl)) continue;
+        if (n == cap) {
+            cap = cap ? cap * 2 : 8;
+            *ids = realloc(*ids, (size_t)cap * sizeof **ids);
+            *dsmls = realloc(*dsmls, (size_t)cap * sizeof **dsmls);
+        }
+        (*ids)[n] = strdup(e->id);
+        (*dsmls)[n] = strdup(e->dsml);
+        n++;
+    }
+    pthread_mutex_unlock(&mu);
+    return n;
+}

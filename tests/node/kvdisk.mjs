@@ -16,6 +16,32 @@ const ask = (q) => openai.chat.completions.create({
   messages: [{ role: 'system', content: system }, { role: 'user', content: q }],
 });
 
+const DSML = '\uFF5CDSML\uFF5C';
+const tool = { type: 'function', function: { name: 'get_weather', description: 'Weather', parameters: { type: 'object', properties: { location: { type: 'string' }, days: { type: 'array' } } } } };
+const toolScript = `Need it.</think>\n\n<${DSML}tool_calls>\n<${DSML}invoke name="get_weather">\n<${DSML}parameter name="location" string="true">Oslo</${DSML}parameter>\n<${DSML}parameter name="days" string="false">[1,2]</${DSML}parameter>\n</${DSML}invoke>\n</${DSML}tool_calls>`;
+if (phase === 'tool1' || phase === 'tool2') {
+  const msgs = [{ role: 'system', content: system }, { role: 'user', content: 'Weather?' }];
+  if (phase === 'tool1') {
+    const r = await openai.chat.completions.create({ model: MODEL, messages: msgs, tools: [tool], max_tokens: 200, minke_script: toolScript });
+    assert.equal(r.choices[0].finish_reason, 'tool_calls');
+    fs.writeFileSync(out, JSON.stringify(r));
+  } else {
+    const first = JSON.parse(fs.readFileSync(out, 'utf8'));
+    const m = first.choices[0].message;
+    const calls = JSON.parse(JSON.stringify(m.tool_calls));
+    calls[0].function.arguments = JSON.stringify({ days: [1, 2], location: 'Oslo' }); // re-serialized by the client
+    const r = await openai.chat.completions.create({ model: MODEL, tools: [tool], max_tokens: 2, messages: [...msgs,
+      { role: 'assistant', content: m.content, reasoning_content: m.reasoning_content, tool_calls: calls },
+      { role: 'tool', tool_call_id: calls[0].id, content: 'sunny' }] });
+    const cached = r.usage.prompt_tokens_details.cached_tokens;
+    console.log(`tool2: prompt ${r.usage.prompt_tokens} cached ${cached}`);
+    assert.ok(cached >= first.usage.prompt_tokens + first.usage.completion_tokens - 1,
+      `after restart the exact DSML must be replayed from the cache file's tool map: cached ${cached}`);
+  }
+  console.log(`ok   kvdisk ${phase}`);
+  process.exit(0);
+}
+
 const r = await ask('What is the weather in Oslo?');
 const cached = r.usage.prompt_tokens_details.cached_tokens;
 console.log(`${phase}: prompt ${r.usage.prompt_tokens} cached ${cached}`);
