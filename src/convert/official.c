@@ -157,8 +157,8 @@ static int resolve_part(const st_set *st, const dsv4_tensor_spec *s, const char 
         const st_tensor *sc = st_find(st, sname);
         if (!sc) {
             /* Hugging Face style FP8 checkpoints name the block scales weight_scale_inv */
-            char alt[512];
-            snprintf(alt, sizeof alt, "%s_scale_inv", name);
+            char alt[600];
+            snprintf(alt, sizeof alt, "%.500s_scale_inv", name);
             sc = st_find(st, alt);
         }
         if (!sc) {
