@@ -74,7 +74,6 @@ static int cpu_model_init(minke_model *m) {
     nm_rope_init(&cm->rope_main, (int)c->rope_dim, c->rope_freq_base, 0, 0, 0, 0, 0);
     nm_rope_init(&cm->rope_comp, (int)c->rope_dim, c->compress_rope_freq_base, 1, c->yarn_factor,
                  (double)c->yarn_orig_ctx, c->yarn_beta_fast, c->yarn_beta_slow);
-    cm->rope_idx = cm->rope_comp;
     return 0;
 }
 

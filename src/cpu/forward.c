@@ -298,15 +298,11 @@ static void ffn_layer(fw *f, int il) {
     for (int t = 0; t < T; t++) {
         const float *lg = f->logits_r + (size_t)t * E;
         if ((uint32_t)il < c->n_hash_layer) {
+            /* hash routing: the token's fixed experts, weights from the unbiased scores */
             const int32_t *ids = (const int32_t *)L->tid2eid.data + (size_t)f->tok[t] * K;
-            float sum = 0.0f;
-            for (int k = 0; k < K; k++) {
-                sel[t * K + k] = ids[k];
-                sum += nm_sqrt_softplus(lg[ids[k]]);
-            }
-            if (sum < 6.103515625e-5f) sum = 6.103515625e-5f;
-            for (int k = 0; k < K; k++)
-                wt[t * K + k] = nm_sqrt_softplus(lg[ids[k]]) / sum * c->expert_weights_scale;
+            for (int e = 0; e < E; e++) scores[e] = nm_sqrt_softplus(lg[e]);
+            for (int k = 0; k < K; k++) sel[t * K + k] = ids[k];
+            nm_route_weights(scores, sel + t * K, K, c->expert_weights_scale, wt + t * K);
         } else {
             nm_router(lg, V->exp_bias, E, K, c->expert_weights_scale, scores, sel + t * K, wt + t * K);
         }

@@ -274,6 +274,10 @@ void nm_router(const float *logits, const float *bias, int n_exp, int k, float r
     }
     nm_topk(biased ? biased : scores, n_exp, k, sel);
     free(biased);
+    nm_route_weights(scores, sel, k, route_scale, w);
+}
+
+void nm_route_weights(const float *scores, const int *sel, int k, float route_scale, float *w) {
     float sum = 0.0f;
     for (int j = 0; j < k; j++) sum += scores[sel[j]];
     if (sum < 6.103515625e-5f) sum = 6.103515625e-5f;

@@ -66,8 +66,10 @@ void nm_hc_head_weights(const float *mix, float scale, const float *base, int nh
 /* ---- §11 router ---- */
 /* Indices of the k largest v (descending; ties: lower index first). */
 void nm_topk(const float *v, int n, int k, int *idx);
+/* w[j] = scores[sel[j]] / max(sum of the k selected, 6.103515625e-5) * route_scale. */
+void nm_route_weights(const float *scores, const int *sel, int k, float route_scale, float *w);
 /* scores[e] = sqrt(softplus(logit)); sel = top-k of scores+bias (bias NULL = none);
- * w = scores[sel] / max(sum, 6.103515625e-5) * route_scale. */
+ * w from nm_route_weights. */
 void nm_router(const float *logits, const float *bias, int n_exp, int k, float route_scale,
                float *scores, int *sel, float *w);
 
