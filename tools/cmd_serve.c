@@ -27,7 +27,7 @@ static void usage(FILE *out) {
             "  -t, --threads N             CPU threads (default: all cores)\n"
             "  --model-id ID               id reported by /v1/models (default deepseek-v4-flash)\n"
             "  --accept-any-model          accept any model name in requests (else 404)\n"
-            "  --prefill-chunk N           tokens per prefill step (default 512)\n"
+            "  --prefill-chunk N           tokens per prefill step (default 2048)\n"
             "  --kv-disk-dir DIR           enable the disk KV cache in DIR\n"
             "  --kv-disk-space-mb N        disk cache budget (default 4096)\n"
             "  --kv-cache-min-tokens N     smallest snapshot stored or loaded (default 512)\n"
@@ -60,7 +60,7 @@ int cmd_serve(int argc, char **argv) {
     cfg.default_max_tokens = 393216;
     cfg.backend = MINKE_BACKEND_CPU;
     cfg.model_id = "deepseek-v4-flash";
-    cfg.prefill_chunk = 512;
+    cfg.prefill_chunk = 2048;
     cfg.kv_disk_space_mb = 4096;
     cfg.kv_min_tokens = 512;
     cfg.kv_cold_max_tokens = 30000;

@@ -196,7 +196,7 @@ static MHD_Result_t handle_generate(struct MHD_Connection *c, conn_ctx *ctx, con
         return send_error(c, ctx, path, &e);
     }
     json_error_t jerr;
-    json_t *body = ctx->body.n ? json_loadb(ctx->body.p, ctx->body.n, JSON_REJECT_DUPLICATES * 0, &jerr) : NULL;
+    json_t *body = ctx->body.n ? json_loadb(ctx->body.p, ctx->body.n, 0, &jerr) : NULL;
     if (!body) {
         if (!ctx->body.n) perr(&e, 400, "invalid_request_error", "invalid JSON request: empty body");
         else perr(&e, 400, "invalid_request_error", "invalid JSON request: %s (line %d, column %d)", jerr.text, jerr.line, jerr.column);
@@ -224,6 +224,7 @@ static MHD_Result_t handle_generate(struct MHD_Connection *c, conn_ctx *ctx, con
     ctx->j = j;
     if (worker_submit(j)) {
         j->refs = 1;
+        job_finish(j, 503, NULL);
         perr(&e, 503, "server_error", "server shutting down");
         return send_error(c, ctx, path, &e);
     }

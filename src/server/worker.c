@@ -387,7 +387,7 @@ static void run_job(job *j) {
         cold_cut = cold_store_len(eff, n_eff);
     double t0 = now_seconds(), last_keepalive = t0;
     int started = 0;
-    int chunk = cfg->prefill_chunk > 0 ? cfg->prefill_chunk : 512;
+    int chunk = cfg->prefill_chunk > 0 ? cfg->prefill_chunk : 2048;
     int step = continued_step();
     while (n_live < n_eff) {
         int n = n_eff - n_live;
