@@ -873,6 +873,90 @@ static void test_mtp(ckpt *c) {
     CHECK(access(out, F_OK) != 0, "output left behind");
 }
 
+/* Write the tensors of c whose index i satisfies i % n_shards == shard into one safetensors file. */
+static void write_shard(ckpt *c, const char *path, int shard, int n_shards, json_t *weight_map, const char *fname) {
+    json_t *h = json_object();
+    uint64_t off = 0;
+    for (int i = 0; i < c->n; i++) {
+        if (i % n_shards != shard) continue;
+        ck_tensor *t = &c->t[i];
+        json_t *e = json_deep_copy(json_object_get(c->header, t->name));
+        json_t *offs = json_array();
+        json_array_append_new(offs, json_integer((json_int_t)off));
+        json_array_append_new(offs, json_integer((json_int_t)(off + t->nbytes)));
+        json_object_set_new(e, "data_offsets", offs);
+        json_object_set_new(h, t->name, e);
+        if (weight_map) json_object_set_new(weight_map, t->name, json_string(fname));
+        off += t->nbytes;
+    }
+    char *hs = json_dumps(h, JSON_COMPACT);
+    size_t hl = strlen(hs), padded = (hl + 7) / 8 * 8;
+    FILE *fp = fopen(path, "wb");
+    uint64_t hl64 = padded;
+    fwrite(&hl64, 8, 1, fp);
+    fwrite(hs, 1, hl, fp);
+    for (size_t i = hl; i < padded; i++) fputc(' ', fp);
+    for (int i = 0; i < c->n; i++)
+        if (i % n_shards == shard) fwrite(c->t[i].data, 1, c->t[i].nbytes, fp);
+    fclose(fp);
+    free(hs);
+    json_decref(h);
+}
+
+/* The checkpoint split into 3 shards, with and without model.safetensors.index.json, converts to
+ * exactly the same file as the single-file checkpoint. */
+static void test_sharded(ckpt *c) {
+    char ref[1024];
+    gguf_file *g0 = convert_to("single.gguf", ckpt_dir, "mxfp4", "f32", ref, sizeof ref);
+    if (!g0) return;
+    gguf_close(g0);
+    uint64_t n0;
+    uint8_t *b0 = read_all(ref, &n0);
+    for (int with_index = 0; with_index < 2; with_index++) {
+        char dir[1024], p[1200], src[1024];
+        snprintf(dir, sizeof dir, "%s/sharded%d", tmpdir, with_index);
+        mkdir(dir, 0755);
+        snprintf(src, sizeof src, "%s/config.json", ckpt_dir);
+        snprintf(p, sizeof p, "%s/config.json", dir);
+        uint64_t n;
+        uint8_t *cfg = read_all(src, &n);
+        write_all(p, cfg, n);
+        free(cfg);
+        json_t *wm = json_object();
+        for (int sh = 0; sh < 3; sh++) {
+            char fname[64];
+            snprintf(fname, sizeof fname, "model-%05d-of-00003.safetensors", sh + 1);
+            snprintf(p, sizeof p, "%s/%s", dir, fname);
+            write_shard(c, p, sh, 3, wm, fname);
+        }
+        if (with_index) {
+            json_t *idx = json_object();
+            json_object_set_new(idx, "metadata", json_object());
+            json_object_set(idx, "weight_map", wm);
+            snprintf(p, sizeof p, "%s/model.safetensors.index.json", dir);
+            json_dump_file(idx, p, JSON_INDENT(1));
+            json_decref(idx);
+        }
+        json_decref(wm);
+        char out[1024], name[64];
+        snprintf(name, sizeof name, "sharded%d.gguf", with_index);
+        gguf_file *g = convert_to(name, dir, "mxfp4", "f32", out, sizeof out);
+        if (!g) continue;
+        gguf_close(g);
+        uint8_t *b = read_all(out, &n);
+        CHECK(b && n == n0 && !memcmp(b, b0, n), "3 shards (%s index) convert to a different file", with_index ? "with" : "without");
+        free(b);
+    }
+    /* an index naming a shard that is not there */
+    char dir[1024], p[1200];
+    snprintf(dir, sizeof dir, "%s/sharded1", tmpdir);
+    snprintf(p, sizeof p, "%s/model-00002-of-00003.safetensors", dir);
+    unlink(p);
+    expect_fail("missing shard", dir, "model-00002-of-00003.safetensors", NULL);
+    free(b0);
+    fprintf(stderr, "sharded: 3 shards with and without an index give the same file\n");
+}
+
 int main(void) {
     make_tmpdir();
     int quick = getenv("MINKE_ASAN") && atoi(getenv("MINKE_ASAN"));
@@ -888,6 +972,7 @@ int main(void) {
     test_errors(&c);
     test_with_tokenizer(&c);
     test_mtp(&c);
+    test_sharded(&c);
     /* the IQ2_XXS quantizer is too slow under sanitizers for the whole default-policy pass */
     if (!quick) test_default_policy(&c, quick);
     else fprintf(stderr, "MINKE_ASAN: default-policy conversion skipped\n");
