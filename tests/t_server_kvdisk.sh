@@ -108,6 +108,7 @@ stop
 total=$(cat "$D"/*.kv 2>/dev/null | wc -c)
 [ "$total" -le 1048576 ] || fail "cache holds $total bytes, over the 1 MiB budget"
 grep -q 'evicted' "$T/run4.log" || fail "nothing was evicted"
+grep -q 'stored .* (evict' "$T/run4.log" || fail "no evict snapshot when another conversation replaced the live one"
 echo "ok   budget kept ($total bytes) by eviction"
 
 # 5. continued snapshots at absolute aligned frontiers (interval 64, align 64)

@@ -124,6 +124,12 @@ gen_request *openai_parse_chat(json_t *body, parse_error *e) {
     gen_request *r = calloc(1, sizeof *r);
     r->api = API_CHAT;
     if (req_read_common(r, body, e) || read_thinking(r, body, e) || req_read_stop(r, json_object_get(body, "stop"), e)) goto fail;
+    json_t *nv = json_object_get(body, "n");
+    if (nv && !json_is_null(nv) && !(json_is_integer(nv) && json_integer_value(nv) == 1)) {
+        perr(e, 400, "invalid_request_error", "only n=1 is supported");
+        snprintf(e->param, sizeof e->param, "n");
+        goto fail;
+    }
     json_t *msgs = json_object_get(body, "messages");
     if (!msgs) { perr(e, 400, "invalid_request_error", "missing messages"); snprintf(e->param, sizeof e->param, "messages"); goto fail; }
     if (!json_is_array(msgs) || !json_array_size(msgs)) {

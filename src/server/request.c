@@ -247,6 +247,31 @@ char *content_text(json_t *content, parse_error *e, int allow_null) {
     return sbuf_take(&b);
 }
 
+/* A tool result must answer a call made earlier in the conversation (all
+ * three APIs reject orphans; rendering one would feed the model a result for
+ * a call it never made). */
+static int check_tool_results(json_t *msgs, parse_error *e) {
+    size_t i, k;
+    json_t *m, *c;
+    json_array_foreach(msgs, i, m) {
+        const char *role = json_string_value(json_object_get(m, "role"));
+        if (!role || strcmp(role, "tool")) continue;
+        const char *id = json_string_value(json_object_get(m, "tool_call_id"));
+        int found = 0;
+        for (size_t p = 0; p < i && !found && id; p++) {
+            json_array_foreach(json_object_get(json_array_get(msgs, p), "tool_calls"), k, c) {
+                const char *cid = json_string_value(json_object_get(c, "id"));
+                if (cid && !strcmp(cid, id)) { found = 1; break; }
+            }
+        }
+        if (!found) {
+            perr(e, 400, "invalid_request_error", "tool result for unknown tool call id '%s': replay the assistant turn that made the call", id ? id : "");
+            return -1;
+        }
+    }
+    return 0;
+}
+
 int req_prepare(gen_request *r, parse_error *e) {
     const server_config *cfg = server_cfg();
     char err[256] = "";
@@ -274,6 +299,7 @@ int req_prepare(gen_request *r, parse_error *e) {
         } else if (tools) {
             json_object_del(in, "tools");
         }
+        if (check_tool_results(msgs, e)) return -1;
         dsml_patch *patches = NULL;
         int n_patches = 0;
         if (cfg->tool_replay) r->n_replayed = toolmem_patch_messages(msgs, &patches, &n_patches);

@@ -35,6 +35,9 @@ const openaiCases = [
   ['unknown reasoning_effort', '/v1/chat/completions', chat({ reasoning_effort: 'ultra' }), 400],
   ['model wrong type', '/v1/chat/completions', chat({ model: 7 }), 400],
   ['unknown model', '/v1/chat/completions', chat({ model: 'gpt-17' }), 404],
+  ['n > 1', '/v1/chat/completions', chat({ n: 3 }), 400],
+  ['orphan tool result', '/v1/chat/completions', chat({ messages: [{ role: 'user', content: 'x' }, { role: 'tool', tool_call_id: 'call_nobody', content: 'r' }] }), 400],
+  ['orphan function_call_output', '/v1/responses', JSON.stringify({ model: MODEL, input: [{ type: 'function_call_output', call_id: 'call_x', output: 'r' }] }), 400],
   ['deep nesting', '/v1/chat/completions', chat({ metadata: JSON.parse('['.repeat(300) + ']'.repeat(300)) }), 400],
   ['missing prompt', '/v1/completions', JSON.stringify({ model: MODEL }), 400],
   ['prompt wrong type', '/v1/completions', JSON.stringify({ model: MODEL, prompt: { a: 1 } }), 400],
@@ -56,6 +59,7 @@ const anthropicCases = [
   ['bad role', JSON.stringify({ model: MODEL, max_tokens: 5, messages: [{ role: 'system', content: 'x' }] }), 400],
   ['bad block', JSON.stringify({ model: MODEL, max_tokens: 5, messages: [{ role: 'user', content: [{ type: 'tool_use' }] }] }), 400],
   ['bad thinking', JSON.stringify({ model: MODEL, max_tokens: 5, thinking: 'yes', messages: [{ role: 'user', content: 'x' }] }), 400],
+  ['orphan tool_result', JSON.stringify({ model: MODEL, max_tokens: 5, messages: [{ role: 'user', content: [{ type: 'tool_result', tool_use_id: 'toolu_x', content: 'r' }] }] }), 400],
   ['unknown model', JSON.stringify({ model: 'claude-nonexistent', max_tokens: 5, messages: [{ role: 'user', content: 'x' }] }), 404],
 ];
 for (const [name, body, status] of anthropicCases) {
