@@ -5,6 +5,7 @@
 
 #include <jansson.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -268,7 +269,18 @@ static float scale_value(const st_tensor *sc, uint64_t idx) {
     }
 }
 
+/* Decode tables (built once): every E4M3 byte (NaN codes as 0, as the official conversion does) and
+ * every E2M1 nibble. */
+static float e4m3_table[256], e2m1_table[16];
+static pthread_once_t tables_once = PTHREAD_ONCE_INIT;
+
+static void build_tables(void) {
+    for (int i = 0; i < 256; i++) e4m3_table[i] = fp8_e4m3_to_f32_nan0((uint8_t)i);
+    for (int i = 0; i < 16; i++) e2m1_table[i] = e2m1_to_f32((uint8_t)i);
+}
+
 static void decode_row(const official_part *p, uint64_t row, uint64_t cols, float *dst) {
+    pthread_once(&tables_once, build_tables);
     const st_tensor *w = p->w;
     switch (p->fmt) {
     case OFF_PLAIN: {
@@ -289,7 +301,7 @@ static void decode_row(const official_part *p, uint64_t row, uint64_t cols, floa
         for (uint64_t blk = 0; blk < sc_cols; blk++) {
             float s = scale_value(p->scale, sr * sc_cols + blk);
             uint64_t i1 = (blk + 1) * 128 < cols ? (blk + 1) * 128 : cols;
-            for (uint64_t i = blk * 128; i < i1; i++) dst[i] = fp8_e4m3_to_f32_nan0(b[i]) * s;
+            for (uint64_t i = blk * 128; i < i1; i++) dst[i] = e4m3_table[b[i]] * s;
         }
         break;
     }
@@ -300,8 +312,8 @@ static void decode_row(const official_part *p, uint64_t row, uint64_t cols, floa
             float s = e8m0_to_f32(sc[blk]);
             for (int j = 0; j < 16; j++) {
                 uint8_t byte = b[blk * 16 + j];
-                dst[blk * 32 + 2 * j] = e2m1_to_f32(byte & 15) * s;
-                dst[blk * 32 + 2 * j + 1] = e2m1_to_f32(byte >> 4) * s;
+                dst[blk * 32 + 2 * j] = e2m1_table[byte & 15] * s;
+                dst[blk * 32 + 2 * j + 1] = e2m1_table[byte >> 4] * s;
             }
         }
         break;
