@@ -947,6 +947,27 @@ static void test_sharded(ckpt *c) {
         CHECK(b && n == n0 && !memcmp(b, b0, n), "3 shards (%s index) convert to a different file", with_index ? "with" : "without");
         free(b);
     }
+    /* the Hugging Face config.json (DeepseekV4Config keys) describes the same model */
+    {
+        char hdir[1024], hp[1200], src[1024];
+        snprintf(hdir, sizeof hdir, "%s/sharded0", tmpdir);
+        snprintf(src, sizeof src, "%s/hf_config.json", ckpt_dir);
+        snprintf(hp, sizeof hp, "%s/config.json", hdir);
+        uint64_t n;
+        uint8_t *cfg = read_all(src, &n);
+        if (cfg) {
+            write_all(hp, cfg, n);
+            free(cfg);
+            char out[1024];
+            gguf_file *g = convert_to("hfconfig.gguf", hdir, "mxfp4", "f32", out, sizeof out);
+            if (g) {
+                gguf_close(g);
+                uint8_t *b = read_all(out, &n);
+                CHECK(b && n == n0 && !memcmp(b, b0, n), "the HF config.json gives a different file than the official one");
+                free(b);
+            }
+        }
+    }
     /* an index naming a shard that is not there */
     char dir[1024], p[1200];
     snprintf(dir, sizeof dir, "%s/sharded1", tmpdir);
@@ -954,7 +975,7 @@ static void test_sharded(ckpt *c) {
     unlink(p);
     expect_fail("missing shard", dir, "model-00002-of-00003.safetensors", NULL);
     free(b0);
-    fprintf(stderr, "sharded: 3 shards with and without an index give the same file\n");
+    fprintf(stderr, "sharded: 3 shards with and without an index, and the HF config.json, give the same file\n");
 }
 
 int main(void) {
