@@ -31,6 +31,12 @@ loadable "$T/q4.gguf" "q4k from gguf"
 "$MINKE_BIN" convert "$T/mx2.gguf" -o "$T/mx3.gguf" --experts mxfp4 --dense f16 2>/dev/null
 cmp -s "$T/mx2.gguf" "$T/mx3.gguf" || bad "rewriting under the same policy is not byte-stable"
 
+# the thread count does not change the output
+"$MINKE_BIN" convert "$CK" -o "$T/t1.gguf" --experts q8_0 -t 1 2>/dev/null || bad "convert -t 1"
+"$MINKE_BIN" convert "$CK" -o "$T/t2.gguf" --experts q8_0 -t 2 2>/dev/null || bad "convert -t 2"
+cmp -s "$T/t1.gguf" "$T/t2.gguf" || bad "-t 1 and -t 2 give different files"
+rm -f "$T/t1.gguf" "$T/t2.gguf"
+
 # errors
 "$MINKE_BIN" convert "$CK" -o "$T/x.gguf" --experts q3 2>"$T/log"; rc=$?
 [ $rc = 2 ] || bad "bad --experts: rc $rc"

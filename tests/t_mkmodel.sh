@@ -23,6 +23,11 @@ cmp -s "$T/a.gguf" "$T/b.gguf" || bad "same seed, different thread count: files 
 "$MINKE_BIN" mkmodel --preset tiny -o "$T/c.gguf" --seed 6 2>/dev/null || bad "mkmodel seed 6"
 cmp -s "$T/a.gguf" "$T/c.gguf" && bad "different seeds gave the same file"
 
+# a synthetic q2 file rewritten to its F32 twin keeps its tokenizer and stays loadable
+"$MINKE_BIN" convert "$T/a.gguf" -o "$T/a32.gguf" --experts f32 --dense f32 2>"$T/log" || bad "convert synthetic: $(cat "$T/log")"
+loadable "$T/a32.gguf" "F32 twin of a synthetic model"
+rm -f "$T/a32.gguf"
+
 for pol in "q4k f16" "mxfp4 f32" "q8_0 bf16" "f16 q8_0" "f32 f32"; do
     set -- $pol
     "$MINKE_BIN" mkmodel --preset tiny -o "$T/p.gguf" --experts "$1" --dense "$2" --damp 0.5 2>"$T/log" ||
