@@ -17,6 +17,7 @@
 #include <time.h>
 
 #include "engine_test_util.h"
+#include "cpu/numerics.h"
 
 static double now_s(void) {
     struct timespec ts;
@@ -64,6 +65,33 @@ static void cap_hidden(void *user, const char *name, int pos, const float *data,
     if (sscanf(name, "blk.%d.%15s", &il, rest) != 2 || strcmp(rest, "out") || n != hc->width) return;
     if (il < 0 || il >= hc->n_layer || pos < 0 || pos >= hc->T) return;
     memcpy(hc->buf + ((size_t)il * hc->T + pos) * hc->width, data, sizeof(float) * (size_t)n);
+}
+
+/* Tap hook in sims mode: KV rows and compressed rows must already be FP8
+ * block-64 values in their non-RoPE dims, indexer rows FP4 block-32 values
+ * (applying the round trip again changes nothing), spec §6.4-6.5. */
+typedef struct sim_check { int nope, kv, comp, idx, bad; } sim_check;
+static int same_values(const float *a, const float *b, int64_t n) {   /* -0 == +0 */
+    for (int64_t i = 0; i < n; i++) if (a[i] != b[i]) return 0;
+    return 1;
+}
+static void check_sims(void *user, const char *name, int pos, const float *data, int64_t n) {
+    sim_check *sc = user;
+    const char *dot = strrchr(name, '.');
+    if (!dot) return;
+    float buf[1024];
+    if (n > 1024) return;
+    memcpy(buf, data, sizeof(float) * (size_t)n);
+    if (!strcmp(dot, ".kv") || !strcmp(dot, ".comp_row")) {
+        nm_fp8_sim(buf, sc->nope, NULL);
+        if (!same_values(buf, data, n)) sc->bad++;
+        if (dot[1] == 'k') sc->kv++; else sc->comp++;
+    } else if (!strcmp(dot, ".index_row")) {
+        nm_fp4_sim(buf, (int)n, NULL);
+        if (!same_values(buf, data, n)) sc->bad++;
+        sc->idx++;
+    }
+    (void)pos;
 }
 
 static void same(const char *what, const float *a, const float *ref, size_t n, float tol_rel) {
@@ -235,7 +263,18 @@ int main(void) {
         minke_model *ms = tu_open(gguf, 1);
         CHECK(ms != NULL, "open with sims");
         if (ms) {
+            sim_check sc = {128 - 64, 0, 0, 0, 0};   /* tiny-a: head_dim 128, 64 rope dims */
+            minke_set_tap(ms, check_sims, &sc);
             float *ls = tu_logits(ms, tok, T, 0);
+            minke_set_tap(ms, NULL, NULL);
+            printf("sims on: %d KV rows, %d compressed rows, %d indexer rows checked, %d not simulated\n",
+                   sc.kv, sc.comp, sc.idx, sc.bad);
+            CHECK(sc.kv == 6 * T && sc.comp > 0 && sc.idx > 0 && sc.bad == 0, "simulated rows");
+            sim_check off = {128 - 64, 0, 0, 0, 0};   /* the check has teeth: sims off fails it */
+            minke_set_tap(m, check_sims, &off);
+            free(tu_logits(m, tok, 16, 0));
+            minke_set_tap(m, NULL, NULL);
+            CHECK(off.bad > 0, "sims off rows look simulated");
             float *lc = run_schedule(ms, tok, T, sched, 6);
             if (ls) {
                 float mx = tu_maxabs(ref, TV), d = tu_maxdiff(ls, full, TV);
