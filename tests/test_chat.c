@@ -15,17 +15,7 @@
 #include "text/chat.h"
 #include "text/dsml.h"
 #include "text/pyjson.h"
-
-static int failures;
-#define CHECK(cond, ...)                                                 \
-    do {                                                                 \
-        if (!(cond)) {                                                   \
-            failures++;                                                  \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);         \
-            fprintf(stderr, __VA_ARGS__);                                \
-            fprintf(stderr, "\n");                                       \
-        }                                                                \
-    } while (0)
+#include "testutil.h"
 
 static uint64_t rng = 0x1234567887654321ull;
 static uint32_t rnd(void) {
@@ -607,10 +597,5 @@ int main(void) {
     free(ps.completion_len);
     free(ps.mode);
     free(ps.name);
-    if (failures) {
-        fprintf(stderr, "%d failures\n", failures);
-        return 1;
-    }
-    printf("all chat tests passed\n");
-    return 0;
+    return test_finish("test_chat");
 }

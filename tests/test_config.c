@@ -19,31 +19,7 @@
 #include "gguf/gguf.h"
 #include "model/config.h"
 #include "quant/quant.h"
-
-static int failures;
-#define CHECK(cond, ...)                                                     \
-    do {                                                                     \
-        if (!(cond)) {                                                       \
-            failures++;                                                      \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);             \
-            fprintf(stderr, __VA_ARGS__);                                    \
-            fprintf(stderr, "\n");                                           \
-        }                                                                    \
-    } while (0)
-
-static char tmpdir[512];
-
-static void make_tmpdir(void) {
-    const char *b = getenv("MINKE_BUILD");
-    char base[400];
-    snprintf(base, sizeof base, "%s/tmp", b && *b ? b : "/tmp");
-    mkdir(base, 0755);
-    snprintf(tmpdir, sizeof tmpdir, "%s/test_config.XXXXXX", base);
-    if (!mkdtemp(tmpdir)) {
-        snprintf(tmpdir, sizeof tmpdir, "/tmp/test_config.XXXXXX");
-        if (!mkdtemp(tmpdir)) { perror("mkdtemp"); exit(1); }
-    }
-}
+#include "testutil.h"
 
 /* ---- writing a model from the specs, with optional deliberate breakage ---- */
 
@@ -308,7 +284,7 @@ static void test_tiny_roundtrip(void) {
     char path[600], err[300];
     dsv4_config c, r;
     dsv4_config_preset(&c, "tiny");
-    snprintf(path, sizeof path, "%s/tiny.gguf", tmpdir);
+    test_path(path, sizeof path, "tiny.gguf");
     model_opts o = {0};
     o.tokenizer = 1;
     if (write_model(path, &c, &o)) return;
@@ -349,7 +325,7 @@ static void test_tiny_roundtrip(void) {
 
 static const char *tiny_path(void) {
     static char p[600];
-    snprintf(p, sizeof p, "%s/tiny.gguf", tmpdir);
+    test_path(p, sizeof p, "tiny.gguf");
     return p;
 }
 
@@ -414,7 +390,7 @@ static void add_eps_f64(gguf_writer *w) {
 
 static void test_metadata_breakage(void) {
     char path[600];
-    snprintf(path, sizeof path, "%s/meta.gguf", tmpdir);
+    test_path(path, sizeof path, "meta.gguf");
     struct { const char *drop; kv_adder add; const char *want; const char *what; } cases[] = {
         {"deepseek4.expert_count", NULL, "metadata key 'deepseek4.expert_count' is missing", "missing u32 key"},
         {"deepseek4.rope.freq_base", NULL, "metadata key 'deepseek4.rope.freq_base' is missing", "missing f32 key"},
@@ -462,7 +438,7 @@ static void test_metadata_breakage(void) {
 
 static void test_tensor_breakage(void) {
     char path[600];
-    snprintf(path, sizeof path, "%s/broken.gguf", tmpdir);
+    test_path(path, sizeof path, "broken.gguf");
     dsv4_config c;
     dsv4_config_preset(&c, "tiny");
     model_opts o;
@@ -546,7 +522,7 @@ static void test_mtp(void) {
     char path[600], err[300];
     dsv4_config_preset(&c, "tiny");
     for (int drop = 0; drop < 2; drop++) {
-        snprintf(path, sizeof path, "%s/mtp%d.gguf", tmpdir, drop);
+        snprintf(path, sizeof path, "%s/mtp%d.gguf", test_tmpdir(), drop);
         gguf_writer *w = gguf_writer_open(path, 32, err, sizeof err);
         gguf_w_str(w, "general.architecture", "deepseek4");
         n = dsv4_mtp_tensor_specs(&c, &s);
@@ -569,7 +545,7 @@ static void test_mtp(void) {
 /* Full-size Flash, data as holes: header, table and ds4's checks at real scale. */
 static void test_flash_sparse(void) {
     char path[600], err[300];
-    snprintf(path, sizeof path, "%s/probe", tmpdir);
+    test_path(path, sizeof path, "probe");
     FILE *fp = fopen(path, "wb");
     int sparse_ok = fp && ftruncate(fileno(fp), 1ll << 30) == 0;
     if (fp) fclose(fp);
@@ -580,7 +556,7 @@ static void test_flash_sparse(void) {
 
     dsv4_config c, r;
     dsv4_config_preset(&c, "flash");
-    snprintf(path, sizeof path, "%s/flash.gguf", tmpdir);
+    test_path(path, sizeof path, "flash.gguf");
     model_opts o = {0};
     o.sparse = 1;
     o.tokenizer = 1;
@@ -608,7 +584,6 @@ static void test_flash_sparse(void) {
 }
 
 int main(void) {
-    make_tmpdir();
     test_presets();
     test_flash_specs();
     test_tiny_roundtrip();
@@ -616,10 +591,5 @@ int main(void) {
     test_tensor_breakage();
     test_mtp();
     test_flash_sparse();
-    char cmd[700];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    if (system(cmd) != 0) fprintf(stderr, "cleanup failed\n");
-    if (failures) { fprintf(stderr, "%d failures\n", failures); return 1; }
-    printf("test_config: all passed\n");
-    return 0;
+    return test_finish("test_config");
 }

@@ -16,48 +16,8 @@
 
 #include "gguf/gguf.h"
 #include "quant/quant.h"
+#include "testutil.h"
 
-static int failures;
-#define CHECK(cond, ...)                                                     \
-    do {                                                                     \
-        if (!(cond)) {                                                       \
-            failures++;                                                      \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);             \
-            fprintf(stderr, __VA_ARGS__);                                    \
-            fprintf(stderr, "\n");                                           \
-        }                                                                    \
-    } while (0)
-
-static char tmpdir[512];
-
-static void make_tmpdir(void) {
-    const char *b = getenv("MINKE_BUILD");
-    char base[400];
-    snprintf(base, sizeof base, "%s/tmp", b && *b ? b : "/tmp");
-    mkdir(base, 0755);
-    snprintf(tmpdir, sizeof tmpdir, "%s/test_gguf.XXXXXX", base);
-    if (!mkdtemp(tmpdir)) {
-        snprintf(tmpdir, sizeof tmpdir, "/tmp/test_gguf.XXXXXX");
-        if (!mkdtemp(tmpdir)) { perror("mkdtemp"); exit(1); }
-    }
-}
-
-static void tmp_path(char *buf, size_t n, const char *name) { snprintf(buf, n, "%s/%s", tmpdir, name); }
-
-static uint8_t *read_all(const char *path, uint64_t *size) {
-    FILE *fp = fopen(path, "rb");
-    if (!fp) return NULL;
-    fseek(fp, 0, SEEK_END);
-    long n = ftell(fp);
-    fseek(fp, 0, SEEK_SET);
-    uint8_t *b = malloc(n ? (size_t)n : 1);
-    if (fread(b, 1, (size_t)n, fp) != (size_t)n) { free(b); fclose(fp); return NULL; }
-    fclose(fp);
-    *size = (uint64_t)n;
-    return b;
-}
-
-static int file_exists(const char *p) { struct stat st; return stat(p, &st) == 0; }
 
 /* ---- a byte builder for hand-made (and hand-broken) files ---- */
 typedef struct buf { uint8_t *p; size_t n, cap; } buf;
@@ -302,11 +262,11 @@ static void test_roundtrip(void) {
     char path[600];
     static const uint32_t aligns[] = {32, 64, 4096, 1, 48};
     for (size_t i = 0; i < sizeof aligns / sizeof aligns[0]; i++) {
-        snprintf(path, sizeof path, "%s/all_%u.gguf", tmpdir, aligns[i]);
+        snprintf(path, sizeof path, "%s/all_%u.gguf", test_tmpdir(), aligns[i]);
         if (write_all_types(path, aligns[i]) == 0) check_all_types(path, aligns[i]);
         char tmp[700];
         snprintf(tmp, sizeof tmp, "%s.tmp", path);
-        CHECK(!file_exists(tmp), "no .tmp left after close");
+        CHECK(!test_file_exists(tmp), "no .tmp left after close");
     }
 }
 
@@ -314,9 +274,9 @@ static void test_roundtrip(void) {
 
 static void test_truncation(void) {
     char path[600];
-    tmp_path(path, sizeof path, "all_32.gguf");
-    uint64_t size;
-    uint8_t *b = read_all(path, &size);
+    test_path(path, sizeof path, "all_32.gguf");
+    size_t size;
+    uint8_t *b = test_read_file(path, &size);
     CHECK(b, "read %s", path);
     if (!b) return;
     char err[256];
@@ -517,8 +477,8 @@ static void test_corrupt(void) {
 static void test_files_and_writer(void) {
     char err[256], path[600], tmp[700];
     CHECK(!gguf_open("/nonexistent/x.gguf", err, sizeof err) && strstr(err, "No such file"), "missing file: %s", err);
-    CHECK(!gguf_open(tmpdir, err, sizeof err) && strstr(err, "not a regular file"), "directory: %s", err);
-    tmp_path(path, sizeof path, "small.gguf");
+    CHECK(!gguf_open(test_tmpdir(), err, sizeof err) && strstr(err, "not a regular file"), "directory: %s", err);
+    test_path(path, sizeof path, "small.gguf");
     FILE *fp = fopen(path, "wb");
     fputs("GGUF", fp);
     fclose(fp);
@@ -527,14 +487,14 @@ static void test_files_and_writer(void) {
     uint64_t ne[2] = {32, 2};
     float zeros[64] = {0};
     /* incomplete data: close fails, nothing left behind */
-    tmp_path(path, sizeof path, "w1.gguf");
+    test_path(path, sizeof path, "w1.gguf");
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     gguf_writer *w = gguf_writer_open(path, 32, err, sizeof err);
     gguf_w_tensor(w, "a", 2, ne, GGML_TYPE_F32);
     gguf_writer_begin_data(w);
     gguf_w_data(w, zeros, 100);
     CHECK(gguf_writer_close(w) == -1 && strstr(gguf_writer_error(NULL), "incomplete"), "incomplete: %s", gguf_writer_error(NULL));
-    CHECK(!file_exists(path) && !file_exists(tmp), "failed close leaves no file");
+    CHECK(!test_file_exists(path) && !test_file_exists(tmp), "failed close leaves no file");
     /* too much data */
     w = gguf_writer_open(path, 32, err, sizeof err);
     gguf_w_tensor(w, "a", 2, ne, GGML_TYPE_F32);
@@ -542,13 +502,13 @@ static void test_files_and_writer(void) {
     CHECK(gguf_w_data(w, zeros, sizeof zeros) == -1 || gguf_w_data(w, zeros, 4) == -1, "extra data refused");
     CHECK(strstr(gguf_writer_error(w), "beyond the last tensor"), "extra data: %s", gguf_writer_error(w));
     CHECK(gguf_writer_close(w) == -1, "close after error fails");
-    CHECK(!file_exists(path), "no file after error");
+    CHECK(!test_file_exists(path), "no file after error");
     /* declaration errors */
     w = gguf_writer_open(path, 32, err, sizeof err);
     gguf_w_tensor(w, "a", 2, ne, GGML_TYPE_F32);
     CHECK(gguf_w_tensor(w, "a", 2, ne, GGML_TYPE_F32) == -1 && strstr(gguf_writer_error(w), "duplicate tensor"), "dup tensor");
     gguf_writer_abort(w);
-    CHECK(!file_exists(tmp), "abort removes the temp file");
+    CHECK(!test_file_exists(tmp), "abort removes the temp file");
     w = gguf_writer_open(path, 32, err, sizeof err);
     uint64_t ne_bad[1] = {33};
     CHECK(gguf_w_tensor(w, "q", 1, ne_bad, GGML_TYPE_Q8_0) == -1 && strstr(gguf_writer_error(w), "block"), "row not a block multiple");
@@ -577,14 +537,14 @@ static void test_files_and_writer(void) {
     CHECK(!gguf_writer_open("/nonexistent/dir/x.gguf", 32, err, sizeof err) && strstr(err, "No such file"), "writer open error: %s", err);
 
     /* atomic replace: an existing file is replaced only on a successful close */
-    tmp_path(path, sizeof path, "replace.gguf");
+    test_path(path, sizeof path, "replace.gguf");
     fp = fopen(path, "wb"); fputs("old", fp); fclose(fp);
     w = gguf_writer_open(path, 32, err, sizeof err);
     gguf_w_tensor(w, "a", 2, ne, GGML_TYPE_F32);
     gguf_writer_begin_data(w);
     gguf_writer_abort(w);
-    uint64_t sz = 0;
-    uint8_t *b = read_all(path, &sz);
+    size_t sz = 0;
+    uint8_t *b = test_read_file(path, &sz);
     CHECK(b && sz == 3 && !memcmp(b, "old", 3), "abort keeps the old file");
     free(b);
     w = gguf_writer_open(path, 32, err, sizeof err);
@@ -605,7 +565,7 @@ static void test_files_and_writer(void) {
         gguf_close(f);
     }
     /* a trailing hole still gives the full file size */
-    tmp_path(path, sizeof path, "hole.gguf");
+    test_path(path, sizeof path, "hole.gguf");
     w = gguf_writer_open(path, 32, err, sizeof err);
     uint64_t big[2] = {1024, 1024};
     gguf_w_tensor(w, "big", 2, big, GGML_TYPE_F32);
@@ -617,21 +577,11 @@ static void test_files_and_writer(void) {
     if (f) gguf_close(f);
 }
 
-static void cleanup(void) {
-    char cmd[700];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    if (system(cmd) != 0) fprintf(stderr, "cleanup failed\n");
-}
-
 int main(void) {
-    make_tmpdir();
     fill_tensor_data();
     test_roundtrip();
     test_truncation();
     test_corrupt();
     test_files_and_writer();
-    cleanup();
-    if (failures) { fprintf(stderr, "%d failures\n", failures); return 1; }
-    printf("test_gguf: all passed\n");
-    return 0;
+    return test_finish("test_gguf");
 }

@@ -11,24 +11,8 @@
 #include <string.h>
 
 #include "quant/quant.h"
+#include "testutil.h"
 
-static int failures;
-#define CHECK(cond, ...)                                                     \
-    do {                                                                     \
-        if (!(cond)) {                                                       \
-            failures++;                                                      \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);             \
-            fprintf(stderr, __VA_ARGS__);                                    \
-            fprintf(stderr, "\n");                                           \
-        }                                                                    \
-    } while (0)
-
-static uint32_t rng_state = 12345;
-static uint32_t rnd(void)
-{
-    rng_state = rng_state * 1664525u + 1013904223u;
-    return rng_state >> 8;
-}
 
 static void put16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); }
 
@@ -112,7 +96,7 @@ static void test_f16_bf16(void)
     CHECK(bad == 0, "%d halves do not round-trip", bad);
     /* random floats: the result is the nearer neighbour */
     for (int i = 0; i < 20000; i++) {
-        float f = ((float)rnd() / (1 << 24) - 0.5f) * ldexpf(1.0f, (int)(rnd() % 40) - 26);
+        float f = ((float)test_rand() / (1 << 24) - 0.5f) * ldexpf(1.0f, (int)(test_rand() % 40) - 26);
         uint16_t h = f32_to_f16(f);
         float v = f16_to_f32(h);
         float up = f16_to_f32((uint16_t)(h + 1)), dn = f16_to_f32((uint16_t)(h - 1));
@@ -358,13 +342,13 @@ static void test_q8_blocks(void)
     uint8_t k[292];
     d = 0.5f;
     memcpy(k, &d, 4);
-    for (int i = 0; i < 256; i++) k[4 + i] = (uint8_t)rnd();
+    for (int i = 0; i < 256; i++) k[4 + i] = (uint8_t)test_rand();
     quant_get(GGML_TYPE_Q8_K)->dequant(k, out, 256);
     for (int i = 0; i < 256; i++) CHECK(out[i] == 0.5f * (int8_t)k[4 + i], "q8_K elem %d", i);
 
     /* Q8_K quantizer (spec §5.6): the signed max maps to -127, bsums are block sums */
     float x[256];
-    for (int i = 0; i < 256; i++) x[i] = (float)((int)(rnd() % 2001) - 1000) / 300.0f;
+    for (int i = 0; i < 256; i++) x[i] = (float)((int)(test_rand() % 2001) - 1000) / 300.0f;
     x[77] = 5.0f;
     quant_get(GGML_TYPE_Q8_K)->quant(x, k, 256);
     memcpy(&d, k, 4);
@@ -386,7 +370,7 @@ static void test_q8_blocks(void)
 static void test_q2_K_block(void)
 {
     uint8_t blk[84];
-    for (int i = 0; i < 80; i++) blk[i] = (uint8_t)rnd();
+    for (int i = 0; i < 80; i++) blk[i] = (uint8_t)test_rand();
     put16(blk + 80, f32_to_f16(0.5f));
     put16(blk + 82, f32_to_f16(0.125f));
     float out[256];
@@ -408,7 +392,7 @@ static void test_q4_K_block(void)
     uint8_t blk[144];
     put16(blk, f32_to_f16(0.0625f));
     put16(blk + 2, f32_to_f16(0.03125f));
-    for (int i = 4; i < 144; i++) blk[i] = (uint8_t)rnd();
+    for (int i = 4; i < 144; i++) blk[i] = (uint8_t)test_rand();
     const uint8_t *sc = blk + 4, *qs = blk + 16;
     float out[256];
     quant_get(GGML_TYPE_Q4_K)->dequant(blk, out, 256);
@@ -504,6 +488,7 @@ static void test_ggml_blocks(void)
 
 int main(void)
 {
+    test_rand_seed(12345);
     json_t *root = load_fixture();
     test_table();
     test_f16_bf16();
@@ -518,10 +503,5 @@ int main(void)
     test_q4_K_block();
     test_ggml_blocks();
     json_decref(root);
-    if (failures) {
-        fprintf(stderr, "%d failures\n", failures);
-        return 1;
-    }
-    printf("test_quant: ok\n");
-    return 0;
+    return test_finish("test_quant");
 }

@@ -11,17 +11,7 @@
 #include <string.h>
 
 #include "quant/quant.h"
-
-static int failures;
-#define CHECK(cond, ...)                                                     \
-    do {                                                                     \
-        if (!(cond)) {                                                       \
-            failures++;                                                      \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);             \
-            fprintf(stderr, __VA_ARGS__);                                    \
-            fprintf(stderr, "\n");                                           \
-        }                                                                    \
-    } while (0)
+#include "testutil.h"
 
 static unsigned long long rng = 42;
 static double uniform01(void)
@@ -179,10 +169,5 @@ int main(void)
     test_round_trips();
     test_dots();
     test_matvec();
-    if (failures) {
-        fprintf(stderr, "%d failures\n", failures);
-        return 1;
-    }
-    printf("test_quant_dot: ok\n");
-    return 0;
+    return test_finish("test_quant_dot");
 }

@@ -11,24 +11,8 @@
 #include <string.h>
 
 #include "quant/quant_internal.h"
+#include "testutil.h"
 
-static int failures;
-#define CHECK(cond, ...)                                                     \
-    do {                                                                     \
-        if (!(cond)) {                                                       \
-            failures++;                                                      \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);             \
-            fprintf(stderr, __VA_ARGS__);                                    \
-            fprintf(stderr, "\n");                                           \
-        }                                                                    \
-    } while (0)
-
-static uint32_t rng_state = 777;
-static uint32_t rnd(void)
-{
-    rng_state = rng_state * 1664525u + 1013904223u;
-    return rng_state >> 8;
-}
 
 static void test_tables(void)
 {
@@ -64,7 +48,7 @@ static void test_block(void)
     blk[0] = (uint8_t)d;
     blk[1] = (uint8_t)(d >> 8);
     for (int g = 0; g < 8; g++)
-        for (int b = 0; b < 8; b++) blk[2 + 8 * g + b] = (uint8_t)rnd();
+        for (int b = 0; b < 8; b++) blk[2 + 8 * g + b] = (uint8_t)test_rand();
     float out[256];
     quant_get(GGML_TYPE_IQ2_XXS)->dequant(blk, out, 256);
     for (int g = 0; g < 8; g++) {
@@ -95,8 +79,8 @@ static void test_quantizer(void)
         blk[66 * b + 1] = (uint8_t)(d >> 8);
         for (int g = 0; g < 8; g++) {
             uint8_t *p = blk + 66 * b + 2 + 8 * g;
-            for (int l = 0; l < 4; l++) p[l] = (uint8_t)rnd();
-            uint32_t w = (rnd() & 0x0FFFFFFF) | ((uint32_t)(g == 0 ? 15 : rnd() % 16) << 28);
+            for (int l = 0; l < 4; l++) p[l] = (uint8_t)test_rand();
+            uint32_t w = (test_rand() & 0x0FFFFFFF) | ((uint32_t)(g == 0 ? 15 : test_rand() % 16) << 28);
             memcpy(p + 4, &w, 4);
         }
     }
@@ -109,7 +93,7 @@ static void test_quantizer(void)
     CHECK(e <= 1e-4 * nx, "lattice data not recovered: rel err %g", e / nx);
 
     /* random data: signs decoded per 8 have even parity and follow x where |x| is not the smallest */
-    for (int i = 0; i < 1024; i++) x[i] = (float)((int)(rnd() % 20001) - 10000) / 5000.0f;
+    for (int i = 0; i < 1024; i++) x[i] = (float)((int)(test_rand() % 20001) - 10000) / 5000.0f;
     t->quant(x, blk2, 1024);
     t->dequant(blk2, y, 1024);
     for (int s = 0; s < 128; s++) {
@@ -125,13 +109,9 @@ static void test_quantizer(void)
 
 int main(void)
 {
+    test_rand_seed(777);
     test_tables();
     test_block();
     test_quantizer();
-    if (failures) {
-        fprintf(stderr, "%d failures\n", failures);
-        return 1;
-    }
-    printf("test_quant_iq2: ok\n");
-    return 0;
+    return test_finish("test_quant_iq2");
 }

@@ -11,23 +11,8 @@
 #include <time.h>
 
 #include "engine/sample.h"
+#include "testutil.h"
 
-static int failures;
-#define CHECK(cond, ...)                                                 \
-    do {                                                                 \
-        if (!(cond)) {                                                   \
-            failures++;                                                  \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);         \
-            fprintf(stderr, __VA_ARGS__);                                \
-            fprintf(stderr, "\n");                                       \
-        }                                                                \
-    } while (0)
-
-static uint32_t lcg = 99;
-static float frand(void) {
-    lcg = lcg * 1664525u + 1013904223u;
-    return (float)(lcg >> 8) / 16777216.0f;
-}
 
 static sampler_params params(float t, float top_p, float min_p, int top_k, uint64_t seed) {
     sampler_params p = sampler_params_default();
@@ -55,7 +40,7 @@ static void test_greedy(void) {
     enum { V = 5000 };
     float *l = malloc(sizeof *l * V);
     for (int rep = 0; rep < 20; rep++) {
-        for (int i = 0; i < V; i++) l[i] = frand() * 20 - 10;
+        for (int i = 0; i < V; i++) l[i] = test_randf() * 20 - 10;
         int best = 0;
         for (int i = 1; i < V; i++)
             if (l[i] > l[best]) best = i;
@@ -88,7 +73,7 @@ static void test_greedy(void) {
 static void test_seed(void) {
     enum { V = 300, N = 200 };
     float l[V];
-    for (int i = 0; i < V; i++) l[i] = frand() * 6;
+    for (int i = 0; i < V; i++) l[i] = test_randf() * 6;
     sampler_params p = params(1.2f, 0.9f, 0.01f, 0, 12345);
     sampler *a = sampler_new(&p), *b = sampler_new(&p);
     p.seed = 54321;
@@ -195,7 +180,7 @@ static void test_large_nucleus(void) {
     float *l = malloc(sizeof *l * V);
     double *prob = malloc(sizeof *prob * V);
     long *count = calloc(V, sizeof *count);
-    for (int i = 0; i < V; i++) l[i] = frand() * 2.0f;
+    for (int i = 0; i < V; i++) l[i] = test_randf() * 2.0f;
     expected_probs(l, V, 1.0f, 0.6f, 0.0f, 0, prob);
     sampler_params p = params(1.0f, 0.6f, 0.0f, 0, 4242);
     sampler *s = sampler_new(&p);
@@ -223,7 +208,7 @@ static void test_tail_exclusion(void) {
     /* min_p: tokens below min_p * p_max are never drawn */
     enum { V = 2000 };
     float *l = malloc(sizeof *l * V);
-    for (int i = 0; i < V; i++) l[i] = -5.0f - frand();
+    for (int i = 0; i < V; i++) l[i] = -5.0f - test_randf();
     l[17] = 3.0f;
     l[900] = 3.0f + logf(0.2f); /* p = 0.2 p_max: survives min_p 0.1 */
     l[901] = 3.0f + logf(0.05f); /* p = 0.05 p_max: excluded by min_p 0.1 */
@@ -276,7 +261,7 @@ static void test_tail_exclusion(void) {
 static void test_speed(void) {
     enum { V = 129280 };
     float *l = malloc(sizeof *l * V);
-    for (int i = 0; i < V; i++) l[i] = frand() * 4 + (i % 97 == 0 ? 6 : 0);
+    for (int i = 0; i < V; i++) l[i] = test_randf() * 4 + (i % 97 == 0 ? 6 : 0);
     struct {
         sampler_params p;
         const char *what;
@@ -303,6 +288,7 @@ static void test_speed(void) {
 }
 
 int main(void) {
+    test_rand_seed(99);
     test_defaults();
     test_greedy();
     test_seed();
@@ -310,10 +296,5 @@ int main(void) {
     test_large_nucleus();
     test_tail_exclusion();
     test_speed();
-    if (failures) {
-        fprintf(stderr, "%d failures\n", failures);
-        return 1;
-    }
-    printf("all sampler tests passed\n");
-    return 0;
+    return test_finish("test_sample");
 }
