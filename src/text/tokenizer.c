@@ -802,7 +802,7 @@ int tokenizer_encode_flags(const tokenizer *t, const char *text, size_t len, uns
     scratch s = {0};
     enc_ctx e = {.t = t, .s = &s, .out = &out};
     if (len >= CACHE_MIN_TEXT) s.cache = calloc(1, sizeof *s.cache); /* len 0 = empty slot */
-    if (flags & TOK_ADD_BOS) idvec_push(&out, t->special[TOK_BOS] >= 0 ? t->special[TOK_BOS] : 0);
+    if ((flags & TOK_ADD_BOS) && t->special[TOK_BOS] >= 0) idvec_push(&out, t->special[TOK_BOS]);
     const unsigned char *u = (const unsigned char *)text;
     size_t seg = 0;
     if (!(flags & TOK_NO_SPECIAL) && t->trie[0].first_child >= 0) {

@@ -40,7 +40,7 @@ void tokenizer_free(tokenizer *t);
 size_t tokenizer_n_vocab(const tokenizer *t);
 
 /* Encode flags. */
-#define TOK_ADD_BOS 1u     /* prepend BOS */
+#define TOK_ADD_BOS 1u     /* prepend BOS (if the vocabulary has <｜begin▁of▁sentence｜>) */
 #define TOK_NO_SPECIAL 2u  /* do not match added/special tokens in the text: all plain BPE */
 
 /* text[0..len) -> *ids (malloc'd, caller frees; *ids may be NULL when *n == 0).
