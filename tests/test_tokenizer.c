@@ -12,34 +12,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "gguf/gguf.h"
 #include "text/tokenizer.h"
 #include "text/tokjson.h"
+#include "testutil.h"
 
 #define FIX "tests/fixtures/tokenizer/"
-
-static int failures;
-#define CHECK(cond, ...)                                                                  \
-    do {                                                                                  \
-        if (!(cond)) {                                                                    \
-            failures++;                                                                   \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                          \
-            fprintf(stderr, __VA_ARGS__);                                                 \
-            fputc('\n', stderr);                                                          \
-        }                                                                                 \
-    } while (0)
-
-static char tmpdir[512];
-
-static void make_tmpdir(void) {
-    const char *b = getenv("MINKE_BUILD");
-    snprintf(tmpdir, sizeof tmpdir, "%s/tmp/test_tokenizer.%d", b ? b : "/tmp", (int)getpid());
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "mkdir -p '%s'", tmpdir);
-    if (system(cmd) != 0) { fprintf(stderr, "cannot create %s\n", tmpdir); exit(1); }
-}
 
 static void print_ids(FILE *f, const int32_t *ids, size_t n) {
     for (size_t i = 0; i < n && i < 40; i++) fprintf(f, "%s%d", i ? "," : "", ids[i]);
@@ -296,7 +275,7 @@ static void test_stream(const tokenizer *t) {
 
 static void test_no_tokenizer(void) {
     char path[600], err[256] = "";
-    snprintf(path, sizeof path, "%s/notok.gguf", tmpdir);
+    test_path(path, sizeof path, "notok.gguf");
     gguf_writer *w = gguf_writer_open(path, 32, err, sizeof err);
     CHECK(w, "writer: %s", err);
     if (!w) return;
@@ -316,8 +295,8 @@ static void test_no_tokenizer(void) {
 /* tokenizer_config.json decides bos/eos/pad and add_bos/add_eos */
 static void test_config(void) {
     char cfg[600], path[600], err[256] = "";
-    snprintf(cfg, sizeof cfg, "%s/tokenizer_config.json", tmpdir);
-    snprintf(path, sizeof path, "%s/cfg.gguf", tmpdir);
+    test_path(cfg, sizeof cfg, "tokenizer_config.json");
+    test_path(path, sizeof path, "cfg.gguf");
     FILE *f = fopen(cfg, "w");
     CHECK(f, "write config");
     if (!f) return;
@@ -405,7 +384,7 @@ static void test_synthetic(void) {
     CHECK(toksynth_write_gguf((gguf_writer *)1, 100, err, sizeof err) == -1 && err[0], "too small synthetic vocab refused");
     for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
         char path[600];
-        snprintf(path, sizeof path, "%s/synth%u.gguf", tmpdir, sizes[si]);
+        { char nm[64]; snprintf(nm, sizeof nm, "synth%u.gguf", sizes[si]); test_path(path, sizeof path, nm); }
         gguf_writer *w = gguf_writer_open(path, 32, err, sizeof err);
         CHECK(w, "writer: %s", err);
         if (!w) return;
@@ -443,11 +422,10 @@ static void test_synthetic(void) {
 
 int main(int argc, char **argv) {
     (void)argc; (void)argv;
-    make_tmpdir();
     test_pieces();
 
     char gpath[600], err[512] = "";
-    snprintf(gpath, sizeof gpath, "%s/tok.gguf", tmpdir);
+    test_path(gpath, sizeof gpath, "tok.gguf");
     gguf_writer *w = gguf_writer_open(gpath, 32, err, sizeof err);
     CHECK(w, "writer: %s", err);
     if (!w) return 1;
@@ -581,10 +559,5 @@ int main(int argc, char **argv) {
     test_bad_arrays();
     test_synthetic();
 
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    if (system(cmd) != 0) fprintf(stderr, "warning: could not remove %s\n", tmpdir);
-    if (failures) { printf("%d failures\n", failures); return 1; }
-    printf("all tokenizer tests passed\n");
-    return 0;
+    return test_finish("test_tokenizer");
 }
