@@ -25,6 +25,7 @@ static void usage(FILE *out) {
             "  --max-body-mb N             largest request body (default 64)\n"
             "  --backend cpu|cuda          compute backend (default cpu)\n"
             "  -t, --threads N             CPU threads (default: all cores)\n"
+            "  --gpus N                    cuda: number of GPUs (default 1)\n"
             "  --model-id ID               id reported by /v1/models (default deepseek-v4-flash)\n"
             "  --accept-any-model          accept any model name in requests (else 404)\n"
             "  --prefill-chunk N           tokens per prefill step (default 2048)\n"
@@ -90,6 +91,7 @@ int cmd_serve(int argc, char **argv) {
         }
         else if (!strcmp(a, "--cpu")) cfg.backend = MINKE_BACKEND_CPU;
         else if (!strcmp(a, "--cuda")) cfg.backend = MINKE_BACKEND_CUDA;
+        else if (!strcmp(a, "--gpus")) { if (need_int(argc, argv, &i, 0, 64, &v)) return 2; cfg.n_gpus = (int)v; }
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { if (need_int(argc, argv, &i, 0, 4096, &v)) return 2; cfg.n_threads = (int)v; }
         else if (!strcmp(a, "--model-id") && has_val) cfg.model_id = argv[++i];
         else if (!strcmp(a, "--accept-any-model")) cfg.accept_any_model = 1;

@@ -25,6 +25,7 @@ int engine_open(const server_config *cfg) {
     p.path = cfg->model_path;
     p.backend = cfg->backend;
     p.n_threads = cfg->n_threads;
+    p.n_gpus = cfg->n_gpus;
     p.progress = 1;
     g_model = minke_model_open(&p);
     if (!g_model) {

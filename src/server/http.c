@@ -389,7 +389,6 @@ int http_serve(const server_config *cfg) {
                                             MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
                                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL,
                                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)600,
-                                            MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1,
                                             MHD_OPTION_CONNECTION_LIMIT, (unsigned)256,
                                             MHD_OPTION_END);
     if (!d) {

@@ -179,6 +179,28 @@ gen_request *openai_parse_chat(json_t *body, parse_error *e) {
             json_object_set_new(nm, "tool_call_id", json_string(id ? json_string_value(id) : ""));
         }
     }
+    /* response_format: rendered by the official encoder after the system
+     * prompt ("## Response Format: ..."); json_schema contributes its schema */
+    json_t *rf = json_object_get(body, "response_format");
+    if (rf && !json_is_null(rf)) {
+        const char *type = json_string_value(json_object_get(rf, "type"));
+        if (!json_is_object(rf) || !type) { perr(e, 400, "invalid_request_error", "'response_format' must be an object with a 'type'"); goto fail; }
+        json_t *fmt = NULL;
+        if (!strcmp(type, "json_object")) fmt = json_pack("{s:s}", "type", "json_object");
+        else if (!strcmp(type, "json_schema")) {
+            json_t *schema = json_object_get(json_object_get(rf, "json_schema"), "schema");
+            if (!json_is_object(schema)) { perr(e, 400, "invalid_request_error", "'response_format.json_schema.schema' must be an object"); goto fail; }
+            fmt = json_incref(schema);
+        } else if (strcmp(type, "text")) { perr(e, 400, "invalid_request_error", "unsupported response_format type '%s'", type); goto fail; }
+        if (fmt) {
+            json_t *m0 = json_array_get(out, 0);
+            if (strcmp(json_string_value(json_object_get(m0, "role")) ?: "", "system")) {
+                m0 = json_pack("{s:s, s:s}", "role", "system", "content", "");
+                json_array_insert_new(out, 0, m0);
+            }
+            json_object_set_new(m0, "response_format", fmt);
+        }
+    }
     json_t *tools = openai_convert_tools(json_object_get(body, "tools"), e);
     if (!tools) goto fail;
     json_t *tc = json_object_get(body, "tool_choice");

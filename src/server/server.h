@@ -53,6 +53,7 @@ typedef struct server_config {
     const char *model_path;
     minke_backend backend;
     int n_threads;
+    int n_gpus;
     const char *model_id;     /* id reported by /v1/models */
     int accept_any_model;
     int prefill_chunk;        /* tokens per prefill call (keepalive/cancel granularity) */

@@ -226,6 +226,13 @@ await check('chat max_completion_tokens and multi-part content', async () => {
   assert.equal(r.choices[0].finish_reason, 'length');
 });
 
+await check('chat response_format is rendered into the prompt', async () => {
+  const plain = await openai.chat.completions.create({ model: MODEL, messages: user('List two colors'), max_tokens: 1 });
+  const json = await openai.chat.completions.create({ model: MODEL, messages: user('List two colors'), max_tokens: 1,
+    response_format: { type: 'json_schema', json_schema: { name: 'colors', schema: { type: 'object', properties: { colors: { type: 'array' } } } } } });
+  assert.ok(json.usage.prompt_tokens > plain.usage.prompt_tokens + 10, `${json.usage.prompt_tokens} vs ${plain.usage.prompt_tokens}`);
+});
+
 // ---------------- OpenAI: legacy completions ----------------
 await check('completions non-stream and stream', async () => {
   const r = await openai.completions.create({ model: MODEL, prompt: 'Once upon a time', max_tokens: 4, seed: 5 });
