@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "convert/convert.h"
+#include "convert/safetensors.h"
 #include "model/config.h"
 #include "gguf/gguf.h"
 #include "quant/quant.h"
@@ -978,6 +979,51 @@ static void test_sharded(ckpt *c) {
     fprintf(stderr, "sharded: 3 shards with and without an index, and the HF config.json, give the same file\n");
 }
 
+/* Random damage to a small safetensors file: the reader reports an error or reads it, never crashes
+ * (the interesting part runs under ASan). Tensors it accepts must lie inside the file. */
+static void test_reader_fuzz(ckpt *c) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/small.safetensors", tmpdir);
+    write_shard(c, path, 0, 100, NULL, NULL);
+    uint64_t n;
+    uint8_t *orig = read_all(path, &n);
+    if (!orig) return;
+    uint64_t hl;
+    memcpy(&hl, orig, 8);
+    uint8_t *buf = malloc(n);
+    uint64_t st = 12345;
+    int errors = 0, accepted = 0;
+    for (int it = 0; it < 300; it++) {
+        memcpy(buf, orig, n);
+        int flips = 1 + it % 4;
+        for (int f = 0; f < flips; f++) {
+            st = st * 6364136223846793005ull + 1442695040888963407ull;
+            uint64_t pos = (st >> 20) % (8 + hl);
+            buf[pos] = (uint8_t)(st >> 52);
+        }
+        uint64_t len = (it % 7 == 0) ? n - (st >> 40) % n : n; /* sometimes truncated too */
+        write_all(path, buf, len);
+        char err[512] = "";
+        st_set *s = st_open_file(path, err, sizeof err);
+        if (!s) {
+            errors++;
+            CHECK(err[0] != 0, "iteration %d: error without a message", it);
+            continue;
+        }
+        accepted++;
+        for (int64_t i = 0; i < s->n_tensors; i++) {
+            const st_tensor *t = &s->tensors[i];
+            CHECK(t->data >= s->shards[0].map && t->data + t->nbytes <= s->shards[0].map + s->shards[0].size,
+                  "iteration %d: tensor %s outside the file", it, t->name);
+        }
+        st_close(s);
+    }
+    fprintf(stderr, "reader fuzz: %d damaged files refused, %d still readable, no crash\n", errors, accepted);
+    CHECK(errors > 0, "no damaged file was refused");
+    free(buf);
+    free(orig);
+}
+
 int main(void) {
     make_tmpdir();
     int quick = getenv("MINKE_ASAN") && atoi(getenv("MINKE_ASAN"));
@@ -994,6 +1040,7 @@ int main(void) {
     test_with_tokenizer(&c);
     test_mtp(&c);
     test_sharded(&c);
+    test_reader_fuzz(&c);
     /* the IQ2_XXS quantizer is too slow under sanitizers for the whole default-policy pass */
     if (!quick) test_default_policy(&c, quick);
     else fprintf(stderr, "MINKE_ASAN: default-policy conversion skipped\n");
