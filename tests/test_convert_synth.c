@@ -309,6 +309,32 @@ static void test_mtp(const dsv4_config *c) {
     free(specs);
 }
 
+/* The default policy on the Flash preset is exactly ds4's q2 layout (so `mkmodel --preset flash`
+ * writes ds4's tensor types), and its data size is the spec's 86,714,777,664 bytes (§4.3). */
+static void test_flash_layout(void) {
+    dsv4_config c;
+    dsv4_config_preset(&c, "flash");
+    dsv4_config_derive(&c);
+    dsv4_tensor_spec *specs;
+    int n = dsv4_tensor_specs(&c, &specs);
+    CHECK(n == 1328, "flash has %d tensors, spec says 1328", n);
+    convert_policy p;
+    policy_default(&p);
+    char err[256] = "";
+    CHECK(policy_check(&p, specs, n, err, sizeof err) == 0, "policy_check: %s", err);
+    uint64_t total = 0;
+    int differ = 0;
+    for (int i = 0; i < n; i++) {
+        int t = policy_type(&p, &specs[i]);
+        if (t != specs[i].ds4_type) differ++;
+        uint64_t nb = quant_nbytes(t, specs[i].ne[0] * specs[i].ne[1] * specs[i].ne[2]);
+        total += (nb + 31) / 32 * 32;
+    }
+    CHECK(differ == 0, "%d tensors differ from ds4's q2 types", differ);
+    CHECK(total == 86714777664ull, "flash q2 data is %llu bytes", (unsigned long long)total);
+    free(specs);
+}
+
 static void test_engine_runs(void) {
     dsv4_config c;
     dsv4_config_preset(&c, "tiny");
@@ -392,6 +418,7 @@ int main(void) {
     test_types(&c);
     test_damp(&c);
     test_mtp(&c);
+    test_flash_layout();
     test_engine_runs();
     if (!failures) {
         char cmd[700];
