@@ -246,6 +246,34 @@ static void test_types(const dsv4_config *c) {
     free(specs);
 }
 
+/* float storage types share the values: F16 and BF16 are the rounded F32 tensor */
+static void test_float_twins(const dsv4_config *c) {
+    dsv4_tensor_spec *specs;
+    int n = dsv4_tensor_specs(c, &specs);
+    int bad = 0, checked = 0;
+    for (int i = 0; i < n; i++) {
+        const dsv4_tensor_spec *s = &specs[i];
+        if (s->role == DSV4_ROLE_TID2EID) continue;
+        uint64_t nel = s->ne[0] * s->ne[1] * s->ne[2];
+        float *a = malloc(nel * 4);
+        uint16_t *h = malloc(nel * 2), *b = malloc(nel * 2);
+        synth_fill_tensor(c, s, GGML_TYPE_F32, 9, 1.0f, a);
+        synth_fill_tensor(c, s, GGML_TYPE_F16, 9, 1.0f, h);
+        synth_fill_tensor(c, s, GGML_TYPE_BF16, 9, 1.0f, b);
+        for (uint64_t k = 0; k < nel; k++)
+            if (h[k] != f32_to_f16(a[k]) || b[k] != f32_to_bf16(a[k])) {
+                bad++;
+                break;
+            }
+        checked++;
+        free(a);
+        free(h);
+        free(b);
+    }
+    CHECK(bad == 0, "%d of %d tensors: F16/BF16 storage is not the rounded F32 tensor", bad, checked);
+    free(specs);
+}
+
 static void test_damp(const dsv4_config *c) {
     dsv4_tensor_spec *specs;
     int n = dsv4_tensor_specs(c, &specs);
@@ -417,6 +445,7 @@ int main(void) {
     test_valid_and_deterministic(&c);
     test_types(&c);
     test_damp(&c);
+    test_float_twins(&c);
     test_mtp(&c);
     test_flash_layout();
     test_engine_runs();

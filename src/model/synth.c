@@ -149,7 +149,7 @@ static void gen_q2_k(uint64_t *st, float d, uint8_t *dst, int64_t nb) {
         fill_bytes(st, r, 16);
         for (int i = 0; i < 16; i++) {
             int sc = 6 + r[i] % 5;        /* 6..10 */
-            int mn = (3 * sc + 1) / 2;    /* ~1.5 sc: centres the codes 0..3 on zero */
+            int mn = (3 * sc + (r[i] >> 7)) / 2; /* 1.5 sc, odd sc rounded either way: centres the codes 0..3 */
             dst[i] = (uint8_t)(sc | (mn << 4));
         }
         fill_bytes(st, dst + 16, 64);
@@ -300,7 +300,8 @@ int synth_fill_rows(const dsv4_config *c, const dsv4_tensor_spec *s, int type, u
     const int64_t ne0 = (int64_t)s->ne[0];
     if (!q || ne0 % q->blck) return -1;
     const uint64_t rb = quant_row_bytes(type, ne0);
-    const uint64_t th = name_hash(s->name) ^ ((uint64_t)type << 56);
+    /* float types share their values (an F16 tensor is the rounded F32 one); block types differ */
+    const uint64_t th = name_hash(s->name) ^ (direct_block_type(type) ? (uint64_t)type << 56 : 0);
     uint8_t *out = dst;
     if (s->kind == DSV4_T_FFN_GATE_TID2EID) {
         if (type != GGML_TYPE_I32) return -1;
