@@ -15,6 +15,7 @@
 #include "text/chat.h"
 #include "text/dsml.h"
 #include "text/pyjson.h"
+#include "text/strbuf.h"
 #include "testutil.h"
 
 static uint64_t rng = 0x1234567887654321ull;
@@ -432,6 +433,29 @@ static void test_pyjson(void) {
         CHECK(v == NULL, "pyjson accepted bad JSON '%s'", bad[i]);
         json_decref(v);
     }
+    /* the appending forms build the same text as the malloc'ing ones */
+    strbuf b = {0};
+    CHECK(!strcmp(strbuf_text(&b), ""), "empty strbuf reads as \"\"");
+    json_t *v = json_pack("{s:[i,f,s]}", "k", 1, 0.5, "q\"\n");
+    pyjson_dump_to(&b, v);
+    strbuf_str(&b, " ");
+    pyjson_dump_string_to(&b, "\t\x01", 2);
+    strbuf_str(&b, " ");
+    pyjson_escape(&b, "\"", 1);
+    CHECK(!strcmp(strbuf_text(&b), "{\"k\": [1, 0.5, \"q\\\"\\n\"]} \"\\t\\u0001\" \\\""), "appended JSON: %s",
+          strbuf_text(&b));
+    char *whole = pyjson_dumps(v), *str = pyjson_dumps_string("\t\x01", 2);
+    CHECK(whole && !strncmp(strbuf_text(&b), whole, strlen(whole)), "pyjson_dumps agrees");
+    CHECK(str && strstr(strbuf_text(&b), str), "pyjson_dumps_string agrees");
+    free(whole);
+    free(str);
+    json_decref(v);
+    char *t = strbuf_take(&b);
+    CHECK(t && !b.p && !b.n, "take empties the buffer");
+    free(t);
+    t = strbuf_take(&b);
+    CHECK(t && !strcmp(t, ""), "take of an empty buffer gives \"\"");
+    free(t);
 }
 
 static void test_modes(void) {

@@ -99,28 +99,7 @@ int chat_mode_from_effort(const char *effort, chat_mode *mode) {
 
 /* ---- small helpers ---- */
 
-typedef struct {
-    char *p;
-    size_t n, cap;
-    int oom;
-} sbuf;
-
-static void sb_add(sbuf *b, const char *s, size_t n) {
-    if (b->oom) return;
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->n + n + 1) cap *= 2;
-        char *np = realloc(b->p, cap);
-        if (!np) { b->oom = 1; return; }
-        b->p = np;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
-}
-static void sb_str(sbuf *b, const char *s) { sb_add(b, s, strlen(s)); }
-static void sb_json_str(sbuf *b, const json_t *s) { sb_add(b, json_string_value(s), json_string_length(s)); }
+static void add_string_value(strbuf *b, const json_t *s) { strbuf_add(b, json_string_value(s), json_string_length(s)); }
 
 static int fail(char *err, size_t errlen, const char *fmt, ...) {
     if (err && errlen) {
@@ -149,95 +128,82 @@ static int truthy(const json_t *v) {
 }
 
 static int is_str(const json_t *v, const char *s) { return json_is_string(v) && !strcmp(json_string_value(v), s); }
-static const json_t *raw_of(const json_t *v) {
-    if (!json_is_object(v) || json_object_size(v) != 1) return NULL;
-    const json_t *r = json_object_get(v, PYJSON_RAW_KEY);
-    return json_is_string(r) ? r : NULL;
-}
-
-static void py_repr(sbuf *b, const json_t *v);
+static void py_repr(strbuf *b, const json_t *v);
 
 /* Python repr() of a str. */
-static void py_repr_string(sbuf *b, const char *s, size_t n) {
+static void py_repr_string(strbuf *b, const char *s, size_t n) {
     char q = (memchr(s, '\'', n) && !memchr(s, '"', n)) ? '"' : '\'';
-    sb_add(b, &q, 1);
+    strbuf_add(b, &q, 1);
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
         char e[8];
-        if (c == '\\') sb_str(b, "\\\\");
-        else if (c == (unsigned char)q) { e[0] = '\\'; e[1] = q; sb_add(b, e, 2); }
-        else if (c == '\n') sb_str(b, "\\n");
-        else if (c == '\r') sb_str(b, "\\r");
-        else if (c == '\t') sb_str(b, "\\t");
-        else if (c < 0x20 || c == 0x7f) { snprintf(e, sizeof e, "\\x%02x", c); sb_str(b, e); }
-        else sb_add(b, (const char *)&c, 1);
+        if (c == '\\') strbuf_str(b, "\\\\");
+        else if (c == (unsigned char)q) { e[0] = '\\'; e[1] = q; strbuf_add(b, e, 2); }
+        else if (c == '\n') strbuf_str(b, "\\n");
+        else if (c == '\r') strbuf_str(b, "\\r");
+        else if (c == '\t') strbuf_str(b, "\\t");
+        else if (c < 0x20 || c == 0x7f) { snprintf(e, sizeof e, "\\x%02x", c); strbuf_str(b, e); }
+        else strbuf_add(b, (const char *)&c, 1);
     }
-    sb_add(b, &q, 1);
+    strbuf_add(b, &q, 1);
 }
 
 /* Python str() of a JSON value as the reference encoder would produce it
  * when it formats a non-string into a template. */
-static void py_str(sbuf *b, const json_t *v) {
+static void py_str(strbuf *b, const json_t *v) {
     char num[64];
-    const json_t *raw = raw_of(v);
+    const json_t *raw = pyjson_raw(v);
     if (raw) {
         const char *t = json_string_value(raw);
-        if (!strcmp(t, "NaN")) sb_str(b, "nan");
-        else if (!strcmp(t, "Infinity")) sb_str(b, "inf");
-        else if (!strcmp(t, "-Infinity")) sb_str(b, "-inf");
-        else sb_json_str(b, raw);
+        if (!strcmp(t, "NaN")) strbuf_str(b, "nan");
+        else if (!strcmp(t, "Infinity")) strbuf_str(b, "inf");
+        else if (!strcmp(t, "-Infinity")) strbuf_str(b, "-inf");
+        else add_string_value(b, raw);
         return;
     }
     switch (json_typeof(v)) {
-    case JSON_STRING: sb_json_str(b, v); return;
-    case JSON_NULL: sb_str(b, "None"); return;
-    case JSON_TRUE: sb_str(b, "True"); return;
-    case JSON_FALSE: sb_str(b, "False"); return;
+    case JSON_STRING: add_string_value(b, v); return;
+    case JSON_NULL: strbuf_str(b, "None"); return;
+    case JSON_TRUE: strbuf_str(b, "True"); return;
+    case JSON_FALSE: strbuf_str(b, "False"); return;
     case JSON_INTEGER:
         snprintf(num, sizeof num, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
-        sb_str(b, num);
+        strbuf_str(b, num);
         return;
     case JSON_REAL:
         pyjson_format_double(json_real_value(v), num, sizeof num);
-        sb_str(b, num);
+        strbuf_str(b, num);
         return;
     case JSON_ARRAY:
-        sb_str(b, "[");
+        strbuf_str(b, "[");
         for (size_t i = 0; i < json_array_size(v); i++) {
-            if (i) sb_str(b, ", ");
+            if (i) strbuf_str(b, ", ");
             py_repr(b, json_array_get(v, i));
         }
-        sb_str(b, "]");
+        strbuf_str(b, "]");
         return;
     case JSON_OBJECT: {
-        sb_str(b, "{");
+        strbuf_str(b, "{");
         int first = 1;
         const char *k;
         size_t kl;
         json_t *x;
         json_object_keylen_foreach((json_t *)v, k, kl, x) {
-            if (!first) sb_str(b, ", ");
+            if (!first) strbuf_str(b, ", ");
             first = 0;
             py_repr_string(b, k, kl);
-            sb_str(b, ": ");
+            strbuf_str(b, ": ");
             py_repr(b, x);
         }
-        sb_str(b, "}");
+        strbuf_str(b, "}");
         return;
     }
     }
 }
 
-static void py_repr(sbuf *b, const json_t *v) {
+static void py_repr(strbuf *b, const json_t *v) {
     if (json_is_string(v)) py_repr_string(b, json_string_value(v), json_string_length(v));
     else py_str(b, v);
-}
-
-static void sb_pyjson(sbuf *b, const json_t *v) {
-    char *t = pyjson_dumps(v);
-    if (!t) { b->oom = 1; return; }
-    sb_str(b, t);
-    free(t);
 }
 
 static const char *role_of(const json_t *m) {
@@ -428,91 +394,92 @@ static json_t *drop_thinking_messages(const json_t *msgs) {
 
 /* ---- rendering (serving.md §2.4) ---- */
 
-static int render_tools(sbuf *b, const json_t *tools, char *err, size_t errlen) {
+static int render_tools(strbuf *b, const json_t *tools, char *err, size_t errlen) {
     if (!json_is_array(tools)) return fail(err, errlen, "tools must be a list");
-    sb_str(b, TOOLS_HEAD);
+    strbuf_str(b, TOOLS_HEAD);
     for (size_t i = 0; i < json_array_size(tools); i++) {
         const json_t *t = json_array_get(tools, i);
         const json_t *fn = json_is_object(t) ? json_object_get(t, "function") : NULL;
         if (!fn) return fail(err, errlen, "tool %zu has no \"function\"", i);
-        if (i) sb_str(b, "\n");
-        sb_pyjson(b, fn);
+        if (i) strbuf_str(b, "\n");
+        pyjson_dump_to(b, fn);
     }
-    sb_str(b, TOOLS_TAIL);
+    strbuf_str(b, TOOLS_TAIL);
     return 0;
 }
 
-static void render_response_format(sbuf *b, const json_t *rf) {
-    sb_str(b, RESPONSE_FORMAT_HEAD);
-    sb_pyjson(b, rf);
+static void render_response_format(strbuf *b, const json_t *rf) {
+    strbuf_str(b, RESPONSE_FORMAT_HEAD);
+    pyjson_dump_to(b, rf);
 }
 
 /* "<tool_result>" + content + "</tool_result>", content as the encoder sees it. */
-static int render_tool_result(sbuf *b, const json_t *blk, char *err, size_t errlen) {
+static int render_tool_result(strbuf *b, const json_t *blk, char *err, size_t errlen) {
     const json_t *content = json_object_get(blk, "content");
-    sb_str(b, "<tool_result>");
+    strbuf_str(b, "<tool_result>");
     if (!content) {
     } else if (json_is_array(content)) {
         for (size_t i = 0; i < json_array_size(content); i++) {
             const json_t *part = json_array_get(content, i);
             if (!json_is_object(part)) return fail(err, errlen, "tool content part %zu is not an object", i);
-            if (i) sb_str(b, "\n\n");
+            if (i) strbuf_str(b, "\n\n");
             const json_t *type = json_object_get(part, "type");
             if (is_str(type, "text")) {
                 const json_t *text = json_object_get(part, "text");
                 if (!text) continue;
                 if (!json_is_string(text)) return fail(err, errlen, "tool content text part is not a string");
-                sb_json_str(b, text);
+                add_string_value(b, text);
             } else {
-                sb_str(b, "[Unsupported ");
+                strbuf_str(b, "[Unsupported ");
                 if (type) py_str(b, type);
-                else sb_str(b, "None");
-                sb_str(b, "]");
+                else strbuf_str(b, "None");
+                strbuf_str(b, "]");
             }
         }
     } else {
         py_str(b, content);
     }
-    sb_str(b, "</tool_result>");
+    strbuf_str(b, "</tool_result>");
     return 0;
 }
 
-static int render_tool_calls(sbuf *b, const json_t *calls, char *err, size_t errlen) {
+static int render_tool_calls(strbuf *b, const json_t *calls, char *err, size_t errlen) {
     if (!json_is_array(calls)) return fail(err, errlen, "tool_calls must be a list");
-    sb_str(b, "\n\n<" CHAT_DSML "tool_calls>\n");
+    strbuf_str(b, "\n\n<" CHAT_DSML "tool_calls>\n");
     for (size_t i = 0; i < json_array_size(calls); i++) {
         const json_t *tc = json_array_get(calls, i);
         const json_t *fn = json_is_object(tc) ? json_object_get(tc, "function") : NULL;
         const json_t *name = json_is_object(fn) ? json_object_get(fn, "name") : NULL;
         const json_t *args = json_is_object(fn) ? json_object_get(fn, "arguments") : NULL;
         if (!name || !args) return fail(err, errlen, "tool call %zu needs function.name and function.arguments", i);
-        sbuf nm = {0};
+        strbuf nm = {0};
         py_str(&nm, name);
         char *inv;
         if (json_is_string(args)) {
-            inv = dsml_encode_invoke(nm.p ? nm.p : "", json_string_value(args), err, errlen);
+            inv = dsml_encode_invoke(strbuf_text(&nm), json_string_value(args), err, errlen);
         } else {
             /* json.loads fails on a non-string: the whole value becomes one
              * non-string parameter named "arguments". */
-            sbuf t = {0};
-            sb_str(&t, "<" CHAT_DSML "invoke name=\"");
-            sb_str(&t, nm.p ? nm.p : "");
-            sb_str(&t, "\">\n<" CHAT_DSML "parameter name=\"arguments\" string=\"false\">");
-            sb_pyjson(&t, args);
-            sb_str(&t, "</" CHAT_DSML "parameter>\n</" CHAT_DSML "invoke>");
-            inv = t.p;
+            strbuf t = {0};
+            strbuf_str(&t, "<" CHAT_DSML "invoke name=\"");
+            strbuf_str(&t, strbuf_text(&nm));
+            strbuf_str(&t, "\">\n<" CHAT_DSML "parameter name=\"arguments\" string=\"false\">");
+            pyjson_dump_to(&t, args);
+            strbuf_str(&t, "</" CHAT_DSML "parameter>\n</" CHAT_DSML "invoke>");
+            inv = strbuf_take(&t);
+            if (!inv) fail(err, errlen, "out of memory");
         }
-        free(nm.p);
+        strbuf_free(&nm);
         if (!inv) return -1;
-        if (i) sb_str(b, "\n");
-        sb_str(b, inv);
+        if (i) strbuf_str(b, "\n");
+        strbuf_str(b, inv);
         free(inv);
     }
-    sb_str(b, "\n</" CHAT_DSML "tool_calls>");
+    strbuf_str(b, "\n</" CHAT_DSML "tool_calls>");
     return 0;
 }
 
-static int render_message(sbuf *b, size_t index, const json_t *msgs, int thinking, int drop, int effort_max,
+static int render_message(strbuf *b, size_t index, const json_t *msgs, int thinking, int drop, int effort_max,
                           char *err, size_t errlen) {
     size_t n = json_array_size(msgs);
     const json_t *msg = json_array_get(msgs, index);
@@ -522,62 +489,62 @@ static int render_message(sbuf *b, size_t index, const json_t *msgs, int thinkin
     const json_t *tools = json_object_get(msg, "tools");
     const json_t *rf = json_object_get(msg, "response_format");
 
-    if (index == 0 && thinking && effort_max) sb_str(b, CHAT_REASONING_EFFORT_MAX);
+    if (index == 0 && thinking && effort_max) strbuf_str(b, CHAT_REASONING_EFFORT_MAX);
 
     if (role && !strcmp(role, "system")) {
         if (truthy(content)) py_str(b, content);
         if (truthy(tools)) {
-            sb_str(b, "\n\n");
+            strbuf_str(b, "\n\n");
             if (render_tools(b, tools, err, errlen)) return -1;
         }
         if (truthy(rf)) {
-            sb_str(b, "\n\n");
+            strbuf_str(b, "\n\n");
             render_response_format(b, rf);
         }
     } else if (role && !strcmp(role, "developer")) {
         if (!truthy(content)) return fail(err, errlen, "Invalid message for role `developer`: empty content");
         if (!json_is_string(content)) return fail(err, errlen, "developer content must be a string");
-        sb_str(b, CHAT_USER);
-        sb_json_str(b, content);
+        strbuf_str(b, CHAT_USER);
+        add_string_value(b, content);
         if (truthy(tools)) {
-            sb_str(b, "\n\n");
+            strbuf_str(b, "\n\n");
             if (render_tools(b, tools, err, errlen)) return -1;
         }
         if (truthy(rf)) {
-            sb_str(b, "\n\n");
+            strbuf_str(b, "\n\n");
             render_response_format(b, rf);
         }
     } else if (role && !strcmp(role, "user")) {
-        sb_str(b, CHAT_USER);
+        strbuf_str(b, CHAT_USER);
         const json_t *blocks = json_object_get(msg, "content_blocks");
         if (truthy(blocks)) {
             if (!json_is_array(blocks)) return fail(err, errlen, "content_blocks must be a list");
             for (size_t i = 0; i < json_array_size(blocks); i++) {
                 const json_t *blk = json_array_get(blocks, i);
                 const json_t *type = json_object_get(blk, "type");
-                if (i) sb_str(b, "\n\n");
+                if (i) strbuf_str(b, "\n\n");
                 if (is_str(type, "text")) {
                     const json_t *text = json_object_get(blk, "text");
                     if (!text) continue;
                     if (!json_is_string(text))
                         return fail(err, errlen, "user content must be a string (message %zu)", index);
-                    sb_json_str(b, text);
+                    add_string_value(b, text);
                 } else if (is_str(type, "tool_result")) {
                     if (render_tool_result(b, blk, err, errlen)) return -1;
                 } else {
-                    sb_str(b, "[Unsupported ");
+                    strbuf_str(b, "[Unsupported ");
                     if (type) py_str(b, type);
-                    else sb_str(b, "None");
-                    sb_str(b, "]");
+                    else strbuf_str(b, "None");
+                    strbuf_str(b, "]");
                 }
             }
         } else if (truthy(content)) {
             py_str(b, content);
         }
     } else if (role && !strcmp(role, "latest_reminder")) {
-        sb_str(b, CHAT_LATEST_REMINDER);
+        strbuf_str(b, CHAT_LATEST_REMINDER);
         if (content) py_str(b, content);
-        else sb_str(b, "None");
+        else strbuf_str(b, "None");
     } else if (role && !strcmp(role, "tool")) {
         return fail(err, errlen, "tool messages must be merged into user turns");
     } else if (role && !strcmp(role, "assistant")) {
@@ -586,16 +553,16 @@ static int render_message(sbuf *b, size_t index, const json_t *msgs, int thinkin
         int prev_has_task = index >= 1 && has_non_null(json_array_get(msgs, index - 1), "task");
         if (thinking && !prev_has_task && (!drop || (long)index > L)) {
             if (truthy(rc)) py_str(b, rc);
-            sb_str(b, CHAT_THINK_CLOSE);
+            strbuf_str(b, CHAT_THINK_CLOSE);
         }
         if (truthy(content)) py_str(b, content);
         if (truthy(calls) && render_tool_calls(b, calls, err, errlen)) return -1;
-        if (!truthy(json_object_get(msg, "wo_eos"))) sb_str(b, CHAT_EOS);
+        if (!truthy(json_object_get(msg, "wo_eos"))) strbuf_str(b, CHAT_EOS);
     } else {
-        sbuf r = {0};
+        strbuf r = {0};
         py_str(&r, json_object_get(msg, "role") ? json_object_get(msg, "role") : json_null());
-        fail(err, errlen, "Unknown role: %s", r.p ? r.p : "");
-        free(r.p);
+        fail(err, errlen, "Unknown role: %s", strbuf_text(&r));
+        strbuf_free(&r);
         return -1;
     }
 
@@ -610,23 +577,23 @@ static int render_message(sbuf *b, size_t index, const json_t *msgs, int thinkin
         for (size_t k = 0; tname && k < sizeof TASKS / sizeof TASKS[0]; k++)
             if (!strcmp(tname, TASKS[k].name)) tok = TASKS[k].token;
         if (!tok) {
-            sbuf t = {0};
+            strbuf t = {0};
             py_str(&t, task);
-            fail(err, errlen, "Invalid task: '%s'", t.p ? t.p : "");
-            free(t.p);
+            fail(err, errlen, "Invalid task: '%s'", strbuf_text(&t));
+            strbuf_free(&t);
             return -1;
         }
         if (strcmp(tname, "action")) {
-            sb_str(b, tok);
+            strbuf_str(b, tok);
         } else {
-            sb_str(b, CHAT_ASSISTANT);
-            sb_str(b, thinking ? CHAT_THINK_OPEN : CHAT_THINK_CLOSE);
-            sb_str(b, tok);
+            strbuf_str(b, CHAT_ASSISTANT);
+            strbuf_str(b, thinking ? CHAT_THINK_OPEN : CHAT_THINK_CLOSE);
+            strbuf_str(b, tok);
         }
     } else if (role_is(msg, "user") || role_is(msg, "developer")) {
-        sb_str(b, CHAT_ASSISTANT);
-        if (thinking && (!drop || (long)index >= L)) sb_str(b, CHAT_THINK_OPEN);
-        else sb_str(b, CHAT_THINK_CLOSE);
+        strbuf_str(b, CHAT_ASSISTANT);
+        if (thinking && (!drop || (long)index >= L)) strbuf_str(b, CHAT_THINK_OPEN);
+        else strbuf_str(b, CHAT_THINK_CLOSE);
     }
     return 0;
 }
@@ -684,7 +651,7 @@ char *chat_render(const json_t *input, char *err, size_t errlen) {
 
     char *result = NULL;
     json_t *ctx = NULL, *rest = NULL, *full = NULL, *dropped = NULL, *ctx_dropped = NULL;
-    sbuf b = {0};
+    strbuf b = {0};
     ctx = merge_tool_messages(msgs, 0, nctx, err, errlen);
     if (!ctx) goto done;
     rest = merge_tool_messages(msgs, nctx, nmsg, err, errlen);
@@ -709,18 +676,17 @@ char *chat_render(const json_t *input, char *err, size_t errlen) {
         first = json_array_size(ctx);
     }
 
-    if (json_array_size(ctx) == 0) sb_str(&b, CHAT_BOS);
+    if (json_array_size(ctx) == 0) strbuf_str(&b, CHAT_BOS);
     if (count > 0 && bad_effort) {
         fail(err, errlen, "Invalid reasoning effort (null, high or max)");
         goto done;
     }
     for (size_t i = 0; i < count; i++)
         if (render_message(&b, first + i, render_list, thinking, eff_drop, effort_max, err, errlen)) goto done;
-    if (b.oom) { fail(err, errlen, "out of memory"); goto done; }
-    result = b.p ? b.p : strdup("");
-    b.p = NULL;
+    result = strbuf_take(&b);
+    if (!result) fail(err, errlen, "out of memory");
 done:
-    free(b.p);
+    strbuf_free(&b);
     json_decref(msgs);
     json_decref(ctx);
     json_decref(rest);

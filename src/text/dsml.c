@@ -20,6 +20,7 @@
 
 #include "text/chat.h"
 #include "text/pyjson.h"
+#include "text/unicode.h"
 
 #define DSML_INVOKE_OPEN "<" CHAT_DSML "invoke"
 #define DSML_INVOKE_CLOSE "</" CHAT_DSML "invoke"
@@ -28,61 +29,6 @@
 #define DSML_TOOL_CALLS_OPEN_BARE "\n\n<" CHAT_DSML "tool_calls"
 
 /* ---- small helpers ---- */
-
-typedef struct {
-    char *p;
-    size_t n, cap;
-    int oom;
-} dbuf;
-
-static void db_add(dbuf *b, const char *s, size_t n) {
-    if (b->oom || !n) {
-        if (!b->p && !b->oom) {
-            b->p = malloc(1);
-            if (b->p) { b->p[0] = 0; b->cap = 1; } else b->oom = 1;
-        }
-        return;
-    }
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap > 64 ? b->cap : 64;
-        while (cap < b->n + n + 1) cap *= 2;
-        char *np = realloc(b->p, cap);
-        if (!np) { b->oom = 1; return; }
-        b->p = np;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
-}
-static void db_str(dbuf *b, const char *s) { db_add(b, s, strlen(s)); }
-
-/* JSON-escape (json.dumps rules, no quotes) s into b. */
-static void db_json_escaped(dbuf *b, const char *s, size_t n) {
-    size_t run = 0;
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-        const char *esc = NULL;
-        char u[8];
-        switch (c) {
-        case '"': esc = "\\\""; break;
-        case '\\': esc = "\\\\"; break;
-        case '\n': esc = "\\n"; break;
-        case '\r': esc = "\\r"; break;
-        case '\t': esc = "\\t"; break;
-        case '\b': esc = "\\b"; break;
-        case '\f': esc = "\\f"; break;
-        default:
-            if (c < 0x20) { snprintf(u, sizeof u, "\\u%04x", c); esc = u; }
-        }
-        if (esc) {
-            db_add(b, s + run, i - run);
-            db_str(b, esc);
-            run = i + 1;
-        }
-    }
-    db_add(b, s + run, n - run);
-}
 
 static void setf(char *err, size_t errlen, const char *fmt, ...) {
     if (!err || !errlen) return;
@@ -93,23 +39,9 @@ static void setf(char *err, size_t errlen, const char *fmt, ...) {
 }
 
 /* Length of the valid UTF-8 sequence at s (1..4), or 0 when invalid/truncated. */
-static size_t utf8_seq(const unsigned char *s, size_t n) {
-    unsigned c = s[0];
-    size_t len;
-    unsigned cp;
-    if (c < 0x80) return 1;
-    if (c >= 0xC2 && c <= 0xDF) { len = 2; cp = c & 0x1F; }
-    else if (c >= 0xE0 && c <= 0xEF) { len = 3; cp = c & 0x0F; }
-    else if (c >= 0xF0 && c <= 0xF4) { len = 4; cp = c & 0x07; }
-    else return 0;
-    if (n < len) return 0;
-    for (size_t k = 1; k < len; k++) {
-        if ((s[k] & 0xC0) != 0x80) return 0;
-        cp = (cp << 6) | (s[k] & 0x3F);
-    }
-    if ((len == 3 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) || (len == 4 && (cp < 0x10000 || cp > 0x10FFFF)))
-        return 0;
-    return len;
+static size_t utf8_seq(const unsigned char *s, size_t n, uint32_t *cp) {
+    size_t len = uc_decode(s, n, cp);
+    return *cp == UC_INVALID ? 0 : len;
 }
 
 /* A jansson string from bytes that may hold invalid UTF-8 (model output):
@@ -117,14 +49,15 @@ static size_t utf8_seq(const unsigned char *s, size_t n) {
 static json_t *jstr(const char *s, size_t n) {
     json_t *v = json_stringn(s, n);
     if (v) return v;
-    dbuf b = {0};
+    strbuf b = {0};
     for (size_t i = 0; i < n;) {
-        size_t l = utf8_seq((const unsigned char *)s + i, n - i);
-        if (l) { db_add(&b, s + i, l); i += l; }
-        else { db_str(&b, "\xef\xbf\xbd"); i++; }
+        uint32_t cp;
+        size_t l = utf8_seq((const unsigned char *)s + i, n - i, &cp);
+        if (l) { strbuf_add(&b, s + i, l); i += l; }
+        else { strbuf_str(&b, "\xef\xbf\xbd"); i++; }
     }
-    v = json_stringn(b.p ? b.p : "", b.n);
-    free(b.p);
+    v = json_stringn(strbuf_text(&b), b.n);
+    strbuf_free(&b);
     return v;
 }
 
@@ -138,10 +71,9 @@ static size_t unicode_space(const unsigned char *s, size_t n) {
     if (!n) return 0;
     unsigned c = s[0];
     if (c == ' ' || (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x1F)) return 1;
-    size_t l = utf8_seq(s, n);
+    uint32_t cp;
+    size_t l = utf8_seq(s, n, &cp);
     if (l < 2) return 0;
-    unsigned cp = l == 2 ? ((s[0] & 0x1Fu) << 6) | (s[1] & 0x3Fu)
-                         : l == 3 ? ((s[0] & 0x0Fu) << 12) | ((s[1] & 0x3Fu) << 6) | (s[2] & 0x3Fu) : 0;
     if (cp == 0x85 || cp == 0xA0 || cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 ||
         cp == 0x2029 || cp == 0x202F || cp == 0x205F || cp == 0x3000)
         return l;
@@ -159,23 +91,23 @@ static const char *py_type_name(const json_t *v) {
     case JSON_TRUE:
     case JSON_FALSE: return "bool";
     case JSON_NULL: return "NoneType";
-    case JSON_OBJECT: return json_object_get(v, PYJSON_RAW_KEY) ? "float" : "dict";
+    case JSON_OBJECT: return pyjson_raw(v) ? "float" : "dict";
     }
     return "object";
 }
 
 char *dsml_encode_invoke(const char *name, const char *arguments, char *err, size_t errlen) {
-    dbuf b = {0};
-    db_str(&b, "<" CHAT_DSML "invoke name=\"");
-    db_str(&b, name);
-    db_str(&b, "\">\n");
+    strbuf b = {0};
+    strbuf_str(&b, "<" CHAT_DSML "invoke name=\"");
+    strbuf_str(&b, name);
+    strbuf_str(&b, "\">\n");
     json_t *args = pyjson_loads(arguments, strlen(arguments), NULL, 0);
     if (!args) {
-        db_str(&b, "<" CHAT_DSML "parameter name=\"arguments\" string=\"true\">");
-        db_str(&b, arguments);
-        db_str(&b, "</" CHAT_DSML "parameter>");
+        strbuf_str(&b, "<" CHAT_DSML "parameter name=\"arguments\" string=\"true\">");
+        strbuf_str(&b, arguments);
+        strbuf_str(&b, "</" CHAT_DSML "parameter>");
     } else {
-        if (!json_is_object(args) || (json_object_size(args) == 1 && json_object_get(args, PYJSON_RAW_KEY))) {
+        if (!json_is_object(args) || pyjson_raw(args)) {
             setf(err, errlen, "'%s' object has no attribute 'items'", py_type_name(args));
             json_decref(args);
             free(b.p);
@@ -186,31 +118,25 @@ char *dsml_encode_invoke(const char *name, const char *arguments, char *err, siz
         json_t *v;
         int first = 1;
         json_object_keylen_foreach(args, k, kl, v) {
-            if (!first) db_str(&b, "\n");
+            if (!first) strbuf_str(&b, "\n");
             first = 0;
-            db_str(&b, "<" CHAT_DSML "parameter name=\"");
-            db_add(&b, k, kl);
+            strbuf_str(&b, "<" CHAT_DSML "parameter name=\"");
+            strbuf_add(&b, k, kl);
             if (json_is_string(v)) {
-                db_str(&b, "\" string=\"true\">");
-                db_add(&b, json_string_value(v), json_string_length(v));
+                strbuf_str(&b, "\" string=\"true\">");
+                strbuf_add(&b, json_string_value(v), json_string_length(v));
             } else {
-                db_str(&b, "\" string=\"false\">");
-                char *t = pyjson_dumps(v);
-                if (t) db_str(&b, t);
-                else b.oom = 1;
-                free(t);
+                strbuf_str(&b, "\" string=\"false\">");
+                pyjson_dump_to(&b, v);
             }
-            db_str(&b, "</" CHAT_DSML "parameter>");
+            strbuf_str(&b, "</" CHAT_DSML "parameter>");
         }
         json_decref(args);
     }
-    db_str(&b, "\n</" CHAT_DSML "invoke>");
-    if (b.oom) {
-        free(b.p);
-        setf(err, errlen, "out of memory");
-        return NULL;
-    }
-    return b.p;
+    strbuf_str(&b, "\n</" CHAT_DSML "invoke>");
+    char *text = strbuf_take(&b);
+    if (!text) setf(err, errlen, "out of memory");
+    return text;
 }
 
 /* ---- the strict (official) parser ---- */
@@ -330,8 +256,8 @@ static int parse_tool_calls(const char *t, size_t n, size_t *idx, json_t *calls,
         span pname[64];
         span *names = pname;
         size_t np = 0, cap = 64;
-        dbuf args = {0};
-        db_str(&args, "{");
+        strbuf args = {0};
+        strbuf_str(&args, "{");
         int rc = 0;
         while (st == 0) {
             span body;
@@ -361,16 +287,13 @@ static int parse_tool_calls(const char *t, size_t n, size_t *idx, json_t *calls,
                 cap *= 2;
             }
             names[np++] = k;
-            if (np > 1) db_str(&args, ", ");
-            db_str(&args, "\"");
-            db_json_escaped(&args, k.s, k.n);
-            db_str(&args, "\": ");
+            if (np > 1) strbuf_str(&args, ", ");
+            pyjson_dump_string_to(&args, k.s, k.n);
+            strbuf_str(&args, ": ");
             if (is_string) {
-                db_str(&args, "\"");
-                db_json_escaped(&args, v.s, v.n);
-                db_str(&args, "\"");
+                pyjson_dump_string_to(&args, v.s, v.n);
             } else {
-                db_add(&args, v.s, v.n);
+                strbuf_add(&args, v.s, v.n);
             }
             span after;
             st = read_until(t, n, idx, stop_param, 2, &after);
@@ -382,7 +305,7 @@ static int parse_tool_calls(const char *t, size_t n, size_t *idx, json_t *calls,
             }
         }
         if (names != pname) free(names);
-        db_str(&args, "}");
+        strbuf_str(&args, "}");
         if (!rc && args.oom) { setf(err, errlen, "out of memory"); rc = -1; }
         if (!rc) json_array_append_new(calls, tool_call_object(name, args.p, args.n));
         free(args.p);
@@ -511,8 +434,8 @@ static int has_nonfinite(const json_t *v) {
         for (size_t i = 0; i < json_array_size(v); i++)
             if (has_nonfinite(json_array_get(v, i))) return 1;
     } else if (json_is_object(v)) {
-        const json_t *raw = json_object_get(v, PYJSON_RAW_KEY);
-        if (json_is_string(raw) && json_object_size(v) == 1) {
+        const json_t *raw = pyjson_raw(v);
+        if (raw) {
             const char *r = json_string_value(raw);
             return !strcmp(r, "NaN") || !strcmp(r, "Infinity") || !strcmp(r, "-Infinity");
         }
@@ -540,8 +463,8 @@ static int tolerant_tool_calls(const char *t, size_t n, size_t from, json_t *cal
         size_t body = head_end + 1, inv_end_tag_end;
         long inv_close = find_tag(t, limit, body, "/invoke", &inv_end_tag_end);
         size_t body_end = inv_close >= 0 ? (size_t)inv_close : limit;
-        dbuf args = {0};
-        db_str(&args, "{");
+        strbuf args = {0};
+        strbuf_str(&args, "{");
         int np = 0;
         size_t p = body;
         for (;;) {
@@ -556,10 +479,9 @@ static int tolerant_tool_calls(const char *t, size_t n, size_t from, json_t *cal
             int is_string = find_attr(t, pend, (size_t)(pgt - t), "string", &sattr) || !span_is(sattr, "false");
             long close = find_tag(t, body_end, vstart, "/parameter", &cend);
             size_t vend = close >= 0 ? (size_t)close : body_end;
-            if (np++) db_str(&args, ", ");
-            db_str(&args, "\"");
-            db_json_escaped(&args, pname.s, pname.n);
-            db_str(&args, "\": ");
+            if (np++) strbuf_str(&args, ", ");
+            pyjson_dump_string_to(&args, pname.s, pname.n);
+            strbuf_str(&args, ": ");
             json_t *jv = NULL;
             if (!is_string) {
                 size_t a = vstart, b = vend;
@@ -572,20 +494,16 @@ static int tolerant_tool_calls(const char *t, size_t n, size_t from, json_t *cal
                 }
             }
             if (jv) {
-                char *d = pyjson_dumps(jv);
-                if (d) db_str(&args, d);
-                free(d);
+                pyjson_dump_to(&args, jv);
                 json_decref(jv);
             } else {
-                db_str(&args, "\"");
-                db_json_escaped(&args, t + vstart, vend - vstart);
-                db_str(&args, "\"");
+                pyjson_dump_string_to(&args, t + vstart, vend - vstart);
             }
             if (close < 0) break;
             const char *cgt = memchr(t + cend, '>', body_end - cend);
             p = cgt ? (size_t)(cgt - t) + 1 : body_end;
         }
-        db_str(&args, "}");
+        strbuf_str(&args, "}");
         if (!args.oom) {
             json_array_append_new(calls, tool_call_object(name, args.p, args.n));
             count++;
@@ -676,7 +594,7 @@ struct chat_stream {
     chat_event_fn fn;
     void *user;
     int thinking;
-    dbuf all;   /* everything fed */
+    strbuf all;   /* everything fed */
     size_t cur; /* first byte not yet consumed */
     enum stream_state st;
     enum tool_state ts;
@@ -712,10 +630,10 @@ static void emit(chat_stream *s, chat_event_kind k, const char *text, size_t len
 
 static void emit_json_escaped(chat_stream *s, const char *text, size_t len) {
     if (!len) return;
-    dbuf b = {0};
-    db_json_escaped(&b, text, len);
+    strbuf b = {0};
+    pyjson_escape(&b, text, len);
     emit(s, CHAT_EV_TOOL_ARGS, b.p, b.n);
-    free(b.p);
+    strbuf_free(&b);
 }
 
 /* Bytes at the end of [s, s+n) that form an incomplete UTF-8 sequence. */
@@ -829,11 +747,11 @@ static int tools_step(chat_stream *s, int final) {
             s->ts = TS_INV_BODY;
         } else {
             int is_string = find_attr(t, a, he, "string", &str) || !span_is(str, "false");
-            dbuf b = {0};
-            if (s->nparams++) db_str(&b, ", ");
-            db_str(&b, "\"");
-            db_json_escaped(&b, name.s, name.n);
-            db_str(&b, is_string ? "\": \"" : "\": ");
+            strbuf b = {0};
+            if (s->nparams++) strbuf_str(&b, ", ");
+            strbuf_str(&b, "\"");
+            pyjson_escape(&b, name.s, name.n);
+            strbuf_str(&b, is_string ? "\": \"" : "\": ");
             emit(s, CHAT_EV_TOOL_ARGS, b.p, b.n);
             free(b.p);
             s->ts = is_string ? TS_PARAM_STR : TS_PARAM_JSON;
@@ -936,7 +854,7 @@ static void advance(chat_stream *s, int final) {
 
 void chat_stream_feed(chat_stream *s, const char *piece, size_t len) {
     if (!s || s->finished || s->st == ST_DONE) return;
-    db_add(&s->all, piece, len);
+    strbuf_add(&s->all, piece, len);
     if (s->all.oom) { s->st = ST_BROKEN; return; }
     advance(s, 0);
 }
@@ -947,7 +865,7 @@ json_t *chat_stream_finish(chat_stream *s, int *strict_ok) {
         s->finished = 1;
         advance(s, 1);
     }
-    return chat_parse_tolerant(s->all.p ? s->all.p : "", s->all.n, s->thinking ? "thinking" : "chat", strict_ok);
+    return chat_parse_tolerant(strbuf_text(&s->all), s->all.n, s->thinking ? "thinking" : "chat", strict_ok);
 }
 
 int dsml_in_structure(const chat_stream *s) {

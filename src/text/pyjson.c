@@ -16,31 +16,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "text/unicode.h"
+
 #define PYJSON_MAX_DEPTH 512
-
-/* ---- growable text buffer ---- */
-
-typedef struct {
-    char *p;
-    size_t n, cap;
-    int oom;
-} pbuf;
-
-static void pb_add(pbuf *b, const char *s, size_t n) {
-    if (b->oom) return;
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 64;
-        while (cap < b->n + n + 1) cap *= 2;
-        char *np = realloc(b->p, cap);
-        if (!np) { b->oom = 1; return; }
-        b->p = np;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
-}
-static void pb_str(pbuf *b, const char *s) { pb_add(b, s, strlen(s)); }
 
 /* ---- reader ---- */
 
@@ -101,23 +79,8 @@ static int rd_hex4(preader *r, size_t at, unsigned *out) {
     return 0;
 }
 
-static void put_utf8(pbuf *b, unsigned cp) {
-    char u[4];
-    size_t n;
-    if (cp < 0x80) { u[0] = (char)cp; n = 1; }
-    else if (cp < 0x800) { u[0] = (char)(0xC0 | (cp >> 6)); u[1] = (char)(0x80 | (cp & 0x3F)); n = 2; }
-    else if (cp < 0x10000) {
-        u[0] = (char)(0xE0 | (cp >> 12)); u[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
-        u[2] = (char)(0x80 | (cp & 0x3F)); n = 3;
-    } else {
-        u[0] = (char)(0xF0 | (cp >> 18)); u[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
-        u[2] = (char)(0x80 | ((cp >> 6) & 0x3F)); u[3] = (char)(0x80 | (cp & 0x3F)); n = 4;
-    }
-    pb_add(b, u, n);
-}
-
 /* Reads a string body after the opening quote into b. */
-static int rd_string(preader *r, pbuf *b) {
+static int rd_string(preader *r, strbuf *b) {
     for (;;) {
         size_t start = r->i;
         while (r->i < r->n) {
@@ -125,7 +88,7 @@ static int rd_string(preader *r, pbuf *b) {
             if (c == '"' || c == '\\' || c < 0x20) break;
             r->i++;
         }
-        pb_add(b, r->s + start, r->i - start);
+        strbuf_add(b, r->s + start, r->i - start);
         if (r->i >= r->n) { rd_fail(r, "Unterminated string starting"); return -1; }
         char c = r->s[r->i];
         if (c == '"') { r->i++; break; }
@@ -134,16 +97,17 @@ static int rd_string(preader *r, pbuf *b) {
         char e = r->s[r->i + 1];
         r->i += 2;
         switch (e) {
-        case '"': pb_add(b, "\"", 1); break;
-        case '\\': pb_add(b, "\\", 1); break;
-        case '/': pb_add(b, "/", 1); break;
-        case 'b': pb_add(b, "\b", 1); break;
-        case 'f': pb_add(b, "\f", 1); break;
-        case 'n': pb_add(b, "\n", 1); break;
-        case 'r': pb_add(b, "\r", 1); break;
-        case 't': pb_add(b, "\t", 1); break;
+        case '"': strbuf_add(b, "\"", 1); break;
+        case '\\': strbuf_add(b, "\\", 1); break;
+        case '/': strbuf_add(b, "/", 1); break;
+        case 'b': strbuf_add(b, "\b", 1); break;
+        case 'f': strbuf_add(b, "\f", 1); break;
+        case 'n': strbuf_add(b, "\n", 1); break;
+        case 'r': strbuf_add(b, "\r", 1); break;
+        case 't': strbuf_add(b, "\t", 1); break;
         case 'u': {
             unsigned cp;
+            char utf8[4];
             if (rd_hex4(r, r->i, &cp)) { rd_fail(r, "Invalid \\uXXXX escape"); return -1; }
             r->i += 4;
             if (cp >= 0xD800 && cp <= 0xDBFF) {
@@ -158,7 +122,7 @@ static int rd_string(preader *r, pbuf *b) {
             } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
                 cp = 0xFFFD;
             }
-            put_utf8(b, cp);
+            strbuf_add(b, utf8, uc_encode(cp, utf8));
             break;
         }
         default: rd_fail(r, "Invalid \\escape"); return -1;
@@ -227,9 +191,9 @@ static json_t *rd_value(preader *r, int depth) {
     char c = r->s[r->i];
     if (c == '"') {
         r->i++;
-        pbuf b = {0};
+        strbuf b = {0};
         if (rd_string(r, &b)) { free(b.p); return NULL; }
-        json_t *v = json_stringn(b.p ? b.p : "", b.n);
+        json_t *v = json_stringn(strbuf_text(&b), b.n);
         free(b.p);
         if (!v) rd_fail(r, "string is not valid UTF-8");
         return v;
@@ -246,14 +210,14 @@ static json_t *rd_value(preader *r, int depth) {
                 break;
             }
             r->i++;
-            pbuf k = {0};
+            strbuf k = {0};
             if (rd_string(r, &k)) { free(k.p); break; }
             rd_ws(r);
             if (r->i >= r->n || r->s[r->i] != ':') { free(k.p); rd_fail(r, "Expecting ':' delimiter"); break; }
             r->i++;
             json_t *v = rd_value(r, depth + 1);
             if (!v) { free(k.p); break; }
-            int bad = json_object_setn_new(o, k.p ? k.p : "", k.n, v);
+            int bad = json_object_setn_new(o, strbuf_text(&k), k.n, v);
             free(k.p);
             if (bad) { rd_fail(r, "invalid object key"); break; }
             rd_ws(r);
@@ -334,35 +298,34 @@ void pyjson_format_double(double d, char *buf, size_t buflen) {
     while (nd > 1 && digits[nd - 1] == '0') nd--;
     digits[nd] = 0;
     int decpt = exp10 + 1; /* value = 0.DIGITS * 10^decpt */
-    pbuf b = {0};
-    if (neg) pb_add(&b, "-", 1);
+    strbuf b = {0};
+    if (neg) strbuf_add(&b, "-", 1);
     if (d == 0) {
-        pb_str(&b, "0.0");
+        strbuf_str(&b, "0.0");
     } else if (decpt > 16 || decpt < -3) {
-        pb_add(&b, digits, 1);
-        if (nd > 1) { pb_add(&b, ".", 1); pb_add(&b, digits + 1, (size_t)nd - 1); }
+        strbuf_add(&b, digits, 1);
+        if (nd > 1) { strbuf_add(&b, ".", 1); strbuf_add(&b, digits + 1, (size_t)nd - 1); }
         char x[16];
         snprintf(x, sizeof x, "e%c%02d", exp10 < 0 ? '-' : '+', exp10 < 0 ? -exp10 : exp10);
-        pb_str(&b, x);
+        strbuf_str(&b, x);
     } else if (decpt <= 0) {
-        pb_str(&b, "0.");
-        for (int k = 0; k < -decpt; k++) pb_add(&b, "0", 1);
-        pb_add(&b, digits, (size_t)nd);
+        strbuf_str(&b, "0.");
+        for (int k = 0; k < -decpt; k++) strbuf_add(&b, "0", 1);
+        strbuf_add(&b, digits, (size_t)nd);
     } else if (decpt < nd) {
-        pb_add(&b, digits, (size_t)decpt);
-        pb_add(&b, ".", 1);
-        pb_add(&b, digits + decpt, (size_t)(nd - decpt));
+        strbuf_add(&b, digits, (size_t)decpt);
+        strbuf_add(&b, ".", 1);
+        strbuf_add(&b, digits + decpt, (size_t)(nd - decpt));
     } else {
-        pb_add(&b, digits, (size_t)nd);
-        for (int k = nd; k < decpt; k++) pb_add(&b, "0", 1);
-        pb_str(&b, ".0");
+        strbuf_add(&b, digits, (size_t)nd);
+        for (int k = nd; k < decpt; k++) strbuf_add(&b, "0", 1);
+        strbuf_str(&b, ".0");
     }
     snprintf(buf, buflen, "%s", b.p ? b.p : "0.0");
     free(b.p);
 }
 
-static void dump_string(pbuf *b, const char *s, size_t n) {
-    pb_add(b, "\"", 1);
+void pyjson_escape(strbuf *b, const char *s, size_t n) {
     size_t run = 0;
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
@@ -383,74 +346,82 @@ static void dump_string(pbuf *b, const char *s, size_t n) {
             }
         }
         if (esc) {
-            pb_add(b, s + run, i - run);
-            pb_str(b, esc);
+            strbuf_add(b, s + run, i - run);
+            strbuf_str(b, esc);
             run = i + 1;
         }
     }
-    pb_add(b, s + run, n - run);
-    pb_add(b, "\"", 1);
+    strbuf_add(b, s + run, n - run);
 }
 
-static void dump_value(pbuf *b, const json_t *v) {
+void pyjson_dump_string_to(strbuf *b, const char *s, size_t n) {
+    strbuf_add(b, "\"", 1);
+    pyjson_escape(b, s, n);
+    strbuf_add(b, "\"", 1);
+}
+
+const json_t *pyjson_raw(const json_t *v) {
+    if (!json_is_object(v) || json_object_size(v) != 1) return NULL;
+    const json_t *raw = json_object_get(v, PYJSON_RAW_KEY);
+    return json_is_string(raw) ? raw : NULL;
+}
+
+void pyjson_dump_to(strbuf *b, const json_t *v) {
     char num[64];
     switch (json_typeof(v)) {
-    case JSON_NULL: pb_str(b, "null"); break;
-    case JSON_TRUE: pb_str(b, "true"); break;
-    case JSON_FALSE: pb_str(b, "false"); break;
+    case JSON_NULL: strbuf_str(b, "null"); break;
+    case JSON_TRUE: strbuf_str(b, "true"); break;
+    case JSON_FALSE: strbuf_str(b, "false"); break;
     case JSON_INTEGER:
         snprintf(num, sizeof num, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
-        pb_str(b, num);
+        strbuf_str(b, num);
         break;
     case JSON_REAL:
         pyjson_format_double(json_real_value(v), num, sizeof num);
-        pb_str(b, num);
+        strbuf_str(b, num);
         break;
-    case JSON_STRING: dump_string(b, json_string_value(v), json_string_length(v)); break;
+    case JSON_STRING: pyjson_dump_string_to(b, json_string_value(v), json_string_length(v)); break;
     case JSON_ARRAY: {
-        pb_add(b, "[", 1);
+        strbuf_add(b, "[", 1);
         for (size_t i = 0; i < json_array_size(v); i++) {
-            if (i) pb_add(b, ", ", 2);
-            dump_value(b, json_array_get(v, i));
+            if (i) strbuf_add(b, ", ", 2);
+            pyjson_dump_to(b, json_array_get(v, i));
         }
-        pb_add(b, "]", 1);
+        strbuf_add(b, "]", 1);
         break;
     }
     case JSON_OBJECT: {
-        json_t *raw = json_object_get(v, PYJSON_RAW_KEY);
-        if (raw && json_object_size(v) == 1 && json_is_string(raw)) {
-            pb_add(b, json_string_value(raw), json_string_length(raw));
+        const json_t *raw = pyjson_raw(v);
+        if (raw) {
+            strbuf_add(b, json_string_value(raw), json_string_length(raw));
             break;
         }
-        pb_add(b, "{", 1);
+        strbuf_add(b, "{", 1);
         int first = 1;
         const char *key;
         size_t klen;
         json_t *val;
         json_object_keylen_foreach((json_t *)v, key, klen, val) {
-            if (!first) pb_add(b, ", ", 2);
+            if (!first) strbuf_add(b, ", ", 2);
             first = 0;
-            dump_string(b, key, klen);
-            pb_add(b, ": ", 2);
-            dump_value(b, val);
+            pyjson_dump_string_to(b, key, klen);
+            strbuf_add(b, ": ", 2);
+            pyjson_dump_to(b, val);
         }
-        pb_add(b, "}", 1);
+        strbuf_add(b, "}", 1);
         break;
     }
     }
 }
 
 char *pyjson_dumps(const json_t *v) {
-    pbuf b = {0};
-    dump_value(&b, v);
-    if (b.oom) { free(b.p); return NULL; }
-    if (!b.p) return strdup("");
-    return b.p;
+    strbuf b = {0};
+    pyjson_dump_to(&b, v);
+    return strbuf_take(&b);
 }
 
 char *pyjson_dumps_string(const char *s, size_t len) {
-    pbuf b = {0};
-    dump_string(&b, s, len);
-    if (b.oom) { free(b.p); return NULL; }
-    return b.p;
+    strbuf b = {0};
+    pyjson_dump_string_to(&b, s, len);
+    return strbuf_take(&b);
 }
