@@ -31,6 +31,13 @@ loadable "$T/q4.gguf" "q4k from gguf"
 "$MINKE_BIN" convert "$T/mx2.gguf" -o "$T/mx3.gguf" --experts mxfp4 --dense f16 2>/dev/null
 cmp -s "$T/mx2.gguf" "$T/mx3.gguf" || bad "rewriting under the same policy is not byte-stable"
 
+# --layers keeps a valid prefix of the model
+"$MINKE_BIN" convert "$CK" -o "$T/l3.gguf" --layers 3 --experts mxfp4 2>/dev/null || bad "convert --layers 3"
+"$MINKE_BIN" info "$T/l3.gguf" 2>&1 | grep -q "^loadable DeepSeek V4 model: 3 layers" || bad "--layers 3 is not a loadable 3-layer model"
+"$MINKE_BIN" convert "$T/f32.gguf" -o "$T/l2.gguf" --layers 2 --experts f32 --dense f32 2>/dev/null || bad "gguf --layers 2"
+"$MINKE_BIN" info "$T/l2.gguf" 2>&1 | grep -q "^loadable DeepSeek V4 model: 2 layers" || bad "gguf --layers 2 is not a loadable 2-layer model"
+rm -f "$T/l3.gguf" "$T/l2.gguf"
+
 # the thread count does not change the output
 "$MINKE_BIN" convert "$CK" -o "$T/t1.gguf" --experts q8_0 -t 1 2>/dev/null || bad "convert -t 1"
 "$MINKE_BIN" convert "$CK" -o "$T/t2.gguf" --experts q8_0 -t 2 2>/dev/null || bad "convert -t 2"

@@ -25,6 +25,7 @@ static void usage(FILE *f) {
             "                         (default iq2xxs-q2k = ds4's q2 layout; mxfp4 is lossless from FP4)\n"
             "  --dense TYPE           attention/shared-expert/output matrices: %s (default q8_0);\n"
             "                         f32 also makes the F16 small tensors F32 (an exact F32 twin)\n"
+            "  --layers N             keep only the first N layers (a smaller, valid model for quick tests)\n"
             "  --tokenizer FILE       tokenizer.json to embed (default: INPUT/tokenizer.json if present)\n"
             "  --tokenizer-config F   tokenizer_config.json (default: next to the tokenizer)\n"
             "  --no-tokenizer         write no tokenizer.* metadata\n"
@@ -70,6 +71,13 @@ int cmd_convert(int argc, char **argv) {
             NEED_ARG();
             if (policy_set_dense(&o.policy, v) != 0) {
                 fprintf(stderr, "minke convert: unknown --dense '%s' (expected %s)\n", v, policy_dense_names);
+                return 2;
+            }
+        } else if (!strcmp(a, "--layers")) {
+            NEED_ARG();
+            o.max_layers = atoi(v);
+            if (o.max_layers <= 0) {
+                fprintf(stderr, "minke convert: --layers needs a positive count\n");
                 return 2;
             }
         } else if (!strcmp(a, "--tokenizer")) {

@@ -344,6 +344,11 @@ int convert_model(const convert_opts *o, char *err, size_t errlen) {
         }
     }
 
+    if (o->max_layers > 0 && (uint32_t)o->max_layers < in.cfg.n_layer) {
+        in.cfg.n_layer = (uint32_t)o->max_layers;
+        if (in.cfg.n_hash_layer > in.cfg.n_layer) in.cfg.n_hash_layer = in.cfg.n_layer;
+        dsv4_config_derive(&in.cfg);
+    }
     n_specs = in.gguf_is_mtp ? dsv4_mtp_tensor_specs(&in.cfg, &specs) : dsv4_tensor_specs(&in.cfg, &specs);
     if (n_specs <= 0) {
         snprintf(err, errlen, "cannot build the tensor list for this config");

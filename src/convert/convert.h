@@ -24,6 +24,7 @@ typedef struct convert_opts {
     const char *tokenizer_config; /* NULL: <input dir>/tokenizer_config.json when present */
     int no_tokenizer;             /* 1: write no tokenizer.* keys */
     int verbose;                  /* 1: one line per tensor on stderr */
+    int max_layers;               /* > 0: keep only the first N layers (a smaller valid model for quick tests) */
 } convert_opts;
 
 void convert_opts_default(convert_opts *o);
