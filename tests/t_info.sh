@@ -2,28 +2,26 @@
 # t_info.sh: `minke info` on a generated tiny model, a hand-made non-DeepSeek
 # GGUF, and broken files (missing, not GGUF, truncated): the exit status and
 # the verdict line must say which is which.
-set -u
-B=${MINKE_BUILD:-build}
-T="$B/tmp/t_info.$$"
-mkdir -p "$T"
-trap 'rm -rf "$T"' EXIT
-fail=0
-ok() { echo "ok   $*"; }
-bad() { echo "FAIL $*"; fail=1; }
+. tests/shlib.sh
 
 # little-endian integers and GGUF strings with printf only
 le32() { v=$1; for i in 0 1 2 3; do printf "\\$(printf '%03o' $(( (v >> (8 * i)) & 255 )))"; done; }
 le64() { le32 "$1"; le32 0; }
 gstr() { le64 ${#1}; printf '%s' "$1"; }
 
+# info_refuses WHAT FILE RC PATTERN: `minke info FILE` exits RC (any non-zero
+# for "nz") with PATTERN in its message
+info_refuses() {
+    "$MINKE_BIN" info "$2" > "$T/out" 2> "$T/err"
+    rc=$?
+    if [ "$3" = nz ]; then [ $rc -ne 0 ]; else [ $rc -eq "$3" ]; fi && grep -q "$4" "$T/err" && ok "$1 (rc $rc)" ||
+        bad "$1 rc $rc: $(cat "$T/err")"
+}
+
 # 1. a missing file and a text file: non-zero exit with a message
-"$MINKE_BIN" info "$T/nope.gguf" > "$T/out" 2> "$T/err"
-rc=$?
-[ $rc -ne 0 ] && grep -q "No such file" "$T/err" && ok "missing file (rc $rc)" || bad "missing file rc $rc: $(cat "$T/err")"
+info_refuses "missing file" "$T/nope.gguf" nz "No such file"
 printf 'hello, this is not a model file at all\n' > "$T/text.gguf"
-"$MINKE_BIN" info "$T/text.gguf" > "$T/out" 2> "$T/err"
-rc=$?
-[ $rc -ne 0 ] && grep -q "not a GGUF" "$T/err" && ok "text file (rc $rc)" || bad "text file rc $rc: $(cat "$T/err")"
+info_refuses "text file" "$T/text.gguf" nz "not a GGUF"
 
 # 2. a valid GGUF that is not DeepSeek V4: parses (exit 0), verdict "not loadable"
 {
@@ -47,10 +45,7 @@ else
 fi
 # ... and cut inside its tensor data: corrupt, exit 1 naming the tensor
 head -c $((size + pad + 16)) "$T/llama.gguf" > "$T/llama_cut.gguf"
-"$MINKE_BIN" info "$T/llama_cut.gguf" > "$T/out" 2> "$T/err"
-rc=$?
-[ $rc -eq 1 ] && grep -q "tensor 'tok_embd.weight' data .* exceeds file size" "$T/err" && ok "truncated data (rc $rc)" ||
-    bad "truncated data rc $rc: $(cat "$T/err")"
+info_refuses "truncated data" "$T/llama_cut.gguf" 1 "tensor 'tok_embd.weight' data .* exceeds file size"
 
 # 3. a tiny DeepSeek V4 model from mkmodel: loadable, every tensor listed with --tensors
 if "$MINKE_BIN" mkmodel --preset tiny -o "$T/tiny.gguf" > "$T/mk.out" 2>&1; then
@@ -69,9 +64,7 @@ if "$MINKE_BIN" mkmodel --preset tiny -o "$T/tiny.gguf" > "$T/mk.out" 2>&1; then
     # drop the last 100 bytes: the last tensor's data is cut
     size=$(wc -c < "$T/tiny.gguf")
     head -c $((size - 100)) "$T/tiny.gguf" > "$T/cut.gguf"
-    "$MINKE_BIN" info "$T/cut.gguf" > "$T/out" 2> "$T/err"
-    rc=$?
-    [ $rc -eq 1 ] && grep -q "exceeds file size" "$T/err" && ok "truncated model (rc $rc)" || bad "truncated model rc $rc: $(cat "$T/err")"
+    info_refuses "truncated model" "$T/cut.gguf" 1 "exceeds file size"
 else
     echo "SKIP tiny model part: minke mkmodel failed: $(tail -2 "$T/mk.out")"
 fi

@@ -3,15 +3,8 @@
 # (tests/fixtures/chat/parse_cases.jsonl): accepted completions JSON-equal,
 # rejected ones answered with an error line; --tolerant never errors and
 # agrees with the strict parser wherever that accepts. Compares with node.
-set -u
-: "${MINKE_BIN:?MINKE_BIN must name the minke binary}"
-B=${MINKE_BUILD:-build}
-T="$B/tmp/t_parse.$$"
+. tests/shlib.sh
 FIX=tests/fixtures/chat
-mkdir -p "$T" || exit 1
-trap 'rm -rf "$T"' EXIT
-fail=0
-err() { echo "FAIL: $*"; fail=1; }
 
 cat > "$T/cmp.cjs" <<'JS'
 // cmp.cjs WANT GOT TOLERANT
@@ -37,14 +30,15 @@ console.log(`${ok}/${W.length} parse cases ${tolerant === '1' ? '(tolerant)' : '
 process.exit(bad ? 1 : 0);
 JS
 
-"$MINKE_BIN" parse "$FIX/parse_inputs.jsonl" > "$T/out.jsonl" || err "parse exited non-zero"
-node "$T/cmp.cjs" "$FIX/parse_cases.jsonl" "$T/out.jsonl" 0 || err "strict parses differ"
-"$MINKE_BIN" parse --tolerant < "$FIX/parse_inputs.jsonl" > "$T/tol.jsonl" || err "parse --tolerant exited non-zero"
-node "$T/cmp.cjs" "$FIX/parse_cases.jsonl" "$T/tol.jsonl" 1 || err "tolerant parses"
+"$MINKE_BIN" parse "$FIX/parse_inputs.jsonl" > "$T/out.jsonl" || bad "parse exited non-zero"
+node "$T/cmp.cjs" "$FIX/parse_cases.jsonl" "$T/out.jsonl" 0 || bad "strict parses differ"
+"$MINKE_BIN" parse --tolerant < "$FIX/parse_inputs.jsonl" > "$T/tol.jsonl" || bad "parse --tolerant exited non-zero"
+node "$T/cmp.cjs" "$FIX/parse_cases.jsonl" "$T/tol.jsonl" 1 || bad "tolerant parses"
 
 printf '%s\n' '{"thinking_mode": "chat"}' 'garbage' '{"thinking_mode": "chat", "completion": "ok<｜end▁of▁sentence｜>"}' \
-    | "$MINKE_BIN" parse > "$T/mixed.out" && err "bad lines should make the exit status non-zero"
-[ "$(grep -c '^{"error": ' "$T/mixed.out")" -eq 2 ] || err "two error lines: $(cat "$T/mixed.out")"
+    | "$MINKE_BIN" parse > "$T/mixed.out" && bad "bad lines should make the exit status non-zero"
+[ "$(grep -c '^{"error": ' "$T/mixed.out")" -eq 2 ] || bad "two error lines: $(cat "$T/mixed.out")"
 l3=$(sed -n 3p "$T/mixed.out")
-[ "$l3" = '{"parsed": {"role": "assistant", "content": "ok", "reasoning_content": "", "tool_calls": []}}' ] || err "line 3: $l3"
+[ "$l3" = '{"parsed": {"role": "assistant", "content": "ok", "reasoning_content": "", "tool_calls": []}}' ] || bad "line 3: $l3"
+"$MINKE_BIN" parse "$T/no-such-file.jsonl" > /dev/null 2>&1 && bad "a missing input file must fail"
 exit $fail

@@ -4,15 +4,8 @@
 # every rejected conversation answered with an error line, and with -m the
 # token ids of each rendering equal to Hugging Face's (tokenizer GGUF built
 # from tests/fixtures/tokenizer/deepseek_v4_tokenizer.json). Compares with node.
-set -u
-: "${MINKE_BIN:?MINKE_BIN must name the minke binary}"
-B=${MINKE_BUILD:-build}
-T="$B/tmp/t_render.$$"
+. tests/shlib.sh
 FIX=tests/fixtures/chat
-mkdir -p "$T" || exit 1
-trap 'rm -rf "$T"' EXIT
-fail=0
-err() { echo "FAIL: $*"; fail=1; }
 
 cat > "$T/cmp.cjs" <<'JS'
 // cmp.cjs WANT GOT WITH_IDS: line-by-line comparison of render outputs
@@ -34,25 +27,25 @@ console.log(`${ok}/${W.length} cases match${withIds === '1' ? ' (with ids)' : ''
 process.exit(bad ? 1 : 0);
 JS
 
-"$MINKE_BIN" render "$FIX/inputs.jsonl" > "$T/out.jsonl" || err "render exited non-zero"
-node "$T/cmp.cjs" "$FIX/cases.jsonl" "$T/out.jsonl" 0 || err "renderings differ"
+"$MINKE_BIN" render "$FIX/inputs.jsonl" > "$T/out.jsonl" || bad "render exited non-zero"
+node "$T/cmp.cjs" "$FIX/cases.jsonl" "$T/out.jsonl" 0 || bad "renderings differ"
 
 # with the tokenizer: ids of each rendering
 if "$MINKE_BIN" tokenize --json tests/fixtures/tokenizer/deepseek_v4_tokenizer.json --write-gguf "$T/tok.gguf" > /dev/null; then
-    "$MINKE_BIN" render -m "$T/tok.gguf" < "$FIX/inputs.jsonl" > "$T/ids.jsonl" || err "render -m exited non-zero"
-    node "$T/cmp.cjs" "$FIX/cases.jsonl" "$T/ids.jsonl" 1 || err "ids differ"
+    "$MINKE_BIN" render -m "$T/tok.gguf" < "$FIX/inputs.jsonl" > "$T/ids.jsonl" || bad "render -m exited non-zero"
+    node "$T/cmp.cjs" "$FIX/cases.jsonl" "$T/ids.jsonl" 1 || bad "ids differ"
 else
-    err "could not write the tokenizer GGUF"
+    bad "could not write the tokenizer GGUF"
 fi
 
 # bad lines keep their place and processing continues
 printf '%s\n' 'not json' '{"messages": [{"role": "user", "content": "Hi"}], "thinking_mode": "chat"}' \
     '{"messages": [], "thinking_mode": "sideways"}' > "$T/mixed.in"
-"$MINKE_BIN" render < "$T/mixed.in" > "$T/mixed.out" && err "bad JSON line should make the exit status non-zero"
-[ "$(wc -l < "$T/mixed.out")" -eq 3 ] || err "one output line per input line: $(cat "$T/mixed.out")"
-sed -n 1p "$T/mixed.out" | grep -q '^{"error": ' || err "line 1: $(sed -n 1p "$T/mixed.out")"
+"$MINKE_BIN" render < "$T/mixed.in" > "$T/mixed.out" && bad "bad JSON line should make the exit status non-zero"
+[ "$(wc -l < "$T/mixed.out")" -eq 3 ] || bad "one output line per input line: $(cat "$T/mixed.out")"
+sed -n 1p "$T/mixed.out" | grep -q '^{"error": ' || bad "line 1: $(sed -n 1p "$T/mixed.out")"
 l2=$(sed -n 2p "$T/mixed.out")
-[ "$l2" = '{"rendered": "<｜begin▁of▁sentence｜><｜User｜>Hi<｜Assistant｜></think>"}' ] || err "line 2: $l2"
-sed -n 3p "$T/mixed.out" | grep -q '^{"error": ' || err "line 3: $(sed -n 3p "$T/mixed.out")"
-"$MINKE_BIN" render --help | grep -q 'usage: minke render' || err "--help"
+[ "$l2" = '{"rendered": "<｜begin▁of▁sentence｜><｜User｜>Hi<｜Assistant｜></think>"}' ] || bad "line 2: $l2"
+sed -n 3p "$T/mixed.out" | grep -q '^{"error": ' || bad "line 3: $(sed -n 3p "$T/mixed.out")"
+"$MINKE_BIN" render --help | grep -q 'usage: minke render' || bad "--help"
 exit $fail

@@ -13,6 +13,7 @@
 #include <jansson.h>
 
 #include "cli.h"
+#include "jsonl.h"
 #include "text/chat.h"
 
 static void usage(FILE *out) {
@@ -23,59 +24,50 @@ static void usage(FILE *out) {
             "  --tolerant  the server's tolerant parser (drifted DSML accepted, never an error)\n");
 }
 
+typedef struct {
+    int tolerant;
+    int bad; /* some line was not a parse request */
+} parse_run;
+
+static void parse_line(void *ctx, const char *line, size_t len, json_t *out) {
+    parse_run *run = ctx;
+    json_error_t jerr;
+    json_t *input = json_loadb(line, len, JSON_ALLOW_NUL, &jerr);
+    const json_t *tm = input ? json_object_get(input, "thinking_mode") : NULL;
+    const json_t *comp = input ? json_object_get(input, "completion") : NULL;
+    if (!input || !json_is_string(tm) || !json_is_string(comp)) {
+        json_object_set_new(out, "error", json_string(input ? "need \"thinking_mode\" and \"completion\" strings"
+                                                            : "invalid JSON"));
+        run->bad = 1;
+        json_decref(input);
+        return;
+    }
+    json_t *name = json_object_get(input, "name");
+    if (json_is_string(name)) json_object_set(out, "name", name);
+    if (run->tolerant) {
+        int ok = 0;
+        json_t *m = chat_parse_tolerant(json_string_value(comp), json_string_length(comp), json_string_value(tm), &ok);
+        json_object_set_new(out, "parsed", m);
+        json_object_set_new(out, "strict", json_boolean(ok));
+    } else {
+        char err[512];
+        json_t *m = chat_parse(json_string_value(comp), json_string_length(comp), json_string_value(tm), err,
+                               sizeof err);
+        if (m) json_object_set_new(out, "parsed", m);
+        else json_object_set_new(out, "error", json_string(err));
+    }
+    json_decref(input);
+}
+
 int cmd_parse(int argc, char **argv) {
     const char *path = NULL;
-    int tolerant = 0;
+    parse_run run = {0};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) { usage(stdout); return 0; }
-        if (!strcmp(argv[i], "--tolerant")) tolerant = 1;
+        if (!strcmp(argv[i], "--tolerant")) run.tolerant = 1;
         else if (argv[i][0] == '-' && argv[i][1]) { usage(stderr); return 2; }
         else path = argv[i];
     }
-    FILE *in = stdin;
-    if (path && strcmp(path, "-")) {
-        in = fopen(path, "rb");
-        if (!in) { perror(path); return 1; }
-    }
-    char *line = NULL;
-    size_t cap = 0;
-    ssize_t len;
-    int bad = 0;
-    while ((len = getline(&line, &cap, in)) > 0) {
-        while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) len--;
-        if (len == 0) continue;
-        json_error_t jerr;
-        json_t *input = json_loadb(line, (size_t)len, JSON_ALLOW_NUL, &jerr);
-        json_t *out = json_object();
-        const json_t *tm = input ? json_object_get(input, "thinking_mode") : NULL;
-        const json_t *comp = input ? json_object_get(input, "completion") : NULL;
-        if (!input || !json_is_string(tm) || !json_is_string(comp)) {
-            json_object_set_new(out, "error", json_string(input ? "need \"thinking_mode\" and \"completion\" strings"
-                                                                : "invalid JSON"));
-            bad = 1;
-        } else {
-            json_t *name = json_object_get(input, "name");
-            if (json_is_string(name)) json_object_set(out, "name", name);
-            if (tolerant) {
-                int ok = 0;
-                json_t *m = chat_parse_tolerant(json_string_value(comp), json_string_length(comp),
-                                                json_string_value(tm), &ok);
-                json_object_set_new(out, "parsed", m);
-                json_object_set_new(out, "strict", json_boolean(ok));
-            } else {
-                char err[512];
-                json_t *m = chat_parse(json_string_value(comp), json_string_length(comp), json_string_value(tm),
-                                       err, sizeof err);
-                if (m) json_object_set_new(out, "parsed", m);
-                else json_object_set_new(out, "error", json_string(err));
-            }
-        }
-        json_decref(input);
-        char *s = json_dumps(out, JSON_PRESERVE_ORDER);
-        if (s) { puts(s); free(s); }
-        json_decref(out);
-    }
-    free(line);
-    if (in != stdin) fclose(in);
-    return bad ? 1 : 0;
+    if (jsonl_filter(path, parse_line, &run)) return 1;
+    return run.bad ? 1 : 0;
 }

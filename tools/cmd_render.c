@@ -13,6 +13,7 @@
 #include <jansson.h>
 
 #include "cli.h"
+#include "jsonl.h"
 #include "gguf/gguf.h"
 #include "text/chat.h"
 #include "text/pyjson.h"
@@ -28,14 +29,47 @@ static void usage(FILE *out) {
             "  -m MODEL.gguf  also write \"ids\", the rendered text tokenized with the model's tokenizer\n");
 }
 
-static void print_line(json_t *o) {
-    char *s = json_dumps(o, JSON_PRESERVE_ORDER);
-    if (s) {
-        fputs(s, stdout);
-        fputc('\n', stdout);
-        free(s);
+typedef struct {
+    tokenizer *tok; /* with -m: also tokenize */
+    int bad;        /* some line was not JSON or failed to tokenize */
+} render_run;
+
+static void render_line(void *ctx, const char *line, size_t len, json_t *out) {
+    render_run *run = ctx;
+    char err[512];
+    json_t *input = pyjson_loads(line, len, err, sizeof err);
+    if (!input) {
+        char msg[600];
+        snprintf(msg, sizeof msg, "invalid JSON: %s", err);
+        json_object_set_new(out, "error", json_string(msg));
+        run->bad = 1;
+        return;
     }
-    json_decref(o);
+    json_t *name = json_object_get(input, "name");
+    if (json_is_string(name)) json_object_set(out, "name", name);
+    char *text = chat_render(input, err, sizeof err);
+    json_decref(input);
+    if (!text) {
+        json_object_set_new(out, "error", json_string(err));
+        return;
+    }
+    json_t *r = json_string(text);
+    json_object_set_new(out, "rendered", r ? r : json_string(""));
+    if (run->tok) {
+        int32_t *ids = NULL;
+        size_t n = 0;
+        /* special-token text is matched; nothing is added (BOS is in the text) */
+        if (tokenizer_encode_flags(run->tok, text, strlen(text), 0, &ids, &n) == 0) {
+            json_t *a = json_array();
+            for (size_t k = 0; k < n; k++) json_array_append_new(a, json_integer(ids[k]));
+            json_object_set_new(out, "ids", a);
+        } else {
+            json_object_set_new(out, "ids_error", json_string("tokenization failed"));
+            run->bad = 1;
+        }
+        free(ids);
+    }
+    free(text);
 }
 
 int cmd_render(int argc, char **argv) {
@@ -47,70 +81,20 @@ int cmd_render(int argc, char **argv) {
         else path = argv[i];
     }
     gguf_file *gf = NULL;
-    tokenizer *tok = NULL;
+    render_run run = {0};
     if (model) {
         char err[512];
         gf = gguf_open(model, err, sizeof err);
         if (!gf) { fprintf(stderr, "minke render: %s\n", err); return 1; }
-        tok = tokenizer_from_gguf(gf, err, sizeof err);
-        if (!tok) {
+        run.tok = tokenizer_from_gguf(gf, err, sizeof err);
+        if (!run.tok) {
             fprintf(stderr, "minke render: %s: %s\n", model, err);
             gguf_close(gf);
             return 1;
         }
     }
-    FILE *in = stdin;
-    if (path && strcmp(path, "-")) {
-        in = fopen(path, "rb");
-        if (!in) { perror(path); return 1; }
-    }
-    char *line = NULL;
-    size_t cap = 0;
-    ssize_t len;
-    int bad = 0;
-    while ((len = getline(&line, &cap, in)) > 0) {
-        while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) len--;
-        if (len == 0) continue;
-        char err[512];
-        json_t *out = json_object();
-        json_t *input = pyjson_loads(line, (size_t)len, err, sizeof err);
-        if (!input) {
-            char msg[600];
-            snprintf(msg, sizeof msg, "invalid JSON: %s", err);
-            json_object_set_new(out, "error", json_string(msg));
-            bad = 1;
-        } else {
-            json_t *name = json_object_get(input, "name");
-            if (json_is_string(name)) json_object_set(out, "name", name);
-            char *text = chat_render(input, err, sizeof err);
-            if (text) {
-                json_t *r = json_string(text);
-                json_object_set_new(out, "rendered", r ? r : json_string(""));
-                if (tok) {
-                    int32_t *ids = NULL;
-                    size_t n = 0;
-                    /* special-token text is matched; nothing is added (BOS is in the text) */
-                    if (tokenizer_encode_flags(tok, text, strlen(text), 0, &ids, &n) == 0) {
-                        json_t *a = json_array();
-                        for (size_t k = 0; k < n; k++) json_array_append_new(a, json_integer(ids[k]));
-                        json_object_set_new(out, "ids", a);
-                    } else {
-                        json_object_set_new(out, "ids_error", json_string("tokenization failed"));
-                        bad = 1;
-                    }
-                    free(ids);
-                }
-                free(text);
-            } else {
-                json_object_set_new(out, "error", json_string(err));
-            }
-            json_decref(input);
-        }
-        print_line(out);
-    }
-    free(line);
-    if (in != stdin) fclose(in);
-    tokenizer_free(tok);
+    int rc = jsonl_filter(path, render_line, &run);
+    tokenizer_free(run.tok);
     if (gf) gguf_close(gf);
-    return bad ? 1 : 0;
+    return rc || run.bad ? 1 : 0;
 }

@@ -32,7 +32,7 @@
 /* ------------------------------------------------------------------ */
 /* small helpers                                                       */
 
-static void set_err(char *err, size_t errlen, const char *fmt, ...) {
+void gguf_set_err(char *err, size_t errlen, const char *fmt, ...) {
     if (!err || !errlen) return;
     va_list ap;
     va_start(ap, fmt);
@@ -128,7 +128,7 @@ typedef struct cursor {
 
 static int need(cursor *c, uint64_t n, const char *what) {
     if (n > c->size - c->pos) {
-        set_err(c->err, c->errlen, "truncated file: %s at offset %llu needs %llu bytes, only %llu left",
+        gguf_set_err(c->err, c->errlen, "truncated file: %s at offset %llu needs %llu bytes, only %llu left",
                 what, (unsigned long long)c->pos, (unsigned long long)n,
                 (unsigned long long)(c->size - c->pos));
         return -1;
@@ -151,7 +151,7 @@ static int rd_str(cursor *c, gguf_str *s, const char *what) {
     uint64_t len;
     if (rd_u64(c, &len, what)) return -1;
     if (len > c->size - c->pos) {
-        set_err(c->err, c->errlen, "%s at offset %llu: string length %llu exceeds the %llu bytes left in the file",
+        gguf_set_err(c->err, c->errlen, "%s at offset %llu: string length %llu exceeds the %llu bytes left in the file",
                 what, (unsigned long long)(c->pos - 8), (unsigned long long)len,
                 (unsigned long long)(c->size - c->pos));
         return -1;
@@ -167,14 +167,14 @@ static int skip_value(cursor *c, uint32_t type, int depth, const char *what);
 
 static int skip_array_body(cursor *c, uint32_t et, uint64_t n, int depth, const char *what) {
     if (!vtype_known(et)) {
-        set_err(c->err, c->errlen, "%s: unknown array element type %u", what, et);
+        gguf_set_err(c->err, c->errlen, "%s: unknown array element type %u", what, et);
         return -1;
     }
     size_t es = gguf_vtype_size(et);
     if (es) {
         uint64_t bytes;
         if (mul_overflows(n, es, &bytes) || bytes > c->size - c->pos) {
-            set_err(c->err, c->errlen, "%s: array of %llu %s elements exceeds the %llu bytes left in the file",
+            gguf_set_err(c->err, c->errlen, "%s: array of %llu %s elements exceeds the %llu bytes left in the file",
                     what, (unsigned long long)n, gguf_vtype_name(et), (unsigned long long)(c->size - c->pos));
             return -1;
         }
@@ -183,7 +183,7 @@ static int skip_array_body(cursor *c, uint32_t et, uint64_t n, int depth, const 
     }
     /* strings and arrays consume >= 8 bytes each, so this loop ends at the file end */
     if (n > (c->size - c->pos) / 8) {
-        set_err(c->err, c->errlen, "%s: array of %llu %s elements exceeds the %llu bytes left in the file",
+        gguf_set_err(c->err, c->errlen, "%s: array of %llu %s elements exceeds the %llu bytes left in the file",
                 what, (unsigned long long)n, gguf_vtype_name(et), (unsigned long long)(c->size - c->pos));
         return -1;
     }
@@ -199,7 +199,7 @@ static int skip_value(cursor *c, uint32_t type, int depth, const char *what) {
     }
     if (type == GGUF_ARRAY) {
         if (depth >= GGUF_MAX_NEST) {
-            set_err(c->err, c->errlen, "%s: arrays nested deeper than %d levels", what, GGUF_MAX_NEST);
+            gguf_set_err(c->err, c->errlen, "%s: arrays nested deeper than %d levels", what, GGUF_MAX_NEST);
             return -1;
         }
         uint32_t et;
@@ -209,7 +209,7 @@ static int skip_value(cursor *c, uint32_t type, int depth, const char *what) {
     }
     size_t sz = gguf_vtype_size(type);
     if (!sz) {
-        set_err(c->err, c->errlen, "%s: unknown value type %u", what, type);
+        gguf_set_err(c->err, c->errlen, "%s: unknown value type %u", what, type);
         return -1;
     }
     return need(c, sz, what) ? -1 : (c->pos += sz, 0);
@@ -229,7 +229,7 @@ static void file_free(gguf_file_impl *fi) {
 
 static int index_kv(gguf_file_impl *fi, char *err, size_t errlen) {
     gguf_file *f = &fi->pub;
-    if (index_init(&fi->kv_ix, f->n_kv)) { set_err(err, errlen, "out of memory indexing metadata"); return -1; }
+    if (index_init(&fi->kv_ix, f->n_kv)) { gguf_set_err(err, errlen, "out of memory indexing metadata"); return -1; }
     for (uint64_t i = 0; i < f->n_kv; i++) {
         const gguf_str *k = &f->kv[i].key;
         uint64_t m = fi->kv_ix.cap - 1, h = hash_bytes(k->ptr, k->len) & m;
@@ -237,7 +237,7 @@ static int index_kv(gguf_file_impl *fi, char *err, size_t errlen) {
             const gguf_str *o = &f->kv[fi->kv_ix.slots[h] - 1].key;
             if (o->len == k->len && !memcmp(o->ptr, k->ptr, k->len)) {
                 char nb[80];
-                set_err(err, errlen, "duplicate metadata key '%s'", show_name(k->ptr, k->len, nb, sizeof nb));
+                gguf_set_err(err, errlen, "duplicate metadata key '%s'", show_name(k->ptr, k->len, nb, sizeof nb));
                 return -1;
             }
             h = (h + 1) & m;
@@ -249,14 +249,14 @@ static int index_kv(gguf_file_impl *fi, char *err, size_t errlen) {
 
 static int index_tensors(gguf_file_impl *fi, char *err, size_t errlen) {
     gguf_file *f = &fi->pub;
-    if (index_init(&fi->t_ix, f->n_tensors)) { set_err(err, errlen, "out of memory indexing tensors"); return -1; }
+    if (index_init(&fi->t_ix, f->n_tensors)) { gguf_set_err(err, errlen, "out of memory indexing tensors"); return -1; }
     for (uint64_t i = 0; i < f->n_tensors; i++) {
         const gguf_str *k = &f->tensors[i].name;
         uint64_t m = fi->t_ix.cap - 1, h = hash_bytes(k->ptr, k->len) & m;
         while (fi->t_ix.slots[h]) {
             const gguf_str *o = &f->tensors[fi->t_ix.slots[h] - 1].name;
             if (o->len == k->len && !memcmp(o->ptr, k->ptr, k->len)) {
-                set_err(err, errlen, "duplicate tensor name '%s'", f->tensors[i].cname);
+                gguf_set_err(err, errlen, "duplicate tensor name '%s'", f->tensors[i].cname);
                 return -1;
             }
             h = (h + 1) & m;
@@ -286,29 +286,29 @@ static int parse(gguf_file_impl *fi, char *err, size_t errlen) {
     uint32_t magic;
     if (rd_u32(&c, &magic, "magic")) return -1;
     if (magic != GGUF_MAGIC) {
-        set_err(err, errlen, "not a GGUF file (magic 0x%08x, expected 0x%08x \"GGUF\")", magic, GGUF_MAGIC);
+        gguf_set_err(err, errlen, "not a GGUF file (magic 0x%08x, expected 0x%08x \"GGUF\")", magic, GGUF_MAGIC);
         return -1;
     }
     if (rd_u32(&c, &f->version, "version")) return -1;
     if (f->version != 3) {
-        set_err(err, errlen, "unsupported GGUF version %u (only version 3 is supported)", f->version);
+        gguf_set_err(err, errlen, "unsupported GGUF version %u (only version 3 is supported)", f->version);
         return -1;
     }
     if (rd_u64(&c, &f->n_tensors, "tensor count") || rd_u64(&c, &f->n_kv, "metadata count")) return -1;
     /* every kv takes >= 13 bytes (key length, type, 1-byte value) and every tensor info >= 32 */
     if (f->n_kv > (c.size - c.pos) / 13) {
-        set_err(err, errlen, "metadata count %llu is impossible for a file of %llu bytes",
+        gguf_set_err(err, errlen, "metadata count %llu is impossible for a file of %llu bytes",
                 (unsigned long long)f->n_kv, (unsigned long long)f->size);
         return -1;
     }
     if (f->n_tensors > (c.size - c.pos) / 32) {
-        set_err(err, errlen, "tensor count %llu is impossible for a file of %llu bytes",
+        gguf_set_err(err, errlen, "tensor count %llu is impossible for a file of %llu bytes",
                 (unsigned long long)f->n_tensors, (unsigned long long)f->size);
         return -1;
     }
     f->kv = calloc(f->n_kv ? f->n_kv : 1, sizeof *f->kv);
     f->tensors = calloc(f->n_tensors ? f->n_tensors : 1, sizeof *f->tensors);
-    if (!f->kv || !f->tensors) { set_err(err, errlen, "out of memory"); return -1; }
+    if (!f->kv || !f->tensors) { gguf_set_err(err, errlen, "out of memory"); return -1; }
 
     f->alignment = 32;
     for (uint64_t i = 0; i < f->n_kv; i++) {
@@ -319,7 +319,7 @@ static int parse(gguf_file_impl *fi, char *err, size_t errlen) {
         snprintf(what, sizeof what, "metadata '%s'", show_name(kv->key.ptr, kv->key.len, nb, sizeof nb));
         if (rd_u32(&c, &kv->type, what)) return -1;
         if (!vtype_known(kv->type)) {
-            set_err(err, errlen, "%s: unknown value type %u", what, kv->type);
+            gguf_set_err(err, errlen, "%s: unknown value type %u", what, kv->type);
             return -1;
         }
         if (kv->type == GGUF_ARRAY) {
@@ -354,7 +354,7 @@ static int parse(gguf_file_impl *fi, char *err, size_t errlen) {
         snprintf(what, sizeof what, "tensor '%s' info", nm);
         if (rd_u32(&c, &t->n_dims, what)) return -1;
         if (t->n_dims < 1 || t->n_dims > GGUF_MAX_DIMS) {
-            set_err(err, errlen, "tensor '%s': %u dimensions (must be 1..%d)", nm, t->n_dims, GGUF_MAX_DIMS);
+            gguf_set_err(err, errlen, "tensor '%s': %u dimensions (must be 1..%d)", nm, t->n_dims, GGUF_MAX_DIMS);
             return -1;
         }
         uint64_t nel = 1;
@@ -362,7 +362,7 @@ static int parse(gguf_file_impl *fi, char *err, size_t errlen) {
         for (uint32_t d = 0; d < t->n_dims; d++) {
             if (rd_u64(&c, &t->ne[d], what)) return -1;
             if (t->ne[d] > (uint64_t)INT64_MAX || mul_overflows(nel, t->ne[d], &nel) || nel > (uint64_t)INT64_MAX) {
-                set_err(err, errlen, "tensor '%s': element count overflows (dimension %u is %llu)",
+                gguf_set_err(err, errlen, "tensor '%s': element count overflows (dimension %u is %llu)",
                         nm, d, (unsigned long long)t->ne[d]);
                 return -1;
             }
@@ -371,7 +371,7 @@ static int parse(gguf_file_impl *fi, char *err, size_t errlen) {
         const quant_traits *qt = file_type(t->type);
         if (qt) {
             if (tensor_bytes(qt, nel, &t->nbytes)) {
-                set_err(err, errlen, "tensor '%s': byte size overflows", nm);
+                gguf_set_err(err, errlen, "tensor '%s': byte size overflows", nm);
                 return -1;
             }
         } else {
@@ -379,7 +379,7 @@ static int parse(gguf_file_impl *fi, char *err, size_t errlen) {
         }
     }
     fi->names = malloc(name_total ? name_total : 1);
-    if (!fi->names) { set_err(err, errlen, "out of memory"); return -1; }
+    if (!fi->names) { gguf_set_err(err, errlen, "out of memory"); return -1; }
     {
         char *p = fi->names;
         for (uint64_t i = 0; i < f->n_tensors; i++) {
@@ -393,7 +393,7 @@ static int parse(gguf_file_impl *fi, char *err, size_t errlen) {
     if (index_tensors(fi, err, errlen)) return -1;
 
     if (align_up(c.pos, f->alignment, &f->data_offset)) {
-        set_err(err, errlen, "data offset overflows");
+        gguf_set_err(err, errlen, "data offset overflows");
         return -1;
     }
     for (uint64_t i = 0; i < f->n_tensors; i++) {
@@ -402,7 +402,7 @@ static int parse(gguf_file_impl *fi, char *err, size_t errlen) {
         uint64_t start, end;
         if (add_overflows(f->data_offset, t->offset, &start) || add_overflows(start, t->nbytes, &end) ||
             end > f->size) {
-            set_err(err, errlen, "tensor '%s' data [%llu..%llu) exceeds file size %llu", t->cname,
+            gguf_set_err(err, errlen, "tensor '%s' data [%llu..%llu) exceeds file size %llu", t->cname,
                     (unsigned long long)(f->data_offset + t->offset),
                     (unsigned long long)(f->data_offset + t->offset + t->nbytes), (unsigned long long)f->size);
             return -1;
@@ -414,38 +414,38 @@ static int parse(gguf_file_impl *fi, char *err, size_t errlen) {
 
 gguf_file *gguf_open_buffer(const void *buf, uint64_t size, char *err, size_t errlen) {
     gguf_file_impl *fi = calloc(1, sizeof *fi);
-    if (!fi) { set_err(err, errlen, "out of memory"); return NULL; }
+    if (!fi) { gguf_set_err(err, errlen, "out of memory"); return NULL; }
     fi->pub.map = (uint8_t *)buf;
     fi->pub.size = size;
-    if (!buf && size) { set_err(err, errlen, "no buffer"); free(fi); return NULL; }
+    if (!buf && size) { gguf_set_err(err, errlen, "no buffer"); free(fi); return NULL; }
     if (parse(fi, err, errlen)) { file_free(fi); return NULL; }
     return &fi->pub;
 }
 
 gguf_file *gguf_open(const char *path, char *err, size_t errlen) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) { set_err(err, errlen, "%s: %s", path, strerror(errno)); return NULL; }
+    if (fd < 0) { gguf_set_err(err, errlen, "%s: %s", path, strerror(errno)); return NULL; }
     struct stat st;
     if (fstat(fd, &st) != 0) {
-        set_err(err, errlen, "%s: %s", path, strerror(errno));
+        gguf_set_err(err, errlen, "%s: %s", path, strerror(errno));
         close(fd);
         return NULL;
     }
     if (!S_ISREG(st.st_mode)) {
-        set_err(err, errlen, "%s: not a regular file", path);
+        gguf_set_err(err, errlen, "%s: not a regular file", path);
         close(fd);
         return NULL;
     }
     if (st.st_size < 24) {
-        set_err(err, errlen, "%s: file of %lld bytes is too small to be a GGUF", path, (long long)st.st_size);
+        gguf_set_err(err, errlen, "%s: file of %lld bytes is too small to be a GGUF", path, (long long)st.st_size);
         close(fd);
         return NULL;
     }
     void *map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
     close(fd);
-    if (map == MAP_FAILED) { set_err(err, errlen, "%s: mmap: %s", path, strerror(errno)); return NULL; }
+    if (map == MAP_FAILED) { gguf_set_err(err, errlen, "%s: mmap: %s", path, strerror(errno)); return NULL; }
     gguf_file_impl *fi = calloc(1, sizeof *fi);
-    if (!fi) { munmap(map, (size_t)st.st_size); set_err(err, errlen, "out of memory"); return NULL; }
+    if (!fi) { munmap(map, (size_t)st.st_size); gguf_set_err(err, errlen, "out of memory"); return NULL; }
     fi->owns_map = 1;
     fi->pub.map = map;
     fi->pub.size = (uint64_t)st.st_size;
@@ -453,7 +453,7 @@ gguf_file *gguf_open(const char *path, char *err, size_t errlen) {
     char e[400];
     if (!fi->pub.path || parse(fi, e, sizeof e)) {
         if (!fi->pub.path) snprintf(e, sizeof e, "out of memory");
-        set_err(err, errlen, "%s: %s", path, e);
+        gguf_set_err(err, errlen, "%s: %s", path, e);
         file_free(fi);
         return NULL;
     }
@@ -631,20 +631,20 @@ const char *gguf_writer_error(const gguf_writer *w) { return w ? w->err : last_c
 gguf_writer *gguf_writer_open(const char *path, uint32_t alignment, char *err, size_t errlen) {
     if (alignment == 0) alignment = 32;
     gguf_writer *w = calloc(1, sizeof *w);
-    if (!w) { set_err(err, errlen, "out of memory"); return NULL; }
+    if (!w) { gguf_set_err(err, errlen, "out of memory"); return NULL; }
     w->alignment = alignment;
     w->path = strdup(path);
     size_t n = strlen(path) + 5;
     w->tmp_path = malloc(n);
     if (!w->path || !w->tmp_path) {
-        set_err(err, errlen, "out of memory");
+        gguf_set_err(err, errlen, "out of memory");
         free(w->path); free(w->tmp_path); free(w);
         return NULL;
     }
     snprintf(w->tmp_path, n, "%s.tmp", path);
     w->fp = fopen(w->tmp_path, "wb");
     if (!w->fp) {
-        set_err(err, errlen, "%s: %s", w->tmp_path, strerror(errno));
+        gguf_set_err(err, errlen, "%s: %s", w->tmp_path, strerror(errno));
         free(w->path); free(w->tmp_path); free(w);
         return NULL;
     }

@@ -60,6 +60,11 @@ typedef struct gguf_file {
     uint64_t data_offset;
 } gguf_file;
 
+/* Formats one sentence into (err, errlen), the error convention of this API;
+ * no-op when err is NULL or errlen 0. Public so that the readers of GGUF
+ * metadata (model/config.c, model/layout.c) report the same way. */
+void gguf_set_err(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
 /* Open and validate; on failure NULL and err holds one sentence. Version 3 only; alignment from a
  * u32 general.alignment (else 32); duplicate keys or tensor names are refused; a tensor of a type
  * id minke does not know gets nbytes 0 and data NULL (ds4 only warns about those). */

@@ -9,18 +9,9 @@
 #include "model/config.h"
 
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...) {
-    if (!err || !errlen) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 #define K(x) "deepseek4." x
 
@@ -28,9 +19,9 @@ static void set_err(char *err, size_t errlen, const char *fmt, ...) {
 
 static int need_u32(const gguf_file *f, const char *key, uint32_t *out, char *err, size_t errlen) {
     const gguf_kv *kv = gguf_find_kv(f, key);
-    if (!kv) { set_err(err, errlen, "metadata key '%s' is missing", key); return -1; }
+    if (!kv) { gguf_set_err(err, errlen, "metadata key '%s' is missing", key); return -1; }
     if (kv->type != GGUF_U32) {
-        set_err(err, errlen, "metadata key '%s' has type %s (must be u32)", key, gguf_vtype_name(kv->type));
+        gguf_set_err(err, errlen, "metadata key '%s' has type %s (must be u32)", key, gguf_vtype_name(kv->type));
         return -1;
     }
     return gguf_get_u32(f, key, out);
@@ -38,13 +29,13 @@ static int need_u32(const gguf_file *f, const char *key, uint32_t *out, char *er
 
 static int need_f32(const gguf_file *f, const char *key, float *out, char *err, size_t errlen) {
     const gguf_kv *kv = gguf_find_kv(f, key);
-    if (!kv) { set_err(err, errlen, "metadata key '%s' is missing", key); return -1; }
+    if (!kv) { gguf_set_err(err, errlen, "metadata key '%s' is missing", key); return -1; }
     if (gguf_get_f32(f, key, out)) {
-        set_err(err, errlen, "metadata key '%s' has type %s (must be f32, f64, u32 or i32)", key,
+        gguf_set_err(err, errlen, "metadata key '%s' has type %s (must be f32, f64, u32 or i32)", key,
                 gguf_vtype_name(kv->type));
         return -1;
     }
-    if (!isfinite(*out)) { set_err(err, errlen, "metadata key '%s' is not a finite number", key); return -1; }
+    if (!isfinite(*out)) { gguf_set_err(err, errlen, "metadata key '%s' is not a finite number", key); return -1; }
     return 0;
 }
 
@@ -52,15 +43,15 @@ static int need_f32(const gguf_file *f, const char *key, float *out, char *err, 
 static const gguf_kv *need_layer_array(const gguf_file *f, const char *key, uint32_t n, uint32_t t1, uint32_t t2,
                                        char *err, size_t errlen) {
     const gguf_kv *kv = gguf_find_kv(f, key);
-    if (!kv) { set_err(err, errlen, "metadata key '%s' is missing", key); return NULL; }
+    if (!kv) { gguf_set_err(err, errlen, "metadata key '%s' is missing", key); return NULL; }
     if (kv->type != GGUF_ARRAY || (kv->arr_type != t1 && kv->arr_type != t2)) {
-        set_err(err, errlen, "metadata key '%s' has type %s%s%s (must be an array of %s or %s)", key,
+        gguf_set_err(err, errlen, "metadata key '%s' has type %s%s%s (must be an array of %s or %s)", key,
                 gguf_vtype_name(kv->type), kv->type == GGUF_ARRAY ? " of " : "",
                 kv->type == GGUF_ARRAY ? gguf_vtype_name(kv->arr_type) : "", gguf_vtype_name(t1), gguf_vtype_name(t2));
         return NULL;
     }
     if (kv->arr_n < n) {
-        set_err(err, errlen, "metadata key '%s' has %llu entries, fewer than the %u layers", key,
+        gguf_set_err(err, errlen, "metadata key '%s' has %llu entries, fewer than the %u layers", key,
                 (unsigned long long)kv->arr_n, n);
         return NULL;
     }
@@ -72,11 +63,11 @@ int dsv4_config_from_gguf(const gguf_file *f, dsv4_config *c, char *err, size_t 
     gguf_str s;
     if (gguf_find_kv(f, "general.architecture")) {
         if (gguf_get_str(f, "general.architecture", &s)) {
-            set_err(err, errlen, "metadata key 'general.architecture' is not a string");
+            gguf_set_err(err, errlen, "metadata key 'general.architecture' is not a string");
             return -1;
         }
         if (s.len != strlen(DSV4_ARCH) || memcmp(s.ptr, DSV4_ARCH, s.len)) {
-            set_err(err, errlen, "general.architecture is '%.*s', not '" DSV4_ARCH "'",
+            gguf_set_err(err, errlen, "general.architecture is '%.*s', not '" DSV4_ARCH "'",
                     (int)(s.len > 40 ? 40 : s.len), s.ptr);
             return -1;
         }
@@ -130,9 +121,9 @@ int dsv4_config_from_gguf(const gguf_file *f, dsv4_config *c, char *err, size_t 
     {
         const char *key = K("expert_weights_norm");
         const gguf_kv *kv = gguf_find_kv(f, key);
-        if (!kv) { set_err(err, errlen, "metadata key '%s' is missing", key); return -1; }
+        if (!kv) { gguf_set_err(err, errlen, "metadata key '%s' is missing", key); return -1; }
         if (kv->type != GGUF_BOOL) {
-            set_err(err, errlen, "metadata key '%s' has type %s (must be bool)", key, gguf_vtype_name(kv->type));
+            gguf_set_err(err, errlen, "metadata key '%s' has type %s (must be bool)", key, gguf_vtype_name(kv->type));
             return -1;
         }
         gguf_get_bool(f, key, &c->expert_weights_norm);
@@ -140,9 +131,9 @@ int dsv4_config_from_gguf(const gguf_file *f, dsv4_config *c, char *err, size_t 
     {
         const char *key = K("rope.scaling.original_context_length");
         const gguf_kv *kv = gguf_find_kv(f, key);
-        if (!kv) { set_err(err, errlen, "metadata key '%s' is missing", key); return -1; }
+        if (!kv) { gguf_set_err(err, errlen, "metadata key '%s' is missing", key); return -1; }
         if (gguf_get_u64(f, key, &c->yarn_orig_ctx)) {
-            set_err(err, errlen, "metadata key '%s' has type %s (must be u32 or u64)", key, gguf_vtype_name(kv->type));
+            gguf_set_err(err, errlen, "metadata key '%s' has type %s (must be u32 or u64)", key, gguf_vtype_name(kv->type));
             return -1;
         }
     }
@@ -158,7 +149,7 @@ int dsv4_config_from_gguf(const gguf_file *f, dsv4_config *c, char *err, size_t 
     {   /* optional (llama.cpp's key); V4 routing is sqrt(softplus) only */
         uint32_t v;
         if (!gguf_get_u32(f, K("expert_gating_func"), &v) && v != DSV4_GATING_SQRT_SOFTPLUS) {
-            set_err(err, errlen, "metadata key '" K("expert_gating_func") "' is %u: only sqrt(softplus) scoring (%d) is supported",
+            gguf_set_err(err, errlen, "metadata key '" K("expert_gating_func") "' is %u: only sqrt(softplus) scoring (%d) is supported",
                     v, DSV4_GATING_SQRT_SOFTPLUS);
             return -1;
         }
@@ -167,13 +158,13 @@ int dsv4_config_from_gguf(const gguf_file *f, dsv4_config *c, char *err, size_t 
         const char *key = g ? K("expert_group_used_count") : K("expert_group_count");
         uint32_t v;
         if (!gguf_get_u32(f, key, &v) && v != 0) {
-            set_err(err, errlen, "metadata key '%s' is %u: group-limited routing is not supported (must be 0)", key, v);
+            gguf_set_err(err, errlen, "metadata key '%s' is %u: group-limited routing is not supported (must be 0)", key, v);
             return -1;
         }
     }
 
     if (c->n_layer < 1 || c->n_layer > DSV4_MAX_LAYERS) {
-        set_err(err, errlen, "metadata key '" K("block_count") "' is %u (must be 1..%d)", c->n_layer, DSV4_MAX_LAYERS);
+        gguf_set_err(err, errlen, "metadata key '" K("block_count") "' is %u (must be 1..%d)", c->n_layer, DSV4_MAX_LAYERS);
         return -1;
     }
     {
@@ -183,7 +174,7 @@ int dsv4_config_from_gguf(const gguf_file *f, dsv4_config *c, char *err, size_t 
         for (uint32_t il = 0; il < c->n_layer; il++) {
             double d;
             gguf_arr_get_num(kv, il, &d);
-            if (d < 0) { set_err(err, errlen, "metadata key '%s': layer %u has negative ratio %.0f", key, il, d); return -1; }
+            if (d < 0) { gguf_set_err(err, errlen, "metadata key '%s': layer %u has negative ratio %.0f", key, il, d); return -1; }
             c->compress_ratio[il] = (uint32_t)d;
         }
     }
@@ -224,7 +215,7 @@ void dsv4_config_derive(dsv4_config *c) {
 static int pow2(uint32_t v) { return v && !(v & (v - 1)); }
 
 int dsv4_config_validate(const dsv4_config *c, char *err, size_t errlen) {
-#define BAD(...) do { set_err(err, errlen, __VA_ARGS__); return -1; } while (0)
+#define BAD(...) do { gguf_set_err(err, errlen, __VA_ARGS__); return -1; } while (0)
     /* width limits keep every product below 2^32 and every tensor size far below 2^63 */
     const uint32_t MAXW = 1u << 20;
     if (c->n_layer < 1 || c->n_layer > DSV4_MAX_LAYERS) BAD("block_count %u must be 1..%d", c->n_layer, DSV4_MAX_LAYERS);
@@ -452,19 +443,19 @@ const char *const dsv4_special_tokens[7] = {
 int dsv4_check_tokenizer(const gguf_file *f, const dsv4_config *c, char *err, size_t errlen) {
     const gguf_kv *tok = gguf_find_kv(f, "tokenizer.ggml.tokens");
     const gguf_kv *mer = gguf_find_kv(f, "tokenizer.ggml.merges");
-    if (!tok && !mer) { set_err(err, errlen, "no tokenizer"); return 0; }
-    if (!tok) { set_err(err, errlen, "tokenizer.ggml.merges present but tokenizer.ggml.tokens is missing"); return -1; }
+    if (!tok && !mer) { gguf_set_err(err, errlen, "no tokenizer"); return 0; }
+    if (!tok) { gguf_set_err(err, errlen, "tokenizer.ggml.merges present but tokenizer.ggml.tokens is missing"); return -1; }
     if (tok->type != GGUF_ARRAY || tok->arr_type != GGUF_STRING) {
-        set_err(err, errlen, "tokenizer.ggml.tokens is not an array of strings");
+        gguf_set_err(err, errlen, "tokenizer.ggml.tokens is not an array of strings");
         return -1;
     }
-    if (!mer) { set_err(err, errlen, "tokenizer.ggml.merges is missing"); return -1; }
+    if (!mer) { gguf_set_err(err, errlen, "tokenizer.ggml.merges is missing"); return -1; }
     if (mer->type != GGUF_ARRAY || mer->arr_type != GGUF_STRING) {
-        set_err(err, errlen, "tokenizer.ggml.merges is not an array of strings");
+        gguf_set_err(err, errlen, "tokenizer.ggml.merges is not an array of strings");
         return -1;
     }
     if (c && tok->arr_n != c->n_vocab) {
-        set_err(err, errlen, "tokenizer.ggml.tokens has %llu entries but vocab_size is %u",
+        gguf_set_err(err, errlen, "tokenizer.ggml.tokens has %llu entries but vocab_size is %u",
                 (unsigned long long)tok->arr_n, c->n_vocab);
         return -1;
     }
@@ -485,7 +476,7 @@ int dsv4_check_tokenizer(const gguf_file *f, const dsv4_config *c, char *err, si
     }
     for (int k = 0; k < 7; k++)
         if (!found[k]) {
-            set_err(err, errlen, "tokenizer.ggml.tokens lacks the special token '%s'", dsv4_special_tokens[k]);
+            gguf_set_err(err, errlen, "tokenizer.ggml.tokens lacks the special token '%s'", dsv4_special_tokens[k]);
             return -1;
         }
     return 1;

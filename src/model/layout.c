@@ -8,20 +8,11 @@
  */
 #include "model/config.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "quant/quant.h"
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...) {
-    if (!err || !errlen) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 static const char *const kind_names[DSV4_T_COUNT] = {
     [DSV4_T_TOKEN_EMBD] = "token_embd.weight",
@@ -286,7 +277,7 @@ static int check_tid2eid(const gguf_tensor *t, const dsv4_config *c, char *err, 
         int32_t v;
         memcpy(&v, p + 4 * i, 4);
         if (v < 0 || (uint32_t)v >= c->n_expert) {
-            set_err(err, errlen, "tensor '%s': token %llu routes to expert %d (must be 0..%u)", t->cname,
+            gguf_set_err(err, errlen, "tensor '%s': token %llu routes to expert %d (must be 0..%u)", t->cname,
                     (unsigned long long)(i / c->n_expert_used), v, c->n_expert - 1);
             return -1;
         }
@@ -299,8 +290,8 @@ static int check_tensors(const gguf_file *f, const dsv4_config *c, int strict_ds
     int n = mtp ? dsv4_mtp_tensor_specs(c, &specs) : dsv4_tensor_specs(c, &specs);
     if (n < 0) {
         char e[200];
-        if (dsv4_config_validate(c, e, sizeof e)) set_err(err, errlen, "invalid config: %s", e);
-        else set_err(err, errlen, "out of memory");
+        if (dsv4_config_validate(c, e, sizeof e)) gguf_set_err(err, errlen, "invalid config: %s", e);
+        else gguf_set_err(err, errlen, "out of memory");
         return -1;
     }
     int rc = -1;
@@ -310,11 +301,11 @@ static int check_tensors(const gguf_file *f, const dsv4_config *c, int strict_ds
         const dsv4_tensor_spec *s = &specs[i];
         const gguf_tensor *t = gguf_find_tensor(f, s->name);
         char want[96], got[96];
-        if (!t) { set_err(err, errlen, "missing tensor '%s'", s->name); goto out; }
+        if (!t) { gguf_set_err(err, errlen, "missing tensor '%s'", s->name); goto out; }
         shape_str(s->ne, s->n_dims, want, sizeof want);
         shape_str(t->ne, t->n_dims, got, sizeof got);
         if (!same_shape(t, s) || (strict_ds4 && t->n_dims != s->n_dims)) {
-            set_err(err, errlen, "tensor '%s' has shape %s, expected %s", s->name, got, want);
+            gguf_set_err(err, errlen, "tensor '%s' has shape %s, expected %s", s->name, got, want);
             goto out;
         }
         if (strict_ds4) {
@@ -324,28 +315,28 @@ static int check_tensors(const gguf_file *f, const dsv4_config *c, int strict_ds
             else
                 ok = t->type == (uint32_t)s->ds4_type;
             if (!ok) {
-                set_err(err, errlen, "tensor '%s' has type %s; ds4 requires %s", s->name, quant_name((int)t->type),
+                gguf_set_err(err, errlen, "tensor '%s' has type %s; ds4 requires %s", s->name, quant_name((int)t->type),
                         s->role == DSV4_ROLE_EXPERT_GATEUP || s->role == DSV4_ROLE_EXPERT_DOWN
                             ? "IQ2_XXS, Q2_K or Q4_K" : quant_name(s->ds4_type));
                 goto out;
             }
         } else if (!dsv4_role_accepts_type(s->role, t->type)) {
-            set_err(err, errlen, "tensor '%s' has type %s, which minke does not support for %s tensors", s->name,
+            gguf_set_err(err, errlen, "tensor '%s' has type %s, which minke does not support for %s tensors", s->name,
                     quant_name((int)t->type), dsv4_role_name(s->role));
             goto out;
         }
         if (!t->data || !quant_get((int)t->type)) {
-            set_err(err, errlen, "tensor '%s' has type %s, unknown to this build", s->name, quant_name((int)t->type));
+            gguf_set_err(err, errlen, "tensor '%s' has type %s, unknown to this build", s->name, quant_name((int)t->type));
             goto out;
         }
         if (quant_row_bytes((int)t->type, (int64_t)t->ne[0]) == 0) {
-            set_err(err, errlen, "tensor '%s': row of %llu elements is not a multiple of %s's block size", s->name,
+            gguf_set_err(err, errlen, "tensor '%s': row of %llu elements is not a multiple of %s's block size", s->name,
                     (unsigned long long)t->ne[0], quant_name((int)t->type));
             goto out;
         }
         if (s->kind == DSV4_T_FFN_GATE_EXPS) { gate_type = t->type; gate_name = s->name; }
         if (s->kind == DSV4_T_FFN_UP_EXPS && t->type != gate_type) {
-            set_err(err, errlen, "tensor '%s' has type %s but %s has %s (gate and up must match)",
+            gguf_set_err(err, errlen, "tensor '%s' has type %s but %s has %s (gate and up must match)",
                     s->name, quant_name((int)t->type), gate_name, quant_name((int)gate_type));
             goto out;
         }
@@ -363,11 +354,11 @@ int dsv4_check_tensors(const gguf_file *f, const dsv4_config *c, char *err, size
 
 int dsv4_check_ds4_compat(const gguf_file *f, const dsv4_config *c, char *err, size_t errlen) {
     if (!dsv4_config_is_flash(c)) {
-        set_err(err, errlen, "hyperparameters differ from DeepSeek V4 Flash (ds4 hard-codes them)");
+        gguf_set_err(err, errlen, "hyperparameters differ from DeepSeek V4 Flash (ds4 hard-codes them)");
         return -1;
     }
     if (dsv4_check_tokenizer(f, c, err, errlen) != 1) {
-        if (!gguf_find_kv(f, "tokenizer.ggml.tokens")) set_err(err, errlen, "no tokenizer (ds4 requires one)");
+        if (!gguf_find_kv(f, "tokenizer.ggml.tokens")) gguf_set_err(err, errlen, "no tokenizer (ds4 requires one)");
         return -1;
     }
     return check_tensors(f, c, 1, 0, err, errlen);
