@@ -1,7 +1,7 @@
 /* floats.c: the unblocked formats F32, F16, BF16 and I32 (spec §5.1).
  * Their dots take the activation in plain f32 (spec §5.7: ds4 feeds F16/F32
  * weight matmuls the f32 activation directly); scalar kernels accumulate in
- * f32 with four independent lanes so they vectorise and match the AVX2
+ * f32 with eight independent lanes so they vectorise and match the AVX2
  * kernels' summation order closely.
  */
 #include <string.h>
@@ -11,16 +11,25 @@
 void dequant_f32(const void *src, float *dst, int64_t n) { memcpy(dst, src, (size_t)n * 4); }
 void quant_f32(const float *src, void *dst, int64_t n) { memcpy(dst, src, (size_t)n * 4); }
 
-void dot_f32_scalar(int64_t n, float *s, const void *w, const void *a)
+/* Weight i as f32, one per format; constant arguments of dot_lanes, so the
+ * compiler inlines them there. */
+static inline float weight_f32(const void *w, int64_t i) { return ((const float *)w)[i]; }
+static inline float weight_f16(const void *w, int64_t i) { return f16_to_f32(((const uint16_t *)w)[i]); }
+static inline float weight_bf16(const void *w, int64_t i) { return bf16_to_f32(((const uint16_t *)w)[i]); }
+
+/* The scalar dot of every unblocked format: eight lanes, folded pairwise
+ * the way the AVX2 kernels reduce their 8-float registers. */
+static inline float dot_lanes(int64_t n, const void *w, const float *y, float (*weight)(const void *, int64_t))
 {
-    const float *x = w, *y = a;
     float acc[8] = {0};
     int64_t i = 0;
     for (; i + 8 <= n; i += 8)
-        for (int k = 0; k < 8; k++) acc[k] += x[i + k] * y[i + k];
-    for (; i < n; i++) acc[0] += x[i] * y[i];
-    *s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+        for (int k = 0; k < 8; k++) acc[k] += weight(w, i + k) * y[i + k];
+    for (; i < n; i++) acc[0] += weight(w, i) * y[i];
+    return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
 }
+
+void dot_f32_scalar(int64_t n, float *s, const void *w, const void *a) { *s = dot_lanes(n, w, a, weight_f32); }
 
 void dequant_f16(const void *src, float *dst, int64_t n)
 {
@@ -34,17 +43,7 @@ void quant_f16(const float *src, void *dst, int64_t n)
     for (int64_t i = 0; i < n; i++) h[i] = f32_to_f16(src[i]);
 }
 
-void dot_f16_scalar(int64_t n, float *s, const void *w, const void *a)
-{
-    const uint16_t *x = w;
-    const float *y = a;
-    float acc[8] = {0};
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int k = 0; k < 8; k++) acc[k] += f16_to_f32(x[i + k]) * y[i + k];
-    for (; i < n; i++) acc[0] += f16_to_f32(x[i]) * y[i];
-    *s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-}
+void dot_f16_scalar(int64_t n, float *s, const void *w, const void *a) { *s = dot_lanes(n, w, a, weight_f16); }
 
 void dequant_bf16(const void *src, float *dst, int64_t n)
 {
@@ -58,17 +57,7 @@ void quant_bf16(const float *src, void *dst, int64_t n)
     for (int64_t i = 0; i < n; i++) h[i] = f32_to_bf16(src[i]);
 }
 
-void dot_bf16_scalar(int64_t n, float *s, const void *w, const void *a)
-{
-    const uint16_t *x = w;
-    const float *y = a;
-    float acc[8] = {0};
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int k = 0; k < 8; k++) acc[k] += bf16_to_f32(x[i + k]) * y[i + k];
-    for (; i < n; i++) acc[0] += bf16_to_f32(x[i]) * y[i];
-    *s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-}
+void dot_bf16_scalar(int64_t n, float *s, const void *w, const void *a) { *s = dot_lanes(n, w, a, weight_bf16); }
 
 void dequant_i32(const void *src, float *dst, int64_t n)
 {

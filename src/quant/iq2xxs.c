@@ -280,8 +280,7 @@ void quant_iq2_xxs(const float *src, void *dst, int64_t n)
         /* 1. best free scale per 32-group */
         float max_scale = 0;
         for (int g = 0; g < 8; g++) {
-            float amax = 0;
-            for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[32 * g + j]));
+            float amax = block_amax(x + 32 * g, 32);
             if (amax == 0) { gscale[g] = 0; continue; }
             float best_err = INFINITY, best_s = amax / 43;
             uint8_t tmp[4];

@@ -56,8 +56,7 @@ void quant_mxfp4(const float *src, void *dst, int64_t n)
     block_mxfp4 *b = dst;
     for (int64_t i = 0; i < n / 32; i++) {
         const float *x = src + 32 * i;
-        float amax = 0;
-        for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[j]));
+        float amax = block_amax(x, 32);
         uint8_t c[32], best_c[32];
         int best_e = 0;
         if (amax == 0) {

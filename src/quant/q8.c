@@ -27,9 +27,7 @@ void quant_q8_0(const float *src, void *dst, int64_t n)
     block_q8_0 *b = dst;
     for (int64_t i = 0; i < n / 32; i++) {
         const float *x = src + 32 * i;
-        float amax = 0.0f;
-        for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[j]));
-        float d = amax / 127.0f;
+        float d = block_amax(x, 32) / 127.0f;
         float id = d != 0.0f ? 1.0f / d : 0.0f;
         b[i].d = f16_scale(d);
         for (int j = 0; j < 32; j++) b[i].q[j] = (int8_t)roundf(x[j] * id);
@@ -48,9 +46,7 @@ void quant_q8_0f(const float *src, void *dst, int64_t n)
     block_q8_0f *b = dst;
     for (int64_t i = 0; i < n / 32; i++) {
         const float *x = src + 32 * i;
-        float amax = 0.0f;
-        for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[j]));
-        float d = amax / 127.0f;
+        float d = block_amax(x, 32) / 127.0f;
         b[i].d = d;
         for (int j = 0; j < 32; j++) {
             b[i].q[j] = (int8_t)(d != 0.0f ? round_clamp(x[j] / d, -128, 127) : 0);

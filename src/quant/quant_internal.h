@@ -98,6 +98,15 @@ static inline uint16_t f16_scale(float d)
     return f32_to_f16(d > 65504.0f ? 65504.0f : d);
 }
 
+/* Largest |x[j]| over a block of n. NaNs are skipped (fmaxf returns the
+ * other operand), so one NaN cannot make a whole block's scale NaN. */
+static inline float block_amax(const float *x, int n)
+{
+    float amax = 0.0f;
+    for (int j = 0; j < n; j++) amax = fmaxf(amax, fabsf(x[j]));
+    return amax;
+}
+
 /* Round to nearest (ties to even, like lrintf in the default mode) after
  * clamping to [lo, hi]; clamping first keeps the int conversion defined and
  * gives the same result since the bounds are integers (NaN gives lo). rintf inlines to one
