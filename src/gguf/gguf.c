@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,19 +95,49 @@ static const char *show_name(const char *p, uint64_t n, char *buf, size_t cap) {
 /* name index: open addressing over entry indices                      */
 
 typedef struct name_index {
-    uint64_t cap;     /* power of two, 0 when empty */
-    uint64_t *slots;  /* entry index + 1, 0 = empty */
+    uint64_t cap;         /* power of two, 0 when empty */
+    uint64_t *slots;      /* entry index + 1, 0 = empty */
+    const char *entries;  /* the indexed array: f->kv or f->tensors */
+    size_t stride;        /* sizeof one entry */
+    size_t name_off;      /* offsetof the entry's gguf_str name */
 } name_index;
 
-static int index_init(name_index *ix, uint64_t n) {
-    ix->cap = 0; ix->slots = NULL;
-    if (n == 0) return 0;
+/* The slot holding the entry named p[0..n), or the empty slot where it would go. */
+static uint64_t *index_probe(const name_index *ix, const char *p, uint64_t n) {
+    uint64_t m = ix->cap - 1, h = hash_bytes(p, n) & m;
+    while (ix->slots[h]) {
+        const gguf_str *o = (const gguf_str *)(ix->entries + (ix->slots[h] - 1) * ix->stride + ix->name_off);
+        if (o->len == n && !memcmp(o->ptr, p, n)) break;
+        h = (h + 1) & m;
+    }
+    return &ix->slots[h];
+}
+
+/* Indexes entries[0..count). 0, -1 out of memory, or 1 with *dup the first
+ * entry whose name repeats an earlier one. */
+static int index_build(name_index *ix, const void *entries, uint64_t count, size_t stride, size_t name_off,
+                       uint64_t *dup) {
+    *ix = (name_index){0, NULL, entries, stride, name_off};
+    if (count == 0) return 0;
     uint64_t cap = 16;
-    while (cap < n * 2) cap <<= 1;
+    while (cap < count * 2) cap <<= 1;
     ix->slots = calloc(cap, sizeof *ix->slots);
     if (!ix->slots) return -1;
     ix->cap = cap;
+    for (uint64_t i = 0; i < count; i++) {
+        const gguf_str *k = (const gguf_str *)(ix->entries + i * stride + name_off);
+        uint64_t *slot = index_probe(ix, k->ptr, k->len);
+        if (*slot) { *dup = i; return 1; }
+        *slot = i + 1;
+    }
     return 0;
+}
+
+/* The index of the entry named key, or -1. */
+static int64_t index_find(const name_index *ix, const char *key) {
+    if (!ix->cap || !key) return -1;
+    uint64_t slot = *index_probe(ix, key, strlen(key));
+    return slot ? (int64_t)slot - 1 : -1;
 }
 
 /* ------------------------------------------------------------------ */
@@ -229,41 +260,24 @@ static void file_free(gguf_file_impl *fi) {
 
 static int index_kv(gguf_file_impl *fi, char *err, size_t errlen) {
     gguf_file *f = &fi->pub;
-    if (index_init(&fi->kv_ix, f->n_kv)) { gguf_set_err(err, errlen, "out of memory indexing metadata"); return -1; }
-    for (uint64_t i = 0; i < f->n_kv; i++) {
-        const gguf_str *k = &f->kv[i].key;
-        uint64_t m = fi->kv_ix.cap - 1, h = hash_bytes(k->ptr, k->len) & m;
-        while (fi->kv_ix.slots[h]) {
-            const gguf_str *o = &f->kv[fi->kv_ix.slots[h] - 1].key;
-            if (o->len == k->len && !memcmp(o->ptr, k->ptr, k->len)) {
-                char nb[80];
-                gguf_set_err(err, errlen, "duplicate metadata key '%s'", show_name(k->ptr, k->len, nb, sizeof nb));
-                return -1;
-            }
-            h = (h + 1) & m;
-        }
-        fi->kv_ix.slots[h] = i + 1;
+    uint64_t dup;
+    int rc = index_build(&fi->kv_ix, f->kv, f->n_kv, sizeof *f->kv, offsetof(gguf_kv, key), &dup);
+    if (rc < 0) gguf_set_err(err, errlen, "out of memory indexing metadata");
+    if (rc > 0) {
+        char nb[80];
+        const gguf_str *k = &f->kv[dup].key;
+        gguf_set_err(err, errlen, "duplicate metadata key '%s'", show_name(k->ptr, k->len, nb, sizeof nb));
     }
-    return 0;
+    return rc ? -1 : 0;
 }
 
 static int index_tensors(gguf_file_impl *fi, char *err, size_t errlen) {
     gguf_file *f = &fi->pub;
-    if (index_init(&fi->t_ix, f->n_tensors)) { gguf_set_err(err, errlen, "out of memory indexing tensors"); return -1; }
-    for (uint64_t i = 0; i < f->n_tensors; i++) {
-        const gguf_str *k = &f->tensors[i].name;
-        uint64_t m = fi->t_ix.cap - 1, h = hash_bytes(k->ptr, k->len) & m;
-        while (fi->t_ix.slots[h]) {
-            const gguf_str *o = &f->tensors[fi->t_ix.slots[h] - 1].name;
-            if (o->len == k->len && !memcmp(o->ptr, k->ptr, k->len)) {
-                gguf_set_err(err, errlen, "duplicate tensor name '%s'", f->tensors[i].cname);
-                return -1;
-            }
-            h = (h + 1) & m;
-        }
-        fi->t_ix.slots[h] = i + 1;
-    }
-    return 0;
+    uint64_t dup;
+    int rc = index_build(&fi->t_ix, f->tensors, f->n_tensors, sizeof *f->tensors, offsetof(gguf_tensor, name), &dup);
+    if (rc < 0) gguf_set_err(err, errlen, "out of memory indexing tensors");
+    if (rc > 0) gguf_set_err(err, errlen, "duplicate tensor name '%s'", f->tensors[dup].cname);
+    return rc ? -1 : 0;
 }
 
 /* Traits of a ggml type a GGUF may carry; NULL for unknown ids and for minke's internal
@@ -463,27 +477,15 @@ gguf_file *gguf_open(const char *path, char *err, size_t errlen) {
 void gguf_close(gguf_file *f) { file_free((gguf_file_impl *)f); }
 
 const gguf_kv *gguf_find_kv(const gguf_file *f, const char *key) {
-    const gguf_file_impl *fi = (const gguf_file_impl *)f;
-    if (!f || !key || !fi->kv_ix.cap) return NULL;
-    uint64_t n = strlen(key), m = fi->kv_ix.cap - 1, h = hash_bytes(key, n) & m;
-    while (fi->kv_ix.slots[h]) {
-        const gguf_kv *kv = &f->kv[fi->kv_ix.slots[h] - 1];
-        if (kv->key.len == n && !memcmp(kv->key.ptr, key, n)) return kv;
-        h = (h + 1) & m;
-    }
-    return NULL;
+    if (!f) return NULL;
+    int64_t i = index_find(&((const gguf_file_impl *)f)->kv_ix, key);
+    return i < 0 ? NULL : &f->kv[i];
 }
 
 const gguf_tensor *gguf_find_tensor(const gguf_file *f, const char *name) {
-    const gguf_file_impl *fi = (const gguf_file_impl *)f;
-    if (!f || !name || !fi->t_ix.cap) return NULL;
-    uint64_t n = strlen(name), m = fi->t_ix.cap - 1, h = hash_bytes(name, n) & m;
-    while (fi->t_ix.slots[h]) {
-        const gguf_tensor *t = &f->tensors[fi->t_ix.slots[h] - 1];
-        if (t->name.len == n && !memcmp(t->name.ptr, name, n)) return t;
-        h = (h + 1) & m;
-    }
-    return NULL;
+    if (!f) return NULL;
+    int64_t i = index_find(&((const gguf_file_impl *)f)->t_ix, name);
+    return i < 0 ? NULL : &f->tensors[i];
 }
 
 uint64_t gguf_tensor_nel(const gguf_tensor *t) {
