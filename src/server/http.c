@@ -72,7 +72,7 @@ static MHD_Result_t send_json(struct MHD_Connection *c, conn_ctx *ctx, int statu
     return send_body(c, ctx, status, "application/json", body);
 }
 
-static int is_anthropic_path(const char *path) { return !strcmp(path, "/v1/messages"); }
+static int is_anthropic_path(const char *path) { return !strncmp(path, "/v1/messages", 12); }
 
 static MHD_Result_t send_error(struct MHD_Connection *c, conn_ctx *ctx, const char *path, const parse_error *e) {
     json_t *obj;
@@ -209,6 +209,17 @@ static MHD_Result_t handle_generate(struct MHD_Connection *c, conn_ctx *ctx, con
     }
     gen_request *req = NULL;
     const api_sink *sink = NULL;
+    if (!strcmp(path, "/v1/messages/count_tokens")) {
+        /* Claude Code asks for prompt sizes: render and tokenize, no generation */
+        req = anthropic_parse(body, &e);
+        json_decref(body);
+        if (!req) return send_error(c, ctx, path, &e);
+        int rc = req_prepare(req, &e);
+        int n = rc ? e.n_prompt_tokens : req->n_tokens;
+        gen_request_free(req);
+        if (rc && !e.n_ctx) return send_error(c, ctx, path, &e);
+        return send_json(c, ctx, 200, json_pack("{s:i}", "input_tokens", n));
+    }
     if (!strcmp(path, "/v1/chat/completions")) { req = openai_parse_chat(body, &e); sink = &openai_chat_sink; }
     else if (!strcmp(path, "/v1/completions")) { req = openai_parse_completions(body, &e); sink = &openai_completions_sink; }
     else if (!strcmp(path, "/v1/responses")) { req = responses_parse(body, &e); sink = &responses_sink; }
@@ -307,7 +318,7 @@ static MHD_Result_t on_request(void *cls, struct MHD_Connection *c, const char *
         }
     }
     if (!strcmp(method, "POST") && (!strcmp(url, "/v1/chat/completions") || !strcmp(url, "/v1/completions") ||
-                                    !strcmp(url, "/v1/responses") || !strcmp(url, "/v1/messages")))
+                                    !strcmp(url, "/v1/responses") || !strcmp(url, "/v1/messages") || !strcmp(url, "/v1/messages/count_tokens")))
         return handle_generate(c, ctx, url);
     int known = !strcmp(url, "/health") || !strncmp(url, "/v1/models", 10) || !strcmp(url, "/v1/chat/completions") ||
                 !strcmp(url, "/v1/completions") || !strcmp(url, "/v1/responses") || !strcmp(url, "/v1/messages");

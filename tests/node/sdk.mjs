@@ -385,6 +385,13 @@ await check('anthropic tool_use (stream and not) and tool_result round trip', as
   assert.ok(next.usage.cache_read_input_tokens > 0, JSON.stringify(next.usage));
 });
 
+await check('anthropic count_tokens', async () => {
+  const messages = [{ role: 'user', content: 'How many tokens is this?' }];
+  const c = await anthropic.messages.countTokens({ model: MODEL, messages });
+  const r = await anthropic.messages.create({ model: MODEL, max_tokens: 1, messages });
+  assert.equal(c.input_tokens, r.usage.input_tokens + r.usage.cache_read_input_tokens + r.usage.cache_creation_input_tokens);
+});
+
 await check('anthropic stop_sequences', async () => {
   const r = await anthropic.messages.create({ model: MODEL, max_tokens: 30, thinking: { type: 'disabled' }, stop_sequences: ['STOP'],
     messages: [{ role: 'user', content: 'x' }], minke_script: 'Hello STOP world' });
