@@ -479,6 +479,20 @@ static int render_tool_calls(strbuf *b, const json_t *calls, char *err, size_t e
     return 0;
 }
 
+/* The tools and response-format sections a system or developer message
+ * carries after its content. */
+static int render_system_extras(strbuf *b, const json_t *tools, const json_t *rf, char *err, size_t errlen) {
+    if (truthy(tools)) {
+        strbuf_str(b, "\n\n");
+        if (render_tools(b, tools, err, errlen)) return -1;
+    }
+    if (truthy(rf)) {
+        strbuf_str(b, "\n\n");
+        render_response_format(b, rf);
+    }
+    return 0;
+}
+
 static int render_message(strbuf *b, size_t index, const json_t *msgs, int thinking, int drop, int effort_max,
                           char *err, size_t errlen) {
     size_t n = json_array_size(msgs);
@@ -493,27 +507,13 @@ static int render_message(strbuf *b, size_t index, const json_t *msgs, int think
 
     if (role && !strcmp(role, "system")) {
         if (truthy(content)) py_str(b, content);
-        if (truthy(tools)) {
-            strbuf_str(b, "\n\n");
-            if (render_tools(b, tools, err, errlen)) return -1;
-        }
-        if (truthy(rf)) {
-            strbuf_str(b, "\n\n");
-            render_response_format(b, rf);
-        }
+        if (render_system_extras(b, tools, rf, err, errlen)) return -1;
     } else if (role && !strcmp(role, "developer")) {
         if (!truthy(content)) return fail(err, errlen, "Invalid message for role `developer`: empty content");
         if (!json_is_string(content)) return fail(err, errlen, "developer content must be a string");
         strbuf_str(b, CHAT_USER);
         add_string_value(b, content);
-        if (truthy(tools)) {
-            strbuf_str(b, "\n\n");
-            if (render_tools(b, tools, err, errlen)) return -1;
-        }
-        if (truthy(rf)) {
-            strbuf_str(b, "\n\n");
-            render_response_format(b, rf);
-        }
+        if (render_system_extras(b, tools, rf, err, errlen)) return -1;
     } else if (role && !strcmp(role, "user")) {
         strbuf_str(b, CHAT_USER);
         const json_t *blocks = json_object_get(msg, "content_blocks");
