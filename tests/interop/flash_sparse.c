@@ -11,8 +11,13 @@
  * table, offsets and file size are byte-identical to mkmodel's; only the
  * contents of the big tensors differ. A few MB on disk.
  *
+ * --mtp writes the MTP GGUF instead (what `mkmodel --preset flash --mtp-out`
+ * writes: dsv4_mtp_tensor_specs, no tokenizer). The last line printed is
+ * "data_offset N" (where the tensor data starts) so that a script can compare
+ * headers with a real mkmodel run (tests/t_interop_ds4.sh does).
+ *
  * usage: flash_sparse OUT.gguf [--experts iq2xxs-q2k|q4k|...] [--tokenizer FILE]
- *                     [--fill-max BYTES] [--seed N]
+ *                     [--fill-max BYTES] [--seed N] [--mtp]
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,17 +33,22 @@
 
 static int usage(void) {
     fprintf(stderr, "usage: flash_sparse OUT.gguf [--experts NAME] [--tokenizer FILE] [--fill-max BYTES] "
-                    "[--seed N]\n");
+                    "[--seed N] [--mtp]\n");
     return 2;
 }
 
 int main(int argc, char **argv) {
     const char *out = NULL, *tokenizer = NULL;
-    uint64_t fill_max = 4ull << 20, seed = 1;
+    uint64_t fill_max = 1ull << 20, seed = 1;
+    int mtp = 0;
     convert_policy pol;
     policy_default(&pol);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--mtp")) {
+            mtp = 1;
+            continue;
+        }
         if (a[0] != '-') {
             if (out) return usage();
             out = a;
@@ -75,7 +85,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     dsv4_tensor_spec *specs = NULL;
-    int n = dsv4_tensor_specs(&c, &specs);
+    int n = mtp ? dsv4_mtp_tensor_specs(&c, &specs) : dsv4_tensor_specs(&c, &specs);
     if (n <= 0 || policy_check(&pol, specs, n, err, sizeof err) != 0) {
         fprintf(stderr, "flash_sparse: bad tensor list: %s\n", err);
         return 1;
@@ -88,8 +98,10 @@ int main(int argc, char **argv) {
         return 1;
     }
     dsv4_config_write_gguf(w, &c);
-    if (tokenizer ? tokjson_write_gguf(w, tokenizer, NULL, err, sizeof err)
-                  : toksynth_write_gguf(w, c.n_vocab, err, sizeof err)) {
+    if (mtp) {
+        /* like mkmodel: the MTP file uses the main file's tokenizer */
+    } else if (tokenizer ? tokjson_write_gguf(w, tokenizer, NULL, err, sizeof err)
+                         : toksynth_write_gguf(w, c.n_vocab, err, sizeof err)) {
         fprintf(stderr, "flash_sparse: tokenizer: %s\n", err);
         gguf_writer_abort(w);
         return 1;
@@ -130,9 +142,17 @@ int main(int argc, char **argv) {
     }
     struct stat st;
     if (stat(out, &st) != 0) return 1;
+    gguf_file *f = gguf_open(out, err, sizeof err);
+    if (!f) {
+        fprintf(stderr, "flash_sparse: minke cannot read back %s: %s\n", out, err);
+        return 1;
+    }
+    uint64_t data_offset = f->data_offset;
+    gguf_close(f);
     printf("wrote %s: %d tensors, %llu bytes (%.2f GiB), %llu bytes on disk; %llu tensor bytes synthetic, "
            "%llu holes\n",
            out, n, (unsigned long long)st.st_size, (double)st.st_size / (1ull << 30),
            (unsigned long long)st.st_blocks * 512ull, (unsigned long long)filled, (unsigned long long)holes);
+    printf("data_offset %llu\n", (unsigned long long)data_offset);
     return 0;
 }
