@@ -18,6 +18,14 @@
  */
 #include "engine_test_util.h"
 
+/* This file runs q2; test_engine_quant_k.c includes it for q4 and mxfp4 so
+ * each binary stays well under a minute. */
+#ifndef QUANT_FROM
+#define QUANT_FROM 0
+#define QUANT_TO 1
+#define QUANT_TMP "h4_quant"
+#endif
+
 static double mean_kl(const float *p_logits, const float *q_logits, int T, int V) {
     double total = 0;
     for (int t = 0; t < T; t++) {
@@ -57,7 +65,7 @@ static float *logits_of(const char *path, int f32_act, const int32_t *tok, int T
 
 int main(void) {
     int asan = getenv("MINKE_ASAN") != NULL;
-    const char *dir = tu_tmpdir("h4_quant");
+    const char *dir = tu_tmpdir(QUANT_TMP);
     long nb;
     int32_t *tok = tu_read(TINY_A_DIR "/tokens.i32", &nb);
     if (!tok) { fprintf(stderr, "cannot read tokens\n"); return 1; }
@@ -71,7 +79,7 @@ int main(void) {
     struct { const char *name, *args; } pol[] = {
         {"q2", ""}, {"q4", "--experts q4k"}, {"mxfp4", "--experts mxfp4"},
     };
-    for (int i = 0; i < 3; i++) {
+    for (int i = QUANT_FROM; i < QUANT_TO; i++) {
         if (asan && i < 2) continue;   /* K-quant conversion is slow under ASan */
         char q[1200], twin[1200];
         snprintf(q, sizeof q, "%s/tiny-a-%s.gguf", dir, pol[i].name);
