@@ -94,19 +94,31 @@ static void test_seed(void) {
     sampler_free(c);
 }
 
-/* chi-square of counts against expected probabilities (0 for excluded ids,
- * which must then never appear) */
-static double chi2(const long *count, const double *prob, int v, long n, int *excluded_hit) {
+/* Draws n tokens with p and returns the chi-square of their counts against
+ * the expected probabilities prob (0 for excluded ids, which must then never
+ * appear: *excluded_hit). *dof: degrees of freedom (kept ids - 1). */
+static double sampled_chi2(const sampler_params *p, const float *l, int v, long n, const double *prob, int *dof,
+                           int *excluded_hit) {
+    long *count = calloc((size_t)v, sizeof *count);
+    sampler *s = sampler_new(p);
+    for (long i = 0; i < n; i++) {
+        int32_t k = sampler_sample(s, l, v, 0);
+        if (k >= 0 && k < v) count[k]++;
+    }
+    sampler_free(s);
     double x = 0;
     *excluded_hit = 0;
+    *dof = -1;
     for (int i = 0; i < v; i++) {
         if (prob[i] == 0) {
             if (count[i]) *excluded_hit = 1;
             continue;
         }
+        ++*dof;
         double e = prob[i] * (double)n;
         x += (count[i] - e) * (count[i] - e) / e;
     }
+    free(count);
     return x;
 }
 
@@ -156,17 +168,8 @@ static void test_distribution(void) {
         double prob[V];
         expected_probs(l, V, cfg[c].t, cfg[c].top_p, cfg[c].min_p, cfg[c].top_k, prob);
         sampler_params p = params(cfg[c].t, cfg[c].top_p, cfg[c].min_p, cfg[c].top_k, 1000 + c);
-        sampler *s = sampler_new(&p);
-        long count[V] = {0};
-        for (long i = 0; i < N; i++) {
-            int32_t k = sampler_sample(s, l, V, 0);
-            if (k >= 0 && k < V) count[k]++;
-        }
-        sampler_free(s);
-        int hit = 0, dof = -1;
-        for (int i = 0; i < V; i++)
-            if (prob[i] > 0) dof++;
-        double x = chi2(count, prob, V, N, &hit);
+        int hit, dof;
+        double x = sampled_chi2(&p, l, V, N, prob, &dof, &hit);
         /* 99.99th percentile of chi-square with <= 9 dof is about 33.7 */
         CHECK(!hit, "%s: sampled an excluded token", cfg[c].what);
         CHECK(x < 34.0, "%s: chi-square %.1f with %d dof", cfg[c].what, x, dof);
@@ -179,21 +182,12 @@ static void test_large_nucleus(void) {
     enum { V = 1500 };
     float *l = malloc(sizeof *l * V);
     double *prob = malloc(sizeof *prob * V);
-    long *count = calloc(V, sizeof *count);
     for (int i = 0; i < V; i++) l[i] = test_randf() * 2.0f;
     expected_probs(l, V, 1.0f, 0.6f, 0.0f, 0, prob);
     sampler_params p = params(1.0f, 0.6f, 0.0f, 0, 4242);
-    sampler *s = sampler_new(&p);
     const long N = getenv("MINKE_ASAN") ? 20000 : 60000;
-    for (long i = 0; i < N; i++) {
-        int32_t k = sampler_sample(s, l, V, 0);
-        if (k >= 0 && k < V) count[k]++;
-    }
-    sampler_free(s);
-    int hit = 0, dof = -1;
-    for (int i = 0; i < V; i++)
-        if (prob[i] > 0) dof++;
-    double x = chi2(count, prob, V, N, &hit);
+    int hit, dof;
+    double x = sampled_chi2(&p, l, V, N, prob, &dof, &hit);
     double limit = dof + 6.0 * sqrt(2.0 * dof);
     CHECK(!hit, "large nucleus: sampled outside top_p");
     CHECK(x < limit, "large nucleus: chi-square %.1f with %d dof (limit %.0f)", x, dof, limit);
@@ -201,7 +195,6 @@ static void test_large_nucleus(void) {
            dof + 1, V);
     free(l);
     free(prob);
-    free(count);
 }
 
 static void test_tail_exclusion(void) {
