@@ -103,6 +103,17 @@ await check('authentication: missing or wrong key -> 401; bearer and x-api-key a
   assert.equal(ok.status, 200);
 });
 
+await check('CORS (--cors): preflight 204 and headers on every response', async () => {
+  const pre = await fetch(`${BASE}/v1/chat/completions`, { method: 'OPTIONS', headers: { origin: 'http://example.com', 'access-control-request-method': 'POST' } });
+  assert.equal(pre.status, 204);
+  assert.equal(pre.headers.get('access-control-allow-origin'), '*');
+  assert.match(pre.headers.get('access-control-allow-methods'), /POST/);
+  const r = await raw('/v1/chat/completions', { body: good });
+  assert.equal(r.headers.get('access-control-allow-origin'), '*');
+  const e = await raw('/v1/chat/completions', { body: '{' });
+  assert.equal(e.headers.get('access-control-allow-origin'), '*');
+});
+
 await check('unknown endpoint and method', async () => {
   expectOpenAIError(await raw('/v1/nothing', { body: good }), 404);
   expectOpenAIError(await raw('/v1/chat/completions', { method: 'GET' }), 405);

@@ -93,6 +93,15 @@ await check('chat without thinking, greedy: stream equals non-stream', async () 
   assert.equal(b.choices[0].message.content, a.choices[0].message.content);
 });
 
+await check('seed: same seed, same sample; other seed, other sample', async () => {
+  const req = { model: MODEL, messages: user('Pick random words'), max_tokens: 8, temperature: 1, thinking: { type: 'disabled' } };
+  const a = await openai.chat.completions.create({ ...req, seed: 1234 });
+  const b = await openai.chat.completions.create({ ...req, seed: 1234 });
+  const c = await openai.chat.completions.create({ ...req, seed: 98765 });
+  assert.equal(a.choices[0].message.content, b.choices[0].message.content);
+  assert.notEqual(a.choices[0].message.content, c.choices[0].message.content);
+});
+
 await check('chat reasoning_effort none and deepseek-chat disable thinking', async () => {
   for (const extra of [{ reasoning_effort: 'none' }, { model: 'deepseek-chat' }]) {
     const r = await openai.chat.completions.create({ model: MODEL, messages: user('Hi'), max_tokens: 3, ...extra, minke_script: 'Plain answer.' });
