@@ -75,6 +75,9 @@ typedef struct cu_lcache {
     int comp_cap, index_cap, crows, cwidth, irows, iwidth;
 } cu_lcache;
 
+#define ATT_SPLIT 8          /* row splits of decode attention */
+#define ATT_SPLIT_MAX_T 4
+
 typedef struct cu_graph { cudaGraphExec_t exec; int T; int with_logits; } cu_graph;
 
 struct cu_session {
@@ -96,12 +99,62 @@ struct cu_session {
     uint64_t act_bytes;
     int64_t score_stride;
     int *d_argmax;
+    float *attn_part;               /* split attention partials (small batches) */
     float *h_logits;                /* pinned, V floats */
     cu_graph graphs[4];
     int n_graphs;
 };
 
 static cu_model *CM(minke_model *m) { return (cu_model *)m->be; }
+
+/* ------------------------------------------------------------------ */
+/* stage profiler (MINKE_CUDA_PROFILE=1): events between the stages of a
+ * forward, graphs off; the table goes to stderr when the model is freed. */
+#define PROF_MAX_EV 8192
+#define PROF_MAX_NAMES 64
+static int prof_on = -1;
+static cudaEvent_t prof_ev[PROF_MAX_EV];
+static const char *prof_evname[PROF_MAX_EV];
+static int prof_nev;
+static const char *prof_names[PROF_MAX_NAMES];
+static double prof_ms[2][PROF_MAX_NAMES];
+static long prof_tokens[2];
+
+static void prof_mark(cudaStream_t st, const char *name) {
+    if (prof_on != 1 || prof_nev >= PROF_MAX_EV) return;
+    if (!prof_ev[prof_nev]) cudaEventCreate(&prof_ev[prof_nev]);
+    cudaEventRecord(prof_ev[prof_nev], st);
+    prof_evname[prof_nev++] = name;
+}
+static void prof_collect(int decode, int T) {
+    if (prof_on != 1) return;
+    cudaEventSynchronize(prof_ev[prof_nev - 1]);
+    for (int i = 0; i + 1 < prof_nev; i++) {
+        float ms = 0;
+        cudaEventElapsedTime(&ms, prof_ev[i], prof_ev[i + 1]);
+        int k = 0;
+        while (k < PROF_MAX_NAMES && prof_names[k] && strcmp(prof_names[k], prof_evname[i])) k++;
+        if (k == PROF_MAX_NAMES) continue;
+        prof_names[k] = prof_evname[i];
+        prof_ms[decode][k] += ms;
+    }
+    prof_tokens[decode] += T;
+    prof_nev = 0;
+}
+static void prof_report(void) {
+    if (prof_on != 1) return;
+    double tot[2] = {0, 0};
+    for (int k = 0; k < PROF_MAX_NAMES && prof_names[k]; k++) { tot[0] += prof_ms[0][k]; tot[1] += prof_ms[1][k]; }
+    fprintf(stderr, "cuda profile (ms per token; prefill over %ld tokens, decode over %ld):\n", prof_tokens[0], prof_tokens[1]);
+    fprintf(stderr, "  %-14s %10s %6s %10s %6s\n", "stage", "prefill", "%", "decode", "%");
+    for (int k = 0; k < PROF_MAX_NAMES && prof_names[k]; k++)
+        fprintf(stderr, "  %-14s %10.4f %5.1f%% %10.4f %5.1f%%\n", prof_names[k],
+                prof_tokens[0] ? prof_ms[0][k] / prof_tokens[0] : 0, tot[0] > 0 ? 100 * prof_ms[0][k] / tot[0] : 0,
+                prof_tokens[1] ? prof_ms[1][k] / prof_tokens[1] : 0, tot[1] > 0 ? 100 * prof_ms[1][k] / tot[1] : 0);
+    fprintf(stderr, "  %-14s %10.4f %6s %10.4f\n", "total", prof_tokens[0] ? tot[0] / prof_tokens[0] : 0, "",
+            prof_tokens[1] ? tot[1] / prof_tokens[1] : 0);
+}
+#define PROF(f, name) prof_mark((f)->st, name)
 
 static size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
 
@@ -139,6 +192,7 @@ static void progress(int on, uint64_t done, uint64_t total, double t0) {
 static void cu_model_free(minke_model *m) {
     cu_model *cm = CM(m);
     if (!cm) return;
+    prof_report();
 #define FREE_T(n) cudaFree(cm->n.d);
     GLOBAL_FIELDS(FREE_T)
     if (cm->layers) {
@@ -170,6 +224,7 @@ static int cu_model_init(minke_model *m) {
     uint64_t total = 0, done = 0;
     double t0 = now_s();
     int prog = m->params.progress && isatty(2);
+    if (prof_on < 0) prof_on = getenv("MINKE_CUDA_PROFILE") && atoi(getenv("MINKE_CUDA_PROFILE")) > 0;
 
     if (c->head_dim > 512 || c->head_dim % 32 || c->n_hc > 8 || c->hc_mix > 32 || c->rope_dim > 256 ||
         c->indexer_n_head > 64 || c->n_expert_used > 16 || c->n_expert > 4096 || (c->hc_dim % 16) ||
@@ -225,7 +280,7 @@ static int cu_model_init(minke_model *m) {
                 memset(blk, 0, sizeof blk);
                 blk[0] = 128; blk[1] = (uint8_t)i;
                 mx->dequant(blk, out, 32);
-                kv[i] = (int8_t)lrintf(out[0] * 2.0f);
+                kv[i] = (int8_t)lrintf(out[0]);
             }
         }
         if (cu_tables_init(grid, signs, kv)) { minke_set_error("cuda: table upload failed"); goto fail; }
@@ -357,6 +412,15 @@ static int cu_model_init(minke_model *m) {
         }
         CK(cudaStreamSynchronize(cm->st));
         progress(prog, total, total, t0);
+        /* dense Q8_0 matrices to the 16-byte aligned layout (MINKE_CUDA_NO_REPACK=1 keeps ggml's) */
+        if (!getenv("MINKE_CUDA_NO_REPACK"))
+            for (int i = 0; i < nj; i++) {
+                cu_t *d = jobs[i].dst;
+                if (d->d && d->type == CU_TYPE_Q8_0 &&
+                    cu_repack_q8_0(d->d, d->ne[1] * d->ne[2] * d->ne[3], d->ne[0], d->row_bytes, cm->st))
+                    d->type = CU_TYPE_Q8_0R;
+            }
+        CK(cudaStreamSynchronize(cm->st));
     }
     cm->weight_bytes = total;
     cudaFreeHost(stage[0]); cudaFreeHost(stage[1]);
@@ -391,7 +455,8 @@ static void cu_session_free(minke_model *m, void *bs) {
     void *bufs[] = {s->d_pos, s->d_tok, s->X, s->X2, s->x, s->post, s->comb, s->partial, s->psq, s->ql, s->qn, s->q,
                     s->kvp, s->kvb, s->ca, s->cg, s->ia, s->ig, s->qi, s->wi, s->scores, s->o, s->z, s->a, s->sel,
                     s->nsel, s->rlog, s->rw, s->rsel, s->tpairs, s->tstart, s->tcount, s->texp, s->ntiles, s->eg,
-                    s->eu, s->emid, s->eout, s->mo, s->sg, s->su, s->smid, s->so, s->hy, s->logits, s->act, s->d_argmax};
+                    s->eu, s->emid, s->eout, s->mo, s->sg, s->su, s->smid, s->so, s->hy, s->logits, s->act, s->d_argmax,
+                    s->attn_part};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cudaFree(bufs[i]);
     cudaFreeHost(s->h_pos); cudaFreeHost(s->h_tok); cudaFreeHost(s->h_logits);
     free(s);
@@ -430,7 +495,8 @@ static void *cu_session_alloc(minke_model *m, int n_ctx) {
     {
         /* chunk: up to 512 tokens, fewer when the indexer score matrix would be large */
         int64_t icap = n_ctx / 4 + 1;
-        int64_t chunk = 512;
+        int64_t chunk = getenv("MINKE_CUDA_CHUNK") ? atoi(getenv("MINKE_CUDA_CHUNK")) : 2048;
+        if (chunk < 1) chunk = 1;
         while (chunk > 16 && chunk * icap * 4 > (256ll << 20)) chunk /= 2;
         if (chunk > n_ctx) chunk = n_ctx;
         if (chunk < 1) chunk = 1;
@@ -492,6 +558,7 @@ static void *cu_session_alloc(minke_model *m, int n_ctx) {
         AL(s->act, s->act_bytes);
     }
     AL(s->d_argmax, 4);
+    AL(s->attn_part, (int64_t)ATT_SPLIT_MAX_T * c->n_head * ATT_SPLIT * (Dh + 2) * 4);
 #undef AL
     cu_session_reset(m, s);
     return s;
@@ -517,6 +584,9 @@ typedef struct fwd {
     const int32_t *tok_host;
 } fwd;
 
+/* Activation rows per GEMV tile (a weight item is decoded once per tile). */
+static int tile_rows(int T) { return T >= 8 ? 8 : T >= 4 ? 4 : 1; }
+
 /* y[T][rows] = W . x[T][in] with the activation quantized as the CPU does. */
 static void matmul(fwd *f, const cu_t *W, const float *x, int64_t in, int64_t rows, float *y, int64_t ystride,
                    int T, int64_t row0 = 0) {
@@ -534,9 +604,8 @@ static void matmul(fwd *f, const cu_t *W, const float *x, int64_t in, int64_t ro
     g.wtype = W->type; g.rows = rows; g.in = in; g.row_bytes = W->row_bytes;
     g.act = act; g.act_stride = astride; g.act_div = 1;
     g.out = y; g.out_stride = ystride; g.ntok = T;
-    g.nt_hint = T >= 8 ? 8 : T >= 4 ? 4 : 1;
-    int nt = g.nt_hint <= 1 ? 1 : g.nt_hint <= 4 ? 4 : 8;
-    cu_gemv(&g, (T + nt - 1) / nt, f->st);
+    g.nt_hint = tile_rows(T);
+    cu_gemv(&g, (T + g.nt_hint - 1) / g.nt_hint, f->st);
 }
 
 static void tapv(fwd *f, const char *fmt, int il, const float *d, int64_t n) {
@@ -561,20 +630,25 @@ static void attention_layer(fwd *f, int il) {
     const float *rope = ratio ? f->cm->rope_comp : f->cm->rope_main;
     int sims = f->m->params.sims;
 
+    PROF(f, "hc_pre");
     cu_hc_pre(s->X, T, D, (int)c->n_hc, L->hc_attn_fn.d, L->hc_attn_fn.type, (int)c->hc_mix,
               (const float *)L->hc_attn_scale.d, (const float *)L->hc_attn_base.d, (const float *)L->attn_norm.d,
               (int)c->hc_sinkhorn_iters, c->hc_eps, c->rms_eps, 0, s->partial, s->psq, s->x, s->post, s->comb, st);
     tapv(f, "blk.%d.attn_norm", il, s->x, D);
+    PROF(f, "q_a+q_b");
     matmul(f, &L->q_a, s->x, D, ql, s->ql, ql, T);
     cu_rmsnorm(s->ql, (const float *)L->q_a_norm.d, T, ql, c->rms_eps, s->qn, st);
     matmul(f, &L->q_b, s->qn, ql, (int64_t)H * Dh, s->q, (int64_t)H * Dh, T);
+    PROF(f, "q_norm_rope");
     cu_qhead_norm_rope(s->q, T, H, Dh, nrot, rope, s->d_pos, c->rms_eps, st);
     tapv(f, "blk.%d.q", il, s->q, (int64_t)H * Dh);
+    PROF(f, "kv");
     matmul(f, &L->kv, s->x, D, Dh, s->kvp, Dh, T);
     cu_kv_finish(s->kvp, (const float *)L->kv_norm.d, T, Dh, nrot, rope, s->d_pos, c->rms_eps, sims, 0, s->kvb, st);
     tapv(f, "blk.%d.kv", il, s->kvb, Dh);
     int ihd = (int)c->indexer_head_dim, nih = (int)c->indexer_n_head;
     int cw = ratio == 4 ? 2 * Dh : Dh;
+    PROF(f, "compressor");
     if (ratio) {
         matmul(f, &L->comp_kv, s->x, D, cw, s->ca, cw, T);
         matmul(f, &L->comp_gate, s->x, D, cw, s->cg, cw, T);
@@ -583,22 +657,29 @@ static void attention_layer(fwd *f, int il) {
         cu_comp_state(s->ca, s->cg, T, L->comp_ape.d, L->comp_ape.type, ratio, Dh, lc->ckv, lc->csc, s->d_pos, st);
     }
     if (ratio == 4) {
+        PROF(f, "idx_comp");
         matmul(f, &L->idx_comp_kv, s->x, D, 2 * ihd, s->ia, 2 * ihd, T);
         matmul(f, &L->idx_comp_gate, s->x, D, 2 * ihd, s->ig, 2 * ihd, T);
         cu_comp_emit(s->ia, s->ig, T, L->idx_comp_ape.d, L->idx_comp_ape.type, 4, ihd, lc->ikv, lc->isc,
                      (const float *)L->idx_comp_norm.d, c->rms_eps, nrot, rope, s->d_pos, sims, 1, 0, lc->index, st);
         cu_comp_state(s->ia, s->ig, T, L->idx_comp_ape.d, L->idx_comp_ape.type, 4, ihd, lc->ikv, lc->isc, s->d_pos, st);
+        PROF(f, "idx_q");
         matmul(f, &L->idx_q_b, s->qn, ql, (int64_t)nih * ihd, s->qi, (int64_t)nih * ihd, T);
         cu_idx_q_prep(s->qi, T, nih, ihd, nrot, rope, s->d_pos, sims, st);
         matmul(f, &L->idx_proj, s->x, D, nih, s->wi, nih, T);
+        PROF(f, "idx_score");
         cu_idx_scores(s->qi, s->wi, lc->index, T, nih, ihd, c->indexer_scale, (int)c->indexer_top_k,
                       lc->index_cap, s->d_pos, s->scores, s->score_stride, st);
+        PROF(f, "idx_topk");
         cu_idx_topk(s->scores, s->score_stride, T, (int)c->indexer_top_k, s->d_pos, s->sel, s->nsel, st);
     }
+    PROF(f, "attention");
     cu_attention(s->q, s->kvb, lc->ring, lc->comp, ratio == 4 ? s->sel : NULL, s->nsel, (int)c->indexer_top_k,
-                 (const float *)L->sinks.d, T, H, Dh, W, ratio, nrot, rope, c->attn_scale, s->d_pos, s->o, st);
+                 (const float *)L->sinks.d, T, H, Dh, W, ratio, nrot, rope, c->attn_scale, s->d_pos, s->o,
+                 s->attn_part, T <= ATT_SPLIT_MAX_T ? ATT_SPLIT : 1, st);
     cu_raw_store(s->kvb, T, Dh, W, s->d_pos, lc->ring, st);
     tapv(f, "blk.%d.attn_o", il, s->o, (int64_t)H * Dh);
+    PROF(f, "out_a");
     /* grouped output A: row r of out_a reads group r / o_lora of o */
     {
         int G = (int)c->o_groups, ol = (int)c->o_lora_rank, gin = (int)c->o_group_in;
@@ -618,12 +699,13 @@ static void attention_layer(fwd *f, int il) {
         g.w = Wa->d; g.wtype = Wa->type; g.rows = (int64_t)G * ol; g.in = gin; g.row_bytes = Wa->row_bytes;
         g.act = act; g.act_stride = astride; g.act_div = 1; g.out = s->z; g.out_stride = c->o_dim; g.ntok = T;
         g.group_rows = ol; g.group_act_bytes = gbytes;
-        g.nt_hint = T >= 8 ? 8 : T >= 4 ? 4 : 1;
-        int nt = g.nt_hint <= 1 ? 1 : g.nt_hint <= 4 ? 4 : 8;
-        cu_gemv(&g, (T + nt - 1) / nt, st);
+        g.nt_hint = tile_rows(T);
+        cu_gemv(&g, (T + g.nt_hint - 1) / g.nt_hint, st);
     }
+    PROF(f, "out_b");
     matmul(f, &L->out_b, s->z, c->o_dim, D, s->a, D, T);
     tapv(f, "blk.%d.attn_out", il, s->a, D);
+    PROF(f, "hc_post");
     cu_hc_post(s->X, s->a, NULL, s->post, s->comb, T, D, (int)c->n_hc, s->X2, st);
     float *t = s->X; s->X = s->X2; s->X2 = t;
 }
@@ -637,18 +719,22 @@ static void ffn_layer(fwd *f, int il) {
     int SF = (int)c->shexp_ff, P = T * K;
     float clamp = c->swiglu_clamp[il];
 
+    PROF(f, "hc_pre");
     cu_hc_pre(s->X, T, D, (int)c->n_hc, L->hc_ffn_fn.d, L->hc_ffn_fn.type, (int)c->hc_mix,
               (const float *)L->hc_ffn_scale.d, (const float *)L->hc_ffn_base.d, (const float *)L->ffn_norm.d,
               (int)c->hc_sinkhorn_iters, c->hc_eps, c->rms_eps, 0, s->partial, s->psq, s->x, s->post, s->comb, st);
     tapv(f, "blk.%d.ffn_norm", il, s->x, D);
+    PROF(f, "router");
     matmul(f, &L->gate_inp, s->x, D, E, s->rlog, E, T);
     int hash = (uint32_t)il < c->n_hash_layer;
     cu_router(s->rlog, hash ? NULL : (const float *)L->exp_bias.d, hash ? (const int32_t *)L->tid2eid.d : NULL,
               s->d_tok, T, E, K, c->expert_weights_scale, s->rsel, s->rw, st);
+    PROF(f, "moe_tiles");
     int nt = P >= 64 ? 8 : P >= 16 ? 4 : 1;
     cu_moe_tiles(s->rsel, P, E, nt, s->tpairs, s->tstart, s->tcount, s->texp, s->ntiles, st);
     int max_tiles = (P + nt - 1) / nt + (E < P ? E : P);
     /* gate and up over the token activations (act row = pair / K) */
+    PROF(f, "moe_gate_up");
     const cu_t *Wg = &L->gate_exps, *Wu = &L->up_exps, *Wd = &L->down_exps;
     int at = cu_act_type(Wg->type);
     const void *act = s->x;
@@ -671,6 +757,7 @@ static void ffn_layer(fwd *f, int il) {
         g.act = s->x; g.act_stride = (int64_t)D * 4;
     }
     cu_gemv(&g, max_tiles, st);
+    PROF(f, "moe_down");
     cu_swiglu(s->eg, s->eu, s->rw, P, F, clamp, s->emid, st);
     int atd = cu_act_type(Wd->type);
     const void *actd = s->emid;
@@ -686,11 +773,13 @@ static void ffn_layer(fwd *f, int il) {
     cu_moe_sum(s->eout, T, K, D, s->mo, st);
     tapv(f, "blk.%d.moe_out", il, s->mo, D);
     /* shared expert */
+    PROF(f, "shared");
     matmul(f, &L->gate_shexp, s->x, D, SF, s->sg, SF, T);
     matmul(f, &L->up_shexp, s->x, D, SF, s->su, SF, T);
     cu_swiglu(s->sg, s->su, NULL, T, SF, clamp, s->smid, st);
     matmul(f, &L->down_shexp, s->smid, SF, D, s->so, D, T);
     tapv(f, "blk.%d.shexp_out", il, s->so, D);
+    PROF(f, "hc_post");
     cu_hc_post(s->X, s->mo, s->so, s->post, s->comb, T, D, (int)c->n_hc, s->X2, st);
     float *t = s->X; s->X = s->X2; s->X2 = t;
 }
@@ -702,6 +791,7 @@ static void output_head(fwd *f, int t0, int n) {
     cu_session *s = f->s;
     int D = (int)c->n_embd, nhc = (int)c->n_hc;
     const float *X = s->X + (size_t)t0 * c->hc_dim;
+    PROF(f, "head");
     cu_hc_pre(X, n, D, nhc, cm->output_hc_fn.d, cm->output_hc_fn.type, nhc, (const float *)cm->output_hc_scale.d,
               (const float *)cm->output_hc_base.d, NULL, 0, c->hc_eps, c->rms_eps, 1, s->partial, s->psq, s->hy,
               s->post, s->comb, f->st);
@@ -715,6 +805,7 @@ static void output_head(fwd *f, int t0, int n) {
 static void forward_chunk(fwd *f, int all_rows) {
     const dsv4_config *c = f->c;
     cu_session *s = f->s;
+    PROF(f, "embed");
     cu_embed(s->d_tok, f->T, f->cm->token_embd.d, f->cm->token_embd.type, (int)c->n_embd, (int)c->n_hc, s->X, f->st);
     if (f->taps && f->m->tap) {
         /* the embedding is replicated: tap stream 0 */
@@ -731,6 +822,7 @@ static void forward_chunk(fwd *f, int all_rows) {
     }
     if (all_rows) output_head(f, 0, f->T);
     else output_head(f, f->T - 1, 1);
+    PROF(f, "end");
 }
 
 static int run_chunk(minke_model *m, cu_session *s, const int32_t *tokens, int T, int pos0, float *all_logits,
@@ -752,7 +844,7 @@ static int run_chunk(minke_model *m, cu_session *s, const int32_t *tokens, int T
         memset(&f, 0, sizeof f);
         f.m = m; f.cm = cm; f.s = s; f.c = c; f.st = st; f.T = T; f.taps = taps; f.pos0_host = pos0;
         f.tok_host = tokens;
-        int use_graph = !taps && T == 1 && !getenv("MINKE_CUDA_NO_GRAPH");
+        int use_graph = !taps && T == 1 && !getenv("MINKE_CUDA_NO_GRAPH") && prof_on != 1;
         if (use_graph) {
             cu_graph *g = NULL;
             for (int i = 0; i < s->n_graphs; i++)
@@ -775,6 +867,7 @@ static int run_chunk(minke_model *m, cu_session *s, const int32_t *tokens, int T
             forward_chunk(&f, want_all);
         }
     }
+    prof_collect(T == 1, T);
     if (want_all) {
         CK(cudaMemcpyAsync(all_logits, s->logits, sizeof(float) * (size_t)T * V, cudaMemcpyDeviceToHost, st));
         CK(cudaStreamSynchronize(st));

@@ -103,7 +103,7 @@ template <int TYPE> struct WItem;
 /* Q8_0 weight block (34 B, 2-aligned) x Q8_0_F32 activation block. */
 template <> struct WItem<CU_TYPE_Q8_0> {
     float d; int q[8];
-    __device__ __forceinline__ void load(const uint8_t *row, int it) {
+    __device__ __forceinline__ void load(const uint8_t *row, int it, int nit, const uint64_t *tab) {
         const uint8_t *b = row + (int64_t)it * 34;
         d = cu_h2f(*(const uint16_t *)b);
 #pragma unroll
@@ -119,11 +119,33 @@ template <> struct WItem<CU_TYPE_Q8_0> {
     }
 };
 
+/* Q8_0 repacked on upload (cu_repack_q8_0): a row is nit x 32 int8 codes
+ * (16-byte aligned) followed by nit f16 scales, so a block is two 16-byte
+ * loads instead of seventeen 2-byte ones. Same bytes per row as Q8_0. */
+template <> struct WItem<CU_TYPE_Q8_0R> {
+    float d; int q[8];
+    __device__ __forceinline__ void load(const uint8_t *row, int it, int nit, const uint64_t *tab) {
+        const uint4 *b = (const uint4 *)(row + (int64_t)it * 32);
+        uint4 a0 = b[0], a1 = b[1];
+        q[0] = (int)a0.x; q[1] = (int)a0.y; q[2] = (int)a0.z; q[3] = (int)a0.w;
+        q[4] = (int)a1.x; q[5] = (int)a1.y; q[6] = (int)a1.z; q[7] = (int)a1.w;
+        d = cu_h2f(((const uint16_t *)(row + (int64_t)nit * 32))[it]);
+    }
+    __device__ __forceinline__ float dot(const uint8_t *act, int it) const {
+        const cu_block_q8_0f *a = (const cu_block_q8_0f *)act + it;
+        const int *aq = (const int *)a->q;
+        int s = 0;
+#pragma unroll
+        for (int k = 0; k < 8; k++) s = __dp4a(q[k], aq[k], s);
+        return d * a->d * (float)s;
+    }
+};
+
 /* MXFP4 block (17 B): E8M0 scale, 16 bytes of nibbles; low nibbles are
  * elements 0..15, high 16..31; values are kvalues (E2M1 x2) x 2^(e-128). */
 template <> struct WItem<CU_TYPE_MXFP4> {
     float d; int q[8];
-    __device__ __forceinline__ void load(const uint8_t *row, int it) {
+    __device__ __forceinline__ void load(const uint8_t *row, int it, int nit, const uint64_t *tab) {
         const uint8_t *b = row + (int64_t)it * 17;
         uint8_t e = b[0];
         d = e == 0 ? __uint_as_float(0x00200000u) : e == 255 ? __uint_as_float(0x7fc00000u)
@@ -154,7 +176,7 @@ template <> struct WItem<CU_TYPE_MXFP4> {
 /* Q2_K: item = (block, half n, shift s): 32 codes from qs[32n..32n+31]. */
 template <> struct WItem<CU_TYPE_Q2_K> {
     int c[8]; int sc0, sc1, mn0, mn1, blk, qoff, sb0; float d, dmin;
-    __device__ __forceinline__ void load(const uint8_t *row, int it) {
+    __device__ __forceinline__ void load(const uint8_t *row, int it, int nit, const uint64_t *tab) {
         blk = it >> 3; int n = (it >> 2) & 1, s = it & 3;
         const uint8_t *b = row + (int64_t)blk * 84;
         const int *qs = (const int *)(b + 16 + 32 * n);
@@ -183,7 +205,7 @@ template <> struct WItem<CU_TYPE_Q2_K> {
 /* Q4_K: item = (block, sub-block j). */
 template <> struct WItem<CU_TYPE_Q4_K> {
     int c[8]; int sc, m, blk, j; float d, dmin;
-    __device__ __forceinline__ void load(const uint8_t *row, int it) {
+    __device__ __forceinline__ void load(const uint8_t *row, int it, int nit, const uint64_t *tab) {
         blk = it >> 3; j = it & 7;
         const uint8_t *b = row + (int64_t)blk * 144;
         const int *qs = (const int *)(b + 16 + 32 * (j >> 1));
@@ -209,7 +231,7 @@ template <> struct WItem<CU_TYPE_Q4_K> {
 /* IQ2_XXS: item = (block, group g): 4 grid points with their sign masks. */
 template <> struct WItem<CU_TYPE_IQ2_XXS> {
     int v[8]; int blk, g; float scale;
-    __device__ __forceinline__ void load(const uint8_t *row, int it) {
+    __device__ __forceinline__ void load(const uint8_t *row, int it, int nit, const uint64_t *tab) {
         blk = it >> 3; g = it & 7;
         const uint8_t *b = row + (int64_t)blk * 66;
         const uint16_t *qs = (const uint16_t *)(b + 2 + 8 * g);
@@ -218,10 +240,12 @@ template <> struct WItem<CU_TYPE_IQ2_XXS> {
         uint32_t idx[4] = { a01 & 255, a01 >> 8, a23 & 255, a23 >> 8 };
 #pragma unroll
         for (int l = 0; l < 4; l++) {
-            uint64_t gv = cu_iq2xxs_grid[idx[l]];
-            uint32_t S = cu_ksigns_iq2xs[(w >> (7 * l)) & 127];
-            uint32_t m0 = ((S & 1) ? 0xFFu : 0) | ((S & 2) ? 0xFF00u : 0) | ((S & 4) ? 0xFF0000u : 0) | ((S & 8) ? 0xFF000000u : 0);
-            uint32_t m1 = ((S & 16) ? 0xFFu : 0) | ((S & 32) ? 0xFF00u : 0) | ((S & 64) ? 0xFF0000u : 0) | ((S & 128) ? 0xFF000000u : 0);
+            uint64_t gv = tab[idx[l]];
+            /* 7 stored sign bits plus the parity bit; spread bits to 0x00/0xFF bytes */
+            uint32_t s7 = (w >> (7 * l)) & 127;
+            uint32_t S = s7 | ((__popc(s7) & 1) << 7);
+            uint32_t m0 = (((S & 15) * 0x00204081u) & 0x01010101u) * 0xFFu;
+            uint32_t m1 = ((((S >> 4) & 15) * 0x00204081u) & 0x01010101u) * 0xFFu;
             uint32_t g0 = (uint32_t)gv, g1 = (uint32_t)(gv >> 32);
             v[2 * l] = (int)__vsub4(g0 ^ m0, m0);
             v[2 * l + 1] = (int)__vsub4(g1 ^ m1, m1);
@@ -241,7 +265,7 @@ template <> struct WItem<CU_TYPE_IQ2_XXS> {
 /* Plain floats: F16/BF16 item = 8 elements (16 B), F32 item = 4 elements. */
 template <> struct WItem<CU_TYPE_F16> {
     float w[8];
-    __device__ __forceinline__ void load(const uint8_t *row, int it) {
+    __device__ __forceinline__ void load(const uint8_t *row, int it, int nit, const uint64_t *tab) {
         uint4 u = *(const uint4 *)(row + (int64_t)it * 16);
         const __half2 *h = (const __half2 *)&u;
 #pragma unroll
@@ -255,7 +279,7 @@ template <> struct WItem<CU_TYPE_F16> {
 };
 template <> struct WItem<CU_TYPE_BF16> {
     float w[8];
-    __device__ __forceinline__ void load(const uint8_t *row, int it) {
+    __device__ __forceinline__ void load(const uint8_t *row, int it, int nit, const uint64_t *tab) {
         uint4 u = *(const uint4 *)(row + (int64_t)it * 16);
         const uint32_t *p = (const uint32_t *)&u;
 #pragma unroll
@@ -269,7 +293,7 @@ template <> struct WItem<CU_TYPE_BF16> {
 };
 template <> struct WItem<CU_TYPE_F32> {
     float4 w;
-    __device__ __forceinline__ void load(const uint8_t *row, int it) { w = *(const float4 *)(row + (int64_t)it * 16); }
+    __device__ __forceinline__ void load(const uint8_t *row, int it, int nit, const uint64_t *tab) { w = *(const float4 *)(row + (int64_t)it * 16); }
     __device__ __forceinline__ float dot(const uint8_t *act, int it) const {
         float4 a = *(const float4 *)(act + (int64_t)it * 16);
         return w.x * a.x + w.y * a.y + w.z * a.z + w.w * a.w;
@@ -286,6 +310,14 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
 k_gemv(cu_gemv_args g) {
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int64_t r = (int64_t)blockIdx.x * GEMV_WARPS + warp;
+    const uint64_t *tab = cu_iq2xxs_grid;
+    if (TYPE == CU_TYPE_IQ2_XXS) {
+        /* the grid in shared memory: random lookups stay on-chip */
+        __shared__ uint64_t sgrid[256];
+        for (int i = threadIdx.x; i < 256; i += blockDim.x) sgrid[i] = cu_iq2xxs_grid[i];
+        __syncthreads();
+        tab = sgrid;
+    }
     if (r >= g.rows) return;
     /* which activation / output rows this tile covers */
     int ids[NT]; int nt = 0;
@@ -310,9 +342,10 @@ k_gemv(cu_gemv_args g) {
     float acc[NT];
 #pragma unroll
     for (int k = 0; k < NT; k++) acc[k] = 0.f;
+#pragma unroll 4
     for (int it = lane; it < g.items; it += 32) {
         WItem<TYPE> w;
-        w.load(row, it);
+        w.load(row, it, g.items, tab);
 #pragma unroll
         for (int k = 0; k < NT; k++) if (k < nt) acc[k] += w.dot(act[k], it);
     }
@@ -334,7 +367,8 @@ static void launch_type(const cu_gemv_args &g, int ntiles, cudaStream_t st) {
     int gx = (int)((g.rows + GEMV_WARPS - 1) / GEMV_WARPS);
     if (g.nt_hint <= 1) k_gemv<TYPE, 1><<<dim3(gx, ntiles), block, 0, st>>>(g);
     else if (g.nt_hint <= 4) k_gemv<TYPE, 4><<<dim3(gx, ntiles), block, 0, st>>>(g);
-    else k_gemv<TYPE, 8><<<dim3(gx, ntiles), block, 0, st>>>(g);
+    else if (g.nt_hint <= 8) k_gemv<TYPE, 8><<<dim3(gx, ntiles), block, 0, st>>>(g);
+    else k_gemv<TYPE, 16><<<dim3(gx, ntiles), block, 0, st>>>(g);
 }
 
 int cu_gemv_items(int type, int64_t in) {
@@ -347,7 +381,7 @@ int cu_gemv_items(int type, int64_t in) {
 
 int cu_act_type(int wtype) {
     switch (wtype) {
-    case CU_TYPE_Q8_0: case CU_TYPE_MXFP4: return CU_TYPE_Q8_0_F32;
+    case CU_TYPE_Q8_0: case CU_TYPE_Q8_0R: case CU_TYPE_MXFP4: return CU_TYPE_Q8_0_F32;
     case CU_TYPE_Q2_K: case CU_TYPE_Q4_K: case CU_TYPE_IQ2_XXS: return CU_TYPE_Q8_K;
     default: return CU_TYPE_F32;
     }
@@ -373,6 +407,7 @@ void cu_gemv(const cu_gemv_args *ga, int ntiles, cudaStream_t st) {
     if (g.act_div <= 0) g.act_div = 1;
     switch (g.wtype) {
     case CU_TYPE_Q8_0: launch_type<CU_TYPE_Q8_0>(g, ntiles, st); break;
+    case CU_TYPE_Q8_0R: launch_type<CU_TYPE_Q8_0R>(g, ntiles, st); break;
     case CU_TYPE_MXFP4: launch_type<CU_TYPE_MXFP4>(g, ntiles, st); break;
     case CU_TYPE_Q2_K: launch_type<CU_TYPE_Q2_K>(g, ntiles, st); break;
     case CU_TYPE_Q4_K: launch_type<CU_TYPE_Q4_K>(g, ntiles, st); break;
@@ -391,6 +426,24 @@ void cu_quantize_act(int atype, const float *x, void *out, int64_t nrows, int64_
         int64_t nb = nrows * n / 256;
         k_quant_q8_K<<<(unsigned)((nb + 7) / 8), 256, 0, st>>>(x, (cu_block_q8_K *)out, nb);
     }
+}
+
+/* Q8_0 rows -> Q8_0R rows (codes first, then scales); one block per row. */
+__global__ void k_repack_q8_0(const uint8_t *src, uint8_t *dst, int nb, uint64_t row_bytes) {
+    const uint8_t *s = src + blockIdx.x * row_bytes;
+    uint8_t *d = dst + blockIdx.x * row_bytes;
+    for (int i = threadIdx.x; i < nb * 32; i += blockDim.x) d[i] = s[(i / 32) * 34 + 2 + (i % 32)];
+    for (int b = threadIdx.x; b < nb; b += blockDim.x) ((uint16_t *)(d + nb * 32))[b] = *(const uint16_t *)(s + b * 34);
+}
+int cu_repack_q8_0(void *data, int64_t rows, int64_t in, uint64_t row_bytes, cudaStream_t st) {
+    int nb = (int)(in / 32);
+    if (nb % 8 || row_bytes != (uint64_t)nb * 34) return 0;     /* rows must stay 16-byte aligned */
+    void *tmp = NULL;
+    if (cudaMallocAsync(&tmp, rows * row_bytes, st) != cudaSuccess) return 0;
+    cudaMemcpyAsync(tmp, data, rows * row_bytes, cudaMemcpyDeviceToDevice, st);
+    k_repack_q8_0<<<(unsigned)rows, 256, 0, st>>>((const uint8_t *)tmp, (uint8_t *)data, nb, row_bytes);
+    cudaFreeAsync(tmp, st);
+    return 1;
 }
 
 int cu_tables_init(const uint64_t *grid, const uint8_t *signs, const int8_t *kvalues) {

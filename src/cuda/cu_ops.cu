@@ -158,52 +158,46 @@ __global__ void k_hc_pre_finish(const float *X, int D, int nhc, int nmix, const 
     int hcdim = D * nhc;
     __shared__ float mix[HC_MAXMIX], wpre[8];
     __shared__ double shd[33];
-    if (threadIdx.x == 0) {
+    int lane = threadIdx.x & 31;
+    if (threadIdx.x < 32) {
+        /* warp 0: the mixes, then the split; Sinkhorn with one lane per
+         * matrix entry, sums taken in the CPU's sequential order */
         double ss = 0.0;
         for (int sp = 0; sp < HC_SPLIT; sp++) ss += psq[t * HC_SPLIT + sp];
         float r = (float)(1.0 / sqrt(ss / hcdim + (double)rms_eps));
-        for (int m = 0; m < nmix; m++) {
+        if (lane < nmix) {
             float a = 0.f;
-            for (int sp = 0; sp < HC_SPLIT; sp++) a += partial[((int64_t)t * HC_SPLIT + sp) * HC_MAXMIX + m];
-            mix[m] = a * r;
+            for (int sp = 0; sp < HC_SPLIT; sp++) a += partial[((int64_t)t * HC_SPLIT + sp) * HC_MAXMIX + lane];
+            mix[lane] = a * r;
         }
-        if (head) {
-            for (int i = 0; i < nhc; i++) wpre[i] = sigmoid_stable(mix[i] * scale[0] + base[i]) + hc_eps;
-        } else {
-            float post[8];
-            for (int i = 0; i < nhc; i++) {
-                wpre[i] = sigmoid_stable(mix[i] * scale[0] + base[i]) + hc_eps;
-                post[i] = 2.0f * sigmoid_stable(mix[nhc + i] * scale[1] + base[nhc + i]);
-            }
+        __syncwarp();
+        if (lane < nhc) {
+            wpre[lane] = sigmoid_stable(mix[lane] * scale[0] + base[lane]) + hc_eps;
+            if (!head) post_out[t * nhc + lane] = 2.0f * sigmoid_stable(mix[nhc + lane] * scale[1] + base[nhc + lane]);
+        }
+        if (!head) {
+            int nn = nhc * nhc;
+            int rr = lane / nhc, cc = lane % nhc;
+            int rb = rr * nhc;              /* first lane of my row */
             int o = 2 * nhc;
-            float c[64];
-            for (int r2 = 0; r2 < nhc; r2++) {
-                float mx = -INFINITY;
-                for (int cc = 0; cc < nhc; cc++) {
-                    float v = mix[o + r2 * nhc + cc] * scale[2] + base[o + r2 * nhc + cc];
-                    c[r2 * nhc + cc] = v;
-                    if (v > mx) mx = v;
-                }
-                float sum = 0.f;
-                for (int cc = 0; cc < nhc; cc++) { c[r2 * nhc + cc] = expf(c[r2 * nhc + cc] - mx); sum += c[r2 * nhc + cc]; }
-                for (int cc = 0; cc < nhc; cc++) c[r2 * nhc + cc] = c[r2 * nhc + cc] / sum + hc_eps;
-            }
+            float v = lane < nn ? mix[o + lane] * scale[2] + base[o + lane] : 0.f;
+            float mx = -INFINITY;
+            for (int k = 0; k < nhc; k++) { float w = __shfl_sync(0xffffffffu, v, (rb + k) & 31); if (w > mx) mx = w; }
+            float e = expf(v - mx);
+            float sum = 0.f;
+            for (int k = 0; k < nhc; k++) sum += __shfl_sync(0xffffffffu, e, (rb + k) & 31);
+            float c = e / sum + hc_eps;
             for (int it = 0; it < iters; it++) {
                 if (it > 0) {
-                    for (int r2 = 0; r2 < nhc; r2++) {
-                        float s = 0.f;
-                        for (int cc = 0; cc < nhc; cc++) s += c[r2 * nhc + cc];
-                        for (int cc = 0; cc < nhc; cc++) c[r2 * nhc + cc] /= (s + hc_eps);
-                    }
+                    float s2 = 0.f;
+                    for (int k = 0; k < nhc; k++) s2 += __shfl_sync(0xffffffffu, c, (rb + k) & 31);
+                    c /= (s2 + hc_eps);
                 }
-                for (int cc = 0; cc < nhc; cc++) {
-                    float s = 0.f;
-                    for (int r2 = 0; r2 < nhc; r2++) s += c[r2 * nhc + cc];
-                    for (int r2 = 0; r2 < nhc; r2++) c[r2 * nhc + cc] /= (s + hc_eps);
-                }
+                float s3 = 0.f;
+                for (int k = 0; k < nhc; k++) s3 += __shfl_sync(0xffffffffu, c, (k * nhc + cc) & 31);
+                c /= (s3 + hc_eps);
             }
-            for (int i = 0; i < nhc; i++) post_out[t * nhc + i] = post[i];
-            for (int i = 0; i < nhc * nhc; i++) comb_out[t * nhc * nhc + i] = c[i];
+            if (lane < nn) comb_out[t * nn + lane] = c;
         }
     }
     __syncthreads();
@@ -491,49 +485,60 @@ void cu_idx_q_prep(float *qI, int T, int nh, int hd, int nrot, const float *inv_
 }
 
 /* scores[t][c] = sum_h wI[h]*scale * relu(qI[h] . row[c]) for c < nI(t), only when nI(t) > topk.
- * Block: 128 threads = 128 rows of one query; the query lives in shared memory. */
-#define IDX_MAXH 64
-__global__ void k_idx_scores(const float *qI, const float *wI, const float *rows, int nh, int hd, float wscale,
-                             int topk, const int *pos0p, float *scores, int64_t sstride) {
-    extern __shared__ float qs[];     /* nh*hd floats + nh */
+ * Block: 256 threads = 32 rows x 8 head groups; the query sits in shared
+ * memory with padded rows (no bank conflicts between the head groups); the
+ * 8 partial scores of a row are summed with shuffles. */
+#define IDX_ROWS 32
+__global__ void __launch_bounds__(256) k_idx_scores(const float *qI, const float *wI, const float *rows, int nh, int hd,
+                                                    float wscale, int topk, const int *pos0p, float *scores, int64_t sstride) {
+    extern __shared__ float qs[];     /* nh*(hd+4) floats + nh */
     int t = blockIdx.y;
     int nI = (*pos0p + t + 1) / 4;
     if (nI <= topk) return;
-    int c0 = blockIdx.x * blockDim.x;
+    int c0 = blockIdx.x * IDX_ROWS;
     if (c0 >= nI) return;
+    int qstride = hd + 4;
     const float *q = qI + (int64_t)t * nh * hd;
-    for (int i = threadIdx.x; i < nh * hd; i += blockDim.x) qs[i] = q[i];
-    float *ws = qs + nh * hd;
+    for (int i = threadIdx.x; i < nh * hd; i += blockDim.x) qs[(i / hd) * qstride + i % hd] = q[i];
+    float *ws = qs + nh * qstride;
     for (int i = threadIdx.x; i < nh; i += blockDim.x) ws[i] = wI[(int64_t)t * nh + i] * wscale;
     __syncthreads();
-    int c = c0 + threadIdx.x;
-    if (c >= nI) return;
-    const float *k = rows + (int64_t)c * hd;
-    float acc[IDX_MAXH];
+    int c = c0 + threadIdx.x / 8, g = threadIdx.x % 8;
+    int hpg = (nh + 7) / 8;
+    float acc[8];
 #pragma unroll
-    for (int h = 0; h < IDX_MAXH; h++) acc[h] = 0.f;
-    for (int d0 = 0; d0 < hd; d0 += 8) {
-        float4 ka = *(const float4 *)(k + d0), kb = *(const float4 *)(k + d0 + 4);
+    for (int k = 0; k < 8; k++) acc[k] = 0.f;
+    if (c < nI) {
+        const float *kr = rows + (int64_t)c * hd;
+        for (int d0 = 0; d0 < hd; d0 += 4) {
+            float4 kv = *(const float4 *)(kr + d0);
 #pragma unroll
-        for (int h = 0; h < IDX_MAXH; h++) {
-            if (h < nh) {
-                const float *qq = qs + h * hd + d0;
-                acc[h] += qq[0] * ka.x + qq[1] * ka.y + qq[2] * ka.z + qq[3] * ka.w +
-                          qq[4] * kb.x + qq[5] * kb.y + qq[6] * kb.z + qq[7] * kb.w;
+            for (int k = 0; k < 8; k++) {
+                int h = g * hpg + k;
+                if (k < hpg && h < nh) {
+                    float4 qq = *(const float4 *)(qs + h * qstride + d0);
+                    acc[k] += qq.x * kv.x + qq.y * kv.y + qq.z * kv.z + qq.w * kv.w;
+                }
             }
         }
     }
     float sc = 0.f;
 #pragma unroll
-    for (int h = 0; h < IDX_MAXH; h++) if (h < nh) sc += ws[h] * fmaxf(acc[h], 0.f);
-    scores[(int64_t)t * sstride + c] = sc;
+    for (int k = 0; k < 8; k++) {
+        int h = g * hpg + k;
+        if (k < hpg && h < nh && acc[k] > 0.f) sc += ws[h] * acc[k];
+    }
+    sc += __shfl_xor_sync(0xffffffffu, sc, 1);
+    sc += __shfl_xor_sync(0xffffffffu, sc, 2);
+    sc += __shfl_xor_sync(0xffffffffu, sc, 4);
+    if (c < nI && g == 0) scores[(int64_t)t * sstride + c] = sc;
 }
 void cu_idx_scores(const float *qI, const float *wI, const float *rows, int T, int nh, int hd, float wscale,
                    int topk, int max_rows, const int *pos0p, float *scores, int64_t score_stride, cudaStream_t st) {
-    size_t shm = (size_t)(nh * hd + nh) * sizeof(float);
-    int gx = (max_rows + 127) / 128;
+    size_t shm = (size_t)(nh * (hd + 4) + nh) * sizeof(float);
+    int gx = (max_rows + IDX_ROWS - 1) / IDX_ROWS;
     if (gx < 1) gx = 1;
-    k_idx_scores<<<dim3(gx, T), 128, shm, st>>>(qI, wI, rows, nh, hd, wscale, topk, pos0p, scores, score_stride);
+    k_idx_scores<<<dim3(gx, T), 256, shm, st>>>(qI, wI, rows, nh, hd, wscale, topk, pos0p, scores, score_stride);
 }
 
 /* Top-k by (score desc, index asc) with a 4-pass 8-bit radix select on
@@ -641,11 +646,16 @@ __device__ __forceinline__ const float *att_row(int i, int nraw, int q, int pos0
     return comp + (int64_t)c * hd;
 }
 
+/* Block (head, token, split): the split's rows are spread over 8 warps, each
+ * with an online softmax; the warps are merged in shared memory. With one
+ * split the sink, normalisation and inverse RoPE follow in the same block;
+ * with several the partial (M, L, acc) go to `part` and k_attn_combine
+ * finishes (decode: 64 heads x 8 splits keep the GPU busy). */
 __global__ void __launch_bounds__(ATT_WARPS * 32)
 k_attention(const float *q, const float *kv_batch, const float *ring, const float *comp, const int *sel,
             const int *nsel, int topk, const float *sinks, int nh, int hd, int W, int ratio, int nrot,
-            const float *inv_freq, float scale, const int *pos0p, float *o) {
-    int h = blockIdx.x, t = blockIdx.y;
+            const float *inv_freq, float scale, const int *pos0p, float *o, int nsplit, float *part) {
+    int h = blockIdx.x, t = blockIdx.y, sp = blockIdx.z;
     int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     int pos0 = *pos0p, qp = pos0 + t;
     int nraw = qp + 1 < W ? qp + 1 : W;
@@ -653,6 +663,7 @@ k_attention(const float *q, const float *kv_batch, const float *ring, const floa
     if (ratio == 4) ncomp = nsel[t];
     else if (ratio > 0) ncomp = (qp + 1) / ratio;
     int n = nraw + ncomp;
+    int i0 = (int)((int64_t)n * sp / nsplit), i1 = (int)((int64_t)n * (sp + 1) / nsplit);
     const int *sel_t = sel ? sel + (int64_t)t * topk : nullptr;
     const float *qv = q + ((int64_t)t * nh + h) * hd;
     int nv = hd / 32;
@@ -660,7 +671,7 @@ k_attention(const float *q, const float *kv_batch, const float *ring, const floa
 #pragma unroll
     for (int k = 0; k < ATT_MAXV; k++) { qr[k] = k < nv ? qv[k * 32 + lane] : 0.f; acc[k] = 0.f; }
     float M = -INFINITY, L = 0.f;
-    for (int i = w; i < n; i += ATT_WARPS) {
+    for (int i = i0 + w; i < i1; i += ATT_WARPS) {
         const float *row = att_row(i, nraw, qp, pos0, W, hd, ratio, kv_batch, ring, comp, sel_t);
         float rv[ATT_MAXV];
         float s = 0.f;
@@ -674,21 +685,29 @@ k_attention(const float *q, const float *kv_batch, const float *ring, const floa
         for (int k = 0; k < ATT_MAXV; k++) if (k < nv) acc[k] = acc[k] * corr + p * rv[k];
         M = Mn;
     }
-    /* combine the warps with the sink */
     __shared__ float sM[ATT_WARPS], sL[ATT_WARPS];
     __shared__ float sacc[ATT_WARPS][512 + 1];
     if (lane == 0) { sM[w] = M; sL[w] = L; }
 #pragma unroll
     for (int k = 0; k < ATT_MAXV; k++) if (k < nv) sacc[w][k * 32 + lane] = acc[k];
     __syncthreads();
-    float sink = sinks[h];
-    float Mt = sink;
+    float Mt = nsplit == 1 ? sinks[h] : -INFINITY;
     for (int k = 0; k < ATT_WARPS; k++) Mt = fmaxf(Mt, sM[k]);
-    float den = expf(sink - Mt);
+    float den = nsplit == 1 ? expf(sinks[h] - Mt) : 0.f;
     float fac[ATT_WARPS];
     for (int k = 0; k < ATT_WARPS; k++) {
         fac[k] = sM[k] == -INFINITY ? 0.f : expf(sM[k] - Mt);
         den += sL[k] * fac[k];
+    }
+    if (nsplit > 1) {
+        float *pp = part + (((int64_t)t * nh + h) * nsplit + sp) * (hd + 2);
+        if (threadIdx.x == 0) { pp[0] = Mt; pp[1] = den; }
+        for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+            float v = 0.f;
+            for (int k = 0; k < ATT_WARPS; k++) v += sacc[k][d] * fac[k];
+            pp[2 + d] = v;
+        }
+        return;
     }
     float inv = 1.0f / den;
     __shared__ float ov[512];
@@ -704,45 +723,85 @@ k_attention(const float *q, const float *kv_batch, const float *ring, const floa
     for (int d = threadIdx.x; d < hd; d += blockDim.x) out[d] = ov[d];
 }
 
+__global__ void k_attn_combine(const float *part, const float *sinks, int nh, int hd, int nsplit, int nrot,
+                               const float *inv_freq, const int *pos0p, float *o) {
+    int h = blockIdx.x, t = blockIdx.y;
+    const float *pp = part + ((int64_t)t * nh + h) * nsplit * (hd + 2);
+    float Mt = sinks[h];
+    for (int k = 0; k < nsplit; k++) Mt = fmaxf(Mt, pp[k * (hd + 2)]);
+    float den = expf(sinks[h] - Mt);
+    __shared__ float fac[64];
+    __shared__ float ov[512];
+    for (int k = 0; k < nsplit; k++) {
+        float m = pp[k * (hd + 2)];
+        float f = m == -INFINITY ? 0.f : expf(m - Mt);
+        if (threadIdx.x == 0) fac[k] = f;
+        den += pp[k * (hd + 2) + 1] * f;
+    }
+    __syncthreads();
+    float inv = 1.0f / den;
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+        float v = 0.f;
+        for (int k = 0; k < nsplit; k++) v += pp[k * (hd + 2) + 2 + d] * fac[k];
+        ov[d] = v * inv;
+    }
+    __syncthreads();
+    d_rope_tail_sh(ov, hd, nrot, inv_freq, *pos0p + t, 1);
+    __syncthreads();
+    float *out = o + ((int64_t)t * nh + h) * hd;
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) out[d] = ov[d];
+}
+
 void cu_attention(const float *q, const float *kv_batch, const float *ring, const float *comp,
                   const int *sel, const int *nsel, int topk, const float *sinks, int T, int nh, int hd,
                   int W, int ratio, int nrot, const float *inv_freq, float scale, const int *pos0p,
-                  float *o, cudaStream_t st) {
-    k_attention<<<dim3(nh, T), ATT_WARPS * 32, 0, st>>>(q, kv_batch, ring, comp, sel, nsel, topk, sinks, nh, hd,
-                                                        W, ratio, nrot, inv_freq, scale, pos0p, o);
+                  float *o, float *part, int nsplit, cudaStream_t st) {
+    if (!part || nsplit < 1) nsplit = 1;
+    if (nsplit > 64) nsplit = 64;
+    k_attention<<<dim3(nh, T, nsplit), ATT_WARPS * 32, 0, st>>>(q, kv_batch, ring, comp, sel, nsel, topk, sinks, nh, hd,
+                                                                W, ratio, nrot, inv_freq, scale, pos0p, o, nsplit, part);
+    if (nsplit > 1)
+        k_attn_combine<<<dim3(nh, T), 128, 0, st>>>(part, sinks, nh, hd, nsplit, nrot, inv_freq, pos0p, o);
 }
 
 /* ------------------------------------------------------------------ */
 /* router and MoE (spec §11)                                           */
 
+/* One warp per token: scores, then K rounds of a warp arg-max over the
+ * selection values (ties: the lower expert index, as nm_topk). */
 __global__ void k_router(const float *logits, const float *bias, const int32_t *tid2eid, const int32_t *tokens,
                          int E, int K, float route_scale, int *sel, float *wout) {
-    int t = blockIdx.x;
+    int t = blockIdx.x, lane = threadIdx.x;
     extern __shared__ float sc[];     /* E scores + E selection values */
     float *sv = sc + E;
-    for (int e = threadIdx.x; e < E; e += blockDim.x) {
+    for (int e = lane; e < E; e += 32) {
         float s = sqrtf(softplus_stable(logits[(int64_t)t * E + e]));
         sc[e] = s;
         sv[e] = bias ? s + bias[e] : s;
     }
-    __syncthreads();
-    if (threadIdx.x != 0) return;
+    __syncwarp();
     int idx[16];
     if (tid2eid) {
         for (int k = 0; k < K; k++) idx[k] = tid2eid[(int64_t)tokens[t] * K + k];
     } else {
-        /* repeated arg-max, strict >, so the lower index wins ties */
         for (int k = 0; k < K; k++) {
-            int best = -1; float bv = -INFINITY;
-            for (int e = 0; e < E; e++) {
-                bool used = false;
-                for (int j = 0; j < k; j++) used |= idx[j] == e;
-                if (used) continue;
-                if (best < 0 || sv[e] > bv) { best = e; bv = sv[e]; }
+            float bv = -INFINITY; int bi = 0x7fffffff;
+            for (int e = lane; e < E; e += 32) {
+                float v = sv[e];
+                if (v > bv || (v == bv && e < bi)) { bv = v; bi = e; }
             }
-            idx[k] = best;
+            for (int o = 16; o > 0; o >>= 1) {
+                float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+                int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+                if (ov > bv || (ov == bv && oi < bi)) { bv = ov; bi = oi; }
+            }
+            idx[k] = bi;
+            __syncwarp();
+            if (lane == 0) sv[bi] = -INFINITY;
+            __syncwarp();
         }
     }
+    if (lane != 0) return;
     float sum = 0.f;
     for (int k = 0; k < K; k++) sum += sc[idx[k]];
     if (sum < 6.103515625e-5f) sum = 6.103515625e-5f;
@@ -753,7 +812,7 @@ __global__ void k_router(const float *logits, const float *bias, const int32_t *
 }
 void cu_router(const float *logits, const float *bias, const int32_t *tid2eid, const int32_t *tokens,
                int T, int E, int K, float route_scale, int *sel, float *w, cudaStream_t st) {
-    k_router<<<T, 128, 2 * E * sizeof(float), st>>>(logits, bias, tid2eid, tokens, E, K, route_scale, sel, w);
+    k_router<<<T, 32, 2 * E * sizeof(float), st>>>(logits, bias, tid2eid, tokens, E, K, route_scale, sel, w);
 }
 
 /* Pairs (token*K + slot) grouped by expert into tiles of at most nt pairs. One block. */
@@ -784,9 +843,16 @@ __global__ void k_moe_tiles(const int *sel, int P, int E, int nt, int *pairs, in
         }
     }
 }
+/* Decode-sized batches: one tile per pair, no sorting. */
+__global__ void k_moe_tiles1(const int *sel, int P, int *pairs, int *tstart, int *tcount, int *texpert, int *ntiles) {
+    int p = threadIdx.x;
+    if (p < P) { pairs[p] = p; tstart[p] = p; tcount[p] = 1; texpert[p] = sel[p]; }
+    if (p == 0) *ntiles = P;
+}
 void cu_moe_tiles(const int *sel, int P, int E, int nt, int *pairs, int *tstart, int *tcount, int *texpert,
                   int *ntiles, cudaStream_t st) {
-    k_moe_tiles<<<1, 256, 4 * E * sizeof(int), st>>>(sel, P, E, nt, pairs, tstart, tcount, texpert, ntiles);
+    if (nt == 1 && P <= 1024) k_moe_tiles1<<<1, P < 32 ? 32 : P, 0, st>>>(sel, P, pairs, tstart, tcount, texpert, ntiles);
+    else k_moe_tiles<<<1, 256, 4 * E * sizeof(int), st>>>(sel, P, E, nt, pairs, tstart, tcount, texpert, ntiles);
 }
 
 __global__ void k_swiglu(const float *g, const float *u, const float *w, int F, float limit, float *mid) {

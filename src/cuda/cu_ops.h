@@ -42,6 +42,9 @@ int64_t cu_act_row_bytes(int atype, int64_t n);
 /* ntiles: grid height (dense: ceil(ntok / nt_hint); MoE: the maximum tile count). */
 void cu_gemv(const cu_gemv_args *g, int ntiles, cudaStream_t st);
 void cu_quantize_act(int atype, const float *x, void *out, int64_t nrows, int64_t n, cudaStream_t st);
+/* Repack a Q8_0 tensor in place to the GPU layout (type 108); 1 when done, 0 when
+ * its rows do not allow it (the tensor then stays Q8_0). */
+int cu_repack_q8_0(void *data, int64_t rows, int64_t in, uint64_t row_bytes, cudaStream_t st);
 int cu_tables_init(const uint64_t *grid, const uint8_t *signs, const int8_t *kvalues);
 
 /* ---- cu_ops.cu ---- */
@@ -87,7 +90,7 @@ void cu_idx_topk(const float *scores, int64_t score_stride, int T, int topk, con
 void cu_attention(const float *q, const float *kv_batch, const float *ring, const float *comp,
                   const int *sel, const int *nsel, int topk, const float *sinks, int T, int nh, int hd,
                   int W, int ratio, int nrot, const float *inv_freq, float scale, const int *pos0p,
-                  float *o, cudaStream_t st);
+                  float *o, float *part, int nsplit, cudaStream_t st);
 
 /* router + MoE */
 void cu_router(const float *logits, const float *bias, const int32_t *tid2eid, const int32_t *tokens,

@@ -17,5 +17,21 @@ for step in "$@"; do
     bench) timeout ${BENCH_TIMEOUT:-300} $MINKE_BIN bench --synthetic flash-q2 --ctx-start ${CTX0:-2048} --ctx-max ${CTXMAX:-4096} \
               --step-incr ${STEP:-2048} -n ${NGEN:-64} --plot $OUT/bench.svg --csv $OUT/bench.csv 2>&1 | tee $OUT/bench.log
            cat $OUT/bench.csv ;;
+    prof) MINKE_CUDA_PROFILE=1 timeout 200 $MINKE_BIN bench --synthetic flash-q2 --ctx-start 4096 --ctx-max 4096 -n 16 \
+              --csv $OUT/prof.csv 2>&1 | tee $OUT/prof.log ;;
+    taps) D=$OUT/taps; mkdir -p $D; G=$D/tiny-q2.gguf
+          $MINKE_BIN convert tests/fixtures/oracle/tiny-a -o $G --no-progress >/dev/null 2>&1
+          head -c 96 tests/fixtures/oracle/tiny-a/tokens.i32 > $D/t.i32
+          for be in cpu cuda; do $MINKE_BIN logits -m $G --tokens $D/t.i32 --out $D/$be.f32 --backend $be --dump-taps $D/$be >/dev/null 2>&1; done
+          for f in $(ls -tr $D/cpu/); do n=$(( $(wc -c < $D/cpu/$f) / 4 / 24 )); $MINKE_BUILD/tests/cuda/cmp_f32 $D/cpu/$f $D/cuda/$f $n 1e-4 --label $f | sed 's/max|ref.*first/first/'; done ;;
+    norepack) D=$OUT/nr; mkdir -p $D; G=$D/tiny-q2.gguf
+          $MINKE_BIN convert tests/fixtures/oracle/tiny-a -o $G --no-progress >/dev/null 2>&1
+          $MINKE_BIN logits -m $G --tokens tests/fixtures/oracle/tiny-a/tokens.i32 --out $D/cpu.f32 --backend cpu
+          $MINKE_BIN logits -m $G --tokens tests/fixtures/oracle/tiny-a/tokens.i32 --out $D/cuda.f32 --backend cuda
+          MINKE_CUDA_NO_REPACK=1 $MINKE_BIN logits -m $G --tokens tests/fixtures/oracle/tiny-a/tokens.i32 --out $D/cuda-nr.f32 --backend cuda
+          $MINKE_BUILD/tests/cuda/cmp_f32 $D/cpu.f32 $D/cuda.f32 1024 1e-3 --argmax --label repack
+          $MINKE_BUILD/tests/cuda/cmp_f32 $D/cpu.f32 $D/cuda-nr.f32 1024 1e-3 --argmax --label norepack
+          $MINKE_BIN logits -m $G --tokens tests/fixtures/oracle/tiny-a/tokens.i32 --out $D/cpu-noact.f32 --backend cpu --f32-act
+          $MINKE_BUILD/tests/cuda/cmp_f32 $D/cpu.f32 $D/cpu-noact.f32 1024 1e-3 --argmax --label cpu-act-vs-f32act ;;
     esac
 done

@@ -39,7 +39,7 @@ static void tables(void) {
         uint8_t blk[17] = {0}; float out[32];
         blk[0] = 128; blk[1] = (uint8_t)i;
         mx->dequant(blk, out, 32);
-        kv[i] = (int8_t)lrintf(out[0] * 2.0f);
+        kv[i] = (int8_t)lrintf(out[0]);
     }
     if (cu_tables_init(grid, signs, kv)) { printf("FAIL tables\n"); exit(1); }
     tables_ready = 1;
@@ -56,12 +56,21 @@ static int check_type(int type, int64_t rows, int64_t in, int T, int timing) {
     }
     for (int64_t i = 0; i < T * in; i++) x[i] = frand() * (i % 13 == 0 ? 10.0f : 1.0f);
     float *yref = malloc(sizeof(float) * T * rows), *ygpu = malloc(sizeof(float) * T * rows);
+    double cpu_md = 0, cpu_mr = 0;
     for (int t = 0; t < T; t++) {
-        float *yt = malloc(sizeof(float) * rows);
+        float *yt = malloc(sizeof(float) * rows), *ys = malloc(sizeof(float) * rows);
         quant_matvec(type, W, rows, in, x + t * in, yt);
-        for (int64_t r = 0; r < rows; r++) yref[t * rows + r] = yt[r];
-        free(yt);
+        quant_use_simd = 0;
+        quant_matvec(type, W, rows, in, x + t * in, ys);
+        quant_use_simd = 1;
+        for (int64_t r = 0; r < rows; r++) {
+            yref[t * rows + r] = yt[r];
+            if (fabs(ys[r]) > cpu_mr) cpu_mr = fabs(ys[r]);
+            if (fabs((double)ys[r] - yt[r]) > cpu_md) cpu_md = fabs((double)ys[r] - yt[r]);
+        }
+        free(yt); free(ys);
     }
+    if (cpu_md > 1e-5 * cpu_mr) printf("NOTE %s in %lld: CPU simd vs scalar dots differ by %.2e of max\n", tr->name, (long long)in, cpu_md / cpu_mr);
     void *dW, *dact; float *dx, *dy;
     int at = cu_act_type(type);
     int64_t arb = cu_act_row_bytes(at, in);
@@ -86,7 +95,14 @@ static int check_type(int type, int64_t rows, int64_t in, int T, int timing) {
     memset(&g, 0, sizeof g);
     g.w = dW; g.wtype = type; g.rows = rows; g.in = in; g.row_bytes = rb; g.act = act; g.act_stride = astride;
     g.act_div = 1; g.out = dy; g.out_stride = rows; g.ntok = T;
-    for (int nt = 1; nt <= 8; nt = nt == 1 ? 4 : 8) {
+    static const int nts[3] = {1, 8, 16};
+    for (int ni = 0; ni < (type == GGML_TYPE_Q8_0 ? 6 : 3); ni++) {
+        int nt = nts[ni % 3];
+        if (ni == 3) {
+            /* the second round runs the device-repacked layout */
+            if (!cu_repack_q8_0(dW, rows, in, rb, 0)) break;
+            g.wtype = 108;
+        }
         g.nt_hint = nt;
         CK(cudaMemset(dy, 0xFF, sizeof(float) * T * rows));
         cu_gemv(&g, (T + nt - 1) / nt, 0);
@@ -100,7 +116,7 @@ static int check_type(int type, int64_t rows, int64_t in, int T, int timing) {
         }
         double rel = md / (mr > 0 ? mr : 1);
         int bad = !(rel <= 1e-5);
-        printf("%s gemv %-8s rows %5lld in %5lld T %d tile %d: rel err %.2e\n", bad ? "FAIL" : "ok  ", tr->name,
+        printf("%s gemv %-8s rows %5lld in %5lld T %d tile %d: rel err %.2e\n", bad ? "FAIL" : "ok  ", ni >= 3 ? "q8_0r" : tr->name,
                (long long)rows, (long long)in, T, nt, rel);
         fail |= bad;
     }
@@ -112,6 +128,7 @@ static int check_type(int type, int64_t rows, int64_t in, int T, int timing) {
             float *yb; CK(cudaMalloc((void **)&yb, sizeof(float) * R));
             cu_synth_fill(big, type, R * in, 1234, 0.01f, 0);
             cu_gemv_args b = g;
+            if (type == GGML_TYPE_Q8_0 && cu_repack_q8_0(big, R, in, rb, 0)) b.wtype = 108;
             b.w = big; b.rows = R; b.out = yb; b.out_stride = R; b.ntok = 1; b.nt_hint = 1;
             cudaEvent_t e0, e1; cudaEventCreate(&e0); cudaEventCreate(&e1);
             cu_gemv(&b, 1, 0);
@@ -141,6 +158,9 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
         if (!quant_get(types[i])) { printf("skip type %d (not in src/quant)\n", types[i]); continue; }
         fail |= check_type(types[i], 300, 1024, 5, 0);
+        fail |= check_type(types[i], 128, 256, 24, 0);
+        if (types[i] != GGML_TYPE_Q2_K && types[i] != GGML_TYPE_Q4_K && types[i] != GGML_TYPE_IQ2_XXS)
+            fail |= check_type(types[i], 512, 128, 24, 0);
         fail |= check_type(types[i], 77, 4096, 9, timing);
     }
     printf("%s\n", fail ? "gemv_check: FAILED" : "gemv_check: all ok");
