@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -162,6 +163,15 @@ static int ends_with(const char *s, const char *suf) {
 
 static int file_exists(const char *p) { return access(p, R_OK) == 0; }
 
+/* The source pages of a finished tensor are not needed again: keep the mapping from growing
+ * the resident set over a whole 80-150 GB input. */
+static void drop_pages(const void *p, uint64_t n) {
+    if (!p || !n) return;
+    uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t a = ((uintptr_t)p + pg - 1) & ~(pg - 1), b = ((uintptr_t)p + n) & ~(pg - 1);
+    if (b > a) madvise((void *)a, b - a, MADV_DONTNEED);
+}
+
 static void policy_desc(const convert_policy *p, char *b, size_t n) {
     snprintf(b, n, "experts %s/%s, dense %s%s", quant_name(p->expert_gateup), quant_name(p->expert_down),
              quant_name(p->dense), p->small_f32 ? ", small tensors F32" : "");
@@ -259,6 +269,7 @@ static int write_file(const convert_opts *o, conv_input *in, const dsv4_tensor_s
             return -1;
         }
         if (in->st) official_release(in->st, &ct[i].off);
+        if (ct[i].gt) drop_pages(ct[i].gt->data, ct[i].gt->nbytes);
         if (o->verbose) {
             if (pg.enabled) fprintf(stderr, "\r\033[K");
             fprintf(stderr, "%-40s [%llu, %llu, %llu] %-7s <- %-7s %.2fs\n", specs[i].name,
