@@ -206,6 +206,38 @@ static int parse_input(gen_request *r, json_t *input, json_t *out, parse_error *
             json_array_append_new(out, json_pack("{s:s, s:s, s:O}", "role", "tool", "content", text, "tool_call_id", cid));
             free(text);
             last_asst = NULL;
+        } else if (!strcmp(type, "local_shell_call") || !strcmp(type, "web_search_call") || !strcmp(type, "tool_search_call") ||
+                   !strcmp(type, "image_generation_call")) {
+            /* hosted-tool calls replayed by the client: an assistant tool call
+             * named after the tool, arguments from action/arguments/input */
+            json_t *cid = json_object_get(it, "call_id");
+            if (!cid) cid = json_object_get(it, "id");
+            if (!json_is_string(cid)) { perr(e, 400, "invalid_request_error", "input[%zu]: %s needs a 'call_id'", i, type); rc = -1; break; }
+            const char *name = !strcmp(type, "local_shell_call") ? "local_shell" : !strcmp(type, "tool_search_call") ? "tool_search" : type;
+            json_t *a = json_object_get(it, "action");
+            if (!a) a = json_object_get(it, "arguments");
+            if (!a) a = json_object_get(it, "input");
+            char *args = json_is_string(a) ? strdup(json_string_value(a)) : a ? json_compact(a) : strdup("{}");
+            json_t *call = json_pack("{s:O, s:s, s:{s:s, s:s}}", "id", cid, "type", "function", "function", "name", name, "arguments", args);
+            free(args);
+            if (!last_asst) {
+                last_asst = json_pack("{s:s, s:s}", "role", "assistant", "content", "");
+                json_array_append_new(out, last_asst);
+            }
+            json_t *calls = json_object_get(last_asst, "tool_calls");
+            if (!calls) { calls = json_array(); json_object_set_new(last_asst, "tool_calls", calls); }
+            json_array_append_new(calls, call);
+        } else if (!strcmp(type, "local_shell_call_output") || !strcmp(type, "web_search_call_output") || !strcmp(type, "tool_search_output") ||
+                   !strcmp(type, "tool_search_call_output") || !strcmp(type, "image_generation_call_output")) {
+            json_t *cid = json_object_get(it, "call_id");
+            if (!json_is_string(cid)) { perr(e, 400, "invalid_request_error", "input[%zu]: %s needs a 'call_id'", i, type); rc = -1; break; }
+            json_t *o = json_object_get(it, "output");
+            if (!o) o = json_object_get(it, "result");
+            if (!o) o = json_object_get(it, "tools");
+            char *text = output_text(o);
+            json_array_append_new(out, json_pack("{s:s, s:s, s:O}", "role", "tool", "content", text, "tool_call_id", cid));
+            free(text);
+            last_asst = NULL;
         } else if (!strcmp(type, "compaction") || !strcmp(type, "context_compaction")) {
             continue;
         } else {
