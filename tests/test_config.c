@@ -210,6 +210,12 @@ static void test_presets(void) {
     CHECK(dsv4_tensor_specs(&b, &sp) == -1, "specs refuse an invalid config");
 }
 
+/* Bytes tensor s takes in a file as type: its data padded to the default
+ * 32-byte alignment, as the spec's published totals count it. */
+static uint64_t file_bytes(const dsv4_tensor_spec *s, int type) {
+    return (quant_nbytes(type, s->ne[0] * s->ne[1] * s->ne[2]) + 31) / 32 * 32;
+}
+
 static void test_flash_specs(void) {
     dsv4_config c;
     dsv4_config_preset(&c, "flash");
@@ -222,12 +228,9 @@ static void test_flash_specs(void) {
     uint64_t q2 = 0, q4 = 0;
     for (int i = 0; i < n; i++) {
         cnt[s[i].ds4_type]++;
-        uint64_t nel = s[i].ne[0] * s[i].ne[1] * s[i].ne[2];
-        uint64_t b2 = quant_nbytes(s[i].ds4_type, nel);
         int t4 = s[i].role == DSV4_ROLE_EXPERT_GATEUP || s[i].role == DSV4_ROLE_EXPERT_DOWN ? GGML_TYPE_Q4_K : s[i].ds4_type;
-        uint64_t b4 = quant_nbytes(t4, nel);
-        q2 += (b2 + 31) / 32 * 32;
-        q4 += (b4 + 31) / 32 * 32;
+        q2 += file_bytes(&s[i], s[i].ds4_type);
+        q4 += file_bytes(&s[i], t4);
     }
     CHECK(cnt[GGML_TYPE_F32] == 492 && cnt[GGML_TYPE_F16] == 359 && cnt[GGML_TYPE_Q8_0] == 345 &&
           cnt[GGML_TYPE_IQ2_XXS] == 86 && cnt[GGML_TYPE_Q2_K] == 43 && cnt[GGML_TYPE_I32] == 3,
@@ -511,8 +514,7 @@ static void test_mtp(void) {
     if (n <= 0) return;
     uint64_t total = 0;
     for (int i = 0; i < n; i++) {
-        uint64_t b = quant_nbytes(s[i].ds4_type, s[i].ne[0] * s[i].ne[1] * s[i].ne[2]);
-        total += (b + 31) / 32 * 32;
+        total += file_bytes(&s[i], s[i].ds4_type);
         CHECK(!strncmp(s[i].name, "mtp.0.", 6) && s[i].layer == 43, "MTP name/layer %s %d", s[i].name, s[i].layer);
     }
     CHECK(total == 3807600192ull, "MTP data bytes %llu", (unsigned long long)total);

@@ -281,33 +281,33 @@ static json_t *merge_tool_messages(const json_t *msgs, size_t from, size_t to, c
     return out;
 }
 
+/* A tool call's id: "id", else "function"."id"; NULL when it has none
+ * (Python-falsy ids count as none). */
+static const json_t *call_id(const json_t *tc) {
+    if (!json_is_object(tc)) return NULL;
+    const json_t *tid = json_object_get(tc, "id");
+    if (!truthy(tid)) {
+        const json_t *fn = json_object_get(tc, "function");
+        tid = json_is_object(fn) ? json_object_get(fn, "id") : NULL;
+    }
+    return truthy(tid) ? tid : NULL;
+}
+
 /* Position of a tool_use_id among the latest assistant tool calls (the last
  * matching call, as a Python dict rebuilt in order would keep), 0 if unknown. */
 static long call_position(const json_t *calls, const json_t *id) {
     long pos = 0;
     for (size_t i = 0; i < json_array_size(calls); i++) {
-        const json_t *tc = json_array_get(calls, i);
-        if (!json_is_object(tc)) continue;
-        const json_t *tid = json_object_get(tc, "id");
-        if (!truthy(tid)) {
-            const json_t *fn = json_object_get(tc, "function");
-            tid = json_is_object(fn) ? json_object_get(fn, "id") : NULL;
-        }
-        if (truthy(tid) && id && json_equal((json_t *)tid, (json_t *)id)) pos = (long)i;
+        const json_t *tid = call_id(json_array_get(calls, i));
+        if (tid && id && json_equal((json_t *)tid, (json_t *)id)) pos = (long)i;
     }
     return pos;
 }
 
 static int calls_have_ids(const json_t *calls) {
     for (size_t i = 0; i < json_array_size(calls); i++) {
-        const json_t *tc = json_array_get(calls, i);
-        if (!json_is_object(tc)) continue;
-        const json_t *tid = json_object_get(tc, "id");
-        if (!truthy(tid)) {
-            const json_t *fn = json_object_get(tc, "function");
-            tid = json_is_object(fn) ? json_object_get(fn, "id") : NULL;
-        }
-        if (truthy(tid)) return 1;
+        const json_t *tid = call_id(json_array_get(calls, i));
+        if (tid) return 1;
     }
     return 0;
 }
