@@ -1,7 +1,7 @@
-/* engine_test_util.h: helpers shared by the engine tests (test_engine*.c):
- * converting the tiny-a fixture with the minke binary under test, reading
- * raw little-endian files, and comparing logits. Header-only on purpose
- * (each test_*.c is its own binary). */
+/* engine_test_util.h: what the engine tests (test_engine*.c) share on top of
+ * tests/testutil.h: converting the tiny-a fixture with the minke binary under
+ * test, opening a model, running a prefill, and comparing logits.
+ * Header-only on purpose (each test_*.c is its own binary). */
 #ifndef MINKE_ENGINE_TEST_UTIL_H
 #define MINKE_ENGINE_TEST_UTIL_H
 
@@ -12,27 +12,13 @@
 #include <sys/stat.h>
 
 #include "minke.h"
+#include "testutil.h"
 
 #define TINY_A_DIR "tests/fixtures/oracle/tiny-a"
-
-static int g_fail = 0;
-
-#define CHECK(cond, ...) do { if (!(cond)) { g_fail++; fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
-    fprintf(stderr, __VA_ARGS__); fprintf(stderr, "\n"); } } while (0)
 
 static inline const char *tu_bin(void) {
     const char *b = getenv("MINKE_BIN");
     return b && *b ? b : "./minke";
-}
-
-static inline const char *tu_tmpdir(const char *name) {
-    static char dir[1024];
-    const char *b = getenv("MINKE_BUILD");
-    snprintf(dir, sizeof dir, "%s/tmp", b && *b ? b : "build");
-    mkdir(dir, 0755);
-    snprintf(dir + strlen(dir), sizeof dir - strlen(dir), "/%s", name);
-    mkdir(dir, 0755);
-    return dir;
 }
 
 /* Run `minke convert SRC -o OUT ARGS`; 0 on success. */
@@ -42,19 +28,6 @@ static inline int tu_convert(const char *src, const char *out, const char *args)
     int rc = system(cmd);
     if (rc != 0) fprintf(stderr, "command failed (%d): %s\n", rc, cmd);
     return rc;
-}
-
-static inline void *tu_read(const char *path, long *bytes) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    void *p = malloc(n > 0 ? (size_t)n : 1);
-    if (p && fread(p, 1, (size_t)n, f) != (size_t)n) { free(p); p = NULL; }
-    fclose(f);
-    if (bytes) *bytes = n;
-    return p;
 }
 
 static inline minke_model *tu_open(const char *path, int sims) {

@@ -11,10 +11,10 @@
 static char g_good[1200];
 
 /* Write a patched copy of the good file; patch(buf, gguf) edits buf. */
-static const char *patched(const char *name, void (*patch)(uint8_t *buf, const gguf_file *f), long cut) {
+static const char *patched(const char *name, void (*patch)(uint8_t *buf, const gguf_file *f), size_t cut) {
     static char out[1300];
-    long n;
-    uint8_t *buf = tu_read(g_good, &n);
+    size_t n = 0;
+    uint8_t *buf = test_read_file(g_good, &n);
     char err[256];
     gguf_file *f = gguf_open(g_good, err, sizeof err);
     if (!buf || !f) { fprintf(stderr, "cannot read %s\n", g_good); exit(1); }
@@ -23,7 +23,7 @@ static const char *patched(const char *name, void (*patch)(uint8_t *buf, const g
     snprintf(out, sizeof out, "%s.%s", g_good, name);
     FILE *o = fopen(out, "wb");
     if (!o) exit(1);
-    fwrite(buf, 1, (size_t)(cut ? cut : n), o);
+    fwrite(buf, 1, cut ? cut : n, o);
     fclose(o);
     free(buf);
     return out;
@@ -62,7 +62,7 @@ static void bad_tid2eid(uint8_t *buf, const gguf_file *f) {
 }
 
 int main(void) {
-    const char *dir = tu_tmpdir("h4_badfile");
+    const char *dir = test_tmpdir();
     snprintf(g_good, sizeof g_good, "%s/tiny-a-f32.gguf", dir);
     if (tu_convert(TINY_A_DIR, g_good, "--experts f32 --dense f32") != 0) return 1;
     minke_model *m = tu_open(g_good, 0);
@@ -72,8 +72,8 @@ int main(void) {
     expect_fail(patched("missing", rename_kv, 0), "blk.0.attn_kv.weight");
     expect_fail(patched("shape", reshape_sinks, 0), "blk.1.attn_sinks.weight");
     expect_fail(patched("tid2eid", bad_tid2eid, 0), "99");
-    long n;
-    free(tu_read(g_good, &n));
+    size_t n = 0;
+    free(test_read_file(g_good, &n));
     expect_fail(patched("truncated", NULL, n / 2), "");
     char junk[1300];
     snprintf(junk, sizeof junk, "%s/not-a-model.txt", dir);
@@ -82,6 +82,5 @@ int main(void) {
     fclose(o);
     expect_fail(junk, "");
     expect_fail("/nonexistent/model.gguf", "");
-    printf("test_engine_badfile: %s\n", g_fail ? "FAILED" : "ok");
-    return g_fail ? 1 : 0;
+    return test_finish("test_engine_badfile");
 }

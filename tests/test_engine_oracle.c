@@ -103,14 +103,15 @@ static void same(const char *what, const float *a, const float *ref, size_t n, f
 
 int main(void) {
     int asan = getenv("MINKE_ASAN") != NULL;
-    const char *dir = tu_tmpdir("h4_oracle");
+    const char *dir = test_tmpdir();
     char gguf[1200];
     snprintf(gguf, sizeof gguf, "%s/tiny-a-f32.gguf", dir);
     if (tu_convert(TINY_A_DIR, gguf, "--experts f32 --dense f32") != 0) { fprintf(stderr, "conversion failed\n"); return 1; }
 
-    long nb;
-    int32_t *tok = tu_read(TINY_A_DIR "/tokens.i32", &nb);
-    float *ref = tu_read(TINY_A_DIR "/logits.f32", NULL);
+    size_t nb = 0;
+    int32_t *tok = (int32_t *)test_read_file(TINY_A_DIR "/tokens.i32", &nb);
+    size_t nref = 0;
+    float *ref = (float *)test_read_file(TINY_A_DIR "/logits.f32", &nref);
     json_error_t jerr;
     json_t *man = json_load_file(TINY_A_DIR "/manifest.json", 0, &jerr);
     if (!tok || !ref || !man) { fprintf(stderr, "cannot read the tiny-a fixture\n"); return 1; }
@@ -148,11 +149,11 @@ int main(void) {
 
     /* 1b. per-layer HC state against the fixture's hidden.f32 [layer, pos, stream, hidden] */
     {
-        long hb;
-        float *href = tu_read(TINY_A_DIR "/hidden.f32", &hb);
+        size_t hb = 0;
+        float *href = (float *)test_read_file(TINY_A_DIR "/hidden.f32", &hb);
         int width = 4 * info->n_embd;
         hidden_cap hc = {calloc((size_t)info->n_layer * T * width, 4), info->n_layer, T, width};
-        if (href && hb == (long)((size_t)info->n_layer * T * width * 4)) {
+        if (href && hb == (size_t)info->n_layer * T * width * 4) {
             minke_set_tap(m, cap_hidden, &hc);
             float *l2 = tu_logits(m, tok, T, 0);
             minke_set_tap(m, NULL, NULL);
@@ -303,6 +304,5 @@ int main(void) {
     minke_model_close(m);
     free(full); free(tok); free(ref);
     json_decref(man);
-    printf("test_engine_oracle: %s\n", g_fail ? "FAILED" : "ok");
-    return g_fail ? 1 : 0;
+    return test_finish("test_engine_oracle");
 }

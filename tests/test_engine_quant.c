@@ -23,7 +23,7 @@
 #ifndef QUANT_FROM
 #define QUANT_FROM 0
 #define QUANT_TO 1
-#define QUANT_TMP "h4_quant"
+#define QUANT_TEST_NAME "test_engine_quant"
 #endif
 
 static double mean_kl(const float *p_logits, const float *q_logits, int T, int V) {
@@ -65,9 +65,9 @@ static float *logits_of(const char *path, int f32_act, const int32_t *tok, int T
 
 int main(void) {
     int asan = getenv("MINKE_ASAN") != NULL;
-    const char *dir = tu_tmpdir(QUANT_TMP);
-    long nb;
-    int32_t *tok = tu_read(TINY_A_DIR "/tokens.i32", &nb);
+    const char *dir = test_tmpdir();
+    size_t nb = 0;
+    int32_t *tok = (int32_t *)test_read_file(TINY_A_DIR "/tokens.i32", &nb);
     if (!tok) { fprintf(stderr, "cannot read tokens\n"); return 1; }
     int T = (int)(nb / 4), V = 1024;
     char f32[1200];
@@ -107,6 +107,5 @@ int main(void) {
     }
     free(orig);
     free(tok);
-    printf("test_engine_quant: %s\n", g_fail ? "FAILED" : "ok");
-    return g_fail ? 1 : 0;
+    return test_finish(QUANT_TEST_NAME);
 }

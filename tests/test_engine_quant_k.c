@@ -2,5 +2,5 @@
  * mxfp4 policies, as a separate binary so each stays well under a minute. */
 #define QUANT_FROM 1
 #define QUANT_TO 3
-#define QUANT_TMP "h4_quant_k"
+#define QUANT_TEST_NAME "test_engine_quant_k"
 #include "test_engine_quant.c"
