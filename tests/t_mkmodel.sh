@@ -52,6 +52,17 @@ if [ "${MINKE_ASAN:-0}" = 0 ]; then
     rm -f "$T/small.gguf"
 fi
 
+# per-layer expert types (ds4's spliced q2/q4 layout)
+"$MINKE_BIN" mkmodel --preset tiny -o "$T/mix.gguf" --layer-experts 4-5=q4k --layer-experts 0=mxfp4 2>"$T/log" ||
+    bad "mkmodel --layer-experts: $(cat "$T/log")"
+loadable "$T/mix.gguf" "mixed expert types"
+tt=$("$MINKE_BIN" info "$T/mix.gguf" --tensors 2>&1 | awk '/_exps/ {printf "%s:%s ", $1, $2}')
+for want in blk.0.ffn_down_exps.weight:mxfp4 blk.3.ffn_gate_exps.weight:iq2_xxs blk.3.ffn_down_exps.weight:q2_K \
+            blk.4.ffn_up_exps.weight:q4_K blk.5.ffn_down_exps.weight:q4_K; do
+    case " $tt" in *" $want "*) ;; *) bad "mixed layout lacks $want";; esac
+done
+"$MINKE_BIN" mkmodel --preset tiny -o "$T/x.gguf" --layer-experts 4-2=q4k 2>/dev/null && bad "a reversed layer range was accepted"
+
 # MTP block next to the main file, then rewritten under another policy by convert
 "$MINKE_BIN" mkmodel --preset tiny -o "$T/m.gguf" --mtp-out "$T/m-mtp.gguf" --experts q4k 2>"$T/log" || bad "mkmodel --mtp-out: $(cat "$T/log")"
 [ -s "$T/m-mtp.gguf" ] || bad "no MTP file"

@@ -23,6 +23,8 @@ static void usage(FILE *f) {
             "  --mtp-out FILE         also write the checkpoint's MTP block (mtp.0.*) as an MTP GGUF\n"
             "  --experts TYPE         routed experts: %s\n"
             "                         (default iq2xxs-q2k = ds4's q2 layout; mxfp4 is lossless from FP4)\n"
+            "  --layer-experts A-B=TYPE  routed experts of layers A..B as TYPE (repeatable; e.g. 37-42=q4k\n"
+            "                         gives ds4's mixed q2/q4 layout)\n"
             "  --dense TYPE           attention/shared-expert/output matrices: %s (default q8_0);\n"
             "                         f32 also makes the F16 small tensors F32 (an exact F32 twin)\n"
             "  --layers N             keep only the first N layers (a smaller, valid model for quick tests)\n"
@@ -65,6 +67,13 @@ int cmd_convert(int argc, char **argv) {
             NEED_ARG();
             if (policy_set_experts(&o.policy, v) != 0) {
                 fprintf(stderr, "minke convert: unknown --experts '%s' (expected %s)\n", v, policy_experts_names);
+                return 2;
+            }
+        } else if (!strcmp(a, "--layer-experts")) {
+            NEED_ARG();
+            if (policy_add_layer_experts(&o.policy, v) != 0) {
+                fprintf(stderr, "minke convert: bad --layer-experts '%s' (expected A-B=TYPE, TYPE one of %s)\n", v,
+                        policy_experts_names);
                 return 2;
             }
         } else if (!strcmp(a, "--dense")) {

@@ -23,6 +23,7 @@ static void usage(FILE *f) {
             "  --preset NAME          tiny (like the tiny-a oracle), small, flash (default tiny)\n"
             "  -o, --output FILE      GGUF to write\n"
             "  --experts TYPE         routed experts: %s (default iq2xxs-q2k)\n"
+            "  --layer-experts A-B=TYPE  routed experts of layers A..B as TYPE (repeatable)\n"
             "  --dense TYPE           dense matrices: %s (default q8_0; f32 also makes small tensors F32)\n"
             "  --tokenizer FILE       embed this tokenizer.json (vocab = its size) instead of a synthetic\n"
             "                         byte-level vocabulary\n"
@@ -97,6 +98,7 @@ int cmd_mkmodel(int argc, char **argv) {
         else if (!strcmp(a, "--mtp-out")) mtp_out = v;
         else if (!strcmp(a, "--experts")) bad = policy_set_experts(&pol, v);
         else if (!strcmp(a, "--dense")) bad = policy_set_dense(&pol, v);
+        else if (!strcmp(a, "--layer-experts")) bad = policy_add_layer_experts(&pol, v);
         else if (!strcmp(a, "--seed")) {
             char *end;
             seed = strtoull(v, &end, 0);

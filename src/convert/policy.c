@@ -2,6 +2,7 @@
 #include "convert/policy.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "quant/quant.h"
@@ -10,6 +11,7 @@ const char policy_experts_names[] = "iq2xxs-q2k|q4k|mxfp4|q8_0|f16|f32";
 const char policy_dense_names[] = "q8_0|f16|bf16|f32";
 
 void policy_default(convert_policy *p) {
+    memset(p, 0, sizeof *p);
     p->expert_gateup = GGML_TYPE_IQ2_XXS;
     p->expert_down = GGML_TYPE_Q2_K;
     p->dense = GGML_TYPE_Q8_0;
@@ -32,6 +34,27 @@ int policy_set_experts(convert_policy *p, const char *name) {
     return -1;
 }
 
+int policy_add_layer_experts(convert_policy *p, const char *spec) {
+    if (p->n_overrides >= POLICY_MAX_OVERRIDES) return -1;
+    char *end;
+    long a = strtol(spec, &end, 10), b = a;
+    if (end == spec || a < 0) return -1;
+    if (*end == '-') {
+        const char *q = end + 1;
+        b = strtol(q, &end, 10);
+        if (end == q || b < a) return -1;
+    }
+    if (*end != '=') return -1;
+    convert_policy tmp = *p;
+    if (policy_set_experts(&tmp, end + 1) != 0) return -1;
+    p->overrides[p->n_overrides].from = (int)a;
+    p->overrides[p->n_overrides].to = (int)b;
+    p->overrides[p->n_overrides].gateup = tmp.expert_gateup;
+    p->overrides[p->n_overrides].down = tmp.expert_down;
+    p->n_overrides++;
+    return 0;
+}
+
 int policy_set_dense(convert_policy *p, const char *name) {
     static const struct { const char *name; int type; } t[] = {
         {"q8_0", GGML_TYPE_Q8_0}, {"f16", GGML_TYPE_F16}, {"bf16", GGML_TYPE_BF16}, {"f32", GGML_TYPE_F32},
@@ -46,9 +69,16 @@ int policy_set_dense(convert_policy *p, const char *name) {
 }
 
 int policy_type(const convert_policy *p, const dsv4_tensor_spec *s) {
+    if (s->role == DSV4_ROLE_EXPERT_GATEUP || s->role == DSV4_ROLE_EXPERT_DOWN) {
+        int gu = p->expert_gateup, dn = p->expert_down;
+        for (int i = 0; i < p->n_overrides; i++)
+            if (s->layer >= p->overrides[i].from && s->layer <= p->overrides[i].to) {
+                gu = p->overrides[i].gateup;
+                dn = p->overrides[i].down;
+            }
+        return s->role == DSV4_ROLE_EXPERT_GATEUP ? gu : dn;
+    }
     switch (s->role) {
-    case DSV4_ROLE_EXPERT_GATEUP: return p->expert_gateup;
-    case DSV4_ROLE_EXPERT_DOWN: return p->expert_down;
     case DSV4_ROLE_DENSE: return p->dense;
     case DSV4_ROLE_EMBED:
     case DSV4_ROLE_HC_FN:
