@@ -49,4 +49,5 @@ else
     grep -qi "cuda" "$T/err.txt" || fail "no clear message for --backend cuda: $(cat "$T/err.txt")"
     cat "$T/err.txt"
 fi
+rm -rf "$T"   # kept on failure for inspection
 echo "t_logits: ok"
