@@ -262,8 +262,11 @@ static int write_file(const convert_opts *o, conv_input *in, const dsv4_tensor_s
     }
     progress pg;
     progress_start(&pg, is_mtp ? "convert MTP" : "convert", total_out, o->progress);
+    char label[160];
     for (int i = 0; i < n; i++) {
         double t0 = progress_now();
+        snprintf(label, sizeof label, "%s %-28.28s", is_mtp ? "MTP" : "convert", specs[i].name);
+        pg.label = label;
         if (convert_tensor(cc, &ct[i], w, bufs, &pg, in->cfg.n_expert, err, errlen) != 0) {
             gguf_writer_abort(w);
             return -1;
@@ -278,6 +281,7 @@ static int write_file(const convert_opts *o, conv_input *in, const dsv4_tensor_s
                     progress_now() - t0);
         }
     }
+    pg.label = is_mtp ? "MTP" : "convert";
     progress_finish(&pg);
     if (gguf_writer_close(w) != 0) {
         snprintf(err, errlen, "%s: %s", out, gguf_writer_error(NULL));
