@@ -293,48 +293,49 @@ static void common_defaults(dsv4_config *c) {
     c->yarn_beta_fast = 32.0f;
     c->yarn_beta_slow = 1.0f;
     c->n_hc = 4;
-    c->context_length = 1048576;
+    if (!c->context_length) c->context_length = 1048576;
 }
 
+/* The shapes of the presets; common_defaults supplies everything else. */
+static const dsv4_config PRESET_FLASH = {
+    .name = "DeepSeek-V4-Flash",
+    .n_layer = 43, .n_embd = 4096, .n_vocab = 129280, .n_head = 64, .head_dim = 512, .rope_dim = 64,
+    .q_lora_rank = 1024, .o_lora_rank = 1024, .o_groups = 8,
+    .n_expert = 256, .n_expert_used = 6, .expert_ff = 2048, .n_hash_layer = 3,
+    .sliding_window = 128, .indexer_n_head = 64, .indexer_head_dim = 128, .indexer_top_k = 512,
+    /* compress_ratio: two sliding layers, then CSA (4) and HCA (128) alternating; set below */
+};
+/* every attention kind and both routings, real vocabulary (so the real tokenizer fits),
+ * widths that are multiples of 256 so every quant type can hold them */
+static const dsv4_config PRESET_SMALL = {
+    .name = "minke-small",
+    .n_layer = 6, .n_embd = 512, .n_vocab = 129280, .n_head = 8, .head_dim = 128, .rope_dim = 64,
+    .q_lora_rank = 256, .o_lora_rank = 128, .o_groups = 2,
+    .n_expert = 16, .n_expert_used = 4, .expert_ff = 256, .n_hash_layer = 2,
+    .sliding_window = 32, .indexer_n_head = 8, .indexer_head_dim = 128, .indexer_top_k = 16,
+    .compress_ratio = {0, 0, 4, 16, 4, 16},
+    .context_length = 65536,
+};
+/* same hyperparameters as fixtures/oracle/tiny-a/config.json */
+static const dsv4_config PRESET_TINY = {
+    .name = "minke-tiny",
+    .n_layer = 6, .n_embd = 256, .n_vocab = 1024, .n_head = 4, .head_dim = 128, .rope_dim = 64,
+    .q_lora_rank = 128, .o_lora_rank = 64, .o_groups = 2,
+    .n_expert = 16, .n_expert_used = 6, .expert_ff = 256, .n_hash_layer = 3,
+    .sliding_window = 8, .indexer_n_head = 32, .indexer_head_dim = 128, .indexer_top_k = 4,
+    .compress_ratio = {0, 0, 4, 8, 4, 8},
+};
+
 int dsv4_config_preset(dsv4_config *c, const char *name) {
-    memset(c, 0, sizeof *c);
+    const dsv4_config *shape = !strcmp(name, "flash") ? &PRESET_FLASH
+                               : !strcmp(name, "small") ? &PRESET_SMALL
+                               : !strcmp(name, "tiny")  ? &PRESET_TINY
+                                                        : NULL;
+    if (!shape) return -1;
+    memcpy(c, shape, sizeof *c); /* padding too: configs are compared with memcmp */
     common_defaults(c);
-    if (!strcmp(name, "flash")) {
-        snprintf(c->name, sizeof c->name, "DeepSeek-V4-Flash");
-        c->n_layer = 43; c->n_embd = 4096; c->n_vocab = 129280;
-        c->n_head = 64; c->head_dim = 512; c->rope_dim = 64;
-        c->q_lora_rank = 1024; c->o_lora_rank = 1024; c->o_groups = 8;
-        c->n_expert = 256; c->n_expert_used = 6; c->expert_ff = 2048; c->n_hash_layer = 3;
-        c->sliding_window = 128;
-        c->indexer_n_head = 64; c->indexer_head_dim = 128; c->indexer_top_k = 512;
+    if (shape == &PRESET_FLASH)
         for (uint32_t il = 0; il < c->n_layer; il++) c->compress_ratio[il] = il < 2 ? 0 : il % 2 == 0 ? 4 : 128;
-    } else if (!strcmp(name, "small")) {
-        /* every attention kind and both routings, real vocabulary (so the real tokenizer fits),
-         * widths that are multiples of 256 so every quant type can hold them */
-        snprintf(c->name, sizeof c->name, "minke-small");
-        c->n_layer = 6; c->n_embd = 512; c->n_vocab = 129280;
-        c->n_head = 8; c->head_dim = 128; c->rope_dim = 64;
-        c->q_lora_rank = 256; c->o_lora_rank = 128; c->o_groups = 2;
-        c->n_expert = 16; c->n_expert_used = 4; c->expert_ff = 256; c->n_hash_layer = 2;
-        c->sliding_window = 32;
-        c->indexer_n_head = 8; c->indexer_head_dim = 128; c->indexer_top_k = 16;
-        static const uint32_t r[6] = {0, 0, 4, 16, 4, 16};
-        memcpy(c->compress_ratio, r, sizeof r);
-        c->context_length = 65536;
-    } else if (!strcmp(name, "tiny")) {
-        /* same hyperparameters as fixtures/oracle/tiny-a/config.json */
-        snprintf(c->name, sizeof c->name, "minke-tiny");
-        c->n_layer = 6; c->n_embd = 256; c->n_vocab = 1024;
-        c->n_head = 4; c->head_dim = 128; c->rope_dim = 64;
-        c->q_lora_rank = 128; c->o_lora_rank = 64; c->o_groups = 2;
-        c->n_expert = 16; c->n_expert_used = 6; c->expert_ff = 256; c->n_hash_layer = 3;
-        c->sliding_window = 8;
-        c->indexer_n_head = 32; c->indexer_head_dim = 128; c->indexer_top_k = 4;
-        static const uint32_t r[6] = {0, 0, 4, 8, 4, 8};
-        memcpy(c->compress_ratio, r, sizeof r);
-    } else {
-        return -1;
-    }
     c->value_dim = c->head_dim;
     for (uint32_t il = 0; il < c->n_layer; il++) c->swiglu_clamp[il] = 10.0f;
     dsv4_config_derive(c);
