@@ -29,7 +29,17 @@ typedef struct fw {
 } fw;
 
 static void *xcalloc(size_t n, size_t sz) {
-    void *p = calloc(n ? n : 1, sz);
+    return calloc(n ? n : 1, sz);
+}
+
+/* Scratch inside a layer is bounded by the batch cap (CPU_MAX_BATCH), so
+ * running out of it is not recoverable mid-layer: say so and stop. */
+static void *xmalloc(size_t n) {
+    void *p = malloc(n ? n : 1);
+    if (!p) {
+        fprintf(stderr, "minke: out of memory in the CPU forward pass (%zu bytes)\n", n);
+        abort();
+    }
     return p;
 }
 
@@ -143,8 +153,8 @@ static int indexer_select(fw *f, int t, cpu_layer_cache *lc, int n_index, int *s
         return n_index;
     }
     int nh = (int)c->indexer_n_head, ihd = (int)c->indexer_head_dim, p = f->pos0 + t;
-    float *qi = malloc(sizeof(float) * (size_t)nh * ihd), *wi = malloc(sizeof(float) * (size_t)nh);
-    float *scores = malloc(sizeof(float) * (size_t)n_index);
+    float *qi = xmalloc(sizeof(float) * (size_t)nh * ihd), *wi = xmalloc(sizeof(float) * (size_t)nh);
+    float *scores = xmalloc(sizeof(float) * (size_t)n_index);
     memcpy(qi, f->qi + (size_t)t * nh * ihd, sizeof(float) * (size_t)nh * ihd);
     for (int h = 0; h < nh; h++) {
         float *qh = qi + (size_t)h * ihd;
@@ -231,8 +241,8 @@ static void attention_layer(fw *f, int il) {
 
     /* cache updates, compressors, indexer and attention, token by token */
     int max_rows = W + lc->comp_cap;
-    const float **rows = malloc(sizeof(float *) * (size_t)max_rows);
-    int *sel = malloc(sizeof(int) * (size_t)(lc->index_cap + 1));
+    const float **rows = xmalloc(sizeof(float *) * (size_t)max_rows);
+    int *sel = xmalloc(sizeof(int) * (size_t)(lc->index_cap + 1));
     for (int t = 0; t < T; t++) {
         int p = f->pos0 + t;
         memcpy(lc->raw + (size_t)(p % W) * Dh, f->kv + (size_t)t * Dh, sizeof(float) * (size_t)Dh);
@@ -293,8 +303,8 @@ static void ffn_layer(fw *f, int il) {
     }
     /* router (§11.1-11.3) */
     cpu_matmul(f->cm, &L->gate_inp, 0, 0, E, f->x, D, T, f->logits_r, E);
-    int *sel = malloc(sizeof(int) * (size_t)T * K);
-    float *wt = malloc(sizeof(float) * (size_t)T * K), *scores = malloc(sizeof(float) * (size_t)E);
+    int *sel = xmalloc(sizeof(int) * (size_t)T * K);
+    float *wt = xmalloc(sizeof(float) * (size_t)T * K), *scores = xmalloc(sizeof(float) * (size_t)E);
     for (int t = 0; t < T; t++) {
         const float *lg = f->logits_r + (size_t)t * E;
         if ((uint32_t)il < c->n_hash_layer) {
@@ -310,10 +320,10 @@ static void ffn_layer(fw *f, int il) {
     free(scores);
     /* routed experts, grouped by expert so each runs once over its tokens */
     memset(f->m_out, 0, sizeof(float) * (size_t)T * D);
-    int *tk = malloc(sizeof(int) * (size_t)T * K);
-    float *tw = malloc(sizeof(float) * (size_t)T * K);
-    float *xg = malloc(sizeof(float) * (size_t)T * K * D), *g = malloc(sizeof(float) * (size_t)T * K * F);
-    float *up = malloc(sizeof(float) * (size_t)T * K * F), *dn = malloc(sizeof(float) * (size_t)T * K * D);
+    int *tk = xmalloc(sizeof(int) * (size_t)T * K);
+    float *tw = xmalloc(sizeof(float) * (size_t)T * K);
+    float *xg = xmalloc(sizeof(float) * (size_t)T * K * D), *g = xmalloc(sizeof(float) * (size_t)T * K * F);
+    float *up = xmalloc(sizeof(float) * (size_t)T * K * F), *dn = xmalloc(sizeof(float) * (size_t)T * K * D);
     for (int e = 0; e < E; e++) {
         int n = 0;
         for (int t = 0; t < T; t++)
@@ -335,7 +345,7 @@ static void ffn_layer(fw *f, int il) {
     free(tk); free(tw); free(xg); free(dn);
     /* shared expert (§11.4) */
     int SF = (int)c->shexp_ff;
-    float *sg = malloc(sizeof(float) * (size_t)T * SF), *su = malloc(sizeof(float) * (size_t)T * SF);
+    float *sg = xmalloc(sizeof(float) * (size_t)T * SF), *su = xmalloc(sizeof(float) * (size_t)T * SF);
     cpu_matmul(f->cm, &L->gate_shexp, 0, 0, SF, f->x, D, T, sg, SF);
     cpu_matmul(f->cm, &L->up_shexp, 0, 0, SF, f->x, D, T, su, SF);
     for (size_t i = 0; i < (size_t)T * SF; i++) sg[i] = nm_swiglu_clamp(sg[i], su[i], clamp);
@@ -354,7 +364,7 @@ static void output_head(fw *f, int t0, float *logits) {
     const dsv4_config *c = f->c;
     const dsv4_weights *w = &f->m->w;
     int n = f->T - t0, D = f->D, nhc = f->nhc;
-    float *y = malloc(sizeof(float) * (size_t)n * D), *mix = malloc(sizeof(float) * (size_t)n * nhc);
+    float *y = xmalloc(sizeof(float) * (size_t)n * D), *mix = xmalloc(sizeof(float) * (size_t)n * nhc);
     for (int i = 0; i < n; i++)
         nm_rmsnorm(f->Xn + (size_t)i * f->hcD, f->X + (size_t)(t0 + i) * f->hcD, NULL, f->hcD, c->rms_eps);
     cpu_matmul(f->cm, &w->output_hc_fn, 0, 0, nhc, f->Xn, f->hcD, n, mix, nhc);

@@ -287,22 +287,23 @@ void nm_route_weights(const float *scores, const int *sel, int k, float route_sc
 /* ---- §10 ---- */
 void nm_attn_sinks_head(const float *q, const float *const *rows, int n_rows, int hd,
                         float sink, float scale, float *out) {
-    float lbuf[256];
-    float *l = n_rows <= 256 ? lbuf : malloc(sizeof(float) * (size_t)n_rows);
+    /* one pass with a running max (online softmax): no buffer for the logits */
     float M = sink;
-    for (int i = 0; i < n_rows; i++) {
-        l[i] = nm_dot(q, rows[i], hd) * scale;
-        if (l[i] > M) M = l[i];
-    }
-    double den = exp((double)(sink - M));
+    double den = 1.0;                  /* exp(sink - M) */
     for (int d = 0; d < hd; d++) out[d] = 0.0f;
     for (int i = 0; i < n_rows; i++) {
-        float p = expf(l[i] - M);
+        float l = nm_dot(q, rows[i], hd) * scale;
+        if (l > M) {
+            float r = expf(M - l);
+            den *= r;
+            for (int d = 0; d < hd; d++) out[d] *= r;
+            M = l;
+        }
+        float p = expf(l - M);
         den += p;
         const float *k = rows[i];
         for (int d = 0; d < hd; d++) out[d] += p * k[d];
     }
     float inv = (float)(1.0 / den);
     for (int d = 0; d < hd; d++) out[d] *= inv;
-    if (l != lbuf) free(l);
 }
