@@ -56,6 +56,9 @@ cp "$CK/config.json" "$T/bad/"
 head -c 1000 "$CK/model.safetensors" > "$T/bad/model.safetensors"
 "$MINKE_BIN" convert "$T/bad" -o "$T/x.gguf" 2>"$T/log"; rc=$?
 [ $rc = 1 ] && grep -q "corrupt" "$T/log" || bad "truncated safetensors: rc $rc $(cat "$T/log")"
+printf 'GGUF\003\000\000\000\000\000\000\000\000\000\000\000\000\000\000\000\000\000\000\000' > "$T/empty.gguf"
+"$MINKE_BIN" convert "$T/empty.gguf" -o "$T/x.gguf" 2>"$T/log"; rc=$?
+[ $rc = 1 ] && grep -q "not a usable DeepSeek V4 GGUF" "$T/log" || bad "GGUF without DeepSeek V4 metadata: rc $rc $(cat "$T/log")"
 [ -e "$T/x.gguf" ] && bad "an output was left after an error"
 
 [ $fail = 0 ] && rm -rf "$T"

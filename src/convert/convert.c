@@ -321,7 +321,12 @@ int convert_model(const convert_opts *o, char *err, size_t errlen) {
     if (from_gguf) {
         in.gin = gguf_open(o->input, err, errlen);
         if (!in.gin) return -1;
-        if (dsv4_config_from_gguf(in.gin, &in.cfg, err, errlen) != 0) goto out;
+        if (dsv4_config_from_gguf(in.gin, &in.cfg, err, errlen) != 0) {
+            char tmp[800];
+            snprintf(tmp, sizeof tmp, "%s", err);
+            snprintf(err, errlen, "%s: not a usable DeepSeek V4 GGUF (%s)", o->input, tmp);
+            goto out;
+        }
         in.gguf_is_mtp = gguf_find_tensor(in.gin, "mtp.0.e_proj.weight") && !gguf_find_tensor(in.gin, "token_embd.weight");
         if (o->tokenizer_json) snprintf(in.tok_json, sizeof in.tok_json, "%s", o->tokenizer_json);
         if (o->tokenizer_config) snprintf(in.tok_cfg, sizeof in.tok_cfg, "%s", o->tokenizer_config);
