@@ -7,9 +7,11 @@
 # Flash GGUFs (80.8 GiB q2, 153.3 GiB q4, MTP 1.9 / 3.5 GiB) written sparse by
 # tests/interop/flash_sparse.c: the same writer calls as `minke mkmodel
 # --preset flash`, big tensors left as holes (a few MB on disk). That the
-# header really is mkmodel's is checked here too: mkmodel runs under a 16 MB
+# header really is mkmodel's is checked here too: mkmodel runs under a 16-32 MB
 # file-size limit (it is killed by SIGXFSZ after writing its header) and the
-# header bytes must be identical.
+# header bytes must be identical (if the limit cannot be set, mkmodel is not
+# run). `minke convert` (GGUF in) is cut off the same way and its partial file,
+# extended with a hole, must pass ds4 --inspect too.
 #
 # Checks: ds4 --inspect (container, tokenizer, metadata validation, tensor
 # binding and layout) accepts the q2 and q4 files and the MTP files; a
@@ -67,8 +69,8 @@ grep -q "iq2_xxs *86 tensors" "$T/ds4.log" && grep -q "q2_k *43 tensors" "$T/ds4
 
 # 2. the header is mkmodel's own (mkmodel dies of SIGXFSZ once past 16 MB)
 if [ -n "${off:-}" ]; then
-    ( (ulimit -f 32768; exec "$MINKE_BIN" mkmodel --preset flash --tokenizer "$tok" -t 1 --no-progress \
-        -o "$T/mk.gguf") ) >/dev/null 2>&1
+    { sh -c 'ulimit -f 32768 && exec "$@"' sh "$MINKE_BIN" mkmodel --preset flash --tokenizer "$tok" -t 1 \
+        --no-progress -o "$T/mk.gguf" >/dev/null 2>&1; } 2>/dev/null
     if [ ! -f "$T/mk.gguf.tmp" ]; then
         echo "SKIP header comparison: mkmodel left no partial file (SIGXFSZ ignored here?)"
     elif cmp -n "$off" "$T/mk.gguf.tmp" "$T/q2.gguf" >/dev/null 2>&1; then
@@ -77,6 +79,19 @@ if [ -n "${off:-}" ]; then
         bad "mkmodel's header differs from flash_sparse's: $(cmp -n "$off" "$T/mk.gguf.tmp" "$T/q2.gguf" 2>&1)"
     fi
     rm -f "$T/mk.gguf.tmp"
+
+    # 2b. `minke convert` (GGUF in, q2 policy) writes a header ds4 accepts: same trick, then the
+    # partial file is extended with a hole past the last tensor (ds4 ignores trailing bytes)
+    size=$(wc -c <"$T/q2.gguf")
+    { sh -c 'ulimit -f 32768 && exec "$@"' sh "$MINKE_BIN" convert "$T/q2.gguf" -o "$T/cv.gguf" -t 1 --no-progress \
+        >/dev/null 2>&1; } 2>/dev/null
+    if [ ! -f "$T/cv.gguf.tmp" ]; then
+        echo "SKIP convert header check: convert left no partial file"
+    else
+        truncate -s $((size + 65536)) "$T/cv.gguf.tmp"
+        inspect "minke convert's Flash header (GGUF -> q2)" -m "$T/cv.gguf.tmp"
+        rm -f "$T/cv.gguf.tmp"
+    fi
 fi
 
 # 3. tokenization through ds4 from minke's tokenizer metadata
