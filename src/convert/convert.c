@@ -173,8 +173,11 @@ static void drop_pages(const void *p, uint64_t n) {
 }
 
 static void policy_desc(const convert_policy *p, char *b, size_t n) {
-    snprintf(b, n, "experts %s/%s, dense %s%s", quant_name(p->expert_gateup), quant_name(p->expert_down),
-             quant_name(p->dense), p->small_f32 ? ", small tensors F32" : "");
+    size_t o = (size_t)snprintf(b, n, "experts %s/%s, dense %s%s", quant_name(p->expert_gateup),
+                                quant_name(p->expert_down), quant_name(p->dense), p->small_f32 ? ", small tensors F32" : "");
+    for (int i = 0; i < p->n_overrides && o < n; i++)
+        o += (size_t)snprintf(b + o, n - o, ", layers %d-%d experts %s/%s", p->overrides[i].from, p->overrides[i].to,
+                              quant_name(p->overrides[i].gateup), quant_name(p->overrides[i].down));
 }
 
 /* The opened input. */
@@ -235,7 +238,7 @@ static int write_file(const convert_opts *o, conv_input *in, const dsv4_tensor_s
     gguf_writer *w = gguf_writer_open(out, 32, err, errlen);
     if (!w) return -1;
     dsv4_config_write_gguf(w, &in->cfg);
-    char pdesc[160];
+    char pdesc[600];
     policy_desc(&o->policy, pdesc, sizeof pdesc);
     if (in->gin) {
         for (uint64_t i = 0; i < in->gin->n_kv; i++) {
