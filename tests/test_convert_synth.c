@@ -83,7 +83,7 @@ static int write_model(const char *name, const dsv4_config *c, const convert_pol
     for (int i = 0; i < n; i++) types[i] = policy_type(p, &specs[i]);
     free(specs);
     snprintf(path, pn, "%s/%s", tmpdir, name);
-    synth_file_opts o = {types, seed, damp, NULL, threads, 0, 0};
+    synth_file_opts o = {types, seed, damp, NULL, threads, 0, 0, 0};
     char err[512] = "";
     int rc = synth_write_gguf(path, c, &o, err, sizeof err);
     CHECK(rc == 0, "synth_write_gguf %s: %s", name, err);
@@ -315,7 +315,7 @@ static void test_mtp(const dsv4_config *c) {
     for (int i = 0; i < n; i++) types[i] = policy_type(&p, &specs[i]);
     char path[1024], err[512] = "";
     snprintf(path, sizeof path, "%s/mtp.gguf", tmpdir);
-    synth_file_opts o = {types, 3, 1.0f, NULL, 2, 0, 1};
+    synth_file_opts o = {types, 3, 1.0f, NULL, 2, 0, 1, 0};
     CHECK(synth_write_gguf(path, c, &o, err, sizeof err) == 0, "MTP write: %s", err);
     gguf_file *g = gguf_open(path, err, sizeof err);
     CHECK(g != NULL, "MTP open: %s", err);

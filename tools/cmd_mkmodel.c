@@ -31,6 +31,8 @@ static void usage(FILE *f) {
             "  --mtp-out FILE         also write a synthetic MTP block (spec §4.4) as its own GGUF\n"
             "  --damp F               scale the attention output and FFN down projections by F (default 1)\n"
             "  -t, --threads N        worker threads (default: all %d cores; the bytes do not depend on it)\n"
+            "  --holes-above BYTES    write tensors bigger than BYTES as zeros (sparse holes): a full-size\n"
+            "                         file with the real header for loader tests, a few MB on disk\n"
             "  --progress / --no-progress\n"
             "dimension overrides (after the preset):\n"
             "  --layers N --vocab N --dim N --heads N --head-dim N --rope-dim N --q-lora N --o-lora N\n"
@@ -66,7 +68,7 @@ int cmd_mkmodel(int argc, char **argv) {
     const char *preset = "tiny", *out = NULL, *tokenizer = NULL, *mtp_out = NULL;
     convert_policy pol;
     policy_default(&pol);
-    uint64_t seed = 1;
+    uint64_t seed = 1, holes_above = 0;
     float damp = 1.0f, swiglu = -1;
     int n_threads = 0, prog = -1;
     uint32_t layers = 0, hca = 0;
@@ -96,6 +98,11 @@ int cmd_mkmodel(int argc, char **argv) {
         else if (!strcmp(a, "-o") || !strcmp(a, "--output")) out = v;
         else if (!strcmp(a, "--tokenizer")) tokenizer = v;
         else if (!strcmp(a, "--mtp-out")) mtp_out = v;
+        else if (!strcmp(a, "--holes-above")) {
+            char *end;
+            holes_above = strtoull(v, &end, 0);
+            bad = !*v || *end;
+        }
         else if (!strcmp(a, "--experts")) bad = policy_set_experts(&pol, v);
         else if (!strcmp(a, "--dense")) bad = policy_set_dense(&pol, v);
         else if (!strcmp(a, "--layer-experts")) bad = policy_add_layer_experts(&pol, v);
@@ -200,7 +207,7 @@ int cmd_mkmodel(int argc, char **argv) {
     }
     for (int i = 0; i < n; i++) types[i] = policy_type(&pol, &specs[i]);
     free(specs);
-    synth_file_opts so = {types, seed, damp, tokenizer, n_threads, prog, 0};
+    synth_file_opts so = {types, seed, damp, tokenizer, n_threads, prog, 0, holes_above};
     double t0 = progress_now();
     int rc = synth_write_gguf(out, &c, &so, err, sizeof err);
     double secs = progress_now() - t0;
@@ -226,7 +233,7 @@ int cmd_mkmodel(int argc, char **argv) {
         }
         for (int i = 0; i < nm; i++) mtypes[i] = policy_type(&pol, &specs[i]);
         free(specs);
-        synth_file_opts mo = {mtypes, seed, damp, NULL, n_threads, prog, 1};
+        synth_file_opts mo = {mtypes, seed, damp, NULL, n_threads, prog, 1, holes_above};
         rc = synth_write_gguf(mtp_out, &c, &mo, err, sizeof err);
         free(mtypes);
         if (rc != 0) {

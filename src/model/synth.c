@@ -449,6 +449,15 @@ int synth_write_gguf(const char *path, const dsv4_config *c, const synth_file_op
     for (int i = 0; i < n; i++) {
         int t = o->types ? o->types[i] : specs[i].ds4_type;
         fill_job j = {c, &specs[i], t, o->seed, o->damp, NULL, 0};
+        uint64_t nbytes = quant_nbytes(t, specs[i].ne[0] * specs[i].ne[1] * specs[i].ne[2]);
+        if (o->holes_above && nbytes > o->holes_above) {
+            if (gguf_w_zeros(w, nbytes) != 0) {
+                snprintf(err, errlen, "%s: write failed: %s", specs[i].name, gguf_writer_error(w));
+                goto out;
+            }
+            progress_add(&pg, nbytes);
+            continue;
+        }
         int r = rowpool_write_rows(w, o->n_threads, (int64_t)(specs[i].ne[1] * specs[i].ne[2]),
                                    quant_row_bytes(t, (int64_t)specs[i].ne[0]), row_grain(&specs[i]), fill_write_rows,
                                    &j, bufs, buf_bytes, &pg);

@@ -46,6 +46,8 @@ typedef struct synth_file_opts {
     int n_threads;               /* <= 0: all cores */
     int progress;                /* -1 auto (TTY), 0 off, 1 on */
     int mtp;                     /* 1: write the MTP GGUF (dsv4_mtp_tensor_specs, no tokenizer) */
+    uint64_t holes_above;        /* > 0: tensors of more bytes are written as zeros (sparse holes):
+                                    full-size headers for loader tests at a few MB on disk */
 } synth_file_opts;
 
 /* Write a complete GGUF (metadata, tokenizer, every tensor of dsv4_tensor_specs(c)), or with
