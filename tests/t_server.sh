@@ -32,7 +32,7 @@ if [ ! -f "$MODEL" ]; then
     mv "$MODEL.tmp.$$" "$MODEL"
 fi
 
-"$BIN" serve -m "$MODEL" --port "$PORT" --ctx 1024 --api-key test-key --test-hooks --cors --max-body-mb 1 --prefill-chunk 64 -t 2 >"$T/server.log" 2>&1 &
+"$BIN" serve -m "$MODEL" --port "$PORT" --ctx 1024 --api-key test-key --test-hooks --cors --max-body-mb 1 --prefill-chunk 64 --keepalive-ms 50 -t 2 >"$T/server.log" 2>&1 &
 SERVER_PID=$!
 i=0
 until curl -sf "http://127.0.0.1:$PORT/health" -H 'Authorization: Bearer test-key' >/dev/null 2>&1; do

@@ -29,6 +29,7 @@ static void usage(FILE *out) {
             "  --model-id ID               id reported by /v1/models (default deepseek-v4-flash)\n"
             "  --accept-any-model          accept any model name in requests (else 404)\n"
             "  --prefill-chunk N           tokens per prefill step (default 2048)\n"
+            "  --keepalive-ms N            SSE keepalive interval during prefill (default 1000)\n"
             "  --kv-disk-dir DIR           enable the disk KV cache in DIR\n"
             "  --kv-disk-space-mb N        disk cache budget (default 4096)\n"
             "  --kv-cache-min-tokens N     smallest snapshot stored or loaded (default 512)\n"
@@ -62,6 +63,7 @@ int cmd_serve(int argc, char **argv) {
     cfg.backend = MINKE_BACKEND_CPU;
     cfg.model_id = "deepseek-v4-flash";
     cfg.prefill_chunk = 2048;
+    cfg.keepalive_ms = 1000;
     cfg.kv_disk_space_mb = 4096;
     cfg.kv_min_tokens = 512;
     cfg.kv_cold_max_tokens = 30000;
@@ -95,6 +97,7 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { if (need_int(argc, argv, &i, 0, 4096, &v)) return 2; cfg.n_threads = (int)v; }
         else if (!strcmp(a, "--model-id") && has_val) cfg.model_id = argv[++i];
         else if (!strcmp(a, "--accept-any-model")) cfg.accept_any_model = 1;
+        else if (!strcmp(a, "--keepalive-ms")) { if (need_int(argc, argv, &i, 1, 600000, &v)) return 2; cfg.keepalive_ms = (int)v; }
         else if (!strcmp(a, "--prefill-chunk")) { if (need_int(argc, argv, &i, 1, 1 << 20, &v)) return 2; cfg.prefill_chunk = (int)v; }
         else if (!strcmp(a, "--kv-disk-dir") && has_val) cfg.kv_disk_dir = argv[++i];
         else if (!strcmp(a, "--kv-disk-space-mb")) { if (need_int(argc, argv, &i, 1, 1L << 30, &v)) return 2; cfg.kv_disk_space_mb = (uint64_t)v; }

@@ -57,6 +57,7 @@ typedef struct server_config {
     const char *model_id;     /* id reported by /v1/models */
     int accept_any_model;
     int prefill_chunk;        /* tokens per prefill call (keepalive/cancel granularity) */
+    int keepalive_ms;         /* SSE comment interval during prefill */
     /* disk KV cache (kvdisk.c) */
     const char *kv_disk_dir;
     uint64_t kv_disk_space_mb;

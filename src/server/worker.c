@@ -420,7 +420,7 @@ static void run_job(job *j) {
         }
         if (is_cancelled(j)) break;
         double now = now_seconds();
-        if (r->stream && now - last_keepalive >= 1.0) {
+        if (r->stream && now - last_keepalive >= cfg->keepalive_ms / 1000.0) {
             sse_raw(&j->out, ": prefill\n\n");
             last_keepalive = now;
         }
