@@ -1024,6 +1024,50 @@ static void test_reader_fuzz(ckpt *c) {
     free(orig);
 }
 
+/* F16 source tensors (tiny-a has F32, BF16, FP8, FP4 and I64 but no F16): two BF16 tensors
+ * re-stored as F16 (the same values, exactly representable) convert to the same F32 values. */
+static void test_other_float_dtypes(ckpt *c) {
+    char dir[1024], p[1200];
+    snprintf(dir, sizeof dir, "%s/f16src", tmpdir);
+    json_t *h = json_deep_copy(c->header);
+    json_object_set_new(json_object_get(h, "norm.weight"), "dtype", json_string("F16"));
+    json_object_set_new(json_object_get(h, "layers.0.ffn.gate.weight"), "dtype", json_string("F16"));
+    make_variant(dir, c, h, NULL);
+    json_decref(h);
+    /* rewrite the two tensors' bytes as F16 of the same values */
+    snprintf(p, sizeof p, "%s/model.safetensors", dir);
+    uint64_t n;
+    uint8_t *b = read_all(p, &n);
+    uint64_t hl, old_hl;
+    memcpy(&hl, b, 8);
+    memcpy(&old_hl, c->file, 8);
+    const char *names[2] = {"norm.weight", "layers.0.ffn.gate.weight"};
+    for (int k = 0; k < 2; k++) {
+        ck_tensor *t = ck_find(c, names[k]);
+        uint64_t off = (uint64_t)(t->data - (c->file + 8 + old_hl));
+        uint8_t *d = b + 8 + hl + off;
+        for (uint64_t i = 0; i < t->nbytes / 2; i++) {
+            uint16_t h16 = f32_to_f16(ref_bf16(t->data + 2 * i));
+            memcpy(d + 2 * i, &h16, 2);
+        }
+    }
+    write_all(p, b, n);
+    free(b);
+    char out[1024], ref[1024];
+    gguf_file *g = convert_to("f16src.gguf", dir, "f32", "f32", out, sizeof out);
+    gguf_file *r = convert_to("f16ref.gguf", ckpt_dir, "f32", "f32", ref, sizeof ref);
+    if (g && r) {
+        const char *gn[2] = {"output_norm.weight", "blk.0.ffn_gate_inp.weight"};
+        for (int k = 0; k < 2; k++) {
+            const gguf_tensor *a = gguf_find_tensor(g, gn[k]), *e = gguf_find_tensor(r, gn[k]);
+            CHECK(a && e && a->nbytes == e->nbytes && !memcmp(a->data, e->data, a->nbytes), "%s from F16 differs", gn[k]);
+        }
+        fprintf(stderr, "F16 source tensors convert exactly\n");
+    }
+    if (g) gguf_close(g);
+    if (r) gguf_close(r);
+}
+
 int main(void) {
     make_tmpdir();
     int quick = getenv("MINKE_ASAN") && atoi(getenv("MINKE_ASAN"));
@@ -1041,6 +1085,7 @@ int main(void) {
     test_mtp(&c);
     test_sharded(&c);
     test_reader_fuzz(&c);
+    test_other_float_dtypes(&c);
     /* the IQ2_XXS quantizer is too slow under sanitizers for the whole default-policy pass */
     if (!quick) test_default_policy(&c, quick);
     else fprintf(stderr, "MINKE_ASAN: default-policy conversion skipped\n");
