@@ -419,6 +419,9 @@ static int cu_model_init(minke_model *m) {
                 if (d->d && d->type == CU_TYPE_Q8_0 &&
                     cu_repack_q8_0(d->d, d->ne[1] * d->ne[2] * d->ne[3], d->ne[0], d->row_bytes, cm->st))
                     d->type = CU_TYPE_Q8_0R;
+                else if (d->d && d->type == CU_TYPE_IQ2_XXS &&
+                         cu_repack_iq2_xxs(d->d, d->ne[1] * d->ne[2] * d->ne[3], d->ne[0], d->row_bytes, cm->st))
+                    d->type = CU_TYPE_IQ2R;
             }
         CK(cudaStreamSynchronize(cm->st));
     }

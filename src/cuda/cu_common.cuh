@@ -25,6 +25,7 @@
 #define CU_TYPE_BF16 30
 #define CU_TYPE_MXFP4 39
 #define CU_TYPE_Q8_0_F32 64   /* activation-only: f32 d + 32 int8 */
+#define CU_TYPE_IQ2R 116      /* IQ2_XXS repacked on the device: groups, then scales */
 #define CU_TYPE_Q8_0R 108     /* Q8_0 repacked on the device: codes, then scales (cu_repack_q8_0) */
 
 struct __align__(2) cu_block_q8_0 { uint16_t d; int8_t q[32]; };                    /* 34 */

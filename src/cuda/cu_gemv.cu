@@ -262,6 +262,39 @@ template <> struct WItem<CU_TYPE_IQ2_XXS> {
     }
 };
 
+/* IQ2_XXS repacked on upload (cu_repack_iq2_xxs): a row is nb x 64 bytes of
+ * groups, then nb f16 scales; a group (4 grid indices + signs/scale word) is
+ * one 8-byte load. */
+template <> struct WItem<CU_TYPE_IQ2R> {
+    int v[8]; int blk, g; float scale;
+    __device__ __forceinline__ void load(const uint8_t *row, int it, int nit, const uint64_t *tab) {
+        blk = it >> 3; g = it & 7;
+        uint2 q = *(const uint2 *)(row + (int64_t)blk * 64 + g * 8);
+        uint32_t a = q.x, w = q.y;
+#pragma unroll
+        for (int l = 0; l < 4; l++) {
+            uint64_t gv = tab[(a >> (8 * l)) & 255];
+            uint32_t s7 = (w >> (7 * l)) & 127;
+            uint32_t S = s7 | ((__popc(s7) & 1) << 7);
+            uint32_t m0 = (((S & 15) * 0x00204081u) & 0x01010101u) * 0xFFu;
+            uint32_t m1 = ((((S >> 4) & 15) * 0x00204081u) & 0x01010101u) * 0xFFu;
+            uint32_t g0 = (uint32_t)gv, g1 = (uint32_t)(gv >> 32);
+            v[2 * l] = (int)__vsub4(g0 ^ m0, m0);
+            v[2 * l + 1] = (int)__vsub4(g1 ^ m1, m1);
+        }
+        float d = cu_h2f(((const uint16_t *)(row + (int64_t)(nit >> 3) * 64))[blk]);
+        scale = d * (float)(2 * (w >> 28) + 1);
+    }
+    __device__ __forceinline__ float dot(const uint8_t *act, int it) const {
+        const cu_block_q8_K *a = (const cu_block_q8_K *)act + blk;
+        const int *aq = (const int *)(a->q + 32 * g);
+        int p = 0;
+#pragma unroll
+        for (int k = 0; k < 8; k++) p = __dp4a(v[k], aq[k], p);
+        return scale * a->d * (float)p * 0.125f;
+    }
+};
+
 /* Plain floats: F16/BF16 item = 8 elements (16 B), F32 item = 4 elements. */
 template <> struct WItem<CU_TYPE_F16> {
     float w[8];
@@ -305,20 +338,23 @@ template <> struct WItem<CU_TYPE_F32> {
 
 #define GEMV_WARPS 8
 
-template <int TYPE, int NT>
+/* RPW rows per warp: prefill tiles (NT > 1) take 4 so the weights of 4 rows
+ * are in flight together and the activation loads are shared between them. */
+template <int TYPE, int NT, int RPW>
 __global__ void __launch_bounds__(GEMV_WARPS * 32)
 k_gemv(cu_gemv_args g) {
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    int64_t r = (int64_t)blockIdx.x * GEMV_WARPS + warp;
+    int64_t r0 = ((int64_t)blockIdx.x * GEMV_WARPS + warp) * RPW;
     const uint64_t *tab = cu_iq2xxs_grid;
-    if (TYPE == CU_TYPE_IQ2_XXS) {
+    if (TYPE == CU_TYPE_IQ2_XXS || TYPE == CU_TYPE_IQ2R) {
         /* the grid in shared memory: random lookups stay on-chip */
         __shared__ uint64_t sgrid[256];
         for (int i = threadIdx.x; i < 256; i += blockDim.x) sgrid[i] = cu_iq2xxs_grid[i];
         __syncthreads();
         tab = sgrid;
     }
-    if (r >= g.rows) return;
+    if (r0 >= g.rows) return;
+    int nr = g.rows - r0 < RPW ? (int)(g.rows - r0) : RPW;
     /* which activation / output rows this tile covers */
     int ids[NT]; int nt = 0;
     const uint8_t *wbase = (const uint8_t *)g.w;
@@ -333,29 +369,42 @@ k_gemv(cu_gemv_args g) {
         int t0 = blockIdx.y * NT;
         for (int k = 0; k < NT; k++) if (t0 + k < g.ntok) ids[nt++] = t0 + k;
     }
-    const uint8_t *row = wbase + r * (int64_t)g.row_bytes;
-    int64_t aoff = g.group_rows ? (r / g.group_rows) * g.group_act_bytes : 0;
-    const uint8_t *act[NT];
+    const uint8_t *row[RPW];
+#pragma unroll
+    for (int rr = 0; rr < RPW; rr++) row[rr] = wbase + (r0 + (rr < nr ? rr : 0)) * (int64_t)g.row_bytes;
+    /* grouped input: all rows of a warp lie in one group when group_rows % RPW == 0 */
+    int64_t aoff = g.group_rows ? (r0 / g.group_rows) * g.group_act_bytes : 0;
+    const uint8_t *__restrict__ act[NT];
 #pragma unroll
     for (int k = 0; k < NT; k++)
         act[k] = (const uint8_t *)g.act + (int64_t)(k < nt ? ids[k] / g.act_div : 0) * g.act_stride + aoff;
-    float acc[NT];
+    float acc[NT][RPW];
 #pragma unroll
-    for (int k = 0; k < NT; k++) acc[k] = 0.f;
-#pragma unroll 4
+    for (int k = 0; k < NT; k++)
+#pragma unroll
+        for (int rr = 0; rr < RPW; rr++) acc[k][rr] = 0.f;
+#pragma unroll 2
     for (int it = lane; it < g.items; it += 32) {
-        WItem<TYPE> w;
-        w.load(row, it, g.items, tab);
+        WItem<TYPE> w[RPW];
 #pragma unroll
-        for (int k = 0; k < NT; k++) if (k < nt) acc[k] += w.dot(act[k], it);
+        for (int rr = 0; rr < RPW; rr++) w[rr].load(row[rr], it, g.items, tab);
+#pragma unroll
+        for (int k = 0; k < NT; k++)
+            if (k < nt) {
+#pragma unroll
+                for (int rr = 0; rr < RPW; rr++) acc[k][rr] += w[rr].dot(act[k], it);
+            }
     }
 #pragma unroll
     for (int k = 0; k < NT; k++) {
         if (k < nt) {
-            float s = warp_sum(acc[k]);
-            if (lane == 0) {
-                float *o = g.out + (int64_t)ids[k] * g.out_stride + r;
-                if (g.accumulate) *o += s; else *o = s;
+#pragma unroll
+            for (int rr = 0; rr < RPW; rr++) {
+                float s = warp_sum(acc[k][rr]);
+                if (lane == 0 && rr < nr) {
+                    float *o = g.out + (int64_t)ids[k] * g.out_stride + r0 + rr;
+                    if (g.accumulate) *o += s; else *o = s;
+                }
             }
         }
     }
@@ -364,11 +413,13 @@ k_gemv(cu_gemv_args g) {
 template <int TYPE>
 static void launch_type(const cu_gemv_args &g, int ntiles, cudaStream_t st) {
     dim3 block(GEMV_WARPS * 32);
-    int gx = (int)((g.rows + GEMV_WARPS - 1) / GEMV_WARPS);
-    if (g.nt_hint <= 1) k_gemv<TYPE, 1><<<dim3(gx, ntiles), block, 0, st>>>(g);
-    else if (g.nt_hint <= 4) k_gemv<TYPE, 4><<<dim3(gx, ntiles), block, 0, st>>>(g);
-    else if (g.nt_hint <= 8) k_gemv<TYPE, 8><<<dim3(gx, ntiles), block, 0, st>>>(g);
-    else k_gemv<TYPE, 16><<<dim3(gx, ntiles), block, 0, st>>>(g);
+    int rpw = g.nt_hint <= 1 || (g.group_rows && g.group_rows % 4) ? 1 : 4;
+    int gx = (int)((g.rows + GEMV_WARPS * rpw - 1) / (GEMV_WARPS * rpw));
+    if (g.nt_hint <= 1) k_gemv<TYPE, 1, 1><<<dim3(gx, ntiles), block, 0, st>>>(g);
+    else if (rpw == 1 && g.nt_hint <= 4) k_gemv<TYPE, 4, 1><<<dim3(gx, ntiles), block, 0, st>>>(g);
+    else if (rpw == 1) k_gemv<TYPE, 8, 1><<<dim3(gx, ntiles), block, 0, st>>>(g);
+    else if (g.nt_hint <= 4) k_gemv<TYPE, 4, 4><<<dim3(gx, ntiles), block, 0, st>>>(g);
+    else k_gemv<TYPE, 8, 4><<<dim3(gx, ntiles), block, 0, st>>>(g);
 }
 
 int cu_gemv_items(int type, int64_t in) {
@@ -382,7 +433,7 @@ int cu_gemv_items(int type, int64_t in) {
 int cu_act_type(int wtype) {
     switch (wtype) {
     case CU_TYPE_Q8_0: case CU_TYPE_Q8_0R: case CU_TYPE_MXFP4: return CU_TYPE_Q8_0_F32;
-    case CU_TYPE_Q2_K: case CU_TYPE_Q4_K: case CU_TYPE_IQ2_XXS: return CU_TYPE_Q8_K;
+    case CU_TYPE_Q2_K: case CU_TYPE_Q4_K: case CU_TYPE_IQ2_XXS: case CU_TYPE_IQ2R: return CU_TYPE_Q8_K;
     default: return CU_TYPE_F32;
     }
 }
@@ -404,6 +455,7 @@ int cu_gemv_supported(int type) {
 void cu_gemv(const cu_gemv_args *ga, int ntiles, cudaStream_t st) {
     cu_gemv_args g = *ga;
     g.items = cu_gemv_items(g.wtype, g.in);
+    if (g.nt_hint > 8) g.nt_hint = 8;     /* callers size the grid for tiles of 1, 4 or 8 */
     if (g.act_div <= 0) g.act_div = 1;
     switch (g.wtype) {
     case CU_TYPE_Q8_0: launch_type<CU_TYPE_Q8_0>(g, ntiles, st); break;
@@ -412,6 +464,7 @@ void cu_gemv(const cu_gemv_args *ga, int ntiles, cudaStream_t st) {
     case CU_TYPE_Q2_K: launch_type<CU_TYPE_Q2_K>(g, ntiles, st); break;
     case CU_TYPE_Q4_K: launch_type<CU_TYPE_Q4_K>(g, ntiles, st); break;
     case CU_TYPE_IQ2_XXS: launch_type<CU_TYPE_IQ2_XXS>(g, ntiles, st); break;
+    case CU_TYPE_IQ2R: launch_type<CU_TYPE_IQ2R>(g, ntiles, st); break;
     case CU_TYPE_F16: launch_type<CU_TYPE_F16>(g, ntiles, st); break;
     case CU_TYPE_BF16: launch_type<CU_TYPE_BF16>(g, ntiles, st); break;
     default: launch_type<CU_TYPE_F32>(g, ntiles, st); break;
@@ -442,6 +495,23 @@ int cu_repack_q8_0(void *data, int64_t rows, int64_t in, uint64_t row_bytes, cud
     if (cudaMallocAsync(&tmp, rows * row_bytes, st) != cudaSuccess) return 0;
     cudaMemcpyAsync(tmp, data, rows * row_bytes, cudaMemcpyDeviceToDevice, st);
     k_repack_q8_0<<<(unsigned)rows, 256, 0, st>>>((const uint8_t *)tmp, (uint8_t *)data, nb, row_bytes);
+    cudaFreeAsync(tmp, st);
+    return 1;
+}
+
+__global__ void k_repack_iq2(const uint8_t *src, uint8_t *dst, int nb, uint64_t row_bytes) {
+    const uint8_t *s = src + blockIdx.x * row_bytes;
+    uint8_t *d = dst + blockIdx.x * row_bytes;
+    for (int i = threadIdx.x; i < nb * 64; i += blockDim.x) d[i] = s[(i / 64) * 66 + 2 + (i % 64)];
+    for (int b = threadIdx.x; b < nb; b += blockDim.x) ((uint16_t *)(d + nb * 64))[b] = *(const uint16_t *)(s + b * 66);
+}
+int cu_repack_iq2_xxs(void *data, int64_t rows, int64_t in, uint64_t row_bytes, cudaStream_t st) {
+    int nb = (int)(in / 256);
+    if (row_bytes % 8 || row_bytes != (uint64_t)nb * 66) return 0;   /* rows must stay 8-byte aligned */
+    void *tmp = NULL;
+    if (cudaMallocAsync(&tmp, rows * row_bytes, st) != cudaSuccess) return 0;
+    cudaMemcpyAsync(tmp, data, rows * row_bytes, cudaMemcpyDeviceToDevice, st);
+    k_repack_iq2<<<(unsigned)rows, 256, 0, st>>>((const uint8_t *)tmp, (uint8_t *)data, nb, row_bytes);
     cudaFreeAsync(tmp, st);
     return 1;
 }

@@ -575,12 +575,29 @@ __global__ void __launch_bounds__(TOPK_THREADS) k_idx_topk(const float *scores, 
             if ((k & mask) == prefix) atomicAdd(&hist[(k >> shift) & 255], 1);
         }
         __syncthreads();
-        if (threadIdx.x == 0) {
-            int need = need_sh, acc = 0, b = 255;
-            for (; b > 0; b--) { if (acc + hist[b] >= need) break; acc += hist[b]; }
-            need_sh = need - acc;
-            prefix_sh = prefix | ((uint32_t)b << shift);
-            mask_sh = mask | (255u << shift);
+        if (threadIdx.x < 32) {
+            /* warp 0 finds the bin holding the need-th largest key: lane l owns
+             * bins 255-8l .. 248-8l, a scan over lanes finds the crossing */
+            int l = threadIdx.x, need = need_sh, cnt[8], tot = 0;
+#pragma unroll
+            for (int j = 0; j < 8; j++) { cnt[j] = hist[255 - (8 * l + j)]; tot += cnt[j]; }
+            int inc = tot;
+#pragma unroll
+            for (int o = 1; o < 32; o <<= 1) { int v = __shfl_up_sync(0xffffffffu, inc, o); if (l >= o) inc += v; }
+            int exc = inc - tot;
+            unsigned bal = __ballot_sync(0xffffffffu, exc < need && inc >= need);
+            int src = bal ? __ffs(bal) - 1 : 31;
+            if (l == src) {
+                int acc = exc, b = 255 - 8 * l;
+                for (int j = 0; j < 8; j++) {
+                    b = 255 - (8 * l + j);
+                    if (acc + cnt[j] >= need || b == 0) break;
+                    acc += cnt[j];
+                }
+                need_sh = need - acc;
+                prefix_sh = prefix | ((uint32_t)b << shift);
+                mask_sh = mask | (255u << shift);
+            }
         }
         __syncthreads();
     }

@@ -45,6 +45,8 @@ void cu_quantize_act(int atype, const float *x, void *out, int64_t nrows, int64_
 /* Repack a Q8_0 tensor in place to the GPU layout (type 108); 1 when done, 0 when
  * its rows do not allow it (the tensor then stays Q8_0). */
 int cu_repack_q8_0(void *data, int64_t rows, int64_t in, uint64_t row_bytes, cudaStream_t st);
+/* The same for IQ2_XXS (type 116): 8-byte aligned groups, scales after. */
+int cu_repack_iq2_xxs(void *data, int64_t rows, int64_t in, uint64_t row_bytes, cudaStream_t st);
 int cu_tables_init(const uint64_t *grid, const uint8_t *signs, const int8_t *kvalues);
 
 /* ---- cu_ops.cu ---- */

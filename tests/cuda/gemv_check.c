@@ -95,13 +95,14 @@ static int check_type(int type, int64_t rows, int64_t in, int T, int timing) {
     memset(&g, 0, sizeof g);
     g.w = dW; g.wtype = type; g.rows = rows; g.in = in; g.row_bytes = rb; g.act = act; g.act_stride = astride;
     g.act_div = 1; g.out = dy; g.out_stride = rows; g.ntok = T;
-    static const int nts[3] = {1, 8, 16};
-    for (int ni = 0; ni < (type == GGML_TYPE_Q8_0 ? 6 : 3); ni++) {
+    static const int nts[3] = {1, 4, 8};
+    int repackable = type == GGML_TYPE_Q8_0 || type == GGML_TYPE_IQ2_XXS;
+    for (int ni = 0; ni < (repackable ? 6 : 3); ni++) {
         int nt = nts[ni % 3];
         if (ni == 3) {
             /* the second round runs the device-repacked layout */
-            if (!cu_repack_q8_0(dW, rows, in, rb, 0)) break;
-            g.wtype = 108;
+            if (type == GGML_TYPE_Q8_0) { if (!cu_repack_q8_0(dW, rows, in, rb, 0)) break; g.wtype = 108; }
+            else { if (!cu_repack_iq2_xxs(dW, rows, in, rb, 0)) break; g.wtype = 116; }
         }
         g.nt_hint = nt;
         CK(cudaMemset(dy, 0xFF, sizeof(float) * T * rows));
@@ -116,7 +117,7 @@ static int check_type(int type, int64_t rows, int64_t in, int T, int timing) {
         }
         double rel = md / (mr > 0 ? mr : 1);
         int bad = !(rel <= 1e-5);
-        printf("%s gemv %-8s rows %5lld in %5lld T %d tile %d: rel err %.2e\n", bad ? "FAIL" : "ok  ", ni >= 3 ? "q8_0r" : tr->name,
+        printf("%s gemv %-8s rows %5lld in %5lld T %d tile %d: rel err %.2e\n", bad ? "FAIL" : "ok  ", ni >= 3 ? (type == GGML_TYPE_Q8_0 ? "q8_0r" : "iq2r") : tr->name,
                (long long)rows, (long long)in, T, nt, rel);
         fail |= bad;
     }
@@ -129,6 +130,7 @@ static int check_type(int type, int64_t rows, int64_t in, int T, int timing) {
             cu_synth_fill(big, type, R * in, 1234, 0.01f, 0);
             cu_gemv_args b = g;
             if (type == GGML_TYPE_Q8_0 && cu_repack_q8_0(big, R, in, rb, 0)) b.wtype = 108;
+            if (type == GGML_TYPE_IQ2_XXS && cu_repack_iq2_xxs(big, R, in, rb, 0)) b.wtype = 116;
             b.w = big; b.rows = R; b.out = yb; b.out_stride = R; b.ntok = 1; b.nt_hint = 1;
             cudaEvent_t e0, e1; cudaEventCreate(&e0); cudaEventCreate(&e1);
             cu_gemv(&b, 1, 0);
