@@ -44,6 +44,14 @@ rm -f "$T/l3.gguf" "$T/l2.gguf"
 cmp -s "$T/t1.gguf" "$T/t2.gguf" || bad "-t 1 and -t 2 give different files"
 rm -f "$T/t1.gguf" "$T/t2.gguf"
 
+# --check reads and checks everything, writes nothing
+mkdir -p "$T/bad"
+cp "$CK/config.json" "$T/bad/"
+head -c 1000 "$CK/model.safetensors" > "$T/bad/model.safetensors"
+"$MINKE_BIN" convert "$CK" --check 2>"$T/log" || bad "convert --check: $(cat "$T/log")"
+grep -q "input OK; main file would hold 178 tensors" "$T/log" || bad "convert --check output: $(cat "$T/log")"
+"$MINKE_BIN" convert "$T/bad" --check 2>/dev/null && bad "convert --check accepted a truncated checkpoint"
+
 # errors
 "$MINKE_BIN" convert "$CK" -o "$T/x.gguf" --experts q3 2>"$T/log"; rc=$?
 [ $rc = 2 ] || bad "bad --experts: rc $rc"

@@ -33,6 +33,8 @@ static void usage(FILE *f) {
             "  --no-tokenizer         write no tokenizer.* metadata\n"
             "  -t, --threads N        worker threads (default: all %d cores)\n"
             "  --progress / --no-progress   progress bar on stderr (default: when stderr is a TTY)\n"
+            "  --check                check the input (every tensor, dtype, shape, the tokenizer) and\n"
+            "                         print what would be written, without writing (-o not needed)\n"
             "  -v, --verbose          one line per tensor\n",
             policy_experts_names, policy_dense_names, rowpool_default_threads());
 }
@@ -95,6 +97,8 @@ int cmd_convert(int argc, char **argv) {
         } else if (!strcmp(a, "--tokenizer-config")) {
             NEED_ARG();
             o.tokenizer_config = v;
+        } else if (!strcmp(a, "--check")) {
+            o.check_only = 1;
         } else if (!strcmp(a, "--no-tokenizer")) {
             o.no_tokenizer = 1;
         } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
@@ -117,7 +121,7 @@ int cmd_convert(int argc, char **argv) {
         }
 #undef NEED_ARG
     }
-    if (!o.input || !o.output) {
+    if (!o.input || (!o.output && !o.check_only)) {
         usage(stderr);
         return 2;
     }
@@ -129,7 +133,7 @@ int cmd_convert(int argc, char **argv) {
     }
     struct stat st;
     double secs = progress_now() - t0;
-    if (stat(o.output, &st) == 0)
+    if (!o.check_only && stat(o.output, &st) == 0)
         fprintf(stderr, "minke convert: wrote %s (%.1f MB) in %.2f s\n", o.output, (double)st.st_size / 1e6, secs);
     return 0;
 }

@@ -293,6 +293,35 @@ static int write_file(const convert_opts *o, conv_input *in, const dsv4_tensor_s
     return 0;
 }
 
+static const char *human_bytes(uint64_t b, char *buf, size_t n) {
+    if (b >= 1000000000ull) snprintf(buf, n, "%.2f GB", (double)b / 1e9);
+    else if (b >= 1000000ull) snprintf(buf, n, "%.2f MB", (double)b / 1e6);
+    else snprintf(buf, n, "%.1f kB", (double)b / 1e3);
+    return buf;
+}
+
+/* --check: what would be written, per output type. */
+static void print_plan(const convert_opts *o, const conv_input *in, const conv_tensor *ct, int n, const char *what) {
+    uint64_t bytes[GGML_TYPE_COUNT] = {0}, total = 0;
+    int count[GGML_TYPE_COUNT] = {0};
+    for (int i = 0; i < n; i++) {
+        uint64_t nb = ct[i].out_row_bytes * ct[i].spec->ne[1] * ct[i].spec->ne[2];
+        if (ct[i].out_type >= 0 && ct[i].out_type < GGML_TYPE_COUNT) {
+            bytes[ct[i].out_type] += nb;
+            count[ct[i].out_type]++;
+        }
+        total += (nb + 31) / 32 * 32;
+    }
+    char summ[512];
+    dsv4_config_summary(&in->cfg, summ, sizeof summ);
+    char hb[32];
+    fprintf(stderr, "%s: input OK; %s would hold %d tensors, %s of tensor data%s\n  %s\n", o->input, what, n,
+            human_bytes(total, hb, sizeof hb), !strcmp(what, "main file") && in->tok_json[0] ? " and the tokenizer" : "",
+            summ);
+    for (int t = 0; t < GGML_TYPE_COUNT; t++)
+        if (count[t]) fprintf(stderr, "  %-8s %5d tensors %12s\n", quant_name(t), count[t], human_bytes(bytes[t], hb, sizeof hb));
+}
+
 static void mark_used(conv_tensor *ct, int n) {
     for (int i = 0; i < n; i++)
         for (int e = 0; e < ct[i].off.n_parts; e++) {
@@ -312,7 +341,7 @@ int convert_model(const convert_opts *o, char *err, size_t errlen) {
     uint8_t *bufs[2] = {NULL, NULL};
     char dir[4096], path[4200];
 
-    if (!o->input || !o->output) {
+    if (!o->input || (!o->output && !o->check_only)) {
         snprintf(err, errlen, "input and output are required");
         return -1;
     }
@@ -417,6 +446,13 @@ int convert_model(const convert_opts *o, char *err, size_t errlen) {
             snprintf(err, errlen, "%s has %d tokens but the model's vocab_size is %u", in.tok_json, nv, in.cfg.n_vocab);
             goto out;
         }
+    }
+
+    if (o->check_only) {
+        print_plan(o, &in, ct, n_specs, "main file");
+        if (mct) print_plan(o, &in, mct, n_mspecs, "MTP file");
+        rc = 0;
+        goto out;
     }
 
     size_t max_ne0 = 0;

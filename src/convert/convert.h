@@ -25,6 +25,8 @@ typedef struct convert_opts {
     int no_tokenizer;             /* 1: write no tokenizer.* keys */
     int verbose;                  /* 1: one line per tensor on stderr */
     int max_layers;               /* > 0: keep only the first N layers (a smaller valid model for quick tests) */
+    int check_only;               /* 1: check the input and print what would be written; write nothing
+                                     (output may be NULL) */
 } convert_opts;
 
 void convert_opts_default(convert_opts *o);
