@@ -131,3 +131,16 @@ grep -q 'tool-call ids restored' "$T/run7.log" || fail "tool map not restored at
 node tests/node/kvdisk.mjs tool2 "$T/tool.json" || fail "tool replay after restart"
 stop
 echo "ok   tool-call replay restored from the cache files after a restart"
+
+# 7. a thinking turn replayed without its reasoning: the evicted snapshot is
+#    keyed by the client-visible transcript and continues after a restart
+rm -rf "$D"
+start run8 --test-hooks
+node tests/node/kvdisk.mjs vis1 "$T/vis.json" || fail "visible phase 1"
+stop
+grep -q 'stored .* (evict' "$T/run8.log" || fail "no evict snapshot of the thinking turn"
+start run9
+node tests/node/kvdisk.mjs vis2 "$T/vis.json" || fail "visible phase 2"
+stop
+grep -q '(disk-visible)' "$T/run9.log" || fail "log does not show a disk-visible hit"
+echo "ok   thinking turn found again on disk by its visible transcript"

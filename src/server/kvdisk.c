@@ -4,7 +4,10 @@
  * ds4 header of §5.2 (52 bytes + key text + engine payload), the payload being
  * minke_session_serialize's bytes, followed by our trailers:
  *   flags bit3: token trailer "KTK" v1, u32 count, u32 ids (the exact history;
- *               our payload is opaque, unlike ds4's);
+ *               our payload is opaque, unlike ds4's); v2 adds u32 n_tail after
+ *               the count and n_tail ids after the history: for a key that is
+ *               a thinking turn's visible transcript (flags bit2), the tokens
+ *               to evaluate before what follows the key (last token, EOS);
  *   flags bit4: bytes 20..23 hold the CRC-32 of everything after the header,
  *               so a flipped bit anywhere is caught before the state is used.
  * Writes go to a temp file renamed into place; a file that fails any check
@@ -27,6 +30,7 @@ uint32_t crc32_update(uint32_t crc, const void *data, size_t n);
 
 #define KV_HEADER 52
 #define KV_FLAG_TOOLMAP 0x01
+#define KV_FLAG_VISIBLE 0x04
 #define KV_FLAG_TOKENS 0x08
 #define KV_FLAG_CRC 0x10
 #define KV_QUANT_BITS 4
@@ -247,14 +251,16 @@ int kvdisk_init(const server_config *cfg) {
     return 0;
 }
 
-int kvdisk_save_tokens(minke_session *s, const char *key, size_t key_len, const int32_t *tok, int n_tok, kv_reason why) {
+int kvdisk_save_tokens(minke_session *s, const char *key, size_t key_len, const int32_t *tok, int n_tok, const int32_t *tail, int n_tail,
+                       kv_reason why) {
     if (!g_enabled || n_tok <= 0 || !key_len) return -1;
     uint64_t pbytes = minke_session_serial_bytes(s);
     char **tm_ids = NULL, **tm_dsml = NULL;
     int n_tm = g_cfg->tool_replay ? toolmem_collect(key, key_len, &tm_ids, &tm_dsml) : 0;
     uint64_t tm_bytes = n_tm ? 8 : 0;
     for (int i = 0; i < n_tm; i++) tm_bytes += 8 + strlen(tm_ids[i]) + strlen(tm_dsml[i]);
-    uint64_t total = KV_HEADER + key_len + pbytes + tm_bytes + 8 + 4ull * (uint64_t)n_tok;
+    if (n_tail < 0 || n_tail > 4) n_tail = 0;
+    uint64_t total = KV_HEADER + key_len + pbytes + tm_bytes + 8 + (n_tail ? 4 : 0) + 4ull * (uint64_t)(n_tok + n_tail);
     uint64_t budget = g_cfg->kv_disk_space_mb * 1024ull * 1024ull;
     unsigned char *buf = total + total / 100 > budget ? NULL : malloc(total);
     if (!buf) {
@@ -270,7 +276,7 @@ int kvdisk_save_tokens(minke_session *s, const char *key, size_t key_len, const 
     buf[3] = 1;
     buf[4] = KV_QUANT_BITS;
     buf[5] = (unsigned char)why;
-    buf[6] = KV_FLAG_TOKENS | KV_FLAG_CRC | (n_tm ? KV_FLAG_TOOLMAP : 0);
+    buf[6] = KV_FLAG_TOKENS | KV_FLAG_CRC | (n_tm ? KV_FLAG_TOOLMAP : 0) | (n_tail ? KV_FLAG_VISIBLE : 0);
     put32(buf + 8, (uint32_t)n_tok);
     put32(buf + 12, 0);
     put32(buf + 16, (uint32_t)minke_session_n_ctx(s));
@@ -305,9 +311,12 @@ int kvdisk_save_tokens(minke_session *s, const char *key, size_t key_len, const 
     free(tm_ids);
     free(tm_dsml);
     memcpy(t, "KTK", 3);
-    t[3] = 1;
+    t[3] = n_tail ? 2 : 1;
     put32(t + 4, (uint32_t)n_tok);
-    for (int i = 0; i < n_tok; i++) put32(t + 8 + 4 * i, (uint32_t)tok[i]);
+    t += 8;
+    if (n_tail) { put32(t, (uint32_t)n_tail); t += 4; }
+    for (int i = 0; i < n_tok; i++) put32(t + 4 * i, (uint32_t)tok[i]);
+    for (int i = 0; i < n_tail; i++) put32(t + 4 * (n_tok + i), (uint32_t)tail[i]);
     put32(buf + 20, crc32_update(0, buf + KV_HEADER, total - KV_HEADER));
 
     char hex[41], name[48], path[4200], tmp[4300];
@@ -338,7 +347,7 @@ static int cmp_keylen(const void *a, const void *b) {
 
 /* Reads and checks one file fully; loads it into s. Returns 0 on success;
  * -1 after rejecting (and removing) it. */
-static int load_entry(minke_session *s, const entry *e, const char *text, int32_t **tok, int *n_tok) {
+static int load_entry(minke_session *s, const entry *e, const char *text, int32_t **tok, int *n_tok, int32_t **tail, int *n_tail) {
     char path[4200];
     entry_path(path, sizeof path, e->name);
     FILE *f = fopen(path, "rb");
@@ -369,9 +378,15 @@ static int load_entry(minke_session *s, const entry *e, const char *text, int32_
                 }
             }
         }
-        if (!why && (off + 8 > e->size || memcmp(buf + off, "KTK", 3) || buf[off + 3] != 1 || get32(buf + off + 4) != h->n_tokens ||
-                     off + 8 + 4ull * h->n_tokens > e->size))
+        uint32_t tail_n = 0;
+        uint64_t ids = off + 8;
+        if (!why && (off + 8 > e->size || memcmp(buf + off, "KTK", 3) || (buf[off + 3] != 1 && buf[off + 3] != 2) || get32(buf + off + 4) != h->n_tokens))
             why = "bad token trailer";
+        if (!why && buf[off + 3] == 2) {
+            if (off + 12 > e->size || (tail_n = get32(buf + off + 8)) > 4) why = "bad token trailer";
+            ids += 4;
+        }
+        if (!why && ids + 4ull * (h->n_tokens + tail_n) > e->size) why = "bad token trailer";
         if (!why) {
             if (minke_session_deserialize(s, buf + KV_HEADER + h->key_len, h->payload_bytes)) why = minke_last_error();
             else if (minke_session_pos(s) != (int)h->n_tokens) why = "payload position differs from the token count";
@@ -379,7 +394,10 @@ static int load_entry(minke_session *s, const entry *e, const char *text, int32_
         if (!why) {
             *n_tok = (int)h->n_tokens;
             *tok = malloc(4ull * h->n_tokens);
-            for (uint32_t i = 0; i < h->n_tokens; i++) (*tok)[i] = (int32_t)get32(buf + off + 8 + 4 * i);
+            for (uint32_t i = 0; i < h->n_tokens; i++) (*tok)[i] = (int32_t)get32(buf + ids + 4 * i);
+            *n_tail = (int)tail_n;
+            *tail = malloc(4ull * tail_n + 4);
+            for (uint32_t i = 0; i < tail_n; i++) (*tail)[i] = (int32_t)get32(buf + ids + 4ull * (h->n_tokens + i));
         }
     }
     free(buf);
@@ -407,9 +425,11 @@ static int load_entry(minke_session *s, const entry *e, const char *text, int32_
     return 0;
 }
 
-size_t kvdisk_load_prefix(minke_session *s, const char *text, size_t len, int32_t **tok, int *n_tok) {
+size_t kvdisk_load_prefix(minke_session *s, const char *text, size_t len, int32_t **tok, int *n_tok, int32_t **tail, int *n_tail) {
     *tok = NULL;
     *n_tok = 0;
+    *tail = NULL;
+    *n_tail = 0;
     if (!g_enabled) return 0;
     entry *v = NULL;
     int n = scan(&v);
@@ -421,7 +441,7 @@ size_t kvdisk_load_prefix(minke_session *s, const char *text, size_t len, int32_
         char hex[41];
         sha1_hex(text, h->key_len, hex);
         if (memcmp(hex, v[i].name, 40)) continue;
-        if (load_entry(s, &v[i], text, tok, n_tok) == 0) { used = h->key_len; break; }
+        if (load_entry(s, &v[i], text, tok, n_tok, tail, n_tail) == 0) { used = h->key_len; break; }
     }
     free(v);
     return used;

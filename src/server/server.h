@@ -280,12 +280,15 @@ typedef struct kvdisk_header {
 
 int kvdisk_init(const server_config *cfg);  /* mkdir, scan, evict to budget */
 int kvdisk_enabled(void);
-/* Save the session state keyed by key text (token bytes of the stored tokens);
+/* Save the session state keyed by key text (token bytes of the stored tokens,
+ * or the client-visible transcript of a thinking turn: then `tail` holds the
+ * tokens to evaluate after the state before the text that follows the key);
  * the token list travels in the file so a load restores the exact history. */
-int kvdisk_save_tokens(minke_session *s, const char *key, size_t key_len, const int32_t *tok, int n_tok, kv_reason why);
+int kvdisk_save_tokens(minke_session *s, const char *key, size_t key_len, const int32_t *tok, int n_tok, const int32_t *tail, int n_tail,
+                       kv_reason why);
 /* Longest valid entry whose key is a byte prefix of text; loads it into s and
  * returns the key length (>0) with its tokens in *tok (caller frees), or 0. */
-size_t kvdisk_load_prefix(minke_session *s, const char *text, size_t len, int32_t **tok, int *n_tok);
+size_t kvdisk_load_prefix(minke_session *s, const char *text, size_t len, int32_t **tok, int *n_tok, int32_t **tail, int *n_tail);
 /* Helpers exposed for tests. */
 void sha1_hex(const void *data, size_t n, char out[41]);
 int kvdisk_store_len(int n, int min, int trim, int align);

@@ -44,6 +44,7 @@ static sbuf bind_text;
 static int bind_live = -1;
 static int32_t bind_tail[2];
 static int n_bind_tail;
+static int bind_key_visible; /* disk saves of this state use bind_text as key */
 
 long worker_next_seq(void) { return __atomic_add_fetch(&seq_counter, 1, __ATOMIC_RELAXED); }
 
@@ -90,7 +91,12 @@ static int is_cancelled(job *j) {
 static void save_live(kv_reason why) {
     const server_config *cfg = server_cfg();
     if (!kvdisk_enabled() || n_live < cfg->kv_min_tokens) return;
-    kvdisk_save_tokens(g_sess, live_text.p, live_text.n, live_tok, n_live, why);
+    /* a live state that ends a thinking turn is found again by what the
+     * client will send back (the visible transcript), not by its hidden text */
+    if (bind_live == n_live && bind_text.n && bind_key_visible)
+        kvdisk_save_tokens(g_sess, bind_text.p, bind_text.n, live_tok, n_live, bind_tail, n_bind_tail, why);
+    else
+        kvdisk_save_tokens(g_sess, live_text.p, live_text.n, live_tok, n_live, NULL, 0, why);
 }
 
 /* Where a cold snapshot should be cut: the chat anchor (last <｜User｜> before
@@ -180,23 +186,26 @@ static int32_t *plan_prompt(gen_request *r, int *n_eff, int *n_cached, const cha
     }
     live_reset();
     if (kvdisk_enabled()) {
-        int32_t *ftok = NULL;
-        int n_ftok = 0;
-        size_t klen = kvdisk_load_prefix(g_sess, r->prompt_text, r->prompt_len, &ftok, &n_ftok);
+        int32_t *ftok = NULL, *tail = NULL;
+        int n_ftok = 0, n_tail = 0;
+        size_t klen = kvdisk_load_prefix(g_sess, r->prompt_text, r->prompt_len, &ftok, &n_ftok, &tail, &n_tail);
         if (klen > 0 && n_ftok > 0) {
             live_set(ftok, n_ftok);
             last_continued = n_ftok;
             free(ftok);
             int n_suf = 0;
             int32_t *suf = engine_tokenize(r->prompt_text + klen, r->prompt_len - klen, &n_suf);
-            if (suf && n_suf >= 0 && n_live + n_suf < server_cfg()->ctx && (n_suf > 0 || minke_logits(g_sess))) {
-                int32_t *all = malloc((size_t)(n_live + n_suf) * sizeof *all + 1);
+            int n_all = n_live + n_tail + n_suf;
+            if (suf && n_suf >= 0 && n_all < server_cfg()->ctx && (n_all > n_live || minke_logits(g_sess))) {
+                int32_t *all = malloc((size_t)n_all * sizeof *all + 1);
                 memcpy(all, live_tok, (size_t)n_live * sizeof *all);
-                memcpy(all + n_live, suf, (size_t)n_suf * sizeof *all);
+                memcpy(all + n_live, tail, (size_t)n_tail * sizeof *all);
+                memcpy(all + n_live + n_tail, suf, (size_t)n_suf * sizeof *all);
                 free(suf);
+                free(tail);
                 *n_cached = n_live;
-                *n_eff = n_live + n_suf;
-                *source = "disk-text";
+                *n_eff = n_all;
+                *source = n_tail ? "disk-visible" : "disk-text";
                 return all;
             }
             free(suf);
@@ -204,6 +213,7 @@ static int32_t *plan_prompt(gen_request *r, int *n_eff, int *n_cached, const cha
         } else {
             free(ftok);
         }
+        free(tail);
     }
     *n_cached = 0;
     *n_eff = r->n_tokens;
@@ -332,6 +342,22 @@ static void remember_visible(const gen_request *r, const gen_result *res, int32_
         sbuf_adds(&bind_text, res->raw_dsml);
     }
     sbuf_adds(&bind_text, CHAT_EOS);
+    /* Disk snapshots can carry one key. Without tools the renderer drops
+     * earlier reasoning anyway, so the visible transcript is what comes back.
+     * With tools it keeps whatever reasoning the client replays: judge by this
+     * request's history, else by API habit (DeepSeek-style chat clients and
+     * Anthropic clients send reasoning back; Responses only with summaries). */
+    int replays = -1;
+    size_t i;
+    json_t *m;
+    json_array_foreach(json_object_get(r->chat_input, "messages"), i, m) {
+        if (strcmp(json_string_value(json_object_get(m, "role")) ?: "", "assistant")) continue;
+        const char *rc = json_string_value(json_object_get(m, "reasoning_content"));
+        if (rc && rc[0]) { replays = 1; break; }
+        replays = 0;
+    }
+    if (replays < 0) replays = r->api != API_RESPONSES || r->reasoning_summary;
+    bind_key_visible = !r->has_tools || !replays;
     n_bind_tail = 0;
     if (unevaluated >= 0) bind_tail[n_bind_tail++] = unevaluated;
     bind_tail[n_bind_tail++] = engine_eos();

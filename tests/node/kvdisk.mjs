@@ -42,6 +42,29 @@ if (phase === 'tool1' || phase === 'tool2') {
   process.exit(0);
 }
 
+if (phase === 'vis1' || phase === 'vis2') {
+  // a thinking answer, sent back without its reasoning: the snapshot written
+  // when another conversation displaces it must be keyed by the visible text
+  const msgs = [{ role: 'system', content: system }, { role: 'user', content: 'Is it cold in Oslo?' }];
+  if (phase === 'vis1') {
+    const r = await openai.chat.completions.create({ model: MODEL, messages: msgs, max_tokens: 60, minke_script: 'Hidden plan.</think>Yes, quite cold.' });
+    assert.equal(r.choices[0].message.content, 'Yes, quite cold.');
+    assert.equal(r.choices[0].finish_reason, 'stop');
+    fs.writeFileSync(out, JSON.stringify(r.usage));
+    // another conversation takes the live session (the first one goes to disk)
+    await openai.chat.completions.create({ model: MODEL, max_tokens: 2, messages: [{ role: 'user', content: 'Unrelated question about cooking pasta' }] });
+  } else {
+    const first = JSON.parse(fs.readFileSync(out, 'utf8'));
+    const r = await openai.chat.completions.create({ model: MODEL, max_tokens: 2,
+      messages: [...msgs, { role: 'assistant', content: 'Yes, quite cold.' }, { role: 'user', content: 'And in Rome?' }] });
+    const cached = r.usage.prompt_tokens_details.cached_tokens;
+    console.log(`vis2: prompt ${r.usage.prompt_tokens} cached ${cached}`);
+    assert.ok(cached >= first.prompt_tokens + first.completion_tokens, `cached ${cached} vs ${first.prompt_tokens}+${first.completion_tokens}`);
+  }
+  console.log(`ok   kvdisk ${phase}`);
+  process.exit(0);
+}
+
 const r = await ask('What is the weather in Oslo?');
 const cached = r.usage.prompt_tokens_details.cached_tokens;
 console.log(`${phase}: prompt ${r.usage.prompt_tokens} cached ${cached}`);
