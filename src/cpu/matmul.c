@@ -3,14 +3,15 @@
  * Every weight format goes through its quant traits (spec §16): the f32
  * activation row is quantized once to the format's vec_dot_type (F32 stays
  * f32, Q8_0 -> int8 with an f32 scale, K-quants -> Q8_K), then output rows
- * are split over the thread pool in blocks so a block of weights is reused
- * for every token of the batch while it is in cache.
+ * are split over the thread pool; within a slice the multi-token kernels
+ * reuse each decoded weight block for a tile of tokens.
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "cpu/cpu.h"
 #include "quant/quant.h"
+#include "quant/quant_multi.h"
 
 typedef struct mm_job {
     const uint8_t *w;       /* first row of the selected matrix */
@@ -50,14 +51,17 @@ static void mm_task_exact(void *ctx, int64_t i0, int64_t i1) {
     free(row);
 }
 
+/* One token: the traits' matvec. Several: the multi-token kernels, which
+ * decode each weight block once per tile of tokens and give bit-identical
+ * results (quant_multi.h), so a chunked prefill equals token-by-token decode. */
 static void mm_task(void *ctx, int64_t i0, int64_t i1) {
     mm_job *j = ctx;
-    for (int64_t r = i0; r < i1; r += MM_BLOCK) {
-        int64_t nr = i1 - r < MM_BLOCK ? i1 - r : MM_BLOCK;
-        for (int t = 0; t < j->T; t++)
-            quant_matvec_prequant(j->type, j->w + (uint64_t)r * j->row_bytes, nr, j->cols,
-                                  j->xq + (uint64_t)t * j->xq_bytes, j->y + (int64_t)t * j->ys + r);
+    const uint8_t *w = j->w + (uint64_t)i0 * j->row_bytes;
+    if (j->T == 1) {
+        quant_matvec_prequant(j->type, w, i1 - i0, j->cols, j->xq, j->y + i0);
+        return;
     }
+    quant_matmul_prequant(j->type, w, j->row_bytes, i1 - i0, j->cols, j->xq, j->xq_bytes, j->T, j->y + i0, j->ys);
 }
 
 void cpu_matmul(const cpu_model *cm, const dsv4_tensor *W, int expert, int64_t row0, int64_t nrows,

@@ -1,0 +1,430 @@
+/* quant_multi.c: multi-token weight x activation products (quant_multi.h).
+ *
+ * Each AVX2 kernel below takes one weight row and a tile of up to TILE_MAX
+ * activation rows: it decodes a weight block (loads, |w|, signs, grid
+ * look-ups, scales) once and applies it to every token of the tile. Per
+ * (row, token) it performs exactly the float operations of its one-token
+ * twin in quant_avx2.c, in the same order, on the same values:
+ *   - float accumulators are per token and fed block by block as there
+ *     (Q8_0 keeps the even/odd pair of accumulators, MXFP4 one, floats the
+ *     pair over 16-element steps, then the same horizontal sum and tail);
+ *   - integer partial sums are regrouped where that is exact (no int16
+ *     saturation, no int32 overflow): e.g. IQ2_XXS multiplies the group
+ *     scale inside madd instead of after it, Q2_K/Q4_K sum the mins with
+ *     one madd; integers add associatively, so the int fed to the float
+ *     step is the same;
+ *   - the final per-block float expression is written identically so the
+ *     compiler contracts it (FMA) the same way.
+ * tests/test_matmul_multi.c checks bit-equality against quant_traits.dot
+ * for every type on both paths. Without AVX2 (or with quant_use_simd = 0)
+ * the product falls back to per-pair dots, which is trivially identical.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "quant/quant_internal.h"
+#include "quant/quant_multi.h"
+
+#define TILE_MAX 8       /* tokens per kernel call */
+#define ROW_BLOCK 16     /* weight rows kept hot while all token tiles pass */
+
+/* one weight row against nt (<= TILE_MAX) activation rows a[t]: s[t] */
+typedef void (*multi_kernel)(int64_t n, const void *w, const uint8_t *const *a, int nt, float *s);
+
+#ifdef __AVX2__
+#include <immintrin.h>
+
+#define ALWAYS_INLINE static inline __attribute__((always_inline))
+
+/* The same reductions as quant_avx2.c (order matters for the float one). */
+ALWAYS_INLINE float hsum_ps(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+ALWAYS_INLINE int hsum_epi32(__m256i v)
+{
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
+    return _mm_cvtsi128_si32(s);
+}
+
+ALWAYS_INLINE float half_to_float(uint16_t h)
+{
+#ifdef __F16C__
+    return _cvtsh_ss(h);
+#else
+    return f16_to_f32(h);
+#endif
+}
+
+/* 8 int32 lanes of sum(w*y) over 32 signed bytes, with |w| precomputed:
+ * lane k sums bytes 4k..4k+3, as dot_i8 in quant_avx2.c. */
+ALWAYS_INLINE __m256i dot_i8_abs(__m256i wabs, __m256i w, __m256i y)
+{
+    __m256i p = _mm256_maddubs_epi16(wabs, _mm256_sign_epi8(y, w));
+    return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+}
+
+/* ---- Q8_0 x Q8_0_F32 ---- */
+ALWAYS_INLINE void q8_0_kernel(int64_t n, const void *w, const uint8_t *const *a, int nt, float *s)
+{
+    const block_q8_0 *x = w;
+    __m256 acc0[TILE_MAX], acc1[TILE_MAX];
+#pragma GCC unroll 8
+    for (int t = 0; t < nt; t++) acc0[t] = acc1[t] = _mm256_setzero_ps();
+    int64_t nb = n / 32, i = 0;
+    for (; i + 2 <= nb; i += 2) {
+        __m256i w0 = _mm256_loadu_si256((const __m256i *)x[i].q), w1 = _mm256_loadu_si256((const __m256i *)x[i + 1].q);
+        __m256i a0 = _mm256_sign_epi8(w0, w0), a1 = _mm256_sign_epi8(w1, w1);
+        float d0 = half_to_float(x[i].d), d1 = half_to_float(x[i + 1].d);
+#pragma GCC unroll 8
+        for (int t = 0; t < nt; t++) {
+            const block_q8_0f *y = (const block_q8_0f *)a[t];
+            __m256i p0 = dot_i8_abs(a0, w0, _mm256_loadu_si256((const __m256i *)y[i].q));
+            __m256i p1 = dot_i8_abs(a1, w1, _mm256_loadu_si256((const __m256i *)y[i + 1].q));
+            acc0[t] = _mm256_fmadd_ps(_mm256_set1_ps(d0 * y[i].d), _mm256_cvtepi32_ps(p0), acc0[t]);
+            acc1[t] = _mm256_fmadd_ps(_mm256_set1_ps(d1 * y[i + 1].d), _mm256_cvtepi32_ps(p1), acc1[t]);
+        }
+    }
+    for (; i < nb; i++) {
+        __m256i w0 = _mm256_loadu_si256((const __m256i *)x[i].q), a0 = _mm256_sign_epi8(w0, w0);
+        float d0 = half_to_float(x[i].d);
+#pragma GCC unroll 8
+        for (int t = 0; t < nt; t++) {
+            const block_q8_0f *y = (const block_q8_0f *)a[t];
+            __m256i p = dot_i8_abs(a0, w0, _mm256_loadu_si256((const __m256i *)y[i].q));
+            acc0[t] = _mm256_fmadd_ps(_mm256_set1_ps(d0 * y[i].d), _mm256_cvtepi32_ps(p), acc0[t]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < nt; t++) s[t] = hsum_ps(_mm256_add_ps(acc0[t], acc1[t]));
+}
+
+/* ---- MXFP4 x Q8_0_F32 ---- */
+ALWAYS_INLINE void mxfp4_kernel(int64_t n, const void *w, const uint8_t *const *a, int nt, float *s)
+{
+    const block_mxfp4 *x = w;
+    const __m128i kv = _mm_loadu_si128((const __m128i *)mxfp4_kvalues);
+    const __m128i m4 = _mm_set1_epi8(0xF);
+    __m256 acc[TILE_MAX];
+#pragma GCC unroll 8
+    for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / 32; i++) {
+        __m128i q = _mm_loadu_si128((const __m128i *)x[i].qs);
+        __m128i lo = _mm_shuffle_epi8(kv, _mm_and_si128(q, m4));
+        __m128i hi = _mm_shuffle_epi8(kv, _mm_and_si128(_mm_srli_epi16(q, 4), m4));
+        __m256i wv = _mm256_set_m128i(hi, lo), wa = _mm256_sign_epi8(wv, wv);
+        uint32_t bits = x[i].e < 2 ? 0x00200000u << x[i].e : (uint32_t)(x[i].e - 1) << 23;
+        float d;
+        memcpy(&d, &bits, 4);
+#pragma GCC unroll 8
+        for (int t = 0; t < nt; t++) {
+            const block_q8_0f *y = (const block_q8_0f *)a[t];
+            __m256i p = dot_i8_abs(wa, wv, _mm256_loadu_si256((const __m256i *)y[i].q));
+            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d * y[i].d), _mm256_cvtepi32_ps(p), acc[t]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < nt; t++) s[t] = hsum_ps(acc[t]);
+}
+
+/* sum over 16 sub-blocks of mins[j] * bsums[j] (exact in int32) */
+ALWAYS_INLINE int32_t mins_dot_bsums(__m256i mins16, const int16_t *bsums)
+{
+    return hsum_epi32(_mm256_madd_epi16(mins16, _mm256_loadu_si256((const __m256i *)bsums)));
+}
+
+/* The k-quant block's float step, with the rounding the one-token kernels
+ * get from GCC's contraction of
+ *   sum += y.d * d * (float)isum - y.d * dmin * (float)msum
+ * (one fused multiply-subtract, then a plain add), made explicit so that
+ * vectorising the token loop cannot contract it differently. */
+ALWAYS_INLINE float ksum_step(float yd, float xd, float xm, int32_t isum, int32_t msum)
+{
+    return fmaf(yd * xd, (float)isum, -(yd * xm * (float)msum));
+}
+
+/* ---- Q2_K x Q8_K ---- */
+ALWAYS_INLINE void q2_K_kernel(int64_t n, const void *w, const uint8_t *const *a, int nt, float *s)
+{
+    const block_q2_K *x = w;
+    const __m256i m3 = _mm256_set1_epi8(3);
+    float sum[TILE_MAX];
+#pragma GCC unroll 8
+    for (int t = 0; t < nt; t++) sum[t] = 0;
+    for (int64_t i = 0; i < n / 256; i++) {
+        __m128i sc8 = _mm_loadu_si128((const __m128i *)x[i].scales);
+        __m256i mins16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc8, 4), _mm_set1_epi8(0xF)));
+        __m256i isum[TILE_MAX];
+#pragma GCC unroll 8
+        for (int t = 0; t < TILE_MAX; t++) isum[t] = _mm256_setzero_si256();   /* all: quiets -Wmaybe-uninitialized */
+        for (int h = 0; h < 2; h++) {
+            __m256i q = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * h));
+            for (int s4 = 0; s4 < 4; s4++) {
+                __m256i c = _mm256_and_si256(_mm256_srli_epi16(q, 2 * s4), m3);
+                int sb = 8 * h + 2 * s4;
+                __m256i sc = _mm256_set_m128i(_mm_set1_epi16(x[i].scales[sb + 1] & 0xF),
+                                              _mm_set1_epi16(x[i].scales[sb] & 0xF));
+#pragma GCC unroll 8
+                for (int t = 0; t < nt; t++) {
+                    const block_q8_K *y = (const block_q8_K *)a[t];
+                    __m256i yq = _mm256_loadu_si256((const __m256i *)(y[i].q + 128 * h + 32 * s4));
+                    isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(_mm256_maddubs_epi16(c, yq), sc));
+                }
+            }
+        }
+        float xd = half_to_float(x[i].d), xm = half_to_float(x[i].dmin);
+#pragma GCC unroll 8
+        for (int t = 0; t < nt; t++) {
+            const block_q8_K *y = (const block_q8_K *)a[t];
+            int32_t msum = mins_dot_bsums(mins16, y[i].bsums);
+            sum[t] += ksum_step(y[i].d, xd, xm, hsum_epi32(isum[t]), msum);
+        }
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < nt; t++) s[t] = sum[t];
+}
+
+/* ---- Q4_K x Q8_K ---- */
+ALWAYS_INLINE void q4_K_kernel(int64_t n, const void *w, const uint8_t *const *a, int nt, float *s)
+{
+    const block_q4_K *x = w;
+    const __m256i m4 = _mm256_set1_epi8(0xF);
+    float sum[TILE_MAX];
+#pragma GCC unroll 8
+    for (int t = 0; t < nt; t++) sum[t] = 0;
+    for (int64_t i = 0; i < n / 256; i++) {
+        uint8_t sc[8];
+        int16_t mn2[16];     /* min of sub-block j for both halves 2j, 2j+1 of its bsums */
+        for (int j = 0; j < 8; j++) {
+            uint8_t m;
+            q4_K_scale_min(j, x[i].scales, &sc[j], &m);
+            mn2[2 * j] = mn2[2 * j + 1] = m;
+        }
+        __m256i mins16 = _mm256_loadu_si256((const __m256i *)mn2);
+        __m256i isum[TILE_MAX];
+#pragma GCC unroll 8
+        for (int t = 0; t < TILE_MAX; t++) isum[t] = _mm256_setzero_si256();   /* all: quiets -Wmaybe-uninitialized */
+        for (int k = 0; k < 4; k++) {
+            __m256i q = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * k));
+            __m256i lo = _mm256_and_si256(q, m4);
+            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+            __m256i s0 = _mm256_set1_epi16(sc[2 * k]), s1 = _mm256_set1_epi16(sc[2 * k + 1]);
+#pragma GCC unroll 8
+            for (int t = 0; t < nt; t++) {
+                const block_q8_K *y = (const block_q8_K *)a[t];
+                __m256i y0 = _mm256_loadu_si256((const __m256i *)(y[i].q + 64 * k));
+                __m256i y1 = _mm256_loadu_si256((const __m256i *)(y[i].q + 64 * k + 32));
+                __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, y0), s0);
+                __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, y1), s1);
+                isum[t] = _mm256_add_epi32(isum[t], _mm256_add_epi32(p0, p1));
+            }
+        }
+        float xd = half_to_float(x[i].d), xm = half_to_float(x[i].dmin);
+#pragma GCC unroll 8
+        for (int t = 0; t < nt; t++) {
+            const block_q8_K *y = (const block_q8_K *)a[t];
+            int32_t msum = mins_dot_bsums(mins16, y[i].bsums);
+            sum[t] += ksum_step(y[i].d, xd, xm, hsum_epi32(isum[t]), msum);
+        }
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < nt; t++) s[t] = sum[t];
+}
+
+/* ---- IQ2_XXS x Q8_K ---- */
+ALWAYS_INLINE void iq2_xxs_kernel(int64_t n, const void *w, const uint8_t *const *a, int nt, float *s)
+{
+    const block_iq2_xxs *x = w;
+    const __m256i spread = _mm256_set_epi64x(0x0303030303030303LL, 0x0202020202020202LL,
+                                             0x0101010101010101LL, 0x0000000000000000LL);
+    const __m256i bits = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+    const __m256i one8 = _mm256_set1_epi8(1);
+    float sum[TILE_MAX];
+#pragma GCC unroll 8
+    for (int t = 0; t < nt; t++) sum[t] = 0;
+    for (int64_t i = 0; i < n / 256; i++) {
+        const uint8_t *q = (const uint8_t *)x[i].qs;
+        __m256i bsum[TILE_MAX];
+#pragma GCC unroll 8
+        for (int t = 0; t < TILE_MAX; t++) bsum[t] = _mm256_setzero_si256();   /* all: quiets -Wmaybe-uninitialized */
+        for (int g = 0; g < 8; g++) {
+            const uint8_t *gq = q + 8 * g;
+            uint32_t aux = (uint32_t)gq[4] | ((uint32_t)gq[5] << 8) | ((uint32_t)gq[6] << 16) | ((uint32_t)gq[7] << 24);
+            __m256i grid = _mm256_set_epi64x((long long)iq2xxs_grid_data[gq[3]], (long long)iq2xxs_grid_data[gq[2]],
+                                             (long long)iq2xxs_grid_data[gq[1]], (long long)iq2xxs_grid_data[gq[0]]);
+            uint32_t sm = (uint32_t)ksigns_iq2xs_data[aux & 127] |
+                          ((uint32_t)ksigns_iq2xs_data[(aux >> 7) & 127] << 8) |
+                          ((uint32_t)ksigns_iq2xs_data[(aux >> 14) & 127] << 16) |
+                          ((uint32_t)ksigns_iq2xs_data[(aux >> 21) & 127] << 24);
+            __m256i sv = _mm256_shuffle_epi8(_mm256_set1_epi32((int)sm), spread);
+            /* -1 where the element is negative, +1 elsewhere: sign_epi8 then
+             * negates y exactly where the one-token kernel's xor/sub does */
+            __m256i sgn = _mm256_or_si256(_mm256_cmpeq_epi8(_mm256_and_si256(sv, bits), bits), one8);
+            /* (a + b) * ls == a * ls + b * ls: products fit easily in int32 */
+            __m256i ls = _mm256_set1_epi16((short)(2 * (aux >> 28) + 1));
+#pragma GCC unroll 8
+            for (int t = 0; t < nt; t++) {
+                const block_q8_K *y = (const block_q8_K *)a[t];
+                __m256i yq = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)(y[i].q + 32 * g)), sgn);
+                bsum[t] = _mm256_add_epi32(bsum[t], _mm256_madd_epi16(_mm256_maddubs_epi16(grid, yq), ls));
+            }
+        }
+        float xd = half_to_float(x[i].d);
+#pragma GCC unroll 8
+        for (int t = 0; t < nt; t++) {
+            const block_q8_K *y = (const block_q8_K *)a[t];
+            sum[t] = fmaf(xd * y[i].d * (float)hsum_epi32(bsum[t]), 0.125f, sum[t]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < nt; t++) s[t] = sum[t];
+}
+
+/* ---- F32 / F16 / BF16 x F32: 16 weights at a time as two f32 vectors ---- */
+ALWAYS_INLINE void load16_f32(const void *w, int64_t i, __m256 *w0, __m256 *w1)
+{
+    const float *x = w;
+    *w0 = _mm256_loadu_ps(x + i);
+    *w1 = _mm256_loadu_ps(x + i + 8);
+}
+ALWAYS_INLINE void load16_f16(const void *w, int64_t i, __m256 *w0, __m256 *w1)
+{
+    const uint16_t *x = w;
+    *w0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i)));
+    *w1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i + 8)));
+}
+ALWAYS_INLINE void load16_bf16(const void *w, int64_t i, __m256 *w0, __m256 *w1)
+{
+    const uint16_t *x = w;
+    __m256i h = _mm256_loadu_si256((const __m256i *)(x + i));
+    *w0 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_castsi256_si128(h)), 16));
+    *w1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_extracti128_si256(h, 1)), 16));
+}
+/* the tails convert one weight with the same scalar function as the one-token kernels */
+ALWAYS_INLINE float one_f32(const void *w, int64_t i) { return ((const float *)w)[i]; }
+ALWAYS_INLINE float one_f16(const void *w, int64_t i) { return f16_to_f32(((const uint16_t *)w)[i]); }
+ALWAYS_INLINE float one_bf16(const void *w, int64_t i) { return bf16_to_f32(((const uint16_t *)w)[i]); }
+
+#define FLOAT_KERNEL(fmt)                                                                          \
+    ALWAYS_INLINE void fmt##_kernel(int64_t n, const void *w, const uint8_t *const *a, int nt, float *s) \
+    {                                                                                              \
+        __m256 acc0[TILE_MAX], acc1[TILE_MAX];                                                     \
+        _Pragma("GCC unroll 8") for (int t = 0; t < nt; t++) acc0[t] = acc1[t] = _mm256_setzero_ps(); \
+        int64_t i = 0;                                                                             \
+        for (; i + 16 <= n; i += 16) {                                                             \
+            __m256 w0, w1;                                                                         \
+            load16_##fmt(w, i, &w0, &w1);                                                          \
+            _Pragma("GCC unroll 8") for (int t = 0; t < nt; t++) {                                 \
+                const float *y = (const float *)a[t];                                              \
+                acc0[t] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(y + i), acc0[t]);                    \
+                acc1[t] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(y + i + 8), acc1[t]);                \
+            }                                                                                      \
+        }                                                                                          \
+        for (int t = 0; t < nt; t++) {                                                             \
+            const float *y = (const float *)a[t];                                                  \
+            float sum = hsum_ps(_mm256_add_ps(acc0[t], acc1[t]));                                  \
+            for (int64_t k = i; k < n; k++) sum = fmaf(one_##fmt(w, k), y[k], sum);                \
+            s[t] = sum;                                                                            \
+        }                                                                                          \
+    }
+FLOAT_KERNEL(f32)
+FLOAT_KERNEL(bf16)
+#ifdef __F16C__
+FLOAT_KERNEL(f16)
+#endif
+
+/* Full tiles get a copy with the tile width fixed (unrolled, accumulators
+ * in registers); the last partial tile the general one. */
+#define KERNEL_PAIR(name, width)                                                                     \
+    static void name##_full(int64_t n, const void *w, const uint8_t *const *a, int nt, float *s)      \
+    { (void)nt; name##_kernel(n, w, a, width, s); }                                                  \
+    static void name##_part(int64_t n, const void *w, const uint8_t *const *a, int nt, float *s)      \
+    { name##_kernel(n, w, a, nt, s); }
+KERNEL_PAIR(q8_0, 4)
+KERNEL_PAIR(mxfp4, 8)
+KERNEL_PAIR(q2_K, 8)
+KERNEL_PAIR(q4_K, 8)
+KERNEL_PAIR(iq2_xxs, 8)
+KERNEL_PAIR(f32, 4)
+KERNEL_PAIR(bf16, 4)
+#ifdef __F16C__
+KERNEL_PAIR(f16, 4)
+#endif
+#endif /* __AVX2__ */
+
+typedef struct kernel_set {
+    multi_kernel full, part;
+    int width;
+} kernel_set;
+
+/* The kernels for `type` on the path the traits' dot takes now; 0 if none. */
+static int pick_kernels(int type, kernel_set *k)
+{
+#ifdef __AVX2__
+    if (quant_use_simd) {
+#define PICK(t, name, wd) case t: *k = (kernel_set){name##_full, name##_part, wd}; return 1
+        switch (type) {
+        PICK(GGML_TYPE_Q8_0, q8_0, 4);
+        PICK(GGML_TYPE_MXFP4, mxfp4, 8);
+        PICK(GGML_TYPE_Q2_K, q2_K, 8);
+        PICK(GGML_TYPE_Q4_K, q4_K, 8);
+        PICK(GGML_TYPE_IQ2_XXS, iq2_xxs, 8);
+        PICK(GGML_TYPE_F32, f32, 4);
+        PICK(GGML_TYPE_BF16, bf16, 4);
+#ifdef __F16C__
+        PICK(GGML_TYPE_F16, f16, 4);
+#endif
+        default: break;
+        }
+#undef PICK
+    }
+#endif
+    (void)type;
+    (void)k;
+    return 0;
+}
+
+int quant_matmul_has_kernel(int type)
+{
+    kernel_set k;
+    return pick_kernels(type, &k);
+}
+
+int quant_matmul_prequant(int type, const void *W, size_t row_bytes, int64_t rows, int64_t cols,
+                          const void *xq, size_t xq_stride, int T, float *y, int64_t ys)
+{
+    const quant_traits *tr = quant_get(type);
+    if (!tr || !tr->dot || cols < 0 || quant_row_bytes(type, cols) == 0 ||
+        quant_row_bytes(tr->vec_dot_type, cols) == 0)
+        return -1;
+    const uint8_t *w = W, *x = xq;
+    kernel_set k;
+    if (!pick_kernels(type, &k)) {
+        for (int64_t r = 0; r < rows; r++)
+            for (int t = 0; t < T; t++)
+                tr->dot(cols, &y[(int64_t)t * ys + r], w + (size_t)r * row_bytes, x + (size_t)t * xq_stride);
+        return 0;
+    }
+    /* a block of rows stays in cache while every token tile passes over it */
+    for (int64_t r0 = 0; r0 < rows; r0 += ROW_BLOCK) {
+        int64_t r1 = r0 + ROW_BLOCK < rows ? r0 + ROW_BLOCK : rows;
+        for (int t0 = 0; t0 < T; t0 += k.width) {
+            int nt = T - t0 < k.width ? T - t0 : k.width;
+            const uint8_t *a[TILE_MAX];
+            for (int t = 0; t < nt; t++) a[t] = x + (size_t)(t0 + t) * xq_stride;
+            multi_kernel fn = nt == k.width ? k.full : k.part;
+            for (int64_t r = r0; r < r1; r++) {
+                float s[TILE_MAX];
+                fn(cols, w + (size_t)r * row_bytes, a, nt, s);
+                for (int t = 0; t < nt; t++) y[(int64_t)(t0 + t) * ys + r] = s[t];
+            }
+        }
+    }
+    return 0;
+}

@@ -1,0 +1,32 @@
+/* quant_multi.h: weight x several-activation-rows products (prefill).
+ *
+ * quant_traits.dot takes one weight row and one activation row, so a batch
+ * of T tokens decodes every weight block T times. quant_matmul_prequant
+ * decodes a block once and applies it to a tile of tokens. The float
+ * arithmetic of each (row, token) pair is kept exactly that of the
+ * per-pair dot the traits give under the current quant_use_simd (same
+ * per-block float operations in the same order; only exact integer partial
+ * sums are regrouped), so results are bit-identical to calling
+ * quant_get(type)->dot for every pair: chunked prefill stays equal to
+ * token-by-token decode.
+ */
+#ifndef MINKE_QUANT_MULTI_H
+#define MINKE_QUANT_MULTI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* y[t*ys + r] = dot(row r of W, activation row t) for r < rows, t < T.
+ * W rows are row_bytes apart (a row of cols elements of `type`); xq holds
+ * T rows already quantized to the type's vec_dot_type (F32 for the float
+ * formats), xq_stride bytes apart. Returns 0, or -1 for a type without a
+ * dot or cols not a whole number of blocks (nothing written). */
+int quant_matmul_prequant(int type, const void *W, size_t row_bytes, int64_t rows, int64_t cols,
+                          const void *xq, size_t xq_stride, int T, float *y, int64_t ys);
+
+/* Whether `type` has a dedicated multi-token kernel on the current path
+ * (others fall back to per-pair dots, with identical results). For tests
+ * and benchmarks. */
+int quant_matmul_has_kernel(int type);
+
+#endif
