@@ -70,39 +70,41 @@ ALWAYS_INLINE __m256i dot_i8_abs(__m256i wabs, __m256i w, __m256i y)
     return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
 }
 
-/* ---- Q8_0 x Q8_0_F32 ---- */
+/* ---- Q8_0 x Q8_0_F32 ----
+ * The one-token kernel feeds even blocks to one accumulator and odd blocks
+ * to another (its tail block, always even, to the first) and sums them at
+ * the end; taking the even blocks in one pass and the odd ones in a second
+ * gives each accumulator the same additions in the same order with half
+ * the registers live, so a tile of 8 tokens fits. */
 ALWAYS_INLINE void q8_0_kernel(int64_t n, const void *w, const uint8_t *const *a, int nt, float *s)
 {
     const block_q8_0 *x = w;
-    __m256 acc0[TILE_MAX], acc1[TILE_MAX];
+    int64_t nb = n / 32;
+    __m256 even[TILE_MAX], acc[TILE_MAX];
 #pragma GCC unroll 8
-    for (int t = 0; t < nt; t++) acc0[t] = acc1[t] = _mm256_setzero_ps();
-    int64_t nb = n / 32, i = 0;
-    for (; i + 2 <= nb; i += 2) {
-        __m256i w0 = _mm256_loadu_si256((const __m256i *)x[i].q), w1 = _mm256_loadu_si256((const __m256i *)x[i + 1].q);
-        __m256i a0 = _mm256_sign_epi8(w0, w0), a1 = _mm256_sign_epi8(w1, w1);
-        float d0 = half_to_float(x[i].d), d1 = half_to_float(x[i + 1].d);
+    for (int t = 0; t < TILE_MAX; t++) even[t] = _mm256_setzero_ps();   /* all: -Wmaybe-uninitialized */
+    for (int parity = 0; parity < 2; parity++) {
 #pragma GCC unroll 8
-        for (int t = 0; t < nt; t++) {
-            const block_q8_0f *y = (const block_q8_0f *)a[t];
-            __m256i p0 = dot_i8_abs(a0, w0, _mm256_loadu_si256((const __m256i *)y[i].q));
-            __m256i p1 = dot_i8_abs(a1, w1, _mm256_loadu_si256((const __m256i *)y[i + 1].q));
-            acc0[t] = _mm256_fmadd_ps(_mm256_set1_ps(d0 * y[i].d), _mm256_cvtepi32_ps(p0), acc0[t]);
-            acc1[t] = _mm256_fmadd_ps(_mm256_set1_ps(d1 * y[i + 1].d), _mm256_cvtepi32_ps(p1), acc1[t]);
+        for (int t = 0; t < TILE_MAX; t++) acc[t] = _mm256_setzero_ps();
+        for (int64_t i = parity; i < nb; i += 2) {
+            __m256i w0 = _mm256_loadu_si256((const __m256i *)x[i].q), a0 = _mm256_sign_epi8(w0, w0);
+            __m256 dw = _mm256_set1_ps(half_to_float(x[i].d));
+#pragma GCC unroll 8
+            for (int t = 0; t < nt; t++) {
+                const block_q8_0f *y = (const block_q8_0f *)a[t];
+                __m256i p = dot_i8_abs(a0, w0, _mm256_loadu_si256((const __m256i *)y[i].q));
+                /* == set1(d_w * d_y): one IEEE product either way */
+                __m256 d = _mm256_mul_ps(dw, _mm256_broadcast_ss(&y[i].d));
+                acc[t] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc[t]);
+            }
         }
-    }
-    for (; i < nb; i++) {
-        __m256i w0 = _mm256_loadu_si256((const __m256i *)x[i].q), a0 = _mm256_sign_epi8(w0, w0);
-        float d0 = half_to_float(x[i].d);
+        if (parity == 0) {
 #pragma GCC unroll 8
-        for (int t = 0; t < nt; t++) {
-            const block_q8_0f *y = (const block_q8_0f *)a[t];
-            __m256i p = dot_i8_abs(a0, w0, _mm256_loadu_si256((const __m256i *)y[i].q));
-            acc0[t] = _mm256_fmadd_ps(_mm256_set1_ps(d0 * y[i].d), _mm256_cvtepi32_ps(p), acc0[t]);
+            for (int t = 0; t < nt; t++) even[t] = acc[t];
         }
     }
 #pragma GCC unroll 8
-    for (int t = 0; t < nt; t++) s[t] = hsum_ps(_mm256_add_ps(acc0[t], acc1[t]));
+    for (int t = 0; t < nt; t++) s[t] = hsum_ps(_mm256_add_ps(even[t], acc[t]));
 }
 
 /* ---- MXFP4 x Q8_0_F32 ---- */
@@ -346,7 +348,7 @@ FLOAT_KERNEL(f16)
     { (void)nt; name##_kernel(n, w, a, width, s); }                                                  \
     static void name##_part(int64_t n, const void *w, const uint8_t *const *a, int nt, float *s)      \
     { name##_kernel(n, w, a, nt, s); }
-KERNEL_PAIR(q8_0, 4)
+KERNEL_PAIR(q8_0, 8)
 KERNEL_PAIR(mxfp4, 8)
 KERNEL_PAIR(q2_K, 8)
 KERNEL_PAIR(q4_K, 8)
@@ -370,7 +372,7 @@ static int pick_kernels(int type, kernel_set *k)
     if (quant_use_simd) {
 #define PICK(t, name, wd) case t: *k = (kernel_set){name##_full, name##_part, wd}; return 1
         switch (type) {
-        PICK(GGML_TYPE_Q8_0, q8_0, 4);
+        PICK(GGML_TYPE_Q8_0, q8_0, 8);
         PICK(GGML_TYPE_MXFP4, mxfp4, 8);
         PICK(GGML_TYPE_Q2_K, q2_K, 8);
         PICK(GGML_TYPE_Q4_K, q4_K, 8);
