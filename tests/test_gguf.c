@@ -379,6 +379,21 @@ static void expect_error(const mini *m, const char *want, const char *what) {
     free(b.p);
 }
 
+/* A file whose only key is general.alignment of the given type and value
+ * must open with the default alignment, 32. */
+static void check_default_alignment(uint32_t type, uint64_t value, const char *what) {
+    buf b = {0};
+    put32(&b, 0x46554747u); put32(&b, 3); put64(&b, 0); put64(&b, 1);
+    putstr(&b, "general.alignment"); put32(&b, type);
+    if (type == GGUF_U64) put64(&b, value);
+    else put32(&b, (uint32_t)value);
+    char err[256];
+    gguf_file *f = gguf_open_buffer(b.p, b.n, err, sizeof err);
+    CHECK(f && f->alignment == 32, "%s: %s", what, f ? "other alignment" : err);
+    if (f) gguf_close(f);
+    free(b.p);
+}
+
 static void test_corrupt(void) {
     mini m = mini_default();
     {   /* the base case is valid */
@@ -435,28 +450,8 @@ static void test_corrupt(void) {
         }
         free(b.p);
     }
-    {   /* general.alignment as u64 is ignored (ds4 then assumes 32) */
-        buf b = {0};
-        put32(&b, 0x46554747u); put32(&b, 3); put64(&b, 0); put64(&b, 1);
-        putstr(&b, "general.alignment"); put32(&b, GGUF_U64); put64(&b, 64);
-        char err[256];
-        gguf_file *f = gguf_open_buffer(b.p, b.n, err, sizeof err);
-        CHECK(f && f->alignment == 32, "u64 alignment ignored");
-        if (f) gguf_close(f);
-        free(b.p);
-    }
-    {   /* a u32 alignment of 0 means the default */
-        m = mini_default(); m.align_kv = 0; buf b = mini_build(&m);
-        free(b.p);
-        buf c = {0};
-        put32(&c, 0x46554747u); put32(&c, 3); put64(&c, 0); put64(&c, 1);
-        putstr(&c, "general.alignment"); put32(&c, GGUF_U32); put32(&c, 0);
-        char err[256];
-        gguf_file *f = gguf_open_buffer(c.p, c.n, err, sizeof err);
-        CHECK(f && f->alignment == 32, "zero alignment means 32");
-        if (f) gguf_close(f);
-        free(c.p);
-    }
+    check_default_alignment(GGUF_U64, 64, "u64 alignment ignored (ds4 then assumes 32)");
+    check_default_alignment(GGUF_U32, 0, "a u32 alignment of 0 means the default 32");
     {   /* every single-byte corruption of the mini file: error or success, never a crash */
         m = mini_default(); m.nest = 3;
         buf b = mini_build(&m);
