@@ -129,6 +129,43 @@ static float ceil_pow2_from_bits(float a)
     return ldexpf(1.0f, e);
 }
 
+static float fp8_roundtrip(float u) { return fp8_e4m3_to_f32(f32_to_fp8_e4m3(u)); }
+static float fp4_roundtrip(float u) { return e2m1_to_f32(f32_to_e2m1(u)); }
+
+/* One of the fixture's block simulations: per block, scale = the power of
+ * two at or above max(amax, amax_floor) / fmax; each value clamped to
+ * +-fmax after scaling, rounded through the format and scaled back. The
+ * scales and the outputs must match the fixture bit for bit. */
+static void check_block_sim(const json_t *root, const char *key, int block, float fmax, float amax_floor,
+                            float (*roundtrip)(float), int min_checks)
+{
+    const json_t *sim = json_object_get(root, key);
+    const json_t *in = json_object_get(sim, "input"), *out = json_object_get(sim, "output");
+    const json_t *sc = json_object_get(sim, "scales");
+    int nbad = 0, nchk = 0;
+    for (size_t r = 0; r < json_array_size(in); r++) {
+        const json_t *row = json_array_get(in, r), *orow = json_array_get(out, r);
+        for (size_t b = 0; b * block < json_array_size(row); b++) {
+            float v[64], amax = 0;
+            for (int i = 0; i < block; i++) {
+                v[i] = (float)json_number_value(json_array_get(row, b * block + i));
+                amax = fmaxf(amax, fabsf(v[i]));
+            }
+            amax = fmaxf(amax, amax_floor);
+            float s = ceil_pow2_from_bits(amax * (1.0f / fmax));
+            CHECK(s == (float)json_number_value(json_array_get(json_array_get(sc, r), b)), "%s scale row %zu block %zu",
+                  key, r, b);
+            for (int i = 0; i < block; i++) {
+                float got = roundtrip(fminf(fmaxf(v[i] / s, -fmax), fmax)) * s;
+                float want = (float)json_number_value(json_array_get(orow, b * block + i));
+                nchk++;
+                if (!(got == want)) nbad++;
+            }
+        }
+    }
+    CHECK(nchk > min_checks && nbad == 0, "%s: %d of %d differ", key, nbad, nchk);
+}
+
 static void test_fp8_fp4_fixture(json_t *root)
 {
     json_t *formats = json_object_get(root, "formats");
@@ -161,62 +198,9 @@ static void test_fp8_fp4_fixture(json_t *root)
     }
     CHECK(e8m0_to_f32(0) == ldexpf(1.0f, -127), "e8m0 byte 0 = 2^-127");
 
-    /* §6.4 FP8 round-trip simulation, block 64, must match bit for bit */
-    json_t *sim = json_object_get(root, "fp8_e4m3_block64");
-    json_t *in = json_object_get(sim, "input"), *out = json_object_get(sim, "output");
-    json_t *sc = json_object_get(sim, "scales");
-    int nbad = 0, nchk = 0;
-    for (size_t r = 0; r < json_array_size(in); r++) {
-        json_t *row = json_array_get(in, r), *orow = json_array_get(out, r);
-        for (size_t b = 0; b * 64 < json_array_size(row); b++) {
-            float v[64], amax = 0;
-            for (int i = 0; i < 64; i++) {
-                v[i] = (float)json_number_value(json_array_get(row, b * 64 + i));
-                amax = fmaxf(amax, fabsf(v[i]));
-            }
-            amax = fmaxf(amax, 1e-4f);
-            float s = ceil_pow2_from_bits(amax * (1.0f / 448.0f));
-            float want_s = (float)json_number_value(json_array_get(json_array_get(sc, r), b));
-            CHECK(s == want_s, "fp8 sim scale row %zu block %zu", r, b);
-            for (int i = 0; i < 64; i++) {
-                float u = fminf(fmaxf(v[i] / s, -448.0f), 448.0f);
-                float got = fp8_e4m3_to_f32(f32_to_fp8_e4m3(u)) * s;
-                float want = (float)json_number_value(json_array_get(orow, b * 64 + i));
-                nchk++;
-                if (got != want) nbad++;
-            }
-        }
-    }
-    CHECK(nchk > 1000 && nbad == 0, "fp8 block64 sim: %d of %d differ", nbad, nchk);
-
-    /* §6.5 FP4 round-trip simulation, block 32 */
-    sim = json_object_get(root, "fp4_e2m1_block32");
-    in = json_object_get(sim, "input");
-    out = json_object_get(sim, "output");
-    sc = json_object_get(sim, "scales");
-    nbad = nchk = 0;
-    for (size_t r = 0; r < json_array_size(in); r++) {
-        json_t *row = json_array_get(in, r), *orow = json_array_get(out, r);
-        for (size_t b = 0; b * 32 < json_array_size(row); b++) {
-            float v[32], amax = 0;
-            for (int i = 0; i < 32; i++) {
-                v[i] = (float)json_number_value(json_array_get(row, b * 32 + i));
-                amax = fmaxf(amax, fabsf(v[i]));
-            }
-            amax = fmaxf(amax, 6.0f * ldexpf(1.0f, -126));
-            float s = ceil_pow2_from_bits(amax * (1.0f / 6.0f));
-            CHECK(s == (float)json_number_value(json_array_get(json_array_get(sc, r), b)),
-                  "fp4 sim scale row %zu block %zu", r, b);
-            for (int i = 0; i < 32; i++) {
-                float u = fminf(fmaxf(v[i] / s, -6.0f), 6.0f);
-                float got = e2m1_to_f32(f32_to_e2m1(u)) * s;
-                float want = (float)json_number_value(json_array_get(orow, b * 32 + i));
-                nchk++;
-                if (!(got == want)) nbad++;
-            }
-        }
-    }
-    CHECK(nchk > 500 && nbad == 0, "fp4 block32 sim: %d of %d differ", nbad, nchk);
+    /* §6.4 FP8 round-trip simulation, block 64, and §6.5 FP4, block 32: bit for bit */
+    check_block_sim(root, "fp8_e4m3_block64", 64, 448.0f, 1e-4f, fp8_roundtrip, 1000);
+    check_block_sim(root, "fp4_e2m1_block32", 32, 6.0f, 6.0f * ldexpf(1.0f, -126), fp4_roundtrip, 500);
 }
 
 static int hexbyte(const char *s)
