@@ -1,6 +1,7 @@
 /* test_matmul_multi.c: the multi-token product (src/quant/quant_multi.h)
  * must give bit-identical results to the per-pair dot of the type traits,
- * for every weight type, on the AVX2 path and the scalar path, for token
+ * for every weight type, on the AVX-512 (where the CPU has it), AVX2 and
+ * scalar paths, for token
  * counts around the kernel tile widths and row counts around the row block
  * (the engine relies on it: chunked prefill == token-by-token decode).
  */
@@ -78,8 +79,8 @@ static void check_type(int type, int variant, int rows, int T, int simd)
         for (int64_t r = rows; r < ys; r++)
             CHECK(isnan(y[(int64_t)t * ys + r]), "%s wrote past rows", tr->name);
     }
-    CHECK(bad == 0, "%s simd=%d rows=%d T=%d: %d of %d results differ from the per-pair dot", tr->name, simd, rows,
-          T, bad, rows * T);
+    CHECK(bad == 0, "%s simd=%d avx512=%d rows=%d T=%d: %d of %d results differ from the per-pair dot", tr->name, simd,
+          quant_multi_use_avx512, rows, T, bad, rows * T);
     mismatches += bad;
     quant_use_simd = 1;
     free(f); free(W); free(X); free(y);
@@ -91,15 +92,19 @@ int main(void)
     static const int Ts[] = {1, 2, 3, 4, 5, 7, 8, 9, 13, 17};
     static const int rows_list[] = {1, 5, 16, 19, 37};
     int ntypes = (int)(sizeof weight_types / sizeof weight_types[0]);
-    for (int simd = 1; simd >= 0; simd--) {
+    /* path 2: AVX2 + AVX-512 where the CPU has it, 1: AVX2 kernels only, 0: scalar */
+    for (int path = 2; path >= 0; path--) {
+        int simd = path > 0;
+        quant_multi_use_avx512 = path == 2;
         for (int k = 0; k < ntypes; k++) {
-            if (simd) printf("  %-8s multi-token kernel: %s\n", quant_name(weight_types[k]),
+            if (path == 2) printf("  %-8s multi-token kernel: %s\n", quant_name(weight_types[k]),
                              quant_matmul_has_kernel(weight_types[k]) ? "yes" : "no (per-pair dots)");
             for (int variant = 0; variant < 2; variant++)
                 for (size_t ti = 0; ti < sizeof Ts / sizeof Ts[0]; ti++)
                     check_type(weight_types[k], variant, rows_list[(ti + (size_t)k) % 5], Ts[ti], simd);
         }
     }
+    quant_multi_use_avx512 = 1;
     /* the AVX2 path has a kernel for every weight type */
 #ifdef __AVX2__
     for (int k = 0; k < ntypes; k++)

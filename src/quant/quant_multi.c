@@ -28,6 +28,8 @@
 #define TILE_MAX 8       /* tokens per kernel call */
 #define ROW_BLOCK 16     /* weight rows kept hot while all token tiles pass */
 
+int quant_multi_use_avx512 = 1;
+
 /* one weight row against nt (<= TILE_MAX) activation rows a[t]: s[t] */
 typedef void (*multi_kernel)(int64_t n, const void *w, const uint8_t *const *a, int nt, float *s);
 
@@ -358,6 +360,82 @@ KERNEL_PAIR(bf16, 4)
 #ifdef __F16C__
 KERNEL_PAIR(f16, 4)
 #endif
+
+/* ---- Q8_0 with AVX-512 VNNI (chosen at run time) ----
+ * A 512-bit register holds the one-token kernel's two accumulators side by
+ * side: the low half gets the even blocks, the high half the odd ones, so
+ * one instruction advances both, in the same order with the same per-lane
+ * operations. vpdpbusd sums the same four byte products per int32 lane as
+ * maddubs+madd (no int16 saturation is possible there either: activations
+ * are never -128, so a pair of products stays within +-32512). */
+#if defined(__x86_64__) && (defined(__clang__) || __GNUC__ >= 9)
+#define HAVE_Q8_0_AVX512 1
+#define TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")))
+
+TARGET_AVX512 static inline __attribute__((always_inline)) __m512i load_two_blocks(const int8_t *lo, const int8_t *hi)
+{
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)lo)),
+                              _mm256_loadu_si256((const __m256i *)hi), 1);
+}
+
+TARGET_AVX512 static inline __attribute__((always_inline)) __m512 two_scales(__m256 lo, __m256 hi)
+{
+    return _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1);
+}
+
+TARGET_AVX512 static inline __attribute__((always_inline))
+void q8_0_kernel_512(int64_t n, const void *w, const uint8_t *const *a, int nt, float *s)
+{
+    const block_q8_0 *x = w;
+    int64_t nb = n / 32, i = 0;
+    __m512 acc[TILE_MAX];
+#pragma GCC unroll 8
+    for (int t = 0; t < TILE_MAX; t++) acc[t] = _mm512_setzero_ps();
+    for (; i + 2 <= nb; i += 2) {
+        __m512i wq = load_two_blocks(x[i].q, x[i + 1].q);
+        __m512i wa = _mm512_abs_epi8(wq);
+        __mmask64 neg = _mm512_movepi8_mask(wq);
+        __m512 dw = two_scales(_mm256_set1_ps(half_to_float(x[i].d)), _mm256_set1_ps(half_to_float(x[i + 1].d)));
+#pragma GCC unroll 8
+        for (int t = 0; t < nt; t++) {
+            const block_q8_0f *y = (const block_q8_0f *)a[t];
+            __m512i yq = load_two_blocks(y[i].q, y[i + 1].q);
+            yq = _mm512_mask_sub_epi8(yq, neg, _mm512_setzero_si512(), yq);   /* sign(y, w) */
+            __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wa, yq);
+            __m512 dy = two_scales(_mm256_broadcast_ss(&y[i].d), _mm256_broadcast_ss(&y[i + 1].d));
+            acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(dw, dy), _mm512_cvtepi32_ps(p), acc[t]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < nt; t++) {
+        __m256 acc0 = _mm512_castps512_ps256(acc[t]), acc1 = _mm512_extractf32x8_ps(acc[t], 1);
+        if (i < nb) {   /* odd block count: the last block goes to the even accumulator */
+            const block_q8_0f *y = (const block_q8_0f *)a[t];
+            __m256i w0 = _mm256_loadu_si256((const __m256i *)x[i].q);
+            __m256i p = dot_i8_abs(_mm256_sign_epi8(w0, w0), w0, _mm256_loadu_si256((const __m256i *)y[i].q));
+            acc0 = _mm256_fmadd_ps(_mm256_set1_ps(half_to_float(x[i].d) * y[i].d), _mm256_cvtepi32_ps(p), acc0);
+        }
+        s[t] = hsum_ps(_mm256_add_ps(acc0, acc1));
+    }
+}
+
+TARGET_AVX512 static void q8_0_512_full(int64_t n, const void *w, const uint8_t *const *a, int nt, float *s)
+{ (void)nt; q8_0_kernel_512(n, w, a, 8, s); }
+TARGET_AVX512 static void q8_0_512_part(int64_t n, const void *w, const uint8_t *const *a, int nt, float *s)
+{ q8_0_kernel_512(n, w, a, nt, s); }
+
+static int cpu_has_avx512_vnni(void)
+{
+    static int known = -1;
+    if (known < 0) {
+        __builtin_cpu_init();
+        known = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+                __builtin_cpu_supports("avx512vnni");
+    }
+    return known;
+}
+#endif
 #endif /* __AVX2__ */
 
 typedef struct kernel_set {
@@ -371,6 +449,12 @@ static int pick_kernels(int type, kernel_set *k)
 #ifdef __AVX2__
     if (quant_use_simd) {
 #define PICK(t, name, wd) case t: *k = (kernel_set){name##_full, name##_part, wd}; return 1
+#ifdef HAVE_Q8_0_AVX512
+        if (type == GGML_TYPE_Q8_0 && quant_multi_use_avx512 && cpu_has_avx512_vnni()) {
+            *k = (kernel_set){q8_0_512_full, q8_0_512_part, 8};
+            return 1;
+        }
+#endif
         switch (type) {
         PICK(GGML_TYPE_Q8_0, q8_0, 8);
         PICK(GGML_TYPE_MXFP4, mxfp4, 8);

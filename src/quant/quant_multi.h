@@ -24,6 +24,10 @@
 int quant_matmul_prequant(int type, const void *W, size_t row_bytes, int64_t rows, int64_t cols,
                           const void *xq, size_t xq_stride, int T, float *y, int64_t ys);
 
+/* Whether the AVX-512 VNNI kernels may be used where the CPU has them
+ * (Q8_0; bit-identical too). Tests set 0 to exercise the AVX2 kernels. */
+extern int quant_multi_use_avx512;
+
 /* Whether `type` has a dedicated multi-token kernel on the current path
  * (others fall back to per-pair dots, with identical results). For tests
  * and benchmarks. */
