@@ -55,6 +55,8 @@ typedef struct cu_layer {
 typedef struct cu_model {
     int dev;
     cudaStream_t st;
+    cudaStream_t st2;               /* compressor/indexer branch, parallel to the q path */
+    cudaEvent_t ev_fork, ev_join;
     GLOBAL_FIELDS(DECL)
 #undef DECL
     cu_layer *layers;
@@ -96,6 +98,8 @@ struct cu_session {
     float *hy, *logits;             /* logits: chunk rows x V (or 1 when the chunk is large) */
     int logit_rows;
     void *act;                      /* quantized activations */
+    void *act2;                     /* the same for the side branch */
+    void *actx;                     /* x quantized once for every projection of x */
     uint64_t act_bytes;
     int64_t score_stride;
     int *d_argmax;
@@ -106,6 +110,9 @@ struct cu_session {
 };
 
 static cu_model *CM(minke_model *m) { return (cu_model *)m->be; }
+
+/* inside the forward: errors surface through cudaGetLastError at the end */
+#define CK_ASYNC(x) ((void)(x))
 
 /* ------------------------------------------------------------------ */
 /* stage profiler (MINKE_CUDA_PROFILE=1): events between the stages of a
@@ -206,6 +213,9 @@ static void cu_model_free(minke_model *m) {
     cudaFree(cm->rope_main);
     cudaFree(cm->rope_comp);
     if (cm->st) cudaStreamDestroy(cm->st);
+    if (cm->st2) cudaStreamDestroy(cm->st2);
+    if (cm->ev_fork) cudaEventDestroy(cm->ev_fork);
+    if (cm->ev_join) cudaEventDestroy(cm->ev_join);
     free(cm);
     m->be = NULL;
 }
@@ -251,6 +261,9 @@ static int cu_model_init(minke_model *m) {
     if (!cm->layers || !jobs) { minke_set_error("out of memory"); goto fail; }
     CK(cudaSetDevice(0));
     CK(cudaStreamCreateWithFlags(&cm->st, cudaStreamNonBlocking));
+    CK(cudaStreamCreateWithFlags(&cm->st2, cudaStreamNonBlocking));
+    CK(cudaEventCreateWithFlags(&cm->ev_fork, cudaEventDisableTiming));
+    CK(cudaEventCreateWithFlags(&cm->ev_join, cudaEventDisableTiming));
 
     /* tables */
     {
@@ -459,7 +472,7 @@ static void cu_session_free(minke_model *m, void *bs) {
                     s->kvp, s->kvb, s->ca, s->cg, s->ia, s->ig, s->qi, s->wi, s->scores, s->o, s->z, s->a, s->sel,
                     s->nsel, s->rlog, s->rw, s->rsel, s->tpairs, s->tstart, s->tcount, s->texp, s->ntiles, s->eg,
                     s->eu, s->emid, s->eout, s->mo, s->sg, s->su, s->smid, s->so, s->hy, s->logits, s->act, s->d_argmax,
-                    s->attn_part};
+                    s->attn_part, s->act2, s->actx};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cudaFree(bufs[i]);
     cudaFreeHost(s->h_pos); cudaFreeHost(s->h_tok); cudaFreeHost(s->h_logits);
     free(s);
@@ -559,6 +572,9 @@ static void *cu_session_alloc(minke_model *m, int n_ctx) {
         int64_t rows = TK > T ? TK : T;
         s->act_bytes = (uint64_t)(rows * mx / 32 * 37 + 4096);   /* Q8_K (292/256) and Q8_0_F32 (36/32) both fit */
         AL(s->act, s->act_bytes);
+        int64_t side_in = c->n_embd > c->q_lora_rank ? c->n_embd : c->q_lora_rank;
+        AL(s->act2, T * side_in / 32 * 37 + 4096);
+        AL(s->actx, T * (int64_t)c->n_embd / 32 * 37 + 4096);
     }
     AL(s->d_argmax, 4);
     AL(s->attn_part, (int64_t)ATT_SPLIT_MAX_T * c->n_head * ATT_SPLIT * (Dh + 2) * 4);
@@ -585,6 +601,9 @@ typedef struct fwd {
     int taps;          /* copy intermediates to the host for m->tap */
     int pos0_host;     /* valid when taps */
     const int32_t *tok_host;
+    void *act;         /* quantization buffer of the stream in use */
+    int side;          /* run the compressor/indexer branch on cm->st2 */
+    int xq_type;       /* activation type s->actx holds for the current x (0: none) */
 } fwd;
 
 /* Activation rows per GEMV tile (a weight item is decoded once per tile). */
@@ -597,9 +616,16 @@ static void matmul(fwd *f, const cu_t *W, const float *x, int64_t in, int64_t ro
     const void *act = x;
     int64_t astride = in * 4;
     if (at != CU_TYPE_F32) {
-        cu_quantize_act(at, x, f->s->act, T, in, f->st);
-        act = f->s->act;
         astride = cu_act_row_bytes(at, in);
+        if (x == f->s->x && f->act == f->s->act) {
+            /* x feeds several projections: quantize it once per type */
+            if (f->xq_type != at) cu_quantize_act(at, x, f->s->actx, T, in, f->st);
+            f->xq_type = at;
+            act = f->s->actx;
+        } else {
+            cu_quantize_act(at, x, f->act, T, in, f->st);
+            act = f->act;
+        }
     }
     cu_gemv_args g;
     memset(&g, 0, sizeof g);
@@ -637,7 +663,41 @@ static void attention_layer(fwd *f, int il) {
     cu_hc_pre(s->X, T, D, (int)c->n_hc, L->hc_attn_fn.d, L->hc_attn_fn.type, (int)c->hc_mix,
               (const float *)L->hc_attn_scale.d, (const float *)L->hc_attn_base.d, (const float *)L->attn_norm.d,
               (int)c->hc_sinkhorn_iters, c->hc_eps, c->rms_eps, 0, s->partial, s->psq, s->x, s->post, s->comb, st);
+    f->xq_type = 0;
     tapv(f, "blk.%d.attn_norm", il, s->x, D);
+    int ihd = (int)c->indexer_head_dim, nih = (int)c->indexer_n_head;
+    int cw = ratio == 4 ? 2 * Dh : Dh;
+    /* compressor, indexer compressor and indexer weights read only x: on the
+     * side stream while the q/kv projections run (joined before the indexer
+     * scores and the attention) */
+    if (ratio && f->side) {
+        CK_ASYNC(cudaEventRecord(f->cm->ev_fork, st));
+        CK_ASYNC(cudaStreamWaitEvent(f->cm->st2, f->cm->ev_fork, 0));
+        f->st = f->cm->st2; f->act = s->act2;
+    }
+    if (ratio) {
+        cudaStream_t sb = f->st;
+        PROF(f, "compressor");
+        matmul(f, &L->comp_kv, s->x, D, cw, s->ca, cw, T);
+        matmul(f, &L->comp_gate, s->x, D, cw, s->cg, cw, T);
+        cu_comp_emit(s->ca, s->cg, T, L->comp_ape.d, L->comp_ape.type, ratio, Dh, lc->ckv, lc->csc,
+                     (const float *)L->comp_norm.d, c->rms_eps, nrot, rope, s->d_pos, sims, 0, 0, lc->comp, sb);
+        cu_comp_state(s->ca, s->cg, T, L->comp_ape.d, L->comp_ape.type, ratio, Dh, lc->ckv, lc->csc, s->d_pos, sb);
+    }
+    if (ratio == 4) {
+        cudaStream_t sb = f->st;
+        PROF(f, "idx_comp");
+        matmul(f, &L->idx_comp_kv, s->x, D, 2 * ihd, s->ia, 2 * ihd, T);
+        matmul(f, &L->idx_comp_gate, s->x, D, 2 * ihd, s->ig, 2 * ihd, T);
+        cu_comp_emit(s->ia, s->ig, T, L->idx_comp_ape.d, L->idx_comp_ape.type, 4, ihd, lc->ikv, lc->isc,
+                     (const float *)L->idx_comp_norm.d, c->rms_eps, nrot, rope, s->d_pos, sims, 1, 0, lc->index, sb);
+        cu_comp_state(s->ia, s->ig, T, L->idx_comp_ape.d, L->idx_comp_ape.type, 4, ihd, lc->ikv, lc->isc, s->d_pos, sb);
+        matmul(f, &L->idx_proj, s->x, D, nih, s->wi, nih, T);
+    }
+    if (ratio && f->side) {
+        CK_ASYNC(cudaEventRecord(f->cm->ev_join, f->cm->st2));
+        f->st = st; f->act = s->act;
+    }
     PROF(f, "q_a+q_b");
     matmul(f, &L->q_a, s->x, D, ql, s->ql, ql, T);
     cu_rmsnorm(s->ql, (const float *)L->q_a_norm.d, T, ql, c->rms_eps, s->qn, st);
@@ -649,27 +709,11 @@ static void attention_layer(fwd *f, int il) {
     matmul(f, &L->kv, s->x, D, Dh, s->kvp, Dh, T);
     cu_kv_finish(s->kvp, (const float *)L->kv_norm.d, T, Dh, nrot, rope, s->d_pos, c->rms_eps, sims, 0, s->kvb, st);
     tapv(f, "blk.%d.kv", il, s->kvb, Dh);
-    int ihd = (int)c->indexer_head_dim, nih = (int)c->indexer_n_head;
-    int cw = ratio == 4 ? 2 * Dh : Dh;
-    PROF(f, "compressor");
-    if (ratio) {
-        matmul(f, &L->comp_kv, s->x, D, cw, s->ca, cw, T);
-        matmul(f, &L->comp_gate, s->x, D, cw, s->cg, cw, T);
-        cu_comp_emit(s->ca, s->cg, T, L->comp_ape.d, L->comp_ape.type, ratio, Dh, lc->ckv, lc->csc,
-                     (const float *)L->comp_norm.d, c->rms_eps, nrot, rope, s->d_pos, sims, 0, 0, lc->comp, st);
-        cu_comp_state(s->ca, s->cg, T, L->comp_ape.d, L->comp_ape.type, ratio, Dh, lc->ckv, lc->csc, s->d_pos, st);
-    }
+    if (ratio && f->side) CK_ASYNC(cudaStreamWaitEvent(st, f->cm->ev_join, 0));
     if (ratio == 4) {
-        PROF(f, "idx_comp");
-        matmul(f, &L->idx_comp_kv, s->x, D, 2 * ihd, s->ia, 2 * ihd, T);
-        matmul(f, &L->idx_comp_gate, s->x, D, 2 * ihd, s->ig, 2 * ihd, T);
-        cu_comp_emit(s->ia, s->ig, T, L->idx_comp_ape.d, L->idx_comp_ape.type, 4, ihd, lc->ikv, lc->isc,
-                     (const float *)L->idx_comp_norm.d, c->rms_eps, nrot, rope, s->d_pos, sims, 1, 0, lc->index, st);
-        cu_comp_state(s->ia, s->ig, T, L->idx_comp_ape.d, L->idx_comp_ape.type, 4, ihd, lc->ikv, lc->isc, s->d_pos, st);
         PROF(f, "idx_q");
         matmul(f, &L->idx_q_b, s->qn, ql, (int64_t)nih * ihd, s->qi, (int64_t)nih * ihd, T);
         cu_idx_q_prep(s->qi, T, nih, ihd, nrot, rope, s->d_pos, sims, st);
-        matmul(f, &L->idx_proj, s->x, D, nih, s->wi, nih, T);
         PROF(f, "idx_score");
         cu_idx_scores(s->qi, s->wi, lc->index, T, nih, ihd, c->indexer_scale, (int)c->indexer_top_k,
                       lc->index_cap, s->d_pos, s->scores, s->score_stride, st);
@@ -726,6 +770,7 @@ static void ffn_layer(fwd *f, int il) {
     cu_hc_pre(s->X, T, D, (int)c->n_hc, L->hc_ffn_fn.d, L->hc_ffn_fn.type, (int)c->hc_mix,
               (const float *)L->hc_ffn_scale.d, (const float *)L->hc_ffn_base.d, (const float *)L->ffn_norm.d,
               (int)c->hc_sinkhorn_iters, c->hc_eps, c->rms_eps, 0, s->partial, s->psq, s->x, s->post, s->comb, st);
+    f->xq_type = 0;
     tapv(f, "blk.%d.ffn_norm", il, s->x, D);
     PROF(f, "router");
     matmul(f, &L->gate_inp, s->x, D, E, s->rlog, E, T);
@@ -747,6 +792,7 @@ static void ffn_layer(fwd *f, int il) {
         act = s->act;
         astride = cu_act_row_bytes(at, D);
     }
+    f->xq_type = 0;
     cu_gemv_args g;
     memset(&g, 0, sizeof g);
     g.wtype = Wg->type; g.rows = F; g.in = D; g.row_bytes = Wg->row_bytes; g.expert_bytes = Wg->row_bytes * F;
@@ -847,6 +893,8 @@ static int run_chunk(minke_model *m, cu_session *s, const int32_t *tokens, int T
         memset(&f, 0, sizeof f);
         f.m = m; f.cm = cm; f.s = s; f.c = c; f.st = st; f.T = T; f.taps = taps; f.pos0_host = pos0;
         f.tok_host = tokens;
+        f.act = s->act;
+        f.side = !taps && prof_on != 1 && !getenv("MINKE_CUDA_NO_SIDE");
         int use_graph = !taps && T == 1 && !getenv("MINKE_CUDA_NO_GRAPH") && prof_on != 1;
         if (use_graph) {
             cu_graph *g = NULL;
