@@ -55,6 +55,7 @@ static void usage(FILE *f) {
 }
 
 /* ---- synthetic Flash-shape model (no file) ---- */
+#ifdef MINKE_CUDA
 static dsv4_tensor *tensor_for(dsv4_weights *w, int kind, int layer) {
     dsv4_layer *L = layer >= 0 ? &w->layers[layer] : NULL;
     switch (kind) {
@@ -102,6 +103,7 @@ static dsv4_tensor *tensor_for(dsv4_weights *w, int kind, int layer) {
     default: return NULL;
     }
 }
+#endif
 
 static minke_model *synthetic_model(const char *which, int sims) {
 #ifdef MINKE_CUDA
@@ -311,6 +313,7 @@ int cmd_bench(int argc, char **argv) {
     const dsv4_config *c = &m->w.cfg;
     int V = (int)c->n_vocab;
     int is_cuda = !strcmp(m->ops->name, "cuda");
+    (void)is_cuda;
 
     int32_t *tokens = malloc(sizeof(int32_t) * (size_t)ctx_max);
     if (!tokens) { fprintf(stderr, "minke bench: out of memory\n"); return 1; }

@@ -1,0 +1,24 @@
+#!/bin/sh
+# t_bench.sh: `minke bench` on the CPU backend with a tiny synthetic model:
+# the CSV has the serving-spec header and one row per frontier with the right
+# token counts and positive rates, --plot writes an SVG, and bad options fail.
+set -u
+M=${MINKE_BIN:?}
+T=${MINKE_BUILD:-build}/tmp/t_bench
+mkdir -p "$T"
+fail() { echo "FAIL: $*"; exit 1; }
+"$M" mkmodel --preset tiny -o "$T/tiny.gguf" > /dev/null 2>&1 || fail "mkmodel"
+"$M" bench -m "$T/tiny.gguf" --backend cpu -t 2 --ctx-start 16 --ctx-max 48 --step-incr 16 -n 4 \
+    --csv "$T/b.csv" --plot "$T/b.svg" 2> "$T/b.log" || { cat "$T/b.log"; fail "bench run"; }
+head -1 "$T/b.csv" | grep -qx 'ctx_tokens,prefill_tokens,prefill_tps,gen_tokens,gen_tps,kvcache_bytes' || fail "csv header"
+[ "$(wc -l < "$T/b.csv")" -eq 4 ] || fail "expected 3 frontier rows: $(cat "$T/b.csv")"
+awk -F, 'NR > 1 { exp_ctx = 16 * (NR - 1); if ($1 != exp_ctx || $2 != 16 || $3 <= 0 || $4 != 4 || $5 <= 0 || $6 <= 0) bad = 1;
+         if (NR > 2 && $6 <= prev) bad = 1; prev = $6 } END { exit bad }' "$T/b.csv" || fail "csv rows: $(cat "$T/b.csv")"
+grep -q '<svg' "$T/b.svg" && grep -q 'polyline' "$T/b.svg" || fail "svg"
+grep -q 'decode' "$T/b.log" || fail "limit report on stderr"
+# frontier steps by multiplication, clamped to ctx-max
+"$M" bench -m "$T/tiny.gguf" --backend cpu -t 2 --ctx-start 10 --ctx-max 30 --step-mul 2 -n 2 2>/dev/null > "$T/m.csv" || fail "step-mul run"
+[ "$(cut -d, -f1 "$T/m.csv" | tr '\n' ' ')" = "ctx_tokens 10 20 30 " ] || fail "step-mul frontiers: $(cat "$T/m.csv")"
+if "$M" bench -m "$T/tiny.gguf" --ctx-start 0 > /dev/null 2>&1; then fail "ctx-start 0 accepted"; fi
+if "$M" bench > /dev/null 2>&1; then fail "no model accepted"; fi
+echo "t_bench: ok"
