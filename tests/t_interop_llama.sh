@@ -10,7 +10,8 @@
 # deepseek4 loader reads and every tensor it creates (names, shapes, count)
 # without reading weights; a tiny mkmodel file with HCA ratio 128 loads too,
 # and the default tiny (HCA ratio 8, which that loader does not support) is
-# refused (negative control); llama.cpp's tokenizer reading minke's tokenizer
+# refused (negative control); llama.cpp picks YaRN RoPE scaling from the
+# metadata; llama.cpp's tokenizer reading minke's tokenizer
 # metadata reproduces the ids of tests/fixtures/tokenizer/{cases,fuzz_cases}.jsonl.
 . tests/shlib.sh
 
@@ -54,6 +55,9 @@ truncate -s 1G "$T/probe" 2>/dev/null
 if [ "$(du -k "$T/probe" 2>/dev/null | cut -f1)" = 0 ]; then
     "$FS" "$T/q2.gguf" --tokenizer "$tok" >/dev/null 2>&1 || bad "flash_sparse q2 failed"
     load "$T/q2.gguf" "sparse Flash q2" "vocab 129280, 284334567511 parameters, $(total "$T/q2.gguf") bytes"
+    # without deepseek4.rope.scaling.type llama.cpp falls back to linear scaling (wrong logits)
+    grep -q "rope scaling *= yarn" "$T/l.log" && ok "llama.cpp uses YaRN scaling" ||
+        bad "llama.cpp does not use YaRN: $(grep 'rope scaling' "$T/l.log")"
     for cases in cases fuzz_cases; do
         if "$CHK" --vocab-only --cases "tests/fixtures/tokenizer/$cases.jsonl" "$T/q2.gguf" >"$T/t.log" 2>/dev/null; then
             ok "$cases: $(grep '^llama.cpp tokenization' "$T/t.log")"

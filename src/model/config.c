@@ -422,6 +422,8 @@ void dsv4_config_write_gguf(gguf_writer *w, const dsv4_config *c) {
     gguf_w_f32(w, K("attention.layer_norm_rms_epsilon"), c->rms_eps);
     gguf_w_f32(w, K("rope.freq_base"), c->rope_freq_base);
     gguf_w_f32(w, K("attention.compress_rope_freq_base"), c->compress_rope_freq_base);
+    /* not read by ds4; without it llama.cpp assumes linear scaling and mis-rotates compressed rows */
+    gguf_w_str(w, K("rope.scaling.type"), "yarn");
     gguf_w_f32(w, K("rope.scaling.factor"), c->yarn_factor);
     gguf_w_u32(w, K("rope.scaling.original_context_length"),
                c->yarn_orig_ctx > UINT32_MAX ? UINT32_MAX : (uint32_t)c->yarn_orig_ctx);
