@@ -20,6 +20,7 @@
  * the product falls back to per-pair dots, which is trivially identical.
  */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "quant/quant_internal.h"
@@ -383,37 +384,68 @@ TARGET_AVX512 static inline __attribute__((always_inline)) __m512 two_scales(__m
     return _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1);
 }
 
+/* Activations repacked per token for this kernel (q8_0_512_pack): block pairs
+ * as one 64-byte load each, with their scales already spread over the
+ * lanes they multiply, so the loop does no shuffles; an odd last block
+ * follows as a plain block_q8_0f in a 64-byte slot. */
+typedef struct q8_pair { int8_t q[64]; float d[16]; } q8_pair;   /* 128 bytes */
+
+static size_t q8_0_512_packed_bytes(int64_t cols)
+{
+    int64_t nb = cols / 32;
+    return (size_t)(nb / 2) * sizeof(q8_pair) + (size_t)(nb & 1) * 64;
+}
+
+static void q8_0_512_pack(const uint8_t *xq, int64_t cols, uint8_t *out)
+{
+    const block_q8_0f *y = (const block_q8_0f *)xq;
+    int64_t nb = cols / 32, np = nb / 2;
+    q8_pair *pp = (q8_pair *)out;
+    for (int64_t p = 0; p < np; p++) {
+        memcpy(pp[p].q, y[2 * p].q, 32);
+        memcpy(pp[p].q + 32, y[2 * p + 1].q, 32);
+        for (int l = 0; l < 8; l++) {
+            pp[p].d[l] = y[2 * p].d;
+            pp[p].d[l + 8] = y[2 * p + 1].d;
+        }
+    }
+    if (nb & 1) memcpy(out + (size_t)np * sizeof(q8_pair), &y[nb - 1], sizeof(block_q8_0f));
+}
+
 TARGET_AVX512 static inline __attribute__((always_inline))
 void q8_0_kernel_512(int64_t n, const void *w, const uint8_t *const *a, int nt, float *s)
 {
     const block_q8_0 *x = w;
-    int64_t nb = n / 32, i = 0;
+    int64_t nb = n / 32, np = nb / 2;
     __m512 acc[TILE_MAX];
 #pragma GCC unroll 8
     for (int t = 0; t < TILE_MAX; t++) acc[t] = _mm512_setzero_ps();
-    for (; i + 2 <= nb; i += 2) {
+    for (int64_t p = 0; p < np; p++) {
+        int64_t i = 2 * p;
         __m512i wq = load_two_blocks(x[i].q, x[i + 1].q);
         __m512i wa = _mm512_abs_epi8(wq);
         __mmask64 neg = _mm512_movepi8_mask(wq);
         __m512 dw = two_scales(_mm256_set1_ps(half_to_float(x[i].d)), _mm256_set1_ps(half_to_float(x[i + 1].d)));
 #pragma GCC unroll 8
         for (int t = 0; t < nt; t++) {
-            const block_q8_0f *y = (const block_q8_0f *)a[t];
-            __m512i yq = load_two_blocks(y[i].q, y[i + 1].q);
+            const q8_pair *y = (const q8_pair *)a[t] + p;
+            __m512i yq = _mm512_load_si512((const void *)y->q);
             yq = _mm512_mask_sub_epi8(yq, neg, _mm512_setzero_si512(), yq);   /* sign(y, w) */
-            __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wa, yq);
-            __m512 dy = two_scales(_mm256_broadcast_ss(&y[i].d), _mm256_broadcast_ss(&y[i + 1].d));
-            acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(dw, dy), _mm512_cvtepi32_ps(p), acc[t]);
+            __m512i dp = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wa, yq);
+            /* lanes: d_w * d_y of their own block, one IEEE product as before */
+            __m512 d = _mm512_mul_ps(dw, _mm512_load_ps(y->d));
+            acc[t] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(dp), acc[t]);
         }
     }
 #pragma GCC unroll 8
     for (int t = 0; t < nt; t++) {
         __m256 acc0 = _mm512_castps512_ps256(acc[t]), acc1 = _mm512_extractf32x8_ps(acc[t], 1);
-        if (i < nb) {   /* odd block count: the last block goes to the even accumulator */
-            const block_q8_0f *y = (const block_q8_0f *)a[t];
-            __m256i w0 = _mm256_loadu_si256((const __m256i *)x[i].q);
-            __m256i p = dot_i8_abs(_mm256_sign_epi8(w0, w0), w0, _mm256_loadu_si256((const __m256i *)y[i].q));
-            acc0 = _mm256_fmadd_ps(_mm256_set1_ps(half_to_float(x[i].d) * y[i].d), _mm256_cvtepi32_ps(p), acc0);
+        if (nb & 1) {   /* odd block count: the last block goes to the even accumulator */
+            const block_q8_0f *y = (const block_q8_0f *)(a[t] + (size_t)np * sizeof(q8_pair));
+            const block_q8_0 *xl = &x[nb - 1];
+            __m256i w0 = _mm256_loadu_si256((const __m256i *)xl->q);
+            __m256i dp = dot_i8_abs(_mm256_sign_epi8(w0, w0), w0, _mm256_loadu_si256((const __m256i *)y->q));
+            acc0 = _mm256_fmadd_ps(_mm256_set1_ps(half_to_float(xl->d) * y->d), _mm256_cvtepi32_ps(dp), acc0);
         }
         s[t] = hsum_ps(_mm256_add_ps(acc0, acc1));
     }
@@ -441,6 +473,10 @@ static int cpu_has_avx512_vnni(void)
 typedef struct kernel_set {
     multi_kernel full, part;
     int width;
+    /* optional: the kernels read activations repacked by pack (a token's
+     * row into packed_bytes(cols) bytes, 64-byte aligned) */
+    size_t (*packed_bytes)(int64_t cols);
+    void (*pack)(const uint8_t *xq, int64_t cols, uint8_t *out);
 } kernel_set;
 
 /* The kernels for `type` on the path the traits' dot takes now; 0 if none. */
@@ -448,10 +484,10 @@ static int pick_kernels(int type, kernel_set *k)
 {
 #ifdef __AVX2__
     if (quant_use_simd) {
-#define PICK(t, name, wd) case t: *k = (kernel_set){name##_full, name##_part, wd}; return 1
+#define PICK(t, name, wd) case t: *k = (kernel_set){name##_full, name##_part, wd, NULL, NULL}; return 1
 #ifdef HAVE_Q8_0_AVX512
         if (type == GGML_TYPE_Q8_0 && quant_multi_use_avx512 && cpu_has_avx512_vnni()) {
-            *k = (kernel_set){q8_0_512_full, q8_0_512_part, 8};
+            *k = (kernel_set){q8_0_512_full, q8_0_512_part, 8, q8_0_512_packed_bytes, q8_0_512_pack};
             return 1;
         }
 #endif
@@ -497,6 +533,20 @@ int quant_matmul_prequant(int type, const void *W, size_t row_bytes, int64_t row
                 tr->dot(cols, &y[(int64_t)t * ys + r], w + (size_t)r * row_bytes, x + (size_t)t * xq_stride);
         return 0;
     }
+    uint8_t *packed = NULL;
+    if (k.pack) {
+        size_t pb = k.packed_bytes(cols);
+        packed = aligned_alloc(64, pb * (size_t)T + 64);
+        if (!packed) {   /* still exact, just slower */
+            for (int64_t r = 0; r < rows; r++)
+                for (int t = 0; t < T; t++)
+                    tr->dot(cols, &y[(int64_t)t * ys + r], w + (size_t)r * row_bytes, x + (size_t)t * xq_stride);
+            return 0;
+        }
+        for (int t = 0; t < T; t++) k.pack(x + (size_t)t * xq_stride, cols, packed + (size_t)t * pb);
+        x = packed;
+        xq_stride = pb;
+    }
     /* a block of rows stays in cache while every token tile passes over it */
     for (int64_t r0 = 0; r0 < rows; r0 += ROW_BLOCK) {
         int64_t r1 = r0 + ROW_BLOCK < rows ? r0 + ROW_BLOCK : rows;
@@ -512,5 +562,6 @@ int quant_matmul_prequant(int type, const void *W, size_t row_bytes, int64_t row
             }
         }
     }
+    free(packed);
     return 0;
 }
