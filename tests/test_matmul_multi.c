@@ -105,11 +105,15 @@ int main(void)
         }
     }
     quant_multi_use_avx512 = 1;
-    /* the AVX2 path has a kernel for every weight type */
-#ifdef __AVX2__
-    for (int k = 0; k < ntypes; k++)
-        CHECK(quant_matmul_has_kernel(weight_types[k]), "%s: no multi-token kernel", quant_name(weight_types[k]));
-#endif
+    /* every weight type has its own kernel on the scalar path and, where
+     * compiled in, the AVX2 one (none falls back to per-pair dots) */
+    for (int simd = 0; simd <= 1; simd++) {
+        quant_use_simd = simd;
+        for (int k = 0; k < ntypes; k++)
+            CHECK(quant_matmul_has_kernel(weight_types[k]), "%s simd=%d: no multi-token kernel",
+                  quant_name(weight_types[k]), simd);
+    }
+    quant_use_simd = 1;
     /* bad input: no dot / cols not whole blocks -> -1, nothing written */
     float y = 1.0f;
     uint8_t buf[64] = {0};

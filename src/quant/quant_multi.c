@@ -31,6 +31,15 @@
 
 int quant_multi_use_avx512 = 1;
 
+/* The one-token dots are plain C compiled with -ffp-contract=fast (GNU C
+ * default): with FMA hardware GCC fuses their multiply-adds, without it it
+ * cannot. FUSED spells out the same choice for this file's float steps. */
+#ifdef __FMA__
+#define FUSED(a, b, c) fmaf((a), (b), (c))
+#else
+#define FUSED(a, b, c) ((a) * (b) + (c))
+#endif
+
 /* one weight row against nt (<= TILE_MAX) activation rows a[t]: s[t] */
 typedef void (*multi_kernel)(int64_t n, const void *w, const uint8_t *const *a, int nt, float *s);
 
@@ -151,7 +160,7 @@ ALWAYS_INLINE int32_t mins_dot_bsums(__m256i mins16, const int16_t *bsums)
  * vectorising the token loop cannot contract it differently. */
 ALWAYS_INLINE float ksum_step(float yd, float xd, float xm, int32_t isum, int32_t msum)
 {
-    return fmaf(yd * xd, (float)isum, -(yd * xm * (float)msum));
+    return FUSED(yd * xd, (float)isum, -(yd * xm * (float)msum));
 }
 
 /* ---- Q2_K x Q8_K ---- */
@@ -284,7 +293,7 @@ ALWAYS_INLINE void iq2_xxs_kernel(int64_t n, const void *w, const uint8_t *const
 #pragma GCC unroll 8
         for (int t = 0; t < nt; t++) {
             const block_q8_K *y = (const block_q8_K *)a[t];
-            sum[t] = fmaf(xd * y[i].d * (float)hsum_epi32(bsum[t]), 0.125f, sum[t]);
+            sum[t] = FUSED(xd * y[i].d * (float)hsum_epi32(bsum[t]), 0.125f, sum[t]);
         }
     }
 #pragma GCC unroll 8
@@ -334,7 +343,7 @@ ALWAYS_INLINE float one_bf16(const void *w, int64_t i) { return bf16_to_f32(((co
         for (int t = 0; t < nt; t++) {                                                             \
             const float *y = (const float *)a[t];                                                  \
             float sum = hsum_ps(_mm256_add_ps(acc0[t], acc1[t]));                                  \
-            for (int64_t k = i; k < n; k++) sum = fmaf(one_##fmt(w, k), y[k], sum);                \
+            for (int64_t k = i; k < n; k++) sum = FUSED(one_##fmt(w, k), y[k], sum);                \
             s[t] = sum;                                                                            \
         }                                                                                          \
     }
@@ -470,6 +479,184 @@ static int cpu_has_avx512_vnni(void)
 #endif
 #endif /* __AVX2__ */
 
+
+/* ---- scalar kernels: twins of the scalar dots (q8.c, kquants.c, iq2xxs.c,
+ * mxfp4.c, floats.c). A weight block is decoded once to plain integers (or
+ * floats) and every token of the tile takes the same integer sums and the
+ * same float steps; the fmaf calls spell out the contractions GCC makes in
+ * those files (-mfma), so the results stay bit-identical. ---- */
+
+static void q8_0_scalar(int64_t n, const void *w, const uint8_t *const *a, int nt, float *s)
+{
+    const block_q8_0 *x = w;
+    float sum[TILE_MAX] = {0};
+    for (int64_t i = 0; i < n / 32; i++) {
+        float d = f16_to_f32(x[i].d);
+        for (int t = 0; t < nt; t++) {
+            const block_q8_0f *y = (const block_q8_0f *)a[t] + i;
+            int32_t isum = 0;
+            for (int j = 0; j < 32; j++) isum += x[i].q[j] * y->q[j];
+            sum[t] = FUSED(d * y->d, (float)isum, sum[t]);
+        }
+    }
+    for (int t = 0; t < nt; t++) s[t] = sum[t];
+}
+
+static void mxfp4_scalar(int64_t n, const void *w, const uint8_t *const *a, int nt, float *s)
+{
+    const block_mxfp4 *x = w;
+    float sum[TILE_MAX] = {0};
+    for (int64_t i = 0; i < n / 32; i++) {
+        int8_t v[32];
+        for (int j = 0; j < 16; j++) {
+            v[j] = mxfp4_kvalues[x[i].qs[j] & 0xF];
+            v[j + 16] = mxfp4_kvalues[x[i].qs[j] >> 4];
+        }
+        /* 2^(e-128), exact also for e = 0, 1 (as mxfp4.c) */
+        uint32_t bits = x[i].e < 2 ? 0x00200000u << x[i].e : (uint32_t)(x[i].e - 1) << 23;
+        float d;
+        memcpy(&d, &bits, 4);
+        for (int t = 0; t < nt; t++) {
+            const block_q8_0f *y = (const block_q8_0f *)a[t] + i;
+            int32_t isum = 0;
+            for (int j = 0; j < 32; j++) isum += v[j] * y->q[j];
+            sum[t] = FUSED(d * y->d, (float)isum, sum[t]);
+        }
+    }
+    for (int t = 0; t < nt; t++) s[t] = sum[t];
+}
+
+/* a k-quant block decoded: codes in element order, scale and min per 16 elements */
+typedef struct kblock { uint8_t c[256]; int32_t sc[16], mn[16]; float d, dmin; } kblock;
+
+static void kblock_dot(const kblock *kb, const block_q8_K *y, int32_t *isum, int32_t *msum)
+{
+    int32_t is = 0, ms = 0;
+    for (int sb = 0; sb < 16; sb++) {
+        int32_t part = 0;
+        for (int l = 0; l < 16; l++) part += kb->c[16 * sb + l] * y->q[16 * sb + l];
+        is += kb->sc[sb] * part;
+        ms += kb->mn[sb] * y->bsums[sb];
+    }
+    *isum = is;
+    *msum = ms;
+}
+
+static void kblock_tokens(const kblock *kb, int64_t i, const uint8_t *const *a, int nt, float *sum)
+{
+    for (int t = 0; t < nt; t++) {
+        const block_q8_K *y = (const block_q8_K *)a[t] + i;
+        int32_t isum, msum;
+        kblock_dot(kb, y, &isum, &msum);
+        sum[t] += FUSED(y->d * kb->d, (float)isum, -(y->d * kb->dmin * (float)msum));
+    }
+}
+
+static void q2_K_scalar(int64_t n, const void *w, const uint8_t *const *a, int nt, float *s)
+{
+    const block_q2_K *x = w;
+    float sum[TILE_MAX] = {0};
+    kblock kb;
+    for (int64_t i = 0; i < n / 256; i++) {
+        for (int e = 0; e < 256; e++) {
+            int h = e / 128, s4 = (e % 128) / 32, l = e % 32;
+            kb.c[e] = (uint8_t)((x[i].qs[32 * h + l] >> (2 * s4)) & 3);
+        }
+        for (int sb = 0; sb < 16; sb++) {
+            kb.sc[sb] = x[i].scales[sb] & 0xF;
+            kb.mn[sb] = x[i].scales[sb] >> 4;
+        }
+        kb.d = f16_to_f32(x[i].d);
+        kb.dmin = f16_to_f32(x[i].dmin);
+        kblock_tokens(&kb, i, a, nt, sum);
+    }
+    for (int t = 0; t < nt; t++) s[t] = sum[t];
+}
+
+static void q4_K_scalar(int64_t n, const void *w, const uint8_t *const *a, int nt, float *s)
+{
+    const block_q4_K *x = w;
+    float sum[TILE_MAX] = {0};
+    kblock kb;
+    for (int64_t i = 0; i < n / 256; i++) {
+        for (int j = 0; j < 8; j++) {
+            uint8_t sc, m;
+            q4_K_scale_min(j, x[i].scales, &sc, &m);
+            kb.sc[2 * j] = kb.sc[2 * j + 1] = sc;
+            kb.mn[2 * j] = kb.mn[2 * j + 1] = m;
+            for (int l = 0; l < 32; l++)
+                kb.c[32 * j + l] = (uint8_t)((x[i].qs[32 * (j >> 1) + l] >> (4 * (j & 1))) & 0xF);
+        }
+        kb.d = f16_to_f32(x[i].d);
+        kb.dmin = f16_to_f32(x[i].dmin);
+        kblock_tokens(&kb, i, a, nt, sum);
+    }
+    for (int t = 0; t < nt; t++) s[t] = sum[t];
+}
+
+static void iq2_xxs_scalar(int64_t n, const void *w, const uint8_t *const *a, int nt, float *s)
+{
+    const block_iq2_xxs *x = w;
+    float sum[TILE_MAX] = {0};
+    for (int64_t i = 0; i < n / 256; i++) {
+        const uint8_t *q = (const uint8_t *)x[i].qs;
+        int8_t v[256];          /* signed lattice magnitudes (<= 43) */
+        int32_t ls[8];
+        for (int g = 0; g < 8; g++) {
+            const uint8_t *gq = q + 8 * g;
+            uint32_t aux = (uint32_t)gq[4] | ((uint32_t)gq[5] << 8) | ((uint32_t)gq[6] << 16) | ((uint32_t)gq[7] << 24);
+            ls[g] = (int32_t)(2 * (aux >> 28) + 1);
+            for (int l = 0; l < 4; l++) {
+                uint64_t gv = iq2xxs_grid_data[gq[l]];
+                uint8_t S = ksigns_iq2xs_data[(aux >> (7 * l)) & 127];
+                for (int j = 0; j < 8; j++) {
+                    int m = (int)((gv >> (8 * j)) & 0xFF);
+                    v[32 * g + 8 * l + j] = (int8_t)((S >> j) & 1 ? -m : m);
+                }
+            }
+        }
+        float d = f16_to_f32(x[i].d);
+        for (int t = 0; t < nt; t++) {
+            const block_q8_K *y = (const block_q8_K *)a[t] + i;
+            int32_t bsum = 0;
+            for (int g = 0; g < 8; g++) {
+                int32_t gsum = 0;
+                for (int j = 0; j < 32; j++) gsum += v[32 * g + j] * y->q[32 * g + j];
+                bsum += ls[g] * gsum;
+            }
+            sum[t] = FUSED(d * y->d * (float)bsum, 0.125f, sum[t]);
+        }
+    }
+    for (int t = 0; t < nt; t++) s[t] = sum[t];
+}
+
+/* floats.c's dot_lanes on weights already converted to f32 (the conversions
+ * are exact, so the products are the same) */
+#define FLOAT_CHUNK 256
+#define FLOAT_SCALAR(fmt, conv)                                                                    \
+    static void fmt##_scalar(int64_t n, const void *w, const uint8_t *const *a, int nt, float *s) \
+    {                                                                                              \
+        float acc[TILE_MAX][8] = {{0}}, wf[FLOAT_CHUNK];                                           \
+        for (int64_t c0 = 0; c0 < n; c0 += FLOAT_CHUNK) {                                          \
+            int64_t c1 = c0 + FLOAT_CHUNK < n ? c0 + FLOAT_CHUNK : n;                              \
+            for (int64_t i = c0; i < c1; i++) wf[i - c0] = conv;                                   \
+            for (int t = 0; t < nt; t++) {                                                         \
+                const float *y = (const float *)a[t];                                              \
+                int64_t i = c0;                                                                    \
+                for (; i + 8 <= c1; i += 8)                                                        \
+                    for (int k = 0; k < 8; k++) acc[t][k] = FUSED(wf[i - c0 + k], y[i + k], acc[t][k]); \
+                for (; i < c1; i++) acc[t][0] = FUSED(wf[i - c0], y[i], acc[t][0]);                 \
+            }                                                                                      \
+        }                                                                                          \
+        for (int t = 0; t < nt; t++) {                                                             \
+            const float *c = acc[t];                                                               \
+            s[t] = ((c[0] + c[4]) + (c[1] + c[5])) + ((c[2] + c[6]) + (c[3] + c[7]));              \
+        }                                                                                          \
+    }
+FLOAT_SCALAR(f32, ((const float *)w)[i])
+FLOAT_SCALAR(f16, f16_to_f32(((const uint16_t *)w)[i]))
+FLOAT_SCALAR(bf16, bf16_to_f32(((const uint16_t *)w)[i]))
+
 typedef struct kernel_set {
     multi_kernel full, part;
     int width;
@@ -502,14 +689,24 @@ static int pick_kernels(int type, kernel_set *k)
 #ifdef __F16C__
         PICK(GGML_TYPE_F16, f16, 4);
 #endif
-        default: break;
+        default: return 0;   /* no AVX2 kernel here: per-pair dots */
         }
 #undef PICK
     }
 #endif
-    (void)type;
-    (void)k;
-    return 0;
+#define PICK_SCALAR(t, name) case t: *k = (kernel_set){name##_scalar, name##_scalar, TILE_MAX, NULL, NULL}; return 1
+    switch (type) {
+    PICK_SCALAR(GGML_TYPE_Q8_0, q8_0);
+    PICK_SCALAR(GGML_TYPE_MXFP4, mxfp4);
+    PICK_SCALAR(GGML_TYPE_Q2_K, q2_K);
+    PICK_SCALAR(GGML_TYPE_Q4_K, q4_K);
+    PICK_SCALAR(GGML_TYPE_IQ2_XXS, iq2_xxs);
+    PICK_SCALAR(GGML_TYPE_F32, f32);
+    PICK_SCALAR(GGML_TYPE_F16, f16);
+    PICK_SCALAR(GGML_TYPE_BF16, bf16);
+    default: return 0;
+    }
+#undef PICK_SCALAR
 }
 
 int quant_matmul_has_kernel(int type)
