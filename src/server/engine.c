@@ -1,6 +1,6 @@
 /* engine.c: the server's handle on the model: opening it, the tokenizer
- * built from its GGUF, and thin wrappers over the renderer so the rest of the
- * server talks to one place (and tests of the protocol layers can stub it). */
+ * built from its GGUF, and thin wrappers over tokenizer and renderer so the
+ * rest of the server reaches the text layer through one place. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

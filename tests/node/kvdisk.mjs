@@ -1,9 +1,13 @@
 // kvdisk.mjs: one step of the disk KV cache test (t_server_kvdisk.sh drives
-// the server restarts). Usage: node kvdisk.mjs cold|warm|rejected OUT.json
-//   cold:     first request ever: nothing cached; writes the greedy answer to OUT
-//   warm:     after a restart: the shared prefix comes from disk (cached tokens
-//             reported, their prefill skipped) and the greedy answer is the same
-//   rejected: the cache files were corrupted: nothing may be reused
+// the server restarts). Usage: node kvdisk.mjs PHASE STATE.json
+//   cold:       first request ever: nothing cached; writes the greedy answer
+//   warm:       after a restart: the shared prefix comes from disk (cached tokens
+//               reported, their prefill skipped) and the greedy answer is the same
+//   rejected:   the cache files were corrupted: nothing may be reused
+//   tool1/2:    a tool-call turn, then (after a restart) its replay with
+//               re-serialized arguments must still match the stored DSML
+//   vis1/2:     a thinking answer displaced by another conversation, then
+//               (after a restart) continued without its reasoning
 import fs from 'node:fs';
 import OpenAI from 'openai';
 import { BASE, API_KEY, MODEL, assert } from './util.mjs';
