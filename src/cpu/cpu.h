@@ -54,6 +54,11 @@ typedef struct cpu_session {
  * W may be a 3-D expert tensor: pass `expert` to select matrix e (else 0). */
 void cpu_matmul(const cpu_model *cm, const dsv4_tensor *W, int expert, int64_t row0, int64_t nrows,
                 const float *x, int64_t xs, int T, float *y, int64_t ys);
+/* y1 = W1 x and y2 = W2 x over their first nrows rows, both written with
+ * stride ys (FFN gate and up): x is quantized once and the two products
+ * share one pool job. Same results as two cpu_matmul calls. */
+void cpu_matmul_pair(const cpu_model *cm, const dsv4_tensor *W1, const dsv4_tensor *W2, int expert, int64_t nrows,
+                     const float *x, int64_t xs, int T, float *y1, float *y2, int64_t ys);
 /* Dequantize row r of a 2-D tensor to f32 (embedding lookup). */
 void cpu_get_row(const dsv4_tensor *W, int64_t r, float *out);
 

@@ -331,8 +331,7 @@ static void ffn_layer(fw *f, int il) {
                 if (sel[t * K + k] == e) { tk[n] = t; tw[n] = wt[t * K + k]; n++; }
         if (!n) continue;
         for (int i = 0; i < n; i++) memcpy(xg + (size_t)i * D, f->x + (size_t)tk[i] * D, sizeof(float) * (size_t)D);
-        cpu_matmul(f->cm, &L->gate_exps, e, 0, F, xg, D, n, g, F);
-        cpu_matmul(f->cm, &L->up_exps, e, 0, F, xg, D, n, up, F);
+        cpu_matmul_pair(f->cm, &L->gate_exps, &L->up_exps, e, F, xg, D, n, g, up, F);
         for (int i = 0; i < n; i++)
             for (int j = 0; j < F; j++)
                 g[(size_t)i * F + j] = nm_swiglu_clamp(g[(size_t)i * F + j], up[(size_t)i * F + j], clamp) * tw[i];
@@ -346,8 +345,7 @@ static void ffn_layer(fw *f, int il) {
     /* shared expert (§11.4) */
     int SF = (int)c->shexp_ff;
     float *sg = xmalloc(sizeof(float) * (size_t)T * SF), *su = xmalloc(sizeof(float) * (size_t)T * SF);
-    cpu_matmul(f->cm, &L->gate_shexp, 0, 0, SF, f->x, D, T, sg, SF);
-    cpu_matmul(f->cm, &L->up_shexp, 0, 0, SF, f->x, D, T, su, SF);
+    cpu_matmul_pair(f->cm, &L->gate_shexp, &L->up_shexp, 0, SF, f->x, D, T, sg, su, SF);
     for (size_t i = 0; i < (size_t)T * SF; i++) sg[i] = nm_swiglu_clamp(sg[i], su[i], clamp);
     cpu_matmul(f->cm, &L->down_shexp, 0, 0, D, sg, SF, T, f->sh_out, D);
     free(sg); free(su); free(g); free(up); free(sel); free(wt);

@@ -92,6 +92,44 @@ void cpu_matmul(const cpu_model *cm, const dsv4_tensor *W, int expert, int64_t r
     free(xq);
 }
 
+/* Both halves of a pair job share the quantized activations; the pool
+ * range covers the rows of W1 then those of W2. */
+typedef struct mm_pair_job { mm_job j[2]; int64_t nrows; } mm_pair_job;
+
+static void mm_pair_task(void *ctx, int64_t i0, int64_t i1) {
+    mm_pair_job *p = ctx;
+    if (i0 < p->nrows) mm_task(&p->j[0], i0, i1 < p->nrows ? i1 : p->nrows);
+    if (i1 > p->nrows) mm_task(&p->j[1], (i0 > p->nrows ? i0 : p->nrows) - p->nrows, i1 - p->nrows);
+}
+
+void cpu_matmul_pair(const cpu_model *cm, const dsv4_tensor *W1, const dsv4_tensor *W2, int expert, int64_t nrows,
+                     const float *x, int64_t xs, int T, float *y1, float *y2, int64_t ys) {
+    const quant_traits *tr = quant_get(W1->type);
+    int64_t cols = W1->ne[0];
+    int vt = tr->vec_dot_type;
+    if (W2->type != W1->type || W2->ne[0] != cols || (cm->exact_act && vt != GGML_TYPE_F32)) {
+        cpu_matmul(cm, W1, expert, 0, nrows, x, xs, T, y1, ys);
+        cpu_matmul(cm, W2, expert, 0, nrows, x, xs, T, y2, ys);
+        return;
+    }
+    uint64_t xq_bytes = quant_row_bytes(vt, cols);
+    uint8_t *xq = malloc(xq_bytes * (uint64_t)T);
+    for (int t = 0; t < T; t++) quant_quantize_activation(vt, x + (int64_t)t * xs, xq + (uint64_t)t * xq_bytes, cols);
+    mm_pair_job p = { .nrows = nrows };
+    const dsv4_tensor *Ws[2] = { W1, W2 };
+    float *ys_out[2] = { y1, y2 };
+    for (int k = 0; k < 2; k++)
+        p.j[k] = (mm_job){
+            .w = (const uint8_t *)Ws[k]->data + (uint64_t)expert * (uint64_t)Ws[k]->ne[1] * Ws[k]->row_bytes,
+            .row_bytes = Ws[k]->row_bytes, .type = Ws[k]->type, .cols = cols,
+            .xq = xq, .xq_bytes = xq_bytes, .T = T, .y = ys_out[k], .ys = ys,
+        };
+    int64_t grain = (int64_t)(65536 / (cols * (T > 0 ? T : 1))) + 1;
+    if (grain < MM_BLOCK) grain = MM_BLOCK;
+    cpu_pool_for(cm->pool, 2 * nrows, grain, mm_pair_task, &p);
+    free(xq);
+}
+
 void cpu_get_row(const dsv4_tensor *W, int64_t r, float *out) {
     const quant_traits *tr = quant_get(W->type);
     tr->dequant((const uint8_t *)W->data + (uint64_t)r * W->row_bytes, out, W->ne[0]);
