@@ -613,6 +613,11 @@ typedef struct fwd {
     int xq_type;       /* activation type s->actx holds for the current x (0: none) */
 } fwd;
 
+/* Prefill batches of at least cu_mmq_min_rows() rows run the quantized
+ * products on the tensor cores (cu_mmq.cu); smaller ones and decode keep the
+ * GEMV kernels. */
+static int use_mmq(int T) { int mq = cu_mmq_min_rows(); return mq && T >= mq; }
+
 /* Activation rows per GEMV tile (a weight item is decoded once per tile). */
 static int tile_rows(int T) { return T >= 8 ? 8 : T >= 4 ? 4 : 1; }
 
@@ -641,6 +646,7 @@ static void matmul(fwd *f, const cu_t *W, const float *x, int64_t in, int64_t ro
     g.act = act; g.act_stride = astride; g.act_div = 1;
     g.out = y; g.out_stride = ystride; g.ntok = T;
     g.nt_hint = tile_rows(T);
+    if (use_mmq(T) && cu_mmq(&g, (T + CU_MMQ_TILE - 1) / CU_MMQ_TILE, f->st)) return;
     cu_gemv(&g, (T + g.nt_hint - 1) / g.nt_hint, f->st);
 }
 
@@ -754,7 +760,8 @@ static void attention_layer(fwd *f, int il) {
         g.act = act; g.act_stride = astride; g.act_div = 1; g.out = s->z; g.out_stride = c->o_dim; g.ntok = T;
         g.group_rows = ol; g.group_act_bytes = gbytes;
         g.nt_hint = tile_rows(T);
-        cu_gemv(&g, (T + g.nt_hint - 1) / g.nt_hint, st);
+        if (!use_mmq(T) || !cu_mmq(&g, (T + CU_MMQ_TILE - 1) / CU_MMQ_TILE, st))
+            cu_gemv(&g, (T + g.nt_hint - 1) / g.nt_hint, st);
     }
     PROF(f, "out_b");
     matmul(f, &L->out_b, s->z, c->o_dim, D, s->a, D, T);
@@ -785,12 +792,21 @@ static void ffn_layer(fwd *f, int il) {
     cu_router(s->rlog, hash ? NULL : (const float *)L->exp_bias.d, hash ? (const int32_t *)L->tid2eid.d : NULL,
               s->d_tok, T, E, K, c->expert_weights_scale, s->rsel, s->rw, st);
     PROF(f, "moe_tiles");
-    int nt = P >= 64 ? 8 : P >= 16 ? 4 : 1;
+    const cu_t *Wg = &L->gate_exps, *Wu = &L->up_exps, *Wd = &L->down_exps;
+    /* tensor cores when gate, up and down all have an int8 mma kernel (tiles of 64 pairs) */
+    int mmq = 0;
+    if (use_mmq(T)) {
+        cu_gemv_args q;
+        memset(&q, 0, sizeof q);
+        q.wtype = Wg->type; q.in = D; mmq = cu_mmq_supported(&q);
+        q.wtype = Wu->type; mmq = mmq && Wu->type == Wg->type && cu_mmq_supported(&q);
+        q.wtype = Wd->type; q.in = F; mmq = mmq && cu_mmq_supported(&q);
+    }
+    int nt = mmq ? CU_MMQ_TILE : P >= 64 ? 8 : P >= 16 ? 4 : 1;
     cu_moe_tiles(s->rsel, P, E, nt, s->tpairs, s->tstart, s->tcount, s->texp, s->ntiles, st);
     int max_tiles = (P + nt - 1) / nt + (E < P ? E : P);
     /* gate and up over the token activations (act row = pair / K) */
     PROF(f, "moe_gate_up");
-    const cu_t *Wg = &L->gate_exps, *Wu = &L->up_exps, *Wd = &L->down_exps;
     int at = cu_act_type(Wg->type);
     const void *act = s->x;
     int64_t astride = (int64_t)D * 4;
@@ -807,12 +823,12 @@ static void ffn_layer(fwd *f, int il) {
     g.tile_pairs = s->tpairs; g.tile_start = s->tstart; g.tile_count = s->tcount; g.tile_expert = s->texp;
     g.n_tiles = s->ntiles;
     g.w = Wg->d; g.out = s->eg;
-    cu_gemv(&g, max_tiles, st);
+    if (mmq) cu_mmq(&g, max_tiles, st); else cu_gemv(&g, max_tiles, st);
     g.w = Wu->d; g.wtype = Wu->type; g.row_bytes = Wu->row_bytes; g.expert_bytes = Wu->row_bytes * F; g.out = s->eu;
     if (cu_act_type(Wu->type) != at) {   /* different formats for gate and up are refused by the binder; stay safe */
         g.act = s->x; g.act_stride = (int64_t)D * 4;
     }
-    cu_gemv(&g, max_tiles, st);
+    if (mmq) cu_mmq(&g, max_tiles, st); else cu_gemv(&g, max_tiles, st);
     PROF(f, "moe_down");
     cu_swiglu(s->eg, s->eu, s->rw, P, F, clamp, s->emid, st);
     int atd = cu_act_type(Wd->type);
@@ -825,7 +841,7 @@ static void ffn_layer(fwd *f, int il) {
     }
     g.w = Wd->d; g.wtype = Wd->type; g.rows = D; g.in = F; g.row_bytes = Wd->row_bytes; g.expert_bytes = Wd->row_bytes * D;
     g.act = actd; g.act_stride = adstride; g.act_div = 1; g.out = s->eout; g.out_stride = D;
-    cu_gemv(&g, max_tiles, st);
+    if (mmq) cu_mmq(&g, max_tiles, st); else cu_gemv(&g, max_tiles, st);
     cu_moe_sum(s->eout, T, K, D, s->mo, st);
     tapv(f, "blk.%d.moe_out", il, s->mo, D);
     /* shared expert */

@@ -769,12 +769,104 @@ __global__ void k_attn_combine(const float *part, const float *sinks, int nh, in
     for (int d = threadIdx.x; d < hd; d += blockDim.x) out[d] = ov[d];
 }
 
+/* Prefill attention: block (group of 8 heads, token), warp = head. All heads
+ * of a token attend to the same rows (one KV head), so the block stages 16
+ * rows at a time in shared memory and every row is read from L2 once per 8
+ * heads instead of once per head. Each warp keeps its own online softmax
+ * over all rows in order; the sink, normalisation and inverse RoPE follow. */
+#define ATH_HEADS 8
+#define ATH_ROWS 16
+__global__ void __launch_bounds__(ATH_HEADS * 32)
+k_attention_heads(const float *q, const float *kv_batch, const float *ring, const float *comp, const int *sel,
+                  const int *nsel, int topk, const float *sinks, int nh, int hd, int W, int ratio, int nrot,
+                  const float *inv_freq, float scale, const int *pos0p, float *o) {
+    __shared__ __align__(16) float srow[ATH_ROWS * 512];
+    int t = blockIdx.y;
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    int h = blockIdx.x * ATH_HEADS + w;
+    int pos0 = *pos0p, qp = pos0 + t;
+    int nraw = qp + 1 < W ? qp + 1 : W;
+    int ncomp = 0;
+    if (ratio == 4) ncomp = nsel[t];
+    else if (ratio > 0) ncomp = (qp + 1) / ratio;
+    int n = nraw + ncomp;
+    const int *sel_t = sel ? sel + (int64_t)t * topk : nullptr;
+    int nv = hd / 32;
+    float qr[ATT_MAXV], acc[ATT_MAXV];
+    const float *qv = q + ((int64_t)t * nh + (h < nh ? h : 0)) * hd;
+#pragma unroll
+    for (int k = 0; k < ATT_MAXV; k++) { qr[k] = k < nv ? qv[k * 32 + lane] : 0.f; acc[k] = 0.f; }
+    float M = -INFINITY, L = 0.f;
+    int per_row = hd / 4;
+    for (int base = 0; base < n; base += ATH_ROWS) {
+        int nr = n - base < ATH_ROWS ? n - base : ATH_ROWS;
+        for (int idx = threadIdx.x; idx < nr * per_row; idx += blockDim.x) {
+            int r = idx / per_row, c = idx - r * per_row;
+            const float *row = att_row(base + r, nraw, qp, pos0, W, hd, ratio, kv_batch, ring, comp, sel_t);
+            ((float4 *)(srow + r * hd))[c] = ((const float4 *)row)[c];
+        }
+        __syncthreads();
+        if (h < nh)
+            for (int r = 0; r < nr; r++) {
+                const float *row = srow + r * hd;
+                float rv[ATT_MAXV];
+                float sc = 0.f;
+#pragma unroll
+                for (int k = 0; k < ATT_MAXV; k++) if (k < nv) { rv[k] = row[k * 32 + lane]; sc += qr[k] * rv[k]; }
+                sc = warp_sum(sc) * scale;
+                float Mn = fmaxf(M, sc);
+                float corr = expf(M - Mn), p = expf(sc - Mn);
+                L = L * corr + p;
+#pragma unroll
+                for (int k = 0; k < ATT_MAXV; k++) if (k < nv) acc[k] = acc[k] * corr + p * rv[k];
+                M = Mn;
+            }
+        __syncthreads();
+    }
+    if (h >= nh) return;
+    float Mt = fmaxf(sinks[h], M);
+    float fac = M == -INFINITY ? 0.f : expf(M - Mt);
+    float den = expf(sinks[h] - Mt) + L * fac;
+    float inv = 1.0f / den;
+    float *ov = srow + w * 512;    /* free after the last row pass */
+#pragma unroll
+    for (int k = 0; k < ATT_MAXV; k++) if (k < nv) ov[k * 32 + lane] = acc[k] * fac * inv;
+    __syncwarp();
+    int off = hd - nrot;
+    for (int k = lane; k < nrot / 2; k += 32) {
+        float ang = (float)qp * inv_freq[k];
+        double sd, cd;
+        sincos((double)ang, &sd, &cd);
+        float c = (float)cd, s = -(float)sd;
+        float x0 = ov[off + 2 * k], x1 = ov[off + 2 * k + 1];
+        ov[off + 2 * k] = x0 * c - x1 * s;
+        ov[off + 2 * k + 1] = x0 * s + x1 * c;
+    }
+    __syncwarp();
+    float *out = o + ((int64_t)t * nh + h) * hd;
+    for (int d = lane; d < hd; d += 32) out[d] = ov[d];
+}
+
+/* Default of MINKE_CUDA_ATT_HEADS (k_attention_heads for batches of more than
+ * ATT_SPLIT_MAX_T tokens): on once verified on a GPU (run-cuda.sh). */
+#define ATH_DEFAULT_ON 0
+static int att_heads_mode(void) {
+    static int mode = -1;
+    if (mode < 0) { const char *e = getenv("MINKE_CUDA_ATT_HEADS"); mode = e ? atoi(e) != 0 : ATH_DEFAULT_ON; }
+    return mode;
+}
+
 void cu_attention(const float *q, const float *kv_batch, const float *ring, const float *comp,
                   const int *sel, const int *nsel, int topk, const float *sinks, int T, int nh, int hd,
                   int W, int ratio, int nrot, const float *inv_freq, float scale, const int *pos0p,
                   float *o, float *part, int nsplit, cudaStream_t st) {
     if (!part || nsplit < 1) nsplit = 1;
     if (nsplit > 64) nsplit = 64;
+    if (nsplit == 1 && hd <= 512 && hd % 32 == 0 && att_heads_mode()) {
+        k_attention_heads<<<dim3((nh + ATH_HEADS - 1) / ATH_HEADS, T), ATH_HEADS * 32, 0, st>>>(
+            q, kv_batch, ring, comp, sel, nsel, topk, sinks, nh, hd, W, ratio, nrot, inv_freq, scale, pos0p, o);
+        return;
+    }
     k_attention<<<dim3(nh, T, nsplit), ATT_WARPS * 32, 0, st>>>(q, kv_batch, ring, comp, sel, nsel, topk, sinks, nh, hd,
                                                                 W, ratio, nrot, inv_freq, scale, pos0p, o, nsplit, part);
     if (nsplit > 1)

@@ -49,6 +49,19 @@ int cu_repack_q8_0(void *data, int64_t rows, int64_t in, uint64_t row_bytes, cud
 int cu_repack_iq2_xxs(void *data, int64_t rows, int64_t in, uint64_t row_bytes, cudaStream_t st);
 int cu_tables_init(const uint64_t *grid, const uint8_t *signs, const int8_t *kvalues);
 
+/* ---- cu_mmq.cu: tensor-core (int8 mma) products for prefill batches ---- */
+/* Activation rows from which the backend uses cu_mmq (0: off; env MINKE_CUDA_MMQ=0/1
+ * turns it off/on, MINKE_CUDA_MMQ_MIN=n moves the threshold, default 32). */
+int cu_mmq_min_rows(void);
+/* 1 when cu_mmq handles these weights (Q8_0, Q8_0R, IQ2R, Q2_K; grouped input
+ * only with groups of a multiple of 64 rows). */
+int cu_mmq_supported(const cu_gemv_args *g);
+/* The same product as cu_gemv; tiles of up to 64 activation rows (dense:
+ * ntiles = ceil(ntok / 64); MoE: tiles built with nt = 64). 0 when unsupported. */
+int cu_mmq(const cu_gemv_args *g, int ntiles, cudaStream_t st);
+int cu_mmq_tables_init(const uint64_t *grid);
+#define CU_MMQ_TILE 64
+
 /* ---- cu_ops.cu ---- */
 void cu_ops_init(void);   /* kernel attributes, once per process */
 void cu_embed(const int32_t *tokens, int T, const void *emb, int etype, int D, int nhc, float *X, cudaStream_t st);

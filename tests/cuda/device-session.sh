@@ -1,9 +1,11 @@
 #!/bin/sh
 # device-session.sh: what one call on the lent GPU machine runs (see
-# docs/performance.md): binaries built here are carried in build/h7 (minke,
-# tests/cuda/*, and the shared libraries the device image lacks in lib/).
-# Steps are chosen by arguments: tests, bench, gemvtime. Output goes to $OUT.
-H=build/h7
+# docs/performance.md): binaries built here are carried in $H (default
+# build/h12: minke-cuda, bin/ = tests/cuda/*, and the shared libraries the
+# device image lacks in lib/). Steps are chosen by arguments: tests, quick,
+# bench, benchoff (the same bench with the tensor-core prefill off), prof.
+# Output goes to $OUT.
+H=${H:-build/h12}
 export LD_LIBRARY_PATH=$PWD/$H/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 export MINKE_BIN=$PWD/$H/minke-cuda MINKE_BUILD=$H/cudatest
 OUT=${OUT:-/tmp/out}
@@ -17,6 +19,8 @@ for step in "$@"; do
     bench) timeout ${BENCH_TIMEOUT:-300} $MINKE_BIN bench --synthetic flash-q2 --ctx-start ${CTX0:-2048} --ctx-max ${CTXMAX:-4096} \
               --step-incr ${STEP:-2048} -n ${NGEN:-64} --plot $OUT/bench.svg --csv $OUT/bench.csv 2>&1 | tee $OUT/bench.log
            cat $OUT/bench.csv ;;
+    benchoff) MINKE_CUDA_MMQ=0 timeout ${BENCH_TIMEOUT:-300} $MINKE_BIN bench --synthetic flash-q2 --ctx-start ${CTX0:-2048} \
+              --ctx-max ${CTXMAX_OFF:-4096} --step-incr ${STEP:-2048} -n ${NGEN:-64} --csv $OUT/benchoff.csv 2>&1 | tee $OUT/benchoff.log ;;
     prof) MINKE_CUDA_PROFILE=1 timeout 200 $MINKE_BIN bench --synthetic flash-q2 --ctx-start 4096 --ctx-max 4096 -n 16 \
               --csv $OUT/prof.csv 2>&1 | tee $OUT/prof.log ;;
     taps) D=$OUT/taps; mkdir -p $D; G=$D/tiny-q2.gguf

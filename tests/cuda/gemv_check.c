@@ -149,6 +149,111 @@ static int check_type(int type, int64_t rows, int64_t in, int T, int timing) {
     return fail;
 }
 
+/* The tensor-core kernel (cu_mmq) against the CPU on the same data: dense
+ * batches (T tokens, partial tiles of 64 rows and tokens) and, with E > 0,
+ * MoE tiles of (token, expert) pairs, K pairs per token, built on the device
+ * by cu_moe_tiles like the backend does. Q8_0 and IQ2_XXS run repacked. */
+static int check_mmq(int type, int64_t rows, int64_t in, int T, int E, int K) {
+    const quant_traits *tr = quant_get(type);
+    uint64_t rb = quant_row_bytes(type, in);
+    int ne = E > 0 ? E : 1, P = E > 0 ? T * K : T;
+    float *wf = malloc(sizeof(float) * in), *x = malloc(sizeof(float) * T * in);
+    uint8_t *W = malloc(rb * rows * ne);
+    for (int64_t r = 0; r < rows * ne; r++) {
+        for (int64_t i = 0; i < in; i++) wf[i] = frand() * (1.0f + (r % 7));
+        tr->quant(wf, W + r * rb, in);
+    }
+    for (int64_t i = 0; i < T * in; i++) x[i] = frand() * (i % 13 == 0 ? 10.0f : 1.0f);
+    int *sel = malloc(sizeof(int) * P);
+    for (int p = 0; p < P; p++) sel[p] = E > 0 ? (p * 5 + p / 3 + (p % 7 == 0 ? 1 : 0)) % E : 0;
+    float *yref = malloc(sizeof(float) * P * rows), *ygpu = malloc(sizeof(float) * P * rows);
+    for (int p = 0; p < P; p++)
+        quant_matvec(type, W + (uint64_t)sel[p] * rows * rb, rows, in, x + (int64_t)(E > 0 ? p / K : p) * in, yref + (int64_t)p * rows);
+    void *dW, *dact; float *dx, *dy; int *dsel, *dt;
+    int at = cu_act_type(type);
+    int64_t arb = cu_act_row_bytes(at, in);
+    int maxt = P / 64 + 1 + ne;
+    CK(cudaMalloc(&dW, rb * rows * ne)); CK(cudaMalloc((void **)&dx, sizeof(float) * T * in));
+    CK(cudaMalloc(&dact, arb * T + 64)); CK(cudaMalloc((void **)&dy, sizeof(float) * P * rows));
+    CK(cudaMalloc((void **)&dsel, sizeof(int) * P)); CK(cudaMalloc((void **)&dt, sizeof(int) * (P + 4 * maxt + 1)));
+    CK(cudaMemcpy(dW, W, rb * rows * ne, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dx, x, sizeof(float) * T * in, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dsel, sel, sizeof(int) * P, cudaMemcpyHostToDevice));
+    cu_quantize_act(at, dx, dact, T, in, 0);
+    int wt = type;
+    if (type == GGML_TYPE_Q8_0 && cu_repack_q8_0(dW, rows * ne, in, rb, 0)) wt = 108;
+    if (type == GGML_TYPE_IQ2_XXS && cu_repack_iq2_xxs(dW, rows * ne, in, rb, 0)) wt = 116;
+    cu_gemv_args g;
+    memset(&g, 0, sizeof g);
+    g.w = dW; g.wtype = wt; g.rows = rows; g.in = in; g.row_bytes = rb; g.act = dact; g.act_stride = arb;
+    g.act_div = 1; g.out = dy; g.out_stride = rows; g.ntok = T;
+    int ntiles = (T + 63) / 64;
+    if (E > 0) {
+        int *pairs = dt, *ts = dt + P, *tc = ts + maxt, *tx = tc + maxt, *nt = tx + maxt;
+        cu_moe_tiles(dsel, P, E, 64, pairs, ts, tc, tx, nt, 0);
+        g.tile_pairs = pairs; g.tile_start = ts; g.tile_count = tc; g.tile_expert = tx; g.n_tiles = nt;
+        g.expert_bytes = rb * rows; g.act_div = K;
+        ntiles = maxt;
+    }
+    CK(cudaMemset(dy, 0xFF, sizeof(float) * P * rows));
+    int fail = 0;
+    if (!cu_mmq_supported(&g)) { printf("FAIL mmq %s: not supported\n", tr->name); fail = 1; }
+    else {
+        cu_mmq(&g, ntiles, 0);
+        CK(cudaGetLastError());
+        CK(cudaMemcpy(ygpu, dy, sizeof(float) * P * rows, cudaMemcpyDeviceToHost));
+        double md = 0, mr = 0;
+        for (int64_t i = 0; i < (int64_t)P * rows; i++) {
+            if (fabs(yref[i]) > mr) mr = fabs(yref[i]);
+            double d = fabs((double)yref[i] - ygpu[i]);
+            if (!(d <= md)) md = isnan(d) ? INFINITY : d;
+        }
+        double rel = md / (mr > 0 ? mr : 1);
+        fail = !(rel <= 1e-5);
+        printf("%s mmq  %-8s rows %5lld in %5lld T %d experts %d: rel err %.2e\n", fail ? "FAIL" : "ok  ", tr->name,
+               (long long)rows, (long long)in, T, E, rel);
+    }
+    cudaFree(dW); cudaFree(dx); cudaFree(dact); cudaFree(dy); cudaFree(dsel); cudaFree(dt);
+    free(wf); free(x); free(W); free(yref); free(ygpu); free(sel);
+    return fail;
+}
+
+/* Prefill-shaped timing of cu_mmq against the 8-token GEMV tiles (T = 512). */
+static void time_mmq(int type, int64_t rows, int64_t in) {
+    const int T = 512;
+    uint64_t rb = quant_row_bytes(type, in);
+    void *dW, *dact; float *dy, *dx;
+    int at = cu_act_type(type);
+    int64_t arb = cu_act_row_bytes(at, in);
+    CK(cudaMalloc(&dW, rb * rows)); CK(cudaMalloc(&dact, arb * T)); CK(cudaMalloc((void **)&dy, sizeof(float) * T * rows));
+    CK(cudaMalloc((void **)&dx, sizeof(float) * T * in));
+    cu_synth_fill(dW, type, rows * in, 99, 0.01f, 0);
+    cu_synth_fill(dx, GGML_TYPE_F32, T * in, 7, 1.0f, 0);
+    cu_quantize_act(at, dx, dact, T, in, 0);
+    int wt = type;
+    if (type == GGML_TYPE_Q8_0 && cu_repack_q8_0(dW, rows, in, rb, 0)) wt = 108;
+    if (type == GGML_TYPE_IQ2_XXS && cu_repack_iq2_xxs(dW, rows, in, rb, 0)) wt = 116;
+    cu_gemv_args g;
+    memset(&g, 0, sizeof g);
+    g.w = dW; g.wtype = wt; g.rows = rows; g.in = in; g.row_bytes = rb; g.act = dact; g.act_stride = arb;
+    g.act_div = 1; g.out = dy; g.out_stride = rows; g.ntok = T; g.nt_hint = 8;
+    cudaEvent_t e0, e1; cudaEventCreate(&e0); cudaEventCreate(&e1);
+    float ms[2];
+    for (int k = 0; k < 2; k++) {
+        if (k) cu_mmq(&g, T / 64, 0); else cu_gemv(&g, T / 8, 0);
+        cudaEventRecord(e0, 0);
+        for (int i = 0; i < 5; i++) { if (k) cu_mmq(&g, T / 64, 0); else cu_gemv(&g, T / 8, 0); }
+        cudaEventRecord(e1, 0);
+        cudaEventSynchronize(e1);
+        cudaEventElapsedTime(&ms[k], e0, e1);
+        ms[k] /= 5;
+    }
+    double ops = 2.0 * rows * in * T;
+    printf("time mmq  %-8s %lld x %lld, T %d: gemv %.3f ms (%.1f TOPS), mmq %.3f ms (%.1f TOPS)\n", quant_get(type)->name,
+           (long long)rows, (long long)in, T, ms[0], ops / ms[0] / 1e9, ms[1], ops / ms[1] / 1e9);
+    cudaFree(dW); cudaFree(dact); cudaFree(dy); cudaFree(dx);
+}
+
 int main(int argc, char **argv) {
     int timing = argc > 1 && !strcmp(argv[1], "--time");
     int n = 0;
@@ -165,6 +270,14 @@ int main(int argc, char **argv) {
             fail |= check_type(types[i], 512, 128, 24, 0);
         fail |= check_type(types[i], 77, 4096, 9, timing);
     }
+    int mq_types[] = {GGML_TYPE_Q8_0, GGML_TYPE_IQ2_XXS, GGML_TYPE_Q2_K};
+    for (int i = 0; i < 3; i++) {
+        fail |= check_mmq(mq_types[i], 300, 1024, 100, 0, 1);
+        fail |= check_mmq(mq_types[i], 64, 512, 37, 0, 1);
+        fail |= check_mmq(mq_types[i], 200, 512, 90, 5, 3);
+        if (timing) time_mmq(mq_types[i], 4096, 4096);
+    }
+    fail |= check_mmq(GGML_TYPE_Q8_0, 130, 128, 70, 0, 1);    /* 4 items: Q8_0 not repacked, a partial stage */
     printf("%s\n", fail ? "gemv_check: FAILED" : "gemv_check: all ok");
     return fail;
 }

@@ -1,0 +1,328 @@
+/* cu_mmq.cu: tensor-core matrix products for prefill batches (int8 mma.sync
+ * m16n8k32 over quantized weights and quantized activations).
+ *
+ * Why int8 and not dequantized bf16: the activations are quantized exactly as
+ * for the GEMV kernels (cu_gemv.cu) and the CPU (Q8_0_F32 for Q8_0, Q8_K for
+ * the k-quants and IQ2_XXS), and every 32-element integer dot the tensor core
+ * produces is the same integer the CPU's dot produces; only the order of the
+ * float sums differs. No dequantized copy of the weights is needed.
+ *
+ * Work layout: a block of 4 warps computes 64 weight rows x 64 activation
+ * rows (tokens, or (token, expert) pairs of one MoE tile built with tiles of
+ * 64 by cu_moe_tiles); each warp 32 x 32. The reduction dimension runs in
+ * stages of 8 items of 32 elements: weights are decoded to int8 in shared
+ * memory with one float scale per item (Q2_K: scale bytes folded into the
+ * codes, d/dmin per block, the min term as a second mma against the same
+ * activations), activations are copied as int8 with their scales.
+ */
+#include <stdlib.h>
+
+#include "cuda/cu_common.cuh"
+#include "cuda/cu_ops.h"
+
+#define MQ_BM 64
+#define MQ_BN 64
+#define MQ_KI 8                   /* items of 32 elements per stage */
+#define MQ_LDI (MQ_KI * 8 + 4)    /* ints per shared row; the pad spreads the banks */
+#define MQ_THREADS 128
+
+/* this file's copy of the IQ2_XXS grid (cu_tables_init fills both copies) */
+__device__ uint64_t cu_mmq_grid[256];
+
+__device__ __forceinline__ void mma_s8(int (&c)[4], int a0, int a1, int a2, int a3, int b0, int b1) {
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+/* One weight item (32 elements) as 8 packed int8 words and its float scale.
+ * Q2_K gives codes x sub-block scale (<= 45) and no scale (per block, below). */
+template <int TYPE>
+__device__ __forceinline__ void mq_wload(const uint8_t *row, int it, int nit, const uint64_t *tab, int (&q)[8], float &s);
+
+template <> __device__ __forceinline__ void mq_wload<CU_TYPE_Q8_0R>(const uint8_t *row, int it, int nit, const uint64_t *tab,
+                                                                     int (&q)[8], float &s) {
+    const uint4 *b = (const uint4 *)(row + (int64_t)it * 32);
+    uint4 a0 = b[0], a1 = b[1];
+    q[0] = (int)a0.x; q[1] = (int)a0.y; q[2] = (int)a0.z; q[3] = (int)a0.w;
+    q[4] = (int)a1.x; q[5] = (int)a1.y; q[6] = (int)a1.z; q[7] = (int)a1.w;
+    s = cu_h2f(((const uint16_t *)(row + (int64_t)nit * 32))[it]);
+}
+template <> __device__ __forceinline__ void mq_wload<CU_TYPE_Q8_0>(const uint8_t *row, int it, int nit, const uint64_t *tab,
+                                                                    int (&q)[8], float &s) {
+    const uint16_t *b = (const uint16_t *)(row + (int64_t)it * 34);
+    s = cu_h2f(b[0]);
+#pragma unroll
+    for (int k = 0; k < 8; k++) q[k] = (int)((uint32_t)b[1 + 2 * k] | ((uint32_t)b[2 + 2 * k] << 16));
+}
+template <> __device__ __forceinline__ void mq_wload<CU_TYPE_IQ2R>(const uint8_t *row, int it, int nit, const uint64_t *tab,
+                                                                    int (&q)[8], float &s) {
+    int blk = it >> 3, g = it & 7;
+    uint2 v = *(const uint2 *)(row + (int64_t)blk * 64 + g * 8);
+    uint32_t a = v.x, w = v.y;
+#pragma unroll
+    for (int l = 0; l < 4; l++) {
+        uint64_t gv = tab[(a >> (8 * l)) & 255];
+        uint32_t s7 = (w >> (7 * l)) & 127;
+        uint32_t S = s7 | ((__popc(s7) & 1) << 7);
+        uint32_t m0 = (((S & 15) * 0x00204081u) & 0x01010101u) * 0xFFu;
+        uint32_t m1 = ((((S >> 4) & 15) * 0x00204081u) & 0x01010101u) * 0xFFu;
+        q[2 * l] = (int)__vsub4((uint32_t)gv ^ m0, m0);
+        q[2 * l + 1] = (int)__vsub4((uint32_t)(gv >> 32) ^ m1, m1);
+    }
+    /* the CPU's x 0.125 is a power of two: folding it into the scale changes no rounding */
+    s = cu_h2f(((const uint16_t *)(row + (int64_t)(nit >> 3) * 64))[blk]) * (float)(2 * (w >> 28) + 1) * 0.125f;
+}
+template <> __device__ __forceinline__ void mq_wload<CU_TYPE_Q2_K>(const uint8_t *row, int it, int nit, const uint64_t *tab,
+                                                                    int (&q)[8], float &s) {
+    int blk = it >> 3, n = (it >> 2) & 1, sh = 2 * (it & 3), sb = 2 * (it & 7);
+    const uint8_t *b = row + (int64_t)blk * 84;
+    const int *qs = (const int *)(b + 16 + 32 * n);
+    uint32_t sc0 = b[sb] & 15, sc1 = b[sb + 1] & 15;
+#pragma unroll
+    for (int k = 0; k < 8; k++) q[k] = (int)((((uint32_t)qs[k] >> sh) & 0x03030303u) * (k < 4 ? sc0 : sc1));
+    s = 0.f;
+}
+
+template <int TYPE>
+__global__ void __launch_bounds__(MQ_THREADS) k_mmq(cu_gemv_args g) {
+    constexpr bool Q2K = TYPE == CU_TYPE_Q2_K;
+    constexpr bool ACT_K = TYPE == CU_TYPE_Q2_K || TYPE == CU_TYPE_IQ2R;   /* Q8_K activations */
+    __shared__ __align__(16) int sw[MQ_BM * MQ_LDI];
+    __shared__ __align__(16) int sa[MQ_BN * MQ_LDI];
+    __shared__ float sws[MQ_BM * MQ_KI];    /* per item; Q2_K: [0] = d, [1] = dmin of the block */
+    __shared__ float sas[MQ_BN * MQ_KI];
+    __shared__ uint8_t smin[Q2K ? MQ_BM * 16 : 4];
+    __shared__ uint64_t sgrid[TYPE == CU_TYPE_IQ2R ? 256 : 1];
+    __shared__ int sid[MQ_BN];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int gq = lane >> 2, tq = lane & 3;
+    const int wm = (warp & 1) * 32, wn = (warp >> 1) * 32;
+    const int64_t r0 = (int64_t)blockIdx.x * MQ_BM;
+    const uint8_t *wbase = (const uint8_t *)g.w;
+    int nt;
+    if (g.tile_pairs) {
+        int tile = blockIdx.y;
+        if (tile >= *g.n_tiles) return;
+        int start = g.tile_start[tile];
+        nt = g.tile_count[tile];
+        wbase += (int64_t)g.tile_expert[tile] * g.expert_bytes;
+        for (int k = tid; k < MQ_BN; k += MQ_THREADS) sid[k] = g.tile_pairs[start + (k < nt ? k : 0)];
+    } else {
+        int t0 = blockIdx.y * MQ_BN;
+        nt = g.ntok - t0 < MQ_BN ? g.ntok - t0 : MQ_BN;
+        for (int k = tid; k < MQ_BN; k += MQ_THREADS) sid[k] = t0 + (k < nt ? k : 0);
+    }
+    const uint64_t *tab = sgrid;
+    if (TYPE == CU_TYPE_IQ2R)
+        for (int i = tid; i < 256; i += MQ_THREADS) sgrid[i] = cu_mmq_grid[i];
+    __syncthreads();
+    const int nit = g.items;
+    /* rows this thread loads: r = tid / 8 + 16 j, item tid % 8 (8 threads per row, coalesced) */
+    constexpr int NJ = MQ_BM * MQ_KI / MQ_THREADS;
+    const int li = tid & 7;
+    const uint8_t *wrow[NJ];
+    const uint8_t *arow[NJ];
+    int64_t aoff = g.group_rows ? (r0 / g.group_rows) * g.group_act_bytes : 0;
+#pragma unroll
+    for (int j = 0; j < NJ; j++) {
+        int r = (tid >> 3) + 16 * j;
+        int64_t row = r0 + r < g.rows ? r0 + r : g.rows - 1;
+        wrow[j] = wbase + row * (int64_t)g.row_bytes;
+        arow[j] = (const uint8_t *)g.act + (int64_t)(sid[r] / g.act_div) * g.act_stride + aoff;
+    }
+    float acc[2][4][4];
+#pragma unroll
+    for (int a = 0; a < 2; a++)
+#pragma unroll
+        for (int b = 0; b < 4; b++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) acc[a][b][c] = 0.f;
+
+    for (int it0 = 0; it0 < nit; it0 += MQ_KI) {
+        const int it = it0 + li;
+#pragma unroll
+        for (int j = 0; j < NJ; j++) {
+            int r = (tid >> 3) + 16 * j;
+            int q[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+            float s = 0.f;
+            if (it < nit) mq_wload<TYPE>(wrow[j], it, nit, tab, q, s);
+            int4 *d = (int4 *)&sw[r * MQ_LDI + li * 8];
+            d[0] = make_int4(q[0], q[1], q[2], q[3]);
+            d[1] = make_int4(q[4], q[5], q[6], q[7]);
+            if (Q2K) {
+                if (li == 0) {
+                    const uint8_t *b = wrow[j] + (int64_t)(it0 >> 3) * 84;
+                    sws[r * MQ_KI + 0] = cu_h2f(*(const uint16_t *)(b + 80));
+                    sws[r * MQ_KI + 1] = cu_h2f(*(const uint16_t *)(b + 82));
+                } else if (li == 1) {
+                    const uint8_t *b = wrow[j] + (int64_t)(it0 >> 3) * 84;
+#pragma unroll
+                    for (int k = 0; k < 16; k++) smin[r * 16 + k] = b[k] >> 4;
+                }
+            } else {
+                sws[r * MQ_KI + li] = s;
+            }
+            /* activations of token slot r, item it */
+            int aq[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+            float as = 0.f;
+            if (it < nit) {
+                const int *p;
+                if (ACT_K) {
+                    const cu_block_q8_K *ab = (const cu_block_q8_K *)arow[j] + (it >> 3);
+                    as = ab->d;
+                    p = (const int *)(ab->q + 32 * (it & 7));
+                } else {
+                    const cu_block_q8_0f *ab = (const cu_block_q8_0f *)arow[j] + it;
+                    as = ab->d;
+                    p = (const int *)ab->q;
+                }
+#pragma unroll
+                for (int k = 0; k < 8; k++) aq[k] = p[k];
+            }
+            int4 *e = (int4 *)&sa[r * MQ_LDI + li * 8];
+            e[0] = make_int4(aq[0], aq[1], aq[2], aq[3]);
+            e[1] = make_int4(aq[4], aq[5], aq[6], aq[7]);
+            sas[r * MQ_KI + li] = as;
+        }
+        __syncthreads();
+        if (Q2K) {
+            int ci[2][4][4], cm[2][4][4];
+#pragma unroll
+            for (int a = 0; a < 2; a++)
+#pragma unroll
+                for (int b = 0; b < 4; b++)
+#pragma unroll
+                    for (int c = 0; c < 4; c++) { ci[a][b][c] = 0; cm[a][b][c] = 0; }
+#pragma unroll
+            for (int i = 0; i < MQ_KI; i++) {
+                int bf[4][2];
+#pragma unroll
+                for (int n4 = 0; n4 < 4; n4++) {
+                    int rb = (wn + n4 * 8 + gq) * MQ_LDI + i * 8 + tq;
+                    bf[n4][0] = sa[rb]; bf[n4][1] = sa[rb + 4];
+                }
+#pragma unroll
+                for (int mt = 0; mt < 2; mt++) {
+                    int rw = wm + mt * 16 + gq;
+                    int ra = rw * MQ_LDI + i * 8 + tq;
+                    int a0 = sw[ra], a1 = sw[ra + 8 * MQ_LDI], a2 = sw[ra + 4], a3 = sw[ra + 8 * MQ_LDI + 4];
+                    /* the min term: every element of sub-block j carries mins[j] */
+                    int m0 = (int)(smin[rw * 16 + 2 * i] * 0x01010101u);
+                    int m1 = (int)(smin[(rw + 8) * 16 + 2 * i] * 0x01010101u);
+                    int m2 = (int)(smin[rw * 16 + 2 * i + 1] * 0x01010101u);
+                    int m3 = (int)(smin[(rw + 8) * 16 + 2 * i + 1] * 0x01010101u);
+#pragma unroll
+                    for (int n4 = 0; n4 < 4; n4++) {
+                        mma_s8(ci[mt][n4], a0, a1, a2, a3, bf[n4][0], bf[n4][1]);
+                        mma_s8(cm[mt][n4], m0, m1, m2, m3, bf[n4][0], bf[n4][1]);
+                    }
+                }
+            }
+#pragma unroll
+            for (int mt = 0; mt < 2; mt++) {
+                int rw = wm + mt * 16 + gq;
+                float d0 = sws[rw * MQ_KI], dm0 = sws[rw * MQ_KI + 1];
+                float d1 = sws[(rw + 8) * MQ_KI], dm1 = sws[(rw + 8) * MQ_KI + 1];
+#pragma unroll
+                for (int n4 = 0; n4 < 4; n4++) {
+                    int tk = wn + n4 * 8 + 2 * tq;
+                    float ad0 = sas[tk * MQ_KI], ad1 = sas[(tk + 1) * MQ_KI];
+                    acc[mt][n4][0] += ad0 * d0 * (float)ci[mt][n4][0] - ad0 * dm0 * (float)cm[mt][n4][0];
+                    acc[mt][n4][1] += ad1 * d0 * (float)ci[mt][n4][1] - ad1 * dm0 * (float)cm[mt][n4][1];
+                    acc[mt][n4][2] += ad0 * d1 * (float)ci[mt][n4][2] - ad0 * dm1 * (float)cm[mt][n4][2];
+                    acc[mt][n4][3] += ad1 * d1 * (float)ci[mt][n4][3] - ad1 * dm1 * (float)cm[mt][n4][3];
+                }
+            }
+        } else {
+#pragma unroll
+            for (int i = 0; i < MQ_KI; i++) {
+                int bf[4][2];
+                float as[4][2];
+#pragma unroll
+                for (int n4 = 0; n4 < 4; n4++) {
+                    int tk = wn + n4 * 8 + gq;
+                    int rb = tk * MQ_LDI + i * 8 + tq;
+                    bf[n4][0] = sa[rb]; bf[n4][1] = sa[rb + 4];
+                    int tc = wn + n4 * 8 + 2 * tq;
+                    as[n4][0] = sas[tc * MQ_KI + i]; as[n4][1] = sas[(tc + 1) * MQ_KI + i];
+                }
+#pragma unroll
+                for (int mt = 0; mt < 2; mt++) {
+                    int rw = wm + mt * 16 + gq;
+                    int ra = rw * MQ_LDI + i * 8 + tq;
+                    int a0 = sw[ra], a1 = sw[ra + 8 * MQ_LDI], a2 = sw[ra + 4], a3 = sw[ra + 8 * MQ_LDI + 4];
+                    float w0 = sws[rw * MQ_KI + i], w1 = sws[(rw + 8) * MQ_KI + i];
+#pragma unroll
+                    for (int n4 = 0; n4 < 4; n4++) {
+                        int c[4] = {0, 0, 0, 0};
+                        mma_s8(c, a0, a1, a2, a3, bf[n4][0], bf[n4][1]);
+                        acc[mt][n4][0] += (float)c[0] * (w0 * as[n4][0]);
+                        acc[mt][n4][1] += (float)c[1] * (w0 * as[n4][1]);
+                        acc[mt][n4][2] += (float)c[2] * (w1 * as[n4][0]);
+                        acc[mt][n4][3] += (float)c[3] * (w1 * as[n4][1]);
+                    }
+                }
+            }
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+        for (int n4 = 0; n4 < 4; n4++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) {
+                int64_t row = r0 + wm + mt * 16 + gq + (c >> 1) * 8;
+                int n = wn + n4 * 8 + 2 * tq + (c & 1);
+                if (row < g.rows && n < nt) {
+                    float *o = g.out + (int64_t)sid[n] * g.out_stride + row;
+                    if (g.accumulate) *o += acc[mt][n4][c]; else *o = acc[mt][n4][c];
+                }
+            }
+}
+
+/* Default of MINKE_CUDA_MMQ: on once verified against the CPU on a GPU (run-cuda.sh). */
+#define MQ_DEFAULT_ON 0
+static int mmq_mode = -1, mmq_min = 32;
+
+extern "C" int cu_mmq_min_rows(void) {
+    if (mmq_mode < 0) {
+        const char *e = getenv("MINKE_CUDA_MMQ");
+        mmq_mode = e ? atoi(e) != 0 : MQ_DEFAULT_ON;
+        const char *m = getenv("MINKE_CUDA_MMQ_MIN");
+        if (m && atoi(m) > 0) mmq_min = atoi(m);
+    }
+    return mmq_mode ? mmq_min : 0;
+}
+
+extern "C" int cu_mmq_supported(const cu_gemv_args *g) {
+    switch (g->wtype) {
+    case CU_TYPE_Q8_0: case CU_TYPE_Q8_0R: break;
+    case CU_TYPE_IQ2R: case CU_TYPE_Q2_K: if (g->in % 256) return 0; break;
+    default: return 0;
+    }
+    if (g->in % 32) return 0;
+    if (g->group_rows && g->group_rows % MQ_BM) return 0;
+    return 1;
+}
+
+extern "C" int cu_mmq(const cu_gemv_args *ga, int ntiles, cudaStream_t st) {
+    if (!cu_mmq_supported(ga)) return 0;
+    cu_gemv_args g = *ga;
+    g.items = (int)(g.in / 32);
+    if (g.act_div <= 0) g.act_div = 1;
+    dim3 grid((unsigned)((g.rows + MQ_BM - 1) / MQ_BM), (unsigned)ntiles);
+    switch (g.wtype) {
+    case CU_TYPE_Q8_0: k_mmq<CU_TYPE_Q8_0><<<grid, MQ_THREADS, 0, st>>>(g); break;
+    case CU_TYPE_Q8_0R: k_mmq<CU_TYPE_Q8_0R><<<grid, MQ_THREADS, 0, st>>>(g); break;
+    case CU_TYPE_IQ2R: k_mmq<CU_TYPE_IQ2R><<<grid, MQ_THREADS, 0, st>>>(g); break;
+    case CU_TYPE_Q2_K: k_mmq<CU_TYPE_Q2_K><<<grid, MQ_THREADS, 0, st>>>(g); break;
+    default: return 0;
+    }
+    return 1;
+}
+
+extern "C" int cu_mmq_tables_init(const uint64_t *grid) {
+    return cudaMemcpyToSymbol(cu_mmq_grid, grid, sizeof(uint64_t) * 256) == cudaSuccess ? 0 : -1;
+}
