@@ -279,9 +279,11 @@ static MHD_Result_t on_request(void *cls, struct MHD_Connection *c, const char *
         ctx->t0 = now_seconds();
         __atomic_add_fetch(&g_inflight, 1, __ATOMIC_SEQ_CST);
         *con_cls = ctx;
-        /* refuse an announced oversized body before reading it */
+        /* An oversized body is normally read and discarded so the client sees
+         * the 413 (answering mid-upload resets its connection); one far over
+         * the limit is refused at once and the connection dropped. */
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
-        if (cl && strtoull(cl, NULL, 10) > g_cfg->max_body_bytes) {
+        if (cl && strtoull(cl, NULL, 10) / 8 > g_cfg->max_body_bytes) {
             parse_error e;
             memset(&e, 0, sizeof e);
             ctx->too_big = 1;
