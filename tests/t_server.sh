@@ -35,7 +35,7 @@ fi
 "$BIN" serve -m "$MODEL" --port "$PORT" --ctx 1024 --api-key test-key --test-hooks --cors --max-body-mb 1 --prefill-chunk 64 --keepalive-ms 50 -t 2 >"$T/server.log" 2>&1 &
 SERVER_PID=$!
 i=0
-until curl -sf "http://127.0.0.1:$PORT/health" -H 'Authorization: Bearer test-key' >/dev/null 2>&1; do
+until node tests/node/http.mjs health "http://127.0.0.1:$PORT"; do
     i=$((i + 1))
     if [ $i -gt 300 ] || ! kill -0 "$SERVER_PID" 2>/dev/null; then echo "server did not start"; cat "$T/server.log"; exit 1; fi
     sleep 0.1
@@ -56,9 +56,9 @@ grep -q 'POST /v1/chat/completions 200 chatcmpl-[0-9]* prompt=[0-9]* cached=[0-9
 
 # SIGTERM during a long streaming generation: the stream is ended properly
 # (finish_reason "error", [DONE]) and the server exits with status 0
-curl -sN "$MINKE_URL/v1/chat/completions" -H 'Authorization: Bearer test-key' \
-    -d '{"messages":[{"role":"user","content":"A long story"}],"max_tokens":900,"stream":true}' >"$T/stream.out" 2>&1 &
-CURL_PID=$!
+node tests/node/http.mjs post "$MINKE_URL" /v1/chat/completions \
+    '{"messages":[{"role":"user","content":"A long story"}],"max_tokens":900,"stream":true}' >"$T/stream.out" 2>&1 &
+CLIENT_PID=$!
 i=0
 until grep -q reasoning_content "$T/stream.out" 2>/dev/null; do
     i=$((i + 1)); [ $i -gt 100 ] && break; sleep 0.1
@@ -66,7 +66,7 @@ done
 kill -TERM "$SERVER_PID"
 if wait "$SERVER_PID"; then echo "ok   server exited 0 on SIGTERM"; else echo "FAIL server exit status $? on SIGTERM"; status=1; fi
 SERVER_PID=""
-wait "$CURL_PID" || true
+wait "$CLIENT_PID" || true
 if grep -q '"finish_reason":"error"' "$T/stream.out" && grep -q 'data: \[DONE\]' "$T/stream.out"; then
     echo "ok   in-flight stream closed with finish_reason error on shutdown"
 else

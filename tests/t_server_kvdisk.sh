@@ -37,7 +37,7 @@ start() { # start LOGNAME [extra options]
     "$BIN" serve -m "$MODEL" --port "$PORT" --ctx 1024 --api-key test-key -t 2 --kv-disk-dir "$D" --kv-cache-min-tokens 32 "$@" >"$log" 2>&1 &
     SERVER_PID=$!
     i=0
-    until curl -sf "http://127.0.0.1:$PORT/health" -H 'Authorization: Bearer test-key' >/dev/null 2>&1; do
+    until node tests/node/http.mjs health "http://127.0.0.1:$PORT"; do
         i=$((i + 1))
         if [ $i -gt 300 ] || ! kill -0 "$SERVER_PID" 2>/dev/null; then echo "server did not start"; cat "$log"; exit 1; fi
         sleep 0.1
@@ -100,8 +100,8 @@ echo "ok   corrupted, truncated and foreign files rejected and removed"
 rm -rf "$D"
 start run4 --kv-disk-space-mb 1
 for q in one two three; do
-    curl -sf "$MINKE_URL/v1/chat/completions" -H 'Authorization: Bearer test-key' \
-        -d "{\"messages\":[{\"role\":\"system\",\"content\":\"Topic $q: $(printf 'weather and climate facts %.0s' 1 2 3 4 5 6 7 8 9 10 11 12)\"},{\"role\":\"user\",\"content\":\"$q\"}],\"max_tokens\":2,\"thinking\":false}" >/dev/null ||
+    node tests/node/http.mjs post "$MINKE_URL" /v1/chat/completions \
+        "{\"messages\":[{\"role\":\"system\",\"content\":\"Topic $q: $(printf 'weather and climate facts %.0s' 1 2 3 4 5 6 7 8 9 10 11 12)\"},{\"role\":\"user\",\"content\":\"$q\"}],\"max_tokens\":2,\"thinking\":false}" >/dev/null ||
         fail "request $q"
 done
 stop
