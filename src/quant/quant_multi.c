@@ -1,10 +1,11 @@
 /* quant_multi.c: multi-token weight x activation products (quant_multi.h).
  *
- * Each AVX2 kernel below takes one weight row and a tile of up to TILE_MAX
+ * Each kernel below takes one weight row and a tile of up to TILE_MAX
  * activation rows: it decodes a weight block (loads, |w|, signs, grid
  * look-ups, scales) once and applies it to every token of the tile. Per
  * (row, token) it performs exactly the float operations of its one-token
- * twin in quant_avx2.c, in the same order, on the same values:
+ * twin (quant_avx2.c for the AVX2 and AVX-512 kernels, the scalar dots for
+ * the scalar ones), in the same order, on the same values:
  *   - float accumulators are per token and fed block by block as there
  *     (Q8_0 keeps the even/odd pair of accumulators, MXFP4 one, floats the
  *     pair over 16-element steps, then the same horizontal sum and tail);
@@ -13,11 +14,12 @@
  *     scale inside madd instead of after it, Q2_K/Q4_K sum the mins with
  *     one madd; integers add associatively, so the int fed to the float
  *     step is the same;
- *   - the final per-block float expression is written identically so the
- *     compiler contracts it (FMA) the same way.
+ *   - the per-block float steps the twins write in plain C (which the
+ *     compiler may or may not fuse into FMAs, see mul_add) get the same
+ *     rounding.
  * tests/test_matmul_multi.c checks bit-equality against quant_traits.dot
- * for every type on both paths. Without AVX2 (or with quant_use_simd = 0)
- * the product falls back to per-pair dots, which is trivially identical.
+ * for every type on every path. A type without a kernel on the current
+ * path falls back to per-pair dots, which is trivially identical.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -31,14 +33,41 @@
 
 int quant_multi_use_avx512 = 1;
 
-/* The one-token dots are plain C compiled with -ffp-contract=fast (GNU C
- * default): with FMA hardware GCC fuses their multiply-adds, without it it
- * cannot. FUSED spells out the same choice for this file's float steps. */
-#ifdef __FMA__
-#define FUSED(a, b, c) fmaf((a), (b), (c))
-#else
-#define FUSED(a, b, c) ((a) * (b) + (c))
-#endif
+/* The one-token dots do their per-block float steps in plain C, which GCC
+ * (GNU C: -ffp-contract=fast) fuses into FMAs or not depending on the build:
+ * yes at -O2 with -mfma, no at -O1 (ASan builds) or without FMA hardware.
+ * fp_fused records which, probed once on the scalar Q8_0 dot, and mul_add
+ * takes the same rounding: one fused step, or a product rounded on its own
+ * (the volatile keeps this file's compiler from fusing it) and then added. */
+static int fp_fused = -1;
+
+static inline float mul_add(float a, float b, float c)
+{
+    if (fp_fused > 0) return fmaf(a, b, c);
+    volatile float p = a * b;
+    return p + c;
+}
+
+/* Two Q8_0 blocks with sums -3 and 3 * (1 + 2^-23): fused, the dot is
+ * exactly 3 * 2^-23; rounded in between, 3 + 3 * 2^-23 loses its low bit
+ * first and the dot becomes 2^-22 or 2^-21. */
+static void probe_fp_fused(void)
+{
+    if (__atomic_load_n(&fp_fused, __ATOMIC_RELAXED) >= 0) return;
+    block_q8_0 w[2];
+    block_q8_0f x[2];
+    memset(w, 0, sizeof w);
+    memset(x, 0, sizeof x);
+    w[0].d = w[1].d = 0x3C00;           /* f16 1.0 */
+    w[0].q[0] = -3;
+    w[1].q[0] = 3;
+    x[0].d = 1.0f;
+    x[1].d = 1.0f + 0x1p-23f;
+    x[0].q[0] = x[1].q[0] = 1;
+    float r;
+    dot_q8_0_q8_0f_scalar(64, &r, w, x);
+    __atomic_store_n(&fp_fused, r == 3.0f * 0x1p-23f, __ATOMIC_RELAXED);
+}
 
 /* one weight row against nt (<= TILE_MAX) activation rows a[t]: s[t] */
 typedef void (*multi_kernel)(int64_t n, const void *w, const uint8_t *const *a, int nt, float *s);
@@ -153,14 +182,13 @@ ALWAYS_INLINE int32_t mins_dot_bsums(__m256i mins16, const int16_t *bsums)
     return hsum_epi32(_mm256_madd_epi16(mins16, _mm256_loadu_si256((const __m256i *)bsums)));
 }
 
-/* The k-quant block's float step, with the rounding the one-token kernels
- * get from GCC's contraction of
+/* The k-quant block's float step as the one-token kernels compute
  *   sum += y.d * d * (float)isum - y.d * dmin * (float)msum
- * (one fused multiply-subtract, then a plain add), made explicit so that
- * vectorising the token loop cannot contract it differently. */
+ * (a multiply-subtract, fused or not as probed, then a plain add), spelled
+ * out so that vectorising the token loop cannot contract it differently. */
 ALWAYS_INLINE float ksum_step(float yd, float xd, float xm, int32_t isum, int32_t msum)
 {
-    return FUSED(yd * xd, (float)isum, -(yd * xm * (float)msum));
+    return mul_add(yd * xd, (float)isum, -(yd * xm * (float)msum));
 }
 
 /* ---- Q2_K x Q8_K ---- */
@@ -293,7 +321,7 @@ ALWAYS_INLINE void iq2_xxs_kernel(int64_t n, const void *w, const uint8_t *const
 #pragma GCC unroll 8
         for (int t = 0; t < nt; t++) {
             const block_q8_K *y = (const block_q8_K *)a[t];
-            sum[t] = FUSED(xd * y[i].d * (float)hsum_epi32(bsum[t]), 0.125f, sum[t]);
+            sum[t] = mul_add(xd * y[i].d * (float)hsum_epi32(bsum[t]), 0.125f, sum[t]);
         }
     }
 #pragma GCC unroll 8
@@ -343,7 +371,7 @@ ALWAYS_INLINE float one_bf16(const void *w, int64_t i) { return bf16_to_f32(((co
         for (int t = 0; t < nt; t++) {                                                             \
             const float *y = (const float *)a[t];                                                  \
             float sum = hsum_ps(_mm256_add_ps(acc0[t], acc1[t]));                                  \
-            for (int64_t k = i; k < n; k++) sum = FUSED(one_##fmt(w, k), y[k], sum);                \
+            for (int64_t k = i; k < n; k++) sum = mul_add(one_##fmt(w, k), y[k], sum);                \
             s[t] = sum;                                                                            \
         }                                                                                          \
     }
@@ -483,8 +511,8 @@ static int cpu_has_avx512_vnni(void)
 /* ---- scalar kernels: twins of the scalar dots (q8.c, kquants.c, iq2xxs.c,
  * mxfp4.c, floats.c). A weight block is decoded once to plain integers (or
  * floats) and every token of the tile takes the same integer sums and the
- * same float steps; the fmaf calls spell out the contractions GCC makes in
- * those files (-mfma), so the results stay bit-identical. ---- */
+ * same float steps (mul_add for the multiply-adds the compiler may fuse
+ * there), so the results stay bit-identical. ---- */
 
 static void q8_0_scalar(int64_t n, const void *w, const uint8_t *const *a, int nt, float *s)
 {
@@ -496,7 +524,7 @@ static void q8_0_scalar(int64_t n, const void *w, const uint8_t *const *a, int n
             const block_q8_0f *y = (const block_q8_0f *)a[t] + i;
             int32_t isum = 0;
             for (int j = 0; j < 32; j++) isum += x[i].q[j] * y->q[j];
-            sum[t] = FUSED(d * y->d, (float)isum, sum[t]);
+            sum[t] = mul_add(d * y->d, (float)isum, sum[t]);
         }
     }
     for (int t = 0; t < nt; t++) s[t] = sum[t];
@@ -520,7 +548,7 @@ static void mxfp4_scalar(int64_t n, const void *w, const uint8_t *const *a, int 
             const block_q8_0f *y = (const block_q8_0f *)a[t] + i;
             int32_t isum = 0;
             for (int j = 0; j < 32; j++) isum += v[j] * y->q[j];
-            sum[t] = FUSED(d * y->d, (float)isum, sum[t]);
+            sum[t] = mul_add(d * y->d, (float)isum, sum[t]);
         }
     }
     for (int t = 0; t < nt; t++) s[t] = sum[t];
@@ -548,7 +576,7 @@ static void kblock_tokens(const kblock *kb, int64_t i, const uint8_t *const *a, 
         const block_q8_K *y = (const block_q8_K *)a[t] + i;
         int32_t isum, msum;
         kblock_dot(kb, y, &isum, &msum);
-        sum[t] += FUSED(y->d * kb->d, (float)isum, -(y->d * kb->dmin * (float)msum));
+        sum[t] += mul_add(y->d * kb->d, (float)isum, -(y->d * kb->dmin * (float)msum));
     }
 }
 
@@ -624,7 +652,7 @@ static void iq2_xxs_scalar(int64_t n, const void *w, const uint8_t *const *a, in
                 for (int j = 0; j < 32; j++) gsum += v[32 * g + j] * y->q[32 * g + j];
                 bsum += ls[g] * gsum;
             }
-            sum[t] = FUSED(d * y->d * (float)bsum, 0.125f, sum[t]);
+            sum[t] = mul_add(d * y->d * (float)bsum, 0.125f, sum[t]);
         }
     }
     for (int t = 0; t < nt; t++) s[t] = sum[t];
@@ -644,8 +672,8 @@ static void iq2_xxs_scalar(int64_t n, const void *w, const uint8_t *const *a, in
                 const float *y = (const float *)a[t];                                              \
                 int64_t i = c0;                                                                    \
                 for (; i + 8 <= c1; i += 8)                                                        \
-                    for (int k = 0; k < 8; k++) acc[t][k] = FUSED(wf[i - c0 + k], y[i + k], acc[t][k]); \
-                for (; i < c1; i++) acc[t][0] = FUSED(wf[i - c0], y[i], acc[t][0]);                 \
+                    for (int k = 0; k < 8; k++) acc[t][k] = mul_add(wf[i - c0 + k], y[i + k], acc[t][k]); \
+                for (; i < c1; i++) acc[t][0] = mul_add(wf[i - c0], y[i], acc[t][0]);                 \
             }                                                                                      \
         }                                                                                          \
         for (int t = 0; t < nt; t++) {                                                             \
@@ -669,6 +697,7 @@ typedef struct kernel_set {
 /* The kernels for `type` on the path the traits' dot takes now; 0 if none. */
 static int pick_kernels(int type, kernel_set *k)
 {
+    probe_fp_fused();
 #ifdef __AVX2__
     if (quant_use_simd) {
 #define PICK(t, name, wd) case t: *k = (kernel_set){name##_full, name##_part, wd, NULL, NULL}; return 1
