@@ -37,16 +37,19 @@ int quant_multi_use_avx512 = 1;
  * (GNU C: -ffp-contract=fast) fuses into FMAs or not depending on the build:
  * yes at -O2 with -mfma, no at -O1 (ASan builds) or without FMA hardware.
  * fp_fused records which, probed once on the scalar Q8_0 dot, and mul_add
- * takes the same rounding: one fused step, or a product rounded on its own
- * (the volatile keeps this file's compiler from fusing it) and then added. */
+ * takes the same rounding: fmaf where the dots fuse (vectorising this file
+ * must not undo it), plain C where they do not (then this file, built with
+ * the same flags, does not fuse either). */
 static int fp_fused = -1;
 
-static inline float mul_add(float a, float b, float c)
+#define ALWAYS_INLINE static inline __attribute__((always_inline))
+
+ALWAYS_INLINE float mul_add_as(int fused, float a, float b, float c)
 {
-    if (fp_fused > 0) return fmaf(a, b, c);
-    volatile float p = a * b;
-    return p + c;
+    return fused ? fmaf(a, b, c) : a * b + c;
 }
+
+ALWAYS_INLINE float mul_add(float a, float b, float c) { return mul_add_as(fp_fused > 0, a, b, c); }
 
 /* Two Q8_0 blocks with sums -3 and 3 * (1 + 2^-23): fused, the dot is
  * exactly 3 * 2^-23; rounded in between, 3 + 3 * 2^-23 loses its low bit
@@ -74,8 +77,6 @@ typedef void (*multi_kernel)(int64_t n, const void *w, const uint8_t *const *a, 
 
 #ifdef __AVX2__
 #include <immintrin.h>
-
-#define ALWAYS_INLINE static inline __attribute__((always_inline))
 
 /* The same reductions as quant_avx2.c (order matters for the float one). */
 ALWAYS_INLINE float hsum_ps(__m256 v)
@@ -662,26 +663,34 @@ static void iq2_xxs_scalar(int64_t n, const void *w, const uint8_t *const *a, in
  * are exact, so the products are the same) */
 #define FLOAT_CHUNK 256
 #define FLOAT_SCALAR(fmt, conv)                                                                    \
-    static void fmt##_scalar(int64_t n, const void *w, const uint8_t *const *a, int nt, float *s) \
+    ALWAYS_INLINE void fmt##_scalar_as(int fused, int64_t n, const void *w, const uint8_t *const *a, int nt, float *s) \
     {                                                                                              \
         float acc[TILE_MAX][8] = {{0}}, wf[FLOAT_CHUNK];                                           \
         for (int64_t c0 = 0; c0 < n; c0 += FLOAT_CHUNK) {                                          \
             int64_t c1 = c0 + FLOAT_CHUNK < n ? c0 + FLOAT_CHUNK : n;                              \
             for (int64_t i = c0; i < c1; i++) wf[i - c0] = conv;                                   \
             for (int t = 0; t < nt; t++) {                                                         \
-                const float *y = (const float *)a[t];                                              \
-                int64_t i = c0;                                                                    \
-                for (; i + 8 <= c1; i += 8)                                                        \
-                    for (int k = 0; k < 8; k++) acc[t][k] = mul_add(wf[i - c0 + k], y[i + k], acc[t][k]); \
-                for (; i < c1; i++) acc[t][0] = mul_add(wf[i - c0], y[i], acc[t][0]);                 \
+                const float *y = (const float *)a[t] + c0;                                         \
+                float l[8];                                                                        \
+                memcpy(l, acc[t], sizeof l);                                                       \
+                int64_t i = 0, m = c1 - c0;                                                        \
+                for (; i + 8 <= m; i += 8)                                                         \
+                    for (int k = 0; k < 8; k++) l[k] = mul_add_as(fused, wf[i + k], y[i + k], l[k]); \
+                for (; i < m; i++) l[0] = mul_add_as(fused, wf[i], y[i], l[0]);                    \
+                memcpy(acc[t], l, sizeof l);                                                       \
             }                                                                                      \
         }                                                                                          \
         for (int t = 0; t < nt; t++) {                                                             \
             const float *c = acc[t];                                                               \
             s[t] = ((c[0] + c[4]) + (c[1] + c[5])) + ((c[2] + c[6]) + (c[3] + c[7]));              \
         }                                                                                          \
+    }                                                                                              \
+    /* the rounding mode fixed per call, so each copy vectorises */                                \
+    static void fmt##_scalar(int64_t n, const void *w, const uint8_t *const *a, int nt, float *s)  \
+    {                                                                                              \
+        if (fp_fused > 0) fmt##_scalar_as(1, n, w, a, nt, s);                                      \
+        else fmt##_scalar_as(0, n, w, a, nt, s);                                                   \
     }
-FLOAT_SCALAR(f32, ((const float *)w)[i])
 FLOAT_SCALAR(f16, f16_to_f32(((const uint16_t *)w)[i]))
 FLOAT_SCALAR(bf16, bf16_to_f32(((const uint16_t *)w)[i]))
 
@@ -730,7 +739,7 @@ static int pick_kernels(int type, kernel_set *k)
     PICK_SCALAR(GGML_TYPE_Q2_K, q2_K);
     PICK_SCALAR(GGML_TYPE_Q4_K, q4_K);
     PICK_SCALAR(GGML_TYPE_IQ2_XXS, iq2_xxs);
-    PICK_SCALAR(GGML_TYPE_F32, f32);
+    /* F32: nothing to decode, the per-pair dot is as fast */
     PICK_SCALAR(GGML_TYPE_F16, f16);
     PICK_SCALAR(GGML_TYPE_BF16, bf16);
     default: return 0;
