@@ -36,7 +36,15 @@ typedef struct minke_model_params {
     int f32_activations;   /* testing: quantized weights are dequantized and multiplied with f32
                               activations instead of activations quantized to the weight's dot
                               type (spec §16); 0 (default) = ds4 numerics */
+    int mtp_pairing;       /* which main-model state the MTP block pairs with Emb(t_p) (spec §13.2):
+                              MINKE_MTP_PAIR_PREV (default) or MINKE_MTP_PAIR_SAME */
 } minke_model_params;
+
+/* MTP pairing (spec §13.2 open question). PREV: the DeepSeek-V3 training
+ * convention, MTP(Emb(t_p), H_{p-1}) at position p predicts t_{p+1}.
+ * SAME: ds4's, MTP(Emb(t_p), H_p) at position p, whose argmax is a guess of
+ * t_{p+1} checked against the main model before further drafts are made. */
+enum { MINKE_MTP_PAIR_PREV = 0, MINKE_MTP_PAIR_SAME = 1 };
 
 void minke_model_params_default(minke_model_params *p);
 
@@ -90,6 +98,42 @@ void minke_snapshot_free(minke_snapshot *snap);
 uint64_t minke_session_serial_bytes(const minke_session *s);
 int minke_session_serialize(const minke_session *s, void *buf, uint64_t len);
 int minke_session_deserialize(minke_session *s, const void *buf, uint64_t len);
+
+/* ---- MTP (multi-token prediction, spec §13; CPU backend only) ----
+ * With params.mtp_path the model loads the MTP GGUF (validated against the
+ * main model's shapes; token_embd and output.weight are shared). Every
+ * prefill/decode then also writes the MTP block's own KV rows for the tokens
+ * it processes and keeps the main model's final HC state of the last token,
+ * so snapshots and serialised states include that MTP state (and states are
+ * only exchangeable between models opened with the same MTP file and pairing).
+ * Drafting does not change the session. */
+int minke_has_mtp(const minke_model *m);
+/* Greedy drafts (spec §13.2 steps 1-2) for the tokens that follow `token`,
+ * the next token the caller will feed (not yet processed): drafts[0] guesses
+ * the token after it, drafts[k] the one after drafts[k-1]. Returns how many
+ * were written (0..n_draft; 0 at position 0, when n_draft would pass the
+ * context end, or, with MINKE_MTP_PAIR_SAME, when the MTP's own guess of
+ * `token` disagrees), or -1 with an error (no MTP, bad token). */
+int minke_mtp_draft(minke_session *s, int32_t token, int n_draft, int32_t *drafts);
+/* Exact greedy speculative decoding, one step. `token` is the next token
+ * (the caller's greedy choice from minke_logits). Feeds it, plus the longest
+ * prefix of up to n_draft MTP drafts that the main model confirms as its own
+ * argmax choices (verified in one prefill after a snapshot; on a mismatch the
+ * snapshot is restored and only the confirmed tokens are fed again). At most
+ * max_extra tokens beyond `token` are fed, never one equal to stop_token
+ * (-1: none), never past the context. out receives the fed tokens (out[0] =
+ * token; room for 1 + n_draft, and out[count..] holds the rejected drafts);
+ * returns their count (>= 1) or -1 on error.
+ * *n_drafted (may be NULL) gets the number of drafts tried. The session ends
+ * exactly as after minke_decode of each fed token (prefill = decode, spec
+ * §12); without MTP it is one minke_decode. */
+int minke_spec_greedy_step(minke_session *s, int32_t token, int n_draft, int max_extra, int32_t stop_token,
+                           int32_t *out, int *n_drafted);
+/* The verification half of it, for drafts from any source: feeds seq[0],
+ * then the longest prefix of the guesses seq[1..n_seq) that greedy decoding
+ * would produce (stopping before stop_token); returns how many tokens of seq
+ * were fed (>= 1) or -1. Same exactness as above. */
+int minke_spec_verify_greedy(minke_session *s, const int32_t *seq, int n_seq, int32_t stop_token);
 
 /* Debug taps: when set, backends call the hook with named intermediate
  * tensors (e.g. "blk.3.out", "hc_head.out") for comparison across backends. */

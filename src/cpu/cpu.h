@@ -2,6 +2,7 @@
  *   cpu_backend.c  model init (f32 copies of vectors), sessions, state I/O
  *   matmul.c       weight x activation products through the quant traits
  *   forward.c      the forward pass (spec model.md §7-§12)
+ *   mtp.c          the MTP block (spec §13): its cache rows, drafts, state I/O
  */
 #ifndef MINKE_CPU_CPU_H
 #define MINKE_CPU_CPU_H
@@ -20,6 +21,9 @@ typedef struct cpu_layer_vecs {
     float *hc_ffn_scale, *hc_ffn_base, *ffn_norm, *exp_bias;
 } cpu_layer_vecs;
 
+typedef struct cpu_mtp_model cpu_mtp_model;   /* mtp.c */
+typedef struct cpu_mtp_state cpu_mtp_state;
+
 typedef struct cpu_model {
     cpu_pool *pool;
     cpu_layer_vecs *lv;                   /* [n_layer] */
@@ -27,6 +31,7 @@ typedef struct cpu_model {
     nm_rope rope_main, rope_comp;         /* sliding-only layers / compressed layers (incl. indexer) */
     int exact_act;                        /* minke_model_params.f32_activations */
     pthread_mutex_t lock;                 /* one forward at a time: the pool is not reentrant */
+    cpu_mtp_model *mtp;                   /* NULL without an MTP file */
 } cpu_model;
 
 /* One compressor's streaming state (spec §8.1). */
@@ -48,6 +53,7 @@ typedef struct cpu_session {
     int n_ctx;
     cpu_layer_cache *layers;
     uint64_t bytes;
+    cpu_mtp_state *mtp;                   /* NULL without an MTP file */
 } cpu_session;
 
 /* y[t*ys + r] = W[row0 + r] . x[t*xs ..] for r < nrows, t < T (x has W->ne[0] values per token).
@@ -65,5 +71,25 @@ void cpu_get_row(const dsv4_tensor *W, int64_t r, float *out);
 int cpu_forward(minke_model *m, void *bs, const int32_t *tokens, int n, int pos0,
                 float *all_logits, float *last_logits);
 void cpu_session_clear(minke_model *m, cpu_session *s);
+
+/* One decoder block with explicit weights (the MTP block) over n tokens at
+ * pos0..: X (n x hc_dim) is the HC state in and out. Same layer code as the
+ * main stack; ratio-0 blocks only need lc->raw. Caller holds cm->lock. */
+int cpu_block_forward(minke_model *m, const dsv4_layer *L, const cpu_layer_vecs *V, cpu_layer_cache *lc,
+                      float clamp, const int32_t *tokens, int n, int pos0, float *X);
+
+/* ---- mtp.c ---- */
+int cpu_mtp_init(minke_model *m);                 /* m->mtp bound; 0 or error set */
+void cpu_mtp_free(minke_model *m);
+int cpu_mtp_session_alloc(minke_model *m, cpu_session *s);
+void cpu_mtp_session_free(cpu_session *s);
+void cpu_mtp_session_clear(minke_model *m, cpu_session *s);
+/* Called by the forward with the main model's final HC states X (n x hc_dim)
+ * of tokens at pos0..: writes the MTP cache rows of those positions and keeps
+ * the last state as the next draft's Hs. Caller holds cm->lock. */
+int cpu_mtp_commit(minke_model *m, cpu_session *s, const int32_t *tokens, int n, int pos0, const float *X);
+int cpu_mtp_draft(minke_model *m, void *bs, int pos, int32_t token, int n_draft, int32_t *drafts);
+int cpu_mtp_state_save(minke_model *m, void *bs, int pos, void *dst);
+int cpu_mtp_state_load(minke_model *m, void *bs, int pos, const void *src);
 
 #endif

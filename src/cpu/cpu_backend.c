@@ -21,6 +21,7 @@ static float *vec_f32(const dsv4_tensor *t) {
 static void cpu_model_free(minke_model *m) {
     cpu_model *cm = m->be;
     if (!cm) return;
+    cpu_mtp_free(m);
     cpu_pool_free(cm->pool);
     if (cm->lv) {
         for (uint32_t il = 0; il < m->w.cfg.n_layer; il++) {
@@ -74,6 +75,10 @@ static int cpu_model_init(minke_model *m) {
     nm_rope_init(&cm->rope_main, (int)c->rope_dim, c->rope_freq_base, 0, 0, 0, 0, 0);
     nm_rope_init(&cm->rope_comp, (int)c->rope_dim, c->compress_rope_freq_base, 1, c->yarn_factor,
                  (double)c->yarn_orig_ctx, c->yarn_beta_fast, c->yarn_beta_slow);
+    if (m->mtp && cpu_mtp_init(m) != 0) {
+        cpu_model_free(m);
+        return -1;
+    }
     return 0;
 }
 
@@ -91,6 +96,7 @@ void cpu_session_clear(minke_model *m, cpu_session *s) {
         comp_state_clear(&lc->cs);
         comp_state_clear(&lc->is);
     }
+    cpu_mtp_session_clear(m, s);
 }
 
 static void cpu_session_free(minke_model *m, void *bs) {
@@ -104,6 +110,7 @@ static void cpu_session_free(minke_model *m, void *bs) {
         }
         free(s->layers);
     }
+    cpu_mtp_session_free(s);
     free(s);
 }
 
@@ -144,6 +151,7 @@ static void *cpu_session_alloc(minke_model *m, int n_ctx) {
             s->bytes += sizeof(float) * (lc->index_cap * ihd + 2 * (size_t)lc->is.rows * lc->is.width);
         }
     }
+    if (m->mtp && cpu_mtp_session_alloc(m, s) != 0) goto oom;
     cpu_session_clear(m, s);
     return s;
 oom:
@@ -208,6 +216,9 @@ static const minke_backend_ops cpu_ops = {
     .forward = cpu_forward,
     .state_save = cpu_state_save,
     .state_load = cpu_state_load,
+    .mtp_draft = cpu_mtp_draft,
+    .mtp_state_save = cpu_mtp_state_save,
+    .mtp_state_load = cpu_mtp_state_load,
 };
 
 const minke_backend_ops *minke_backend_cpu(void) { return &cpu_ops; }

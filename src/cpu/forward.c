@@ -26,6 +26,12 @@ typedef struct fw {
     float *ql, *qn, *q, *kv, *o, *z, *a;
     float *ca, *cg, *ia, *ig, *qi, *wi;
     float *logits_r, *m_out, *sh_out, *f;
+    /* set for a block outside the main stack (the MTP block, src/cpu/mtp.c):
+     * its weights, vectors, cache and SwiGLU clamp replace those of layer il */
+    const dsv4_layer *ext_L;
+    const cpu_layer_vecs *ext_V;
+    cpu_layer_cache *ext_lc;
+    float ext_clamp;
 } fw;
 
 static void *xcalloc(size_t n, size_t sz) {
@@ -44,7 +50,7 @@ static void *xmalloc(size_t n) {
 }
 
 static void tap(fw *f, const char *fmt, int il, int t, const float *data, int64_t n) {
-    if (!f->m->tap) return;
+    if (!f->m->tap || f->ext_L) return;   /* taps name main-model layers only */
     char name[64];
     snprintf(name, sizeof name, fmt, il);
     minke_tap_emit(f->m, name, f->pos0 + t, data, n);
@@ -193,9 +199,9 @@ static void attn_task(void *ctx, int64_t h0, int64_t h1) {
 /* ---- attention sub-layer (spec §7.2 A1-A13) ---- */
 static void attention_layer(fw *f, int il) {
     const dsv4_config *c = f->c;
-    const dsv4_layer *L = &f->m->w.layers[il];
-    const cpu_layer_vecs *V = &f->cm->lv[il];
-    cpu_layer_cache *lc = &f->s->layers[il];
+    const dsv4_layer *L = f->ext_L ? f->ext_L : &f->m->w.layers[il];
+    const cpu_layer_vecs *V = f->ext_L ? f->ext_V : &f->cm->lv[il];
+    cpu_layer_cache *lc = f->ext_L ? f->ext_lc : &f->s->layers[il];
     cpu_pool *pool = f->cm->pool;
     int T = f->T, D = f->D, Dh = f->Dh, H = f->H, ratio = L->ratio;
     int W = (int)c->sliding_window, ql = (int)c->q_lora_rank;
@@ -291,10 +297,10 @@ static void attention_layer(fw *f, int il) {
 /* ---- FFN sub-layer (spec §7.2 B1-B5, §11) ---- */
 static void ffn_layer(fw *f, int il) {
     const dsv4_config *c = f->c;
-    const dsv4_layer *L = &f->m->w.layers[il];
-    const cpu_layer_vecs *V = &f->cm->lv[il];
+    const dsv4_layer *L = f->ext_L ? f->ext_L : &f->m->w.layers[il];
+    const cpu_layer_vecs *V = f->ext_L ? f->ext_V : &f->cm->lv[il];
     int T = f->T, D = f->D, E = (int)c->n_expert, K = (int)c->n_expert_used, F = (int)c->expert_ff;
-    float clamp = c->swiglu_clamp[il];
+    float clamp = f->ext_L ? f->ext_clamp : c->swiglu_clamp[il];
 
     hc_pre(f, &L->hc_ffn_fn, V->hc_ffn_scale, V->hc_ffn_base);              /* B1 */
     for (int t = 0; t < T; t++) {                                           /* B2 */
@@ -307,7 +313,7 @@ static void ffn_layer(fw *f, int il) {
     float *wt = xmalloc(sizeof(float) * (size_t)T * K), *scores = xmalloc(sizeof(float) * (size_t)E);
     for (int t = 0; t < T; t++) {
         const float *lg = f->logits_r + (size_t)t * E;
-        if ((uint32_t)il < c->n_hash_layer) {
+        if ((uint32_t)il < c->n_hash_layer && !f->ext_L) {
             /* hash routing: the token's fixed experts, weights from the unbiased scores */
             const int32_t *ids = (const int32_t *)L->tid2eid.data + (size_t)f->tok[t] * K;
             for (int e = 0; e < E; e++) scores[e] = nm_sqrt_softplus(lg[e]);
@@ -381,8 +387,8 @@ static void output_head(fw *f, int t0, float *logits) {
     free(mix);
 }
 
-static int forward_batch(minke_model *m, void *bs, const int32_t *tokens, int n, int pos0,
-                         float *all_logits, float *last_logits) {
+/* Scratch for a batch of n tokens; 0, or -1 with the error set (fw_release frees either way). */
+static int fw_setup(fw *fp, minke_model *m, void *bs, const int32_t *tokens, int n, int pos0) {
     const dsv4_config *c = &m->w.cfg;
     fw f = {0};
     f.m = m; f.cm = m->be; f.s = bs; f.c = c;
@@ -407,7 +413,38 @@ static int forward_batch(minke_model *m, void *bs, const int32_t *tokens, int n,
                    f.ca, f.cg, f.ia, f.ig, f.qi, f.wi, f.logits_r, f.m_out, f.sh_out, f.f};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         if (!all[i]) { minke_set_error("out of memory for a batch of %d tokens", n); rc = -1; }
+    *fp = f;
+    return rc;
+}
 
+static void fw_release(fw *f) {
+    void *all[] = {f->X, f->Xn, f->mix, f->pre, f->post, f->comb, f->u, f->x, f->ql, f->qn, f->q, f->kv, f->o,
+                   f->z, f->a, f->ca, f->cg, f->ia, f->ig, f->qi, f->wi, f->logits_r, f->m_out, f->sh_out, f->f};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
+}
+
+int cpu_block_forward(minke_model *m, const dsv4_layer *L, const cpu_layer_vecs *V, cpu_layer_cache *lc,
+                      float clamp, const int32_t *tokens, int n, int pos0, float *X) {
+    fw f;
+    int rc = fw_setup(&f, m, NULL, tokens, n, pos0);
+    if (!rc) {
+        f.ext_L = L; f.ext_V = V; f.ext_lc = lc; f.ext_clamp = clamp;
+        int il = (int)f.c->n_layer;   /* the block's logical index, after the main stack */
+        memcpy(f.X, X, sizeof(float) * (size_t)n * f.hcD);
+        attention_layer(&f, il);
+        ffn_layer(&f, il);
+        memcpy(X, f.X, sizeof(float) * (size_t)n * f.hcD);
+    }
+    fw_release(&f);
+    return rc;
+}
+
+static int forward_batch(minke_model *m, void *bs, const int32_t *tokens, int n, int pos0,
+                         float *all_logits, float *last_logits) {
+    const dsv4_config *c = &m->w.cfg;
+    fw f;
+    int rc = fw_setup(&f, m, bs, tokens, n, pos0);
+    size_t hcD = f.hcD, D = f.D;
     if (!rc) {
         /* §7.1: embedding, replicated to every HC stream */
         float *e = f.Xn;
@@ -421,6 +458,9 @@ static int forward_batch(minke_model *m, void *bs, const int32_t *tokens, int n,
             ffn_layer(&f, il);
             for (int t = 0; t < n; t++) tap(&f, "blk.%d.out", il, t, f.X + (size_t)t * hcD, (int64_t)hcD);
         }
+        if (f.cm->mtp) rc = cpu_mtp_commit(m, bs, tokens, n, pos0, f.X);   /* MTP rows of these tokens */
+    }
+    if (!rc) {
         if (all_logits) {
             output_head(&f, 0, all_logits);
             memcpy(last_logits, all_logits + (size_t)(n - 1) * c->n_vocab, sizeof(float) * c->n_vocab);
@@ -428,7 +468,7 @@ static int forward_batch(minke_model *m, void *bs, const int32_t *tokens, int n,
             output_head(&f, n - 1, last_logits);
         }
     }
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
+    fw_release(&f);
     return rc;
 }
 

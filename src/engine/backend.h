@@ -56,9 +56,18 @@
  *     "hc_head.out"                n_embd          HC head collapse
  *     "output_norm.out"            n_embd          LM-head input
  *     "logits"                     n_vocab
+ *     "mtp.logits"                 n_vocab         MTP logits of a draft step (pos = its position)
  *   Compressed rows are tapped when emitted, with pos = the emitting position:
  *     "blk.%d.comp_row" (head_dim), "blk.%d.index_row" (idx_head_dim).
  *   A backend may skip taps it does not have, never invent other meanings.
+ *
+ * MTP (optional ops; NULL when the backend has none, and then the engine
+ *   refuses an MTP file). The MTP state payload follows the KV payload in
+ *   snapshots/serialisation when the model has MTP: for P > 0, an int32 with
+ *   the last processed token, the main model's final HC state of that token
+ *   (n_hc*n_embd f32), then the MTP block's raw rows min(P, window) x head_dim
+ *   oldest first (as the layers' raw part above); nothing at P = 0
+ *   (minke_mtp_payload_bytes).
  */
 #ifndef MINKE_ENGINE_BACKEND_H
 #define MINKE_ENGINE_BACKEND_H
@@ -81,6 +90,10 @@ struct minke_model {
     uint64_t identity;             /* hash of metadata + tensor table (serialisation header) */
     minke_tap_fn tap;
     void *tap_user;
+    /* MTP (params.mtp_path): NULL when none */
+    char *mtp_path;
+    struct gguf_file *mtp_gguf;
+    dsv4_mtp_weights *mtp;
 };
 
 struct minke_backend_ops {
@@ -98,6 +111,11 @@ struct minke_backend_ops {
     /* Copy state at position pos to/from the payload layout (minke_kv_layout bytes). */
     int (*state_save)(minke_model *m, void *bs, int pos, void *dst);
     int (*state_load)(minke_model *m, void *bs, int pos, const void *src);
+    /* MTP (NULL = unsupported). mtp_draft: minke_mtp_draft for a session at
+     * pos >= 1 with pos + n_draft < n_ctx; returns the count or -1. */
+    int (*mtp_draft)(minke_model *m, void *bs, int pos, int32_t token, int n_draft, int32_t *drafts);
+    int (*mtp_state_save)(minke_model *m, void *bs, int pos, void *dst);
+    int (*mtp_state_load)(minke_model *m, void *bs, int pos, const void *src);
 };
 
 /* Where one layer's parts lie in the payload: absolute byte offsets from the
@@ -114,6 +132,8 @@ typedef struct minke_kv_layer_layout {
 
 /* Fill layout[0..n_layer) for a session at position pos; returns total payload bytes. */
 uint64_t minke_kv_layout(const dsv4_config *cfg, int pos, minke_kv_layer_layout *layout);
+/* Bytes of the MTP state payload at position pos (see above). */
+uint64_t minke_mtp_payload_bytes(const dsv4_config *cfg, int pos);
 
 /* Backends. minke_backend_cuda() is defined by src/cuda only in MINKE_CUDA
  * builds; the engine references it under #ifdef MINKE_CUDA. */

@@ -5,7 +5,9 @@
  * Serialised state = a 48-byte header + last logits + the backend-neutral
  * KV payload (minke_kv_layout). The header carries a hash of the GGUF header
  * (metadata + tensor table) and n_ctx so bytes from another model or context
- * size are rejected before anything is touched.
+ * size are rejected before anything is touched. With an MTP file the MTP
+ * state payload (backend.h) follows the KV payload, and the identity also
+ * hashes the MTP file's header and the pairing.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -14,6 +16,7 @@
 #include <unistd.h>
 
 #include "engine/backend.h"
+#include "engine/sample.h"
 #include "gguf/gguf.h"
 
 struct minke_session {
@@ -57,6 +60,42 @@ static uint64_t fnv1a(const uint8_t *p, uint64_t n, uint64_t h) {
     return h;
 }
 
+/* Open, validate and bind the MTP file (spec §4.4) against the main config. */
+static int mtp_open(minke_model *m, const char *path) {
+    if (!m->ops->mtp_draft || !m->ops->mtp_state_save || !m->ops->mtp_state_load) {
+        minke_set_error("MTP is CPU-only for now (the %s backend has no MTP block); drop the MTP file", m->ops->name);
+        return -1;
+    }
+    char err[512];
+    m->mtp_path = strdup(path);
+    m->mtp_gguf = gguf_open(path, err, sizeof err);
+    if (!m->mtp_gguf) { minke_set_error("MTP file: %s", err); return -1; }
+    if (dsv4_check_mtp_tensors(m->mtp_gguf, &m->w.cfg, err, sizeof err) != 0) {
+        minke_set_error("MTP file %s does not fit the model: %s", path, err);
+        return -1;
+    }
+    m->mtp = calloc(1, sizeof *m->mtp);
+    if (!m->mtp) { minke_set_error("out of memory"); return -1; }
+    if (dsv4_mtp_weights_bind(m->mtp_gguf, &m->w.cfg, m->mtp, err, sizeof err) != 0) {
+        minke_set_error("MTP file %s: %s", path, err);
+        return -1;
+    }
+    m->params.mtp_path = m->mtp_path;
+    m->identity = fnv1a(m->mtp_gguf->map, m->mtp_gguf->data_offset, m->identity ^ 0x4d5450ULL);
+    m->identity = fnv1a((const uint8_t *)&m->params.mtp_pairing, sizeof m->params.mtp_pairing, m->identity);
+    return 0;
+}
+
+static void mtp_close(minke_model *m) {
+    if (m->mtp_gguf) gguf_close(m->mtp_gguf);
+    free(m->mtp);
+    free(m->mtp_path);
+    m->mtp_gguf = NULL;
+    m->mtp = NULL;
+    m->mtp_path = NULL;
+    m->params.mtp_path = NULL;
+}
+
 minke_model *minke_model_open(const minke_model_params *p) {
     if (!p || !p->path) { minke_set_error("no model path given"); return NULL; }
     const minke_backend_ops *ops = NULL;
@@ -83,7 +122,8 @@ minke_model *minke_model_open(const minke_model_params *p) {
     }
     m->path = strdup(p->path);
     m->params.path = m->path;
-    m->params.mtp_path = NULL;  /* MTP is not used by the engine yet */
+    m->params.mtp_path = NULL;
+    m->params.mtp_pairing = p->mtp_pairing == MINKE_MTP_PAIR_SAME ? MINKE_MTP_PAIR_SAME : MINKE_MTP_PAIR_PREV;
     char err[512];
     m->gguf = gguf_open(p->path, err, sizeof err);
     if (!m->gguf) { minke_set_error("%s", err); free(m->path); free(m); return NULL; }
@@ -94,7 +134,13 @@ minke_model *minke_model_open(const minke_model_params *p) {
     }
     m->identity = fnv1a(m->gguf->map, m->gguf->data_offset, 0xcbf29ce484222325ULL);
     m->ops = ops;
+    if (p->mtp_path && mtp_open(m, p->mtp_path) != 0) {
+        mtp_close(m);
+        gguf_close(m->gguf); free(m->path); free(m);
+        return NULL;
+    }
     if (ops->model_init(m) != 0) {
+        mtp_close(m);
         gguf_close(m->gguf); free(m->path); free(m);
         return NULL;
     }
@@ -109,7 +155,7 @@ minke_model *minke_model_open(const minke_model_params *p) {
     m->info.n_layer = (int)c->n_layer;
     m->info.n_embd = (int)c->n_embd;
     m->info.n_ctx_train = c->context_length > 0x7fffffff ? 0x7fffffff : (int)c->context_length;
-    m->info.weight_bytes = m->w.total_bytes;
+    m->info.weight_bytes = m->w.total_bytes + (m->mtp ? m->mtp->total_bytes : 0);
     m->info.backend = ops->name;
     return m;
 }
@@ -117,6 +163,7 @@ minke_model *minke_model_open(const minke_model_params *p) {
 void minke_model_close(minke_model *m) {
     if (!m) return;
     m->ops->model_free(m);
+    mtp_close(m);
     gguf_close(m->gguf);
     free(m->path);
     free(m);
@@ -224,8 +271,15 @@ static uint64_t payload_bytes(minke_model *m, int pos) {
     return b;
 }
 
+uint64_t minke_mtp_payload_bytes(const dsv4_config *cfg, int pos) {
+    if (pos <= 0) return 0;
+    uint64_t rows = (uint64_t)pos < cfg->sliding_window ? (uint64_t)pos : cfg->sliding_window;
+    return 4 + (uint64_t)cfg->hc_dim * 4 + rows * cfg->head_dim * 4;
+}
+
 static uint64_t serial_bytes_at(minke_model *m, int pos, int has_logits) {
-    return SER_HEADER + (has_logits ? (uint64_t)m->w.cfg.n_vocab * 4 : 0) + payload_bytes(m, pos);
+    return SER_HEADER + (has_logits ? (uint64_t)m->w.cfg.n_vocab * 4 : 0) + payload_bytes(m, pos) +
+           (m->mtp ? minke_mtp_payload_bytes(&m->w.cfg, pos) : 0);
 }
 
 uint64_t minke_session_serial_bytes(const minke_session *s) {
@@ -243,7 +297,9 @@ int minke_session_serialize(const minke_session *s, void *buf, uint64_t len) {
     memcpy(p, &h, sizeof h);
     p += SER_HEADER;
     if (s->has_logits) { memcpy(p, s->logits, (size_t)h.n_vocab * 4); p += (size_t)h.n_vocab * 4; }
-    return s->m->ops->state_save(s->m, s->bs, s->pos, p);
+    if (s->m->ops->state_save(s->m, s->bs, s->pos, p) != 0) return -1;
+    if (s->m->mtp) return s->m->ops->mtp_state_save(s->m, s->bs, s->pos, p + h.payload_bytes);
+    return 0;
 }
 
 /* strict_ctx: serialised bytes must come from the same n_ctx; snapshots only need to fit. */
@@ -271,7 +327,8 @@ static int load_state(minke_session *s, const void *buf, uint64_t len, int stric
     const uint8_t *p = (const uint8_t *)buf + SER_HEADER;
     if (h.has_logits) { memcpy(s->logits, p, (size_t)h.n_vocab * 4); p += (size_t)h.n_vocab * 4; }
     s->m->ops->session_reset(s->m, s->bs);
-    if (s->m->ops->state_load(s->m, s->bs, (int)h.pos, p) != 0) {
+    if (s->m->ops->state_load(s->m, s->bs, (int)h.pos, p) != 0 ||
+        (s->m->mtp && s->m->ops->mtp_state_load(s->m, s->bs, (int)h.pos, p + h.payload_bytes) != 0)) {
         minke_session_reset(s);
         return -1;
     }
@@ -306,4 +363,59 @@ void minke_snapshot_free(minke_snapshot *snap) {
     if (!snap) return;
     free(snap->data);
     free(snap);
+}
+
+/* ---- MTP ---- */
+int minke_has_mtp(const minke_model *m) { return m && m->mtp ? 1 : 0; }
+
+int minke_mtp_draft(minke_session *s, int32_t token, int n_draft, int32_t *drafts) {
+    if (!s) { minke_set_error("no session"); return -1; }
+    if (!s->m->mtp) { minke_set_error("the model was opened without an MTP file"); return -1; }
+    if (n_draft < 0 || (n_draft > 0 && !drafts)) { minke_set_error("invalid draft array"); return -1; }
+    if (token < 0 || (uint32_t)token >= s->m->w.cfg.n_vocab) {
+        minke_set_error("token id %d is out of range (vocabulary has %u tokens)", token, s->m->w.cfg.n_vocab);
+        return -1;
+    }
+    /* drafts follow `token`, which goes at s->pos: keep them inside the context */
+    int room = s->n_ctx - s->pos - 1;
+    if (n_draft > room) n_draft = room;
+    if (s->pos == 0 || n_draft <= 0) return 0;
+    return s->m->ops->mtp_draft(s->m, s->bs, s->pos, token, n_draft, drafts);
+}
+
+int minke_spec_verify_greedy(minke_session *s, const int32_t *seq, int n_seq, int32_t stop_token) {
+    if (!s || !seq || n_seq < 1) { minke_set_error("no session or empty token sequence"); return -1; }
+    if (n_seq == 1) return minke_decode(s, seq[0]) == 0 ? 1 : -1;
+    int n = n_seq - 1;   /* guesses after seq[0] */
+    int V = (int)s->m->w.cfg.n_vocab, rc = -1;
+    float *all = malloc(sizeof(float) * (size_t)n_seq * V);
+    minke_snapshot *snap = all ? minke_snapshot_take(s) : NULL;
+    if (!all || !snap) { if (!all) minke_set_error("out of memory"); goto out; }
+    if (minke_prefill(s, seq, n_seq, all) != 0) goto out;
+    int a = 0;   /* guesses confirmed: the main model's argmax after seq[a] is seq[a+1] */
+    while (a < n && seq[1 + a] != stop_token && sampler_argmax(all + (size_t)a * V, V) == seq[1 + a]) a++;
+    if (a < n) {
+        /* forget the unconfirmed tail: back to the snapshot, feed the confirmed part again */
+        if (minke_snapshot_restore(s, snap) != 0 || minke_prefill(s, seq, a + 1, NULL) != 0) goto out;
+    }
+    rc = a + 1;
+out:
+    minke_snapshot_free(snap);
+    free(all);
+    return rc;
+}
+
+int minke_spec_greedy_step(minke_session *s, int32_t token, int n_draft, int max_extra, int32_t stop_token,
+                           int32_t *out, int *n_drafted) {
+    if (n_drafted) *n_drafted = 0;
+    if (!s || !out) { minke_set_error("no session or output array"); return -1; }
+    if (n_draft > max_extra) n_draft = max_extra;
+    out[0] = token;
+    int n = 0;
+    if (s->m->mtp && n_draft > 0) {
+        n = minke_mtp_draft(s, token, n_draft, out + 1);
+        if (n < 0) return -1;
+    }
+    if (n_drafted) *n_drafted = n;
+    return minke_spec_verify_greedy(s, out, n + 1, stop_token);
 }

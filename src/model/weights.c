@@ -165,3 +165,52 @@ int dsv4_weights_bind(const gguf_file *f, dsv4_weights *w, char *err, size_t err
     w->total_bytes = b.total;
     return 0;
 }
+
+int dsv4_mtp_weights_bind(const gguf_file *f, const dsv4_config *c, dsv4_mtp_weights *w, char *err, size_t errlen) {
+    memset(w, 0, sizeof *w);
+    bind_ctx b = {f, err, errlen, 0};
+    int64_t D = c->n_embd, nhc = c->n_hc, Dh = c->head_dim;
+    dsv4_layer *L = &w->blk;
+    L->ratio = 0;
+#define B(t, name, u, a, bb, cc) do { if (bind(&b, &(t), "mtp.0." name, u, 1, a, bb, cc)) return -1; } while (0)
+    B(w->hc_head_base, "hc_head_base.weight", USE_VEC, nhc, 0, 0);
+    B(w->hc_head_fn, "hc_head_fn.weight", USE_MAT, nhc * D, nhc, 0);
+    B(w->hc_head_scale, "hc_head_scale.weight", USE_VEC, 1, 0, 0);
+    B(w->e_proj, "e_proj.weight", USE_MAT, D, D, 0);
+    B(w->h_proj, "h_proj.weight", USE_MAT, D, D, 0);
+    B(w->enorm, "enorm.weight", USE_VEC, D, 0, 0);
+    B(w->hnorm, "hnorm.weight", USE_VEC, D, 0, 0);
+    B(w->norm, "norm.weight", USE_VEC, D, 0, 0);
+    B(L->hc_attn_fn, "hc_attn_fn.weight", USE_MAT, nhc * D, c->hc_mix, 0);
+    B(L->hc_attn_scale, "hc_attn_scale.weight", USE_VEC, 3, 0, 0);
+    B(L->hc_attn_base, "hc_attn_base.weight", USE_VEC, c->hc_mix, 0, 0);
+    B(L->attn_norm, "attn_norm.weight", USE_VEC, D, 0, 0);
+    B(L->q_a, "attn_q_a.weight", USE_MAT, D, c->q_lora_rank, 0);
+    B(L->q_a_norm, "attn_q_a_norm.weight", USE_VEC, c->q_lora_rank, 0, 0);
+    B(L->q_b, "attn_q_b.weight", USE_MAT, c->q_lora_rank, c->q_dim, 0);
+    B(L->kv, "attn_kv.weight", USE_MAT, D, Dh, 0);
+    B(L->kv_norm, "attn_kv_a_norm.weight", USE_VEC, Dh, 0, 0);
+    B(L->sinks, "attn_sinks.weight", USE_VEC, c->n_head, 0, 0);
+    B(L->out_a, "attn_output_a.weight", USE_MAT, c->o_group_in, c->o_dim, 0);
+    B(L->out_b, "attn_output_b.weight", USE_MAT, c->o_dim, D, 0);
+    B(L->hc_ffn_fn, "hc_ffn_fn.weight", USE_MAT, nhc * D, c->hc_mix, 0);
+    B(L->hc_ffn_scale, "hc_ffn_scale.weight", USE_VEC, 3, 0, 0);
+    B(L->hc_ffn_base, "hc_ffn_base.weight", USE_VEC, c->hc_mix, 0, 0);
+    B(L->ffn_norm, "ffn_norm.weight", USE_VEC, D, 0, 0);
+    B(L->gate_inp, "ffn_gate_inp.weight", USE_MAT, D, c->n_expert, 0);
+    B(L->exp_bias, "exp_probs_b.bias", USE_VEC, c->n_expert, 0, 0);
+    B(L->gate_exps, "ffn_gate_exps.weight", USE_MAT, D, c->expert_ff, c->n_expert);
+    B(L->up_exps, "ffn_up_exps.weight", USE_MAT, D, c->expert_ff, c->n_expert);
+    B(L->down_exps, "ffn_down_exps.weight", USE_MAT, c->expert_ff, D, c->n_expert);
+    if (L->gate_exps.type != L->up_exps.type) {
+        snprintf(err, errlen, "mtp.0: ffn_gate_exps (%s) and ffn_up_exps (%s) must share a type",
+                 quant_name(L->gate_exps.type), quant_name(L->up_exps.type));
+        return -1;
+    }
+    B(L->gate_shexp, "ffn_gate_shexp.weight", USE_MAT, D, c->shexp_ff, 0);
+    B(L->up_shexp, "ffn_up_shexp.weight", USE_MAT, D, c->shexp_ff, 0);
+    B(L->down_shexp, "ffn_down_shexp.weight", USE_MAT, c->shexp_ff, D, 0);
+#undef B
+    w->total_bytes = b.total;
+    return 0;
+}

@@ -51,4 +51,19 @@ typedef struct dsv4_weights {
 /* Read the config and bind + check every tensor; 0 or -1 with err. */
 int dsv4_weights_bind(const gguf_file *f, dsv4_weights *w, char *err, size_t errlen);
 
+/* The MTP block of a separate MTP GGUF (spec §4.4, §13.1): one decoder block
+ * (sliding window only, top-k routed, so blk.ratio = 0 and no compressor,
+ * indexer or tid2eid) plus its input projections and own HC head / norm.
+ * token_embd and output.weight are the main model's. */
+typedef struct dsv4_mtp_weights {
+    dsv4_layer blk;
+    dsv4_tensor hc_head_base, hc_head_fn, hc_head_scale;
+    dsv4_tensor e_proj, h_proj, enorm, hnorm, norm;
+    uint64_t total_bytes;
+} dsv4_mtp_weights;
+
+/* Bind the mtp.0.* tensors of f with the main model's config c (the MTP file
+ * carries no hyperparameters); 0 or -1 with err naming the tensor. */
+int dsv4_mtp_weights_bind(const gguf_file *f, const dsv4_config *c, dsv4_mtp_weights *w, char *err, size_t errlen);
+
 #endif
