@@ -50,6 +50,7 @@ void cli_opts_default(cli_opts *o) {
     o->mode = CHAT_MODE_THINKING;
     o->system = NULL;
     o->color = isatty(1);
+    o->mtp_draft = 3;
 }
 
 void cli_print_common_help(FILE *f) {
@@ -65,7 +66,9 @@ void cli_print_common_help(FILE *f) {
             "  -sys, --system TEXT  system prompt (default none)\n"
             "  --temp F --top-p F --top-k N --min-p F --seed N --greedy   sampling (thinking modes\n"
             "                       use the model's defaults: temp 1, top-p 1, min-p 0.05)\n"
-            "  --chunk N            prefill chunk size   --sims on|off   --no-color\n");
+            "  --chunk N            prefill chunk size   --sims on|off   --no-color\n"
+            "  --mtp FILE           MTP GGUF: exact speculative decoding with --greedy (CPU backend)\n"
+            "  --mtp-draft N        MTP drafts per step (default 3)   --mtp-pairing prev|same\n");
 }
 
 static int parse_int_arg(const char *v, int *out) {
@@ -90,7 +93,8 @@ int cli_parse_common(int *i, int argc, char **argv, cli_opts *o, const char *cmd
     if (!strcmp(a, "--no-color")) { o->color = 0; return 1; }
     static const char *with_value[] = {"-m", "--model", "--backend", "-t", "--threads", "-c", "--ctx",
                                        "-n", "--max-tokens", "-sys", "--system", "--temp", "--top-p",
-                                       "--top-k", "--min-p", "--seed", "--chunk", "--sims", NULL};
+                                       "--top-k", "--min-p", "--seed", "--chunk", "--sims", "--mtp",
+                                       "--mtp-draft", "--mtp-pairing", NULL};
     int takes = 0;
     for (int k = 0; with_value[k]; k++)
         if (!strcmp(a, with_value[k])) takes = 1;
@@ -110,6 +114,13 @@ int cli_parse_common(int *i, int argc, char **argv, cli_opts *o, const char *cmd
     else if (!strcmp(a, "-c") || !strcmp(a, "--ctx")) bad = parse_int_arg(v, &o->ctx) || o->ctx < 16;
     else if (!strcmp(a, "-n") || !strcmp(a, "--max-tokens")) bad = parse_int_arg(v, &o->max_tokens) || o->max_tokens < 1;
     else if (!strcmp(a, "--chunk")) bad = parse_int_arg(v, &o->chunk) || o->chunk < 0;
+    else if (!strcmp(a, "--mtp")) o->mtp = v;
+    else if (!strcmp(a, "--mtp-draft")) bad = parse_int_arg(v, &o->mtp_draft) || o->mtp_draft < 0 || o->mtp_draft > 16;
+    else if (!strcmp(a, "--mtp-pairing")) {
+        if (!strcmp(v, "prev")) o->mtp_pairing = MINKE_MTP_PAIR_PREV;
+        else if (!strcmp(v, "same")) o->mtp_pairing = MINKE_MTP_PAIR_SAME;
+        else bad = 1;
+    }
     else if (!strcmp(a, "-sys") || !strcmp(a, "--system")) o->system = v;
     else if (!strcmp(a, "--sims")) {
         if (!strcmp(v, "on")) o->sims = 1;
@@ -262,12 +273,16 @@ convo *convo_open(const cli_opts *o) {
     mp.n_threads = o->threads;
     mp.sims = o->sims;
     mp.progress = 1;
+    mp.mtp_path = o->mtp;
+    mp.mtp_pairing = o->mtp_pairing;
     c->model = minke_model_open(&mp);
     if (!c->model) {
         fprintf(stderr, "minke: %s\n", minke_last_error());
         free(c);
         return NULL;
     }
+    if (o->mtp && !(o->sp.greedy || o->sp.temperature <= 0.0f || o->sp.top_k == 1))
+        fprintf(stderr, "minke: note: --mtp speeds up greedy decoding only (add --greedy); sampling runs without it\n");
     char err[256];
     c->tok = tokenizer_from_gguf(minke_model_gguf(c->model), err, sizeof err);
     if (!c->tok) {
@@ -455,6 +470,11 @@ int convo_turn(convo *c, const char *user_text, FILE *out, turn_stats *st) {
     int32_t eos = tokenizer_eos(c->tok);
     double t0 = now_s();
     int gen = 0;
+    /* exact speculative decoding: only greedy choices can be verified by argmax */
+    st->spec = minke_has_mtp(c->model) && c->o.mtp_draft > 0 &&
+               (sp.greedy || sp.temperature <= 0.0f || sp.top_k == 1);
+    int32_t *fed = st->spec ? malloc(sizeof *fed * (size_t)(c->o.mtp_draft + 1)) : NULL;
+    if (!fed) st->spec = 0;
     for (;;) {
         if (convo_interrupt) {
             st->interrupted = 1;
@@ -470,6 +490,29 @@ int convo_turn(convo *c, const char *user_text, FILE *out, turn_stats *st) {
         size_t k = tok_stream_feed_token(&ts, c->tok, t, buf);
         if (k) chat_stream_feed(cs, buf, k);
         if (t == eos) break;
+        if (st->spec) {
+            /* t and the drafts the model confirms; each counts as sampled in turn, so
+             * the limits above cap how many may follow t */
+            int room = c->o.max_tokens - gen, ctx_room = c->o.ctx - c->n_kv - 1;
+            int drafted = 0;
+            int k = minke_spec_greedy_step(c->sess, t, c->o.mtp_draft, room < ctx_room ? room : ctx_room, eos, fed,
+                                           &drafted);
+            if (k < 1) {
+                fprintf(stderr, "\nminke: %s\n", minke_last_error());
+                st->hit_limit = 1;
+                break;
+            }
+            st->drafted += drafted;
+            st->accepted += k - 1;
+            kv_push(c, t);
+            for (int i = 1; i < k; i++) {
+                gen++;
+                size_t kk = tok_stream_feed_token(&ts, c->tok, fed[i], buf);
+                if (kk) chat_stream_feed(cs, buf, kk);
+                kv_push(c, fed[i]);
+            }
+            continue;
+        }
         if (minke_decode(c->sess, t) != 0) {
             fprintf(stderr, "\nminke: %s\n", minke_last_error());
             st->hit_limit = 1;
@@ -477,6 +520,7 @@ int convo_turn(convo *c, const char *user_text, FILE *out, turn_stats *st) {
         }
         kv_push(c, t);
     }
+    free(fed);
     size_t k = tok_stream_flush(&ts, buf);
     if (k) chat_stream_feed(cs, buf, k);
     json_t *msg = chat_stream_finish(cs, NULL);
@@ -515,7 +559,11 @@ done:
 void convo_print_stats(const turn_stats *st, FILE *f) {
     double pf = st->prefill_s > 0 ? (st->prompt_tokens - st->cached_tokens) / st->prefill_s : 0;
     double gn = st->gen_s > 0 ? st->gen_tokens / st->gen_s : 0;
-    fprintf(f, "[prompt %d tokens (%d cached), prefill %.1f tok/s; generated %d tokens, %.1f tok/s%s]\n",
-            st->prompt_tokens, st->cached_tokens, pf, st->gen_tokens, gn,
+    char spec[96] = "";
+    if (st->spec)
+        snprintf(spec, sizeof spec, "; MTP drafts %d, accepted %d (%.1f%%)", st->drafted, st->accepted,
+                 st->drafted ? 100.0 * st->accepted / st->drafted : 0.0);
+    fprintf(f, "[prompt %d tokens (%d cached), prefill %.1f tok/s; generated %d tokens, %.1f tok/s%s%s]\n",
+            st->prompt_tokens, st->cached_tokens, pf, st->gen_tokens, gn, spec,
             st->interrupted ? "; interrupted" : st->hit_limit ? "; stopped at the limit" : "");
 }

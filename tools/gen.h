@@ -33,6 +33,9 @@ typedef struct cli_opts {
     const char *system;      /* NULL or "" = no system message */
     int demo;                /* --demo: use (and build once) the cached demo model */
     int color;               /* dim reasoning with ANSI escapes */
+    const char *mtp;         /* --mtp FILE: MTP GGUF for speculative greedy decoding (CPU) */
+    int mtp_draft;           /* --mtp-draft N: drafts per step (default 3) */
+    int mtp_pairing;         /* --mtp-pairing prev|same (MINKE_MTP_PAIR_*) */
 } cli_opts;
 
 void cli_opts_default(cli_opts *o);
@@ -53,6 +56,8 @@ typedef struct turn_stats {
     int prompt_tokens, cached_tokens, gen_tokens;
     double prefill_s, gen_s;
     int interrupted, hit_limit;
+    int spec;                /* speculative decoding was on: drafts tried / accepted */
+    int drafted, accepted;
 } turn_stats;
 
 /* Set from a SIGINT handler: stops the current generation. */
