@@ -311,14 +311,14 @@ static size_t max_stop_len(const gen_request *r) {
 static void feed_text(gen_ctx *g, const char *text, size_t *fed, size_t upto, int final) {
     job *j = g->j;
     if (upto <= *fed) return;
-    if (g->cs) {
-        chat_stream_feed(g->cs, text + *fed, upto - *fed);
-        *fed = upto;
-        return;
-    }
     size_t n = upto - *fed;
     if (!final) n = utf8_safe_len(text + *fed, n);
     if (!n) return;
+    if (g->cs) {
+        chat_stream_feed(g->cs, text + *fed, n);
+        *fed += n;
+        return;
+    }
     if (g->stream && j->sink->content) j->sink->content(j, text + *fed, n);
     *fed += n;
 }
@@ -537,6 +537,16 @@ static void run_job(job *j) {
         snprintf(res->error, sizeof res->error, "%s", q_stop ? "shutdown requested" : "client disconnected");
     }
     res->decode_s = now_seconds() - td;
+    /* A generation cut by the token budget can end inside a UTF-8 sequence
+     * that will never be completed: drop those bytes so the streamed text and
+     * the final message agree and neither carries broken UTF-8. */
+    if (res->raw_text.p) {
+        size_t whole = utf8_safe_len(res->raw_text.p, res->raw_text.n);
+        if (whole >= fed && whole < res->raw_text.n) {
+            res->raw_text.n = whole;
+            res->raw_text.p[whole] = 0;
+        }
+    }
     feed_text(&g, res->raw_text.p ? res->raw_text.p : "", &fed, res->raw_text.n, 1);
     sampler_free(smp);
 

@@ -102,6 +102,18 @@ await check('seed: same seed, same sample; other seed, other sample', async () =
   assert.notEqual(a.choices[0].message.content, c.choices[0].message.content);
 });
 
+await check('a budget cut inside a UTF-8 character: stream and non-stream agree, no broken text', async () => {
+  // "Hi 𓀀𓀁" tokenizes to Hi, " " + first byte, then single bytes: 4 tokens end inside 𓀀.
+  const req = { model: MODEL, messages: user('Hi'), max_tokens: 4, thinking: { type: 'disabled' }, minke_script: 'Hi \u{13000}\u{13001}' };
+  const a = await openai.chat.completions.create(req);
+  const stream = await openai.chat.completions.create({ ...req, stream: true });
+  let text = '';
+  for await (const ch of stream) text += ch.choices[0]?.delta?.content || '';
+  assert.equal(a.choices[0].message.content, 'Hi ');
+  assert.equal(text, 'Hi ');
+  assert.equal(a.choices[0].finish_reason, 'length');
+});
+
 await check('chat reasoning_effort none and deepseek-chat disable thinking', async () => {
   for (const extra of [{ reasoning_effort: 'none' }, { model: 'deepseek-chat' }]) {
     const r = await openai.chat.completions.create({ model: MODEL, messages: user('Hi'), max_tokens: 3, ...extra, minke_script: 'Plain answer.' });
