@@ -485,10 +485,12 @@ void cu_idx_q_prep(float *qI, int T, int nh, int hd, int nrot, const float *inv_
 }
 
 /* scores[t][c] = sum_h wI[h]*scale * relu(qI[h] . row[c]) for c < nI(t), only when nI(t) > topk.
- * Block: 256 threads = 32 rows x 8 head groups; the query sits in shared
- * memory with padded rows (no bank conflicts between the head groups); the
- * 8 partial scores of a row are summed with shuffles. */
-#define IDX_ROWS 32
+ * Block: 256 threads = 32 row slots x 8 head groups, each slot taking 4 rows
+ * (128 rows per block, so the query staged in shared memory - padded rows,
+ * no bank conflicts between the head groups - serves 4x more rows per load);
+ * the 8 partial scores of a row are summed with shuffles. */
+#define IDX_ROWS 128
+#define IDX_RPT 4
 __global__ void __launch_bounds__(256) k_idx_scores(const float *qI, const float *wI, const float *rows, int nh, int hd,
                                                     float wscale, int topk, const int *pos0p, float *scores, int64_t sstride) {
     extern __shared__ float qs[];     /* nh*(hd+4) floats + nh */
@@ -503,35 +505,48 @@ __global__ void __launch_bounds__(256) k_idx_scores(const float *qI, const float
     float *ws = qs + nh * qstride;
     for (int i = threadIdx.x; i < nh; i += blockDim.x) ws[i] = wI[(int64_t)t * nh + i] * wscale;
     __syncthreads();
-    int c = c0 + threadIdx.x / 8, g = threadIdx.x % 8;
+    int g = threadIdx.x % 8;
     int hpg = (nh + 7) / 8;
-    float acc[8];
+    const float *kr[IDX_RPT];
+    int cr[IDX_RPT];
 #pragma unroll
-    for (int k = 0; k < 8; k++) acc[k] = 0.f;
-    if (c < nI) {
-        const float *kr = rows + (int64_t)c * hd;
-        for (int d0 = 0; d0 < hd; d0 += 4) {
-            float4 kv = *(const float4 *)(kr + d0);
+    for (int j = 0; j < IDX_RPT; j++) {
+        cr[j] = c0 + threadIdx.x / 8 + 32 * j;
+        kr[j] = rows + (int64_t)(cr[j] < nI ? cr[j] : c0) * hd;
+    }
+    float acc[IDX_RPT][8];
 #pragma unroll
-            for (int k = 0; k < 8; k++) {
-                int h = g * hpg + k;
-                if (k < hpg && h < nh) {
-                    float4 qq = *(const float4 *)(qs + h * qstride + d0);
-                    acc[k] += qq.x * kv.x + qq.y * kv.y + qq.z * kv.z + qq.w * kv.w;
-                }
+    for (int j = 0; j < IDX_RPT; j++)
+#pragma unroll
+        for (int k = 0; k < 8; k++) acc[j][k] = 0.f;
+    for (int d0 = 0; d0 < hd; d0 += 4) {
+        float4 kv[IDX_RPT];
+#pragma unroll
+        for (int j = 0; j < IDX_RPT; j++) kv[j] = *(const float4 *)(kr[j] + d0);
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            int h = g * hpg + k;
+            if (k < hpg && h < nh) {
+                float4 qq = *(const float4 *)(qs + h * qstride + d0);
+#pragma unroll
+                for (int j = 0; j < IDX_RPT; j++)
+                    acc[j][k] += qq.x * kv[j].x + qq.y * kv[j].y + qq.z * kv[j].z + qq.w * kv[j].w;
             }
         }
     }
-    float sc = 0.f;
 #pragma unroll
-    for (int k = 0; k < 8; k++) {
-        int h = g * hpg + k;
-        if (k < hpg && h < nh && acc[k] > 0.f) sc += ws[h] * acc[k];
+    for (int j = 0; j < IDX_RPT; j++) {
+        float sc = 0.f;
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            int h = g * hpg + k;
+            if (k < hpg && h < nh && acc[j][k] > 0.f) sc += ws[h] * acc[j][k];
+        }
+        sc += __shfl_xor_sync(0xffffffffu, sc, 1);
+        sc += __shfl_xor_sync(0xffffffffu, sc, 2);
+        sc += __shfl_xor_sync(0xffffffffu, sc, 4);
+        if (cr[j] < nI && g == 0) scores[(int64_t)t * sstride + cr[j]] = sc;
     }
-    sc += __shfl_xor_sync(0xffffffffu, sc, 1);
-    sc += __shfl_xor_sync(0xffffffffu, sc, 2);
-    sc += __shfl_xor_sync(0xffffffffu, sc, 4);
-    if (c < nI && g == 0) scores[(int64_t)t * sstride + c] = sc;
 }
 void cu_idx_scores(const float *qI, const float *wI, const float *rows, int T, int nh, int hd, float wscale,
                    int topk, int max_rows, const int *pos0p, float *scores, int64_t score_stride, cudaStream_t st) {
@@ -773,9 +788,14 @@ __global__ void k_attn_combine(const float *part, const float *sinks, int nh, in
  * of a token attend to the same rows (one KV head), so the block stages 16
  * rows at a time in shared memory and every row is read from L2 once per 8
  * heads instead of once per head. Each warp keeps its own online softmax
- * over all rows in order; the sink, normalisation and inverse RoPE follow. */
+ * over all rows in order, 4 rows per step: a lane holds dims 4 lane + 128 j
+ * (float4 loads), the 4 dots reduce together in 6 shuffles (a transposing
+ * butterfly) and share one rescale. The sink, normalisation and inverse RoPE
+ * follow. Needs hd a multiple of 128 (<= 512); MINKE_CUDA_ATT_HEADS=0 keeps
+ * k_attention. */
 #define ATH_HEADS 8
 #define ATH_ROWS 16
+#define ATH_V4 4        /* float4 per lane: hd / 128 */
 __global__ void __launch_bounds__(ATH_HEADS * 32)
 k_attention_heads(const float *q, const float *kv_batch, const float *ring, const float *comp, const int *sel,
                   const int *nsel, int topk, const float *sinks, int nh, int hd, int W, int ratio, int nrot,
@@ -791,13 +811,17 @@ k_attention_heads(const float *q, const float *kv_batch, const float *ring, cons
     else if (ratio > 0) ncomp = (qp + 1) / ratio;
     int n = nraw + ncomp;
     const int *sel_t = sel ? sel + (int64_t)t * topk : nullptr;
-    int nv = hd / 32;
-    float qr[ATT_MAXV], acc[ATT_MAXV];
-    const float *qv = q + ((int64_t)t * nh + (h < nh ? h : 0)) * hd;
+    int nv = hd / 128;
+    float4 qr[ATH_V4], acc[ATH_V4];
+    const float4 *qv = (const float4 *)(q + ((int64_t)t * nh + (h < nh ? h : 0)) * hd);
 #pragma unroll
-    for (int k = 0; k < ATT_MAXV; k++) { qr[k] = k < nv ? qv[k * 32 + lane] : 0.f; acc[k] = 0.f; }
+    for (int k = 0; k < ATH_V4; k++) {
+        qr[k] = k < nv ? qv[k * 32 + lane] : make_float4(0.f, 0.f, 0.f, 0.f);
+        acc[k] = make_float4(0.f, 0.f, 0.f, 0.f);
+    }
     float M = -INFINITY, L = 0.f;
     int per_row = hd / 4;
+    const bool b4 = lane & 16, b3 = lane & 8;
     for (int base = 0; base < n; base += ATH_ROWS) {
         int nr = n - base < ATH_ROWS ? n - base : ATH_ROWS;
         for (int idx = threadIdx.x; idx < nr * per_row; idx += blockDim.x) {
@@ -807,18 +831,48 @@ k_attention_heads(const float *q, const float *kv_batch, const float *ring, cons
         }
         __syncthreads();
         if (h < nh)
-            for (int r = 0; r < nr; r++) {
-                const float *row = srow + r * hd;
-                float rv[ATT_MAXV];
-                float sc = 0.f;
+            for (int r = 0; r < nr; r += 4) {
+                float4 rv[4][ATH_V4];
+                float sc[4];
 #pragma unroll
-                for (int k = 0; k < ATT_MAXV; k++) if (k < nv) { rv[k] = row[k * 32 + lane]; sc += qr[k] * rv[k]; }
-                sc = warp_sum(sc) * scale;
-                float Mn = fmaxf(M, sc);
-                float corr = expf(M - Mn), p = expf(sc - Mn);
-                L = L * corr + p;
+                for (int u = 0; u < 4; u++) {
+                    const float4 *row = (const float4 *)(srow + (r + u < nr ? r + u : r) * hd);
+                    sc[u] = 0.f;
 #pragma unroll
-                for (int k = 0; k < ATT_MAXV; k++) if (k < nv) acc[k] = acc[k] * corr + p * rv[k];
+                    for (int k = 0; k < ATH_V4; k++)
+                        if (k < nv) {
+                            float4 v = row[k * 32 + lane];
+                            rv[u][k] = v;
+                            sc[u] += qr[k].x * v.x + qr[k].y * v.y + qr[k].z * v.z + qr[k].w * v.w;
+                        }
+                }
+                /* lanes with bit 4 clear keep rows 0,1, the others 2,3; then bit 3 picks one */
+                float v0 = (b4 ? sc[2] : sc[0]) + __shfl_xor_sync(0xffffffffu, b4 ? sc[0] : sc[2], 16);
+                float v1 = (b4 ? sc[3] : sc[1]) + __shfl_xor_sync(0xffffffffu, b4 ? sc[1] : sc[3], 16);
+                float x = (b3 ? v1 : v0) + __shfl_xor_sync(0xffffffffu, b3 ? v0 : v1, 8);
+                x += __shfl_xor_sync(0xffffffffu, x, 4);
+                x += __shfl_xor_sync(0xffffffffu, x, 2);
+                x += __shfl_xor_sync(0xffffffffu, x, 1);
+                /* lane 8 b4 + ... : row 2 b4 + b3 lives in lanes 16 (row / 2) + 8 (row % 2) */
+                float Mn = M;
+#pragma unroll
+                for (int u = 0; u < 4; u++) {
+                    float d = __shfl_sync(0xffffffffu, x, 16 * (u >> 1) + 8 * (u & 1));
+                    sc[u] = r + u < nr ? d * scale : -INFINITY;
+                    Mn = fmaxf(Mn, sc[u]);
+                }
+                float corr = expf(M - Mn), p[4];
+#pragma unroll
+                for (int u = 0; u < 4; u++) p[u] = expf(sc[u] - Mn);
+                L = L * corr + ((p[0] + p[1]) + (p[2] + p[3]));
+#pragma unroll
+                for (int k = 0; k < ATH_V4; k++)
+                    if (k < nv) {
+                        acc[k].x = acc[k].x * corr + p[0] * rv[0][k].x + p[1] * rv[1][k].x + p[2] * rv[2][k].x + p[3] * rv[3][k].x;
+                        acc[k].y = acc[k].y * corr + p[0] * rv[0][k].y + p[1] * rv[1][k].y + p[2] * rv[2][k].y + p[3] * rv[3][k].y;
+                        acc[k].z = acc[k].z * corr + p[0] * rv[0][k].z + p[1] * rv[1][k].z + p[2] * rv[2][k].z + p[3] * rv[3][k].z;
+                        acc[k].w = acc[k].w * corr + p[0] * rv[0][k].w + p[1] * rv[1][k].w + p[2] * rv[2][k].w + p[3] * rv[3][k].w;
+                    }
                 M = Mn;
             }
         __syncthreads();
@@ -827,10 +881,11 @@ k_attention_heads(const float *q, const float *kv_batch, const float *ring, cons
     float Mt = fmaxf(sinks[h], M);
     float fac = M == -INFINITY ? 0.f : expf(M - Mt);
     float den = expf(sinks[h] - Mt) + L * fac;
-    float inv = 1.0f / den;
+    float f = fac * (1.0f / den);
     float *ov = srow + w * 512;    /* free after the last row pass */
 #pragma unroll
-    for (int k = 0; k < ATT_MAXV; k++) if (k < nv) ov[k * 32 + lane] = acc[k] * fac * inv;
+    for (int k = 0; k < ATH_V4; k++)
+        if (k < nv) ((float4 *)ov)[k * 32 + lane] = make_float4(acc[k].x * f, acc[k].y * f, acc[k].z * f, acc[k].w * f);
     __syncwarp();
     int off = hd - nrot;
     for (int k = lane; k < nrot / 2; k += 32) {
@@ -849,7 +904,7 @@ k_attention_heads(const float *q, const float *kv_batch, const float *ring, cons
 
 /* Default of MINKE_CUDA_ATT_HEADS (k_attention_heads for batches of more than
  * ATT_SPLIT_MAX_T tokens): on once verified on a GPU (run-cuda.sh). */
-#define ATH_DEFAULT_ON 0
+#define ATH_DEFAULT_ON 1
 static int att_heads_mode(void) {
     static int mode = -1;
     if (mode < 0) { const char *e = getenv("MINKE_CUDA_ATT_HEADS"); mode = e ? atoi(e) != 0 : ATH_DEFAULT_ON; }
@@ -862,7 +917,7 @@ void cu_attention(const float *q, const float *kv_batch, const float *ring, cons
                   float *o, float *part, int nsplit, cudaStream_t st) {
     if (!part || nsplit < 1) nsplit = 1;
     if (nsplit > 64) nsplit = 64;
-    if (nsplit == 1 && hd <= 512 && hd % 32 == 0 && att_heads_mode()) {
+    if (nsplit == 1 && hd <= 512 && hd % 128 == 0 && att_heads_mode()) {
         k_attention_heads<<<dim3((nh + ATH_HEADS - 1) / ATH_HEADS, T), ATH_HEADS * 32, 0, st>>>(
             q, kv_batch, ring, comp, sel, nsel, topk, sinks, nh, hd, W, ratio, nrot, inv_freq, scale, pos0p, o);
         return;
@@ -939,12 +994,20 @@ __global__ void k_moe_tiles(const int *sel, int P, int E, int nt, int *pairs, in
         *ntiles = tt;
     }
     __syncthreads();
-    /* deterministic order inside an expert: by pair id (each thread scans its own experts) */
-    for (int e = threadIdx.x; e < E; e += blockDim.x) {
+    /* deterministic order inside an expert: by pair id; a warp per expert
+     * scans the pairs 32 at a time and compacts the matches with a ballot */
+    int lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+    for (int e = threadIdx.x >> 5; e < E; e += nw) {
         if (!cnt[e]) continue;
         int k = 0;
-        for (int p = 0; p < P; p++) if (sel[p] == e) pairs[off[e] + k++] = p;
-        for (int i = 0; i < (cnt[e] + nt - 1) / nt; i++) {
+        for (int p0 = 0; p0 < P; p0 += 32) {
+            int p = p0 + lane;
+            bool m = p < P && sel[p] == e;
+            unsigned b = __ballot_sync(0xffffffffu, m);
+            if (m) pairs[off[e] + k + __popc(b & ((1u << lane) - 1u))] = p;
+            k += __popc(b);
+        }
+        for (int i = lane; i < (cnt[e] + nt - 1) / nt; i += 32) {
             int ti = toff[e] + i;
             tstart[ti] = off[e] + i * nt;
             tcount[ti] = min(nt, cnt[e] - i * nt);
@@ -961,7 +1024,7 @@ __global__ void k_moe_tiles1(const int *sel, int P, int *pairs, int *tstart, int
 void cu_moe_tiles(const int *sel, int P, int E, int nt, int *pairs, int *tstart, int *tcount, int *texpert,
                   int *ntiles, cudaStream_t st) {
     if (nt == 1 && P <= 1024) k_moe_tiles1<<<1, P < 32 ? 32 : P, 0, st>>>(sel, P, pairs, tstart, tcount, texpert, ntiles);
-    else k_moe_tiles<<<1, 256, 4 * E * sizeof(int), st>>>(sel, P, E, nt, pairs, tstart, tcount, texpert, ntiles);
+    else k_moe_tiles<<<1, 1024, 4 * E * sizeof(int), st>>>(sel, P, E, nt, pairs, tstart, tcount, texpert, ntiles);
 }
 
 __global__ void k_swiglu(const float *g, const float *u, const float *w, int F, float limit, float *mid) {

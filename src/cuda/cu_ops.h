@@ -53,8 +53,9 @@ int cu_tables_init(const uint64_t *grid, const uint8_t *signs, const int8_t *kva
 /* Activation rows from which the backend uses cu_mmq (0: off; env MINKE_CUDA_MMQ=0/1
  * turns it off/on, MINKE_CUDA_MMQ_MIN=n moves the threshold, default 32). */
 int cu_mmq_min_rows(void);
-/* 1 when cu_mmq handles these weights (Q8_0, Q8_0R, IQ2R, Q2_K; grouped input
- * only with groups of a multiple of 64 rows). */
+/* 1 when cu_mmq handles these weights (Q8_0, Q8_0R, IQ2_XXS, IQ2R, Q2_K; grouped input
+ * only with groups of a multiple of 64 rows; F16 with f32 activations, dense,
+ * input a multiple of 64, 16-byte aligned). */
 int cu_mmq_supported(const cu_gemv_args *g);
 /* The same product as cu_gemv; tiles of up to 64 activation rows (dense:
  * ntiles = ceil(ntok / 64); MoE: tiles built with nt = 64). 0 when unsupported. */

@@ -152,7 +152,8 @@ static int check_type(int type, int64_t rows, int64_t in, int T, int timing) {
 /* The tensor-core kernel (cu_mmq) against the CPU on the same data: dense
  * batches (T tokens, partial tiles of 64 rows and tokens) and, with E > 0,
  * MoE tiles of (token, expert) pairs, K pairs per token, built on the device
- * by cu_moe_tiles like the backend does. Q8_0 and IQ2_XXS run repacked. */
+ * by cu_moe_tiles like the backend does. Q8_0 and IQ2_XXS run repacked
+ * where their rows allow it (as on upload), as stored otherwise. */
 static int check_mmq(int type, int64_t rows, int64_t in, int T, int E, int K) {
     const quant_traits *tr = quant_get(type);
     uint64_t rb = quant_row_bytes(type, in);
@@ -187,6 +188,7 @@ static int check_mmq(int type, int64_t rows, int64_t in, int T, int E, int K) {
     memset(&g, 0, sizeof g);
     g.w = dW; g.wtype = wt; g.rows = rows; g.in = in; g.row_bytes = rb; g.act = dact; g.act_stride = arb;
     g.act_div = 1; g.out = dy; g.out_stride = rows; g.ntok = T;
+    if (at == 0) { g.act = dx; g.act_stride = in * 4; }     /* plain-float weights take f32 activations */
     int ntiles = (T + 63) / 64;
     if (E > 0) {
         int *pairs = dt, *ts = dt + P, *tc = ts + maxt, *tx = tc + maxt, *nt = tx + maxt;
@@ -237,6 +239,7 @@ static void time_mmq(int type, int64_t rows, int64_t in) {
     memset(&g, 0, sizeof g);
     g.w = dW; g.wtype = wt; g.rows = rows; g.in = in; g.row_bytes = rb; g.act = dact; g.act_stride = arb;
     g.act_div = 1; g.out = dy; g.out_stride = rows; g.ntok = T; g.nt_hint = 8;
+    if (at == 0) { g.act = dx; g.act_stride = in * 4; }
     cudaEvent_t e0, e1; cudaEventCreate(&e0); cudaEventCreate(&e1);
     float ms[2];
     for (int k = 0; k < 2; k++) {
@@ -273,11 +276,15 @@ int main(int argc, char **argv) {
     int mq_types[] = {GGML_TYPE_Q8_0, GGML_TYPE_IQ2_XXS, GGML_TYPE_Q2_K};
     for (int i = 0; i < 3; i++) {
         fail |= check_mmq(mq_types[i], 300, 1024, 100, 0, 1);
-        fail |= check_mmq(mq_types[i], 64, 512, 37, 0, 1);
-        fail |= check_mmq(mq_types[i], 200, 512, 90, 5, 3);
+        fail |= check_mmq(mq_types[i], 64, 1024, 37, 0, 1);
+        fail |= check_mmq(mq_types[i], 200, 1024, 90, 5, 3);
+        fail |= check_mmq(mq_types[i], 96, 512, 70, 3, 2);      /* IQ2_XXS 512 wide stays unrepacked */
         if (timing) time_mmq(mq_types[i], 4096, 4096);
     }
     fail |= check_mmq(GGML_TYPE_Q8_0, 130, 128, 70, 0, 1);    /* 4 items: Q8_0 not repacked, a partial stage */
+    fail |= check_mmq(GGML_TYPE_F16, 300, 1024, 100, 0, 1);   /* f16 tensor cores, activation split hi + lo */
+    fail |= check_mmq(GGML_TYPE_F16, 72, 256, 33, 0, 1);
+    if (timing) time_mmq(GGML_TYPE_F16, 8192, 1024);
     printf("%s\n", fail ? "gemv_check: FAILED" : "gemv_check: all ok");
     return fail;
 }
