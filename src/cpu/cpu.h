@@ -91,5 +91,7 @@ int cpu_mtp_commit(minke_model *m, cpu_session *s, const int32_t *tokens, int n,
 int cpu_mtp_draft(minke_model *m, void *bs, int pos, int32_t token, int n_draft, int32_t *drafts);
 int cpu_mtp_state_save(minke_model *m, void *bs, int pos, void *dst);
 int cpu_mtp_state_load(minke_model *m, void *bs, int pos, const void *src);
+/* The MTP part of the frontier (ring, H, last token); buf NULL only counts. Returns bytes. */
+uint64_t cpu_mtp_frontier_copy(minke_model *m, cpu_session *s, uint8_t *buf, int save);
 
 #endif

@@ -205,6 +205,34 @@ static int cpu_state_load(minke_model *m, void *bs, int pos, const void *src) {
     return state_copy(m, bs, pos, (uint8_t *)src, 0);
 }
 
+/* Frontier (backend.h): raw rings and compressor states of every layer, then
+ * the MTP state; buf NULL only counts. Appended rows are never rewritten
+ * below the counters, so they need no copy. */
+static uint64_t frontier_copy(minke_model *m, cpu_session *s, uint8_t *buf, int save) {
+    const dsv4_config *c = &m->w.cfg;
+    uint64_t off = 0;
+#define FC(ptr, nbytes) do { if (buf) { if (save) memcpy(buf + off, (ptr), (nbytes)); \
+                                       else memcpy((ptr), buf + off, (nbytes)); } \
+                             off += (nbytes); } while (0)
+    for (uint32_t il = 0; il < c->n_layer; il++) {
+        cpu_layer_cache *lc = &s->layers[il];
+        FC(lc->raw, sizeof(float) * c->sliding_window * c->head_dim);
+        cpu_comp_state *cs[2] = {&lc->cs, &lc->is};
+        for (int k = 0; k < 2; k++)
+            if (cs[k]->kv) {
+                size_t n = sizeof(float) * (size_t)cs[k]->rows * cs[k]->width;
+                FC(cs[k]->kv, n);
+                FC(cs[k]->sc, n);
+            }
+    }
+#undef FC
+    return off + cpu_mtp_frontier_copy(m, s, buf ? buf + off : NULL, save);
+}
+
+static uint64_t cpu_frontier_bytes(minke_model *m, void *bs) { return frontier_copy(m, bs, NULL, 1); }
+static void cpu_frontier_save(minke_model *m, void *bs, void *dst) { frontier_copy(m, bs, dst, 1); }
+static void cpu_frontier_load(minke_model *m, void *bs, const void *src) { frontier_copy(m, bs, (uint8_t *)src, 0); }
+
 static const minke_backend_ops cpu_ops = {
     .name = "cpu",
     .model_init = cpu_model_init,
@@ -219,6 +247,9 @@ static const minke_backend_ops cpu_ops = {
     .mtp_draft = cpu_mtp_draft,
     .mtp_state_save = cpu_mtp_state_save,
     .mtp_state_load = cpu_mtp_state_load,
+    .frontier_bytes = cpu_frontier_bytes,
+    .frontier_save = cpu_frontier_save,
+    .frontier_load = cpu_frontier_load,
 };
 
 const minke_backend_ops *minke_backend_cpu(void) { return &cpu_ops; }

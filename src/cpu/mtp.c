@@ -269,3 +269,15 @@ int cpu_mtp_state_save(minke_model *m, void *bs, int pos, void *dst) { return mt
 int cpu_mtp_state_load(minke_model *m, void *bs, int pos, const void *src) {
     return mtp_state_copy(m, bs, pos, (uint8_t *)src, 0);
 }
+
+uint64_t cpu_mtp_frontier_copy(minke_model *m, cpu_session *s, uint8_t *buf, int save) {
+    cpu_mtp_state *st = s->mtp;
+    if (!st) return 0;
+    const dsv4_config *c = &m->w.cfg;
+    size_t ring = sizeof(float) * c->sliding_window * c->head_dim, h = sizeof(float) * c->hc_dim;
+    if (buf) {
+        if (save) { memcpy(buf, st->lc.raw, ring); memcpy(buf + ring, st->H, h); memcpy(buf + ring + h, &st->last_tok, 4); }
+        else { memcpy(st->lc.raw, buf, ring); memcpy(st->H, buf + ring, h); memcpy(&st->last_tok, buf + ring + h, 4); }
+    }
+    return ring + h + 4;
+}

@@ -116,6 +116,14 @@ struct minke_backend_ops {
     int (*mtp_draft)(minke_model *m, void *bs, int pos, int32_t token, int n_draft, int32_t *drafts);
     int (*mtp_state_save)(minke_model *m, void *bs, int pos, void *dst);
     int (*mtp_state_load)(minke_model *m, void *bs, int pos, const void *src);
+    /* Frontier (optional): the part of the state that a forward of more tokens
+     * overwrites instead of appending to (raw windows, compressor states, MTP
+     * state), a fixed size whatever the position. Loading it at the position
+     * where it was saved undoes a forward (rows appended past that position
+     * are invisible by the counters), for speculative verification. */
+    uint64_t (*frontier_bytes)(minke_model *m, void *bs);
+    void (*frontier_save)(minke_model *m, void *bs, void *dst);
+    void (*frontier_load)(minke_model *m, void *bs, const void *src);
 };
 
 /* Where one layer's parts lie in the payload: absolute byte offsets from the

@@ -25,6 +25,8 @@ struct minke_session {
     int n_ctx, pos, chunk;
     int has_logits;
     float *logits;
+    uint8_t *frontier;     /* speculative verification: backend frontier + logits (lazy) */
+    uint64_t frontier_bytes;
 };
 
 struct minke_snapshot {
@@ -197,6 +199,7 @@ void minke_session_free(minke_session *s) {
     if (!s) return;
     s->m->ops->session_free(s->m, s->bs);
     free(s->logits);
+    free(s->frontier);
     free(s);
 }
 
@@ -388,15 +391,39 @@ int minke_spec_verify_greedy(minke_session *s, const int32_t *seq, int n_seq, in
     if (n_seq == 1) return minke_decode(s, seq[0]) == 0 ? 1 : -1;
     int n = n_seq - 1;   /* guesses after seq[0] */
     int V = (int)s->m->w.cfg.n_vocab, rc = -1;
+    const minke_backend_ops *ops = s->m->ops;
+    int pos0 = s->pos, had_logits = s->has_logits;
+    minke_snapshot *snap = NULL;
     float *all = malloc(sizeof(float) * (size_t)n_seq * V);
-    minke_snapshot *snap = all ? minke_snapshot_take(s) : NULL;
-    if (!all || !snap) { if (!all) minke_set_error("out of memory"); goto out; }
+    if (!all) { minke_set_error("out of memory"); goto out; }
+    if (ops->frontier_save) {
+        /* the fixed-size frontier instead of a whole snapshot (which grows with the position) */
+        uint64_t fb = ops->frontier_bytes(s->m, s->bs);
+        if (!s->frontier || s->frontier_bytes != fb) {
+            free(s->frontier);
+            s->frontier = malloc(fb + (uint64_t)V * 4);
+            s->frontier_bytes = s->frontier ? fb : 0;
+            if (!s->frontier) { minke_set_error("out of memory"); goto out; }
+        }
+        ops->frontier_save(s->m, s->bs, s->frontier);
+        memcpy(s->frontier + fb, s->logits, (size_t)V * 4);
+    } else if (!(snap = minke_snapshot_take(s))) {
+        goto out;
+    }
     if (minke_prefill(s, seq, n_seq, all) != 0) goto out;
     int a = 0;   /* guesses confirmed: the main model's argmax after seq[a] is seq[a+1] */
     while (a < n && seq[1 + a] != stop_token && sampler_argmax(all + (size_t)a * V, V) == seq[1 + a]) a++;
     if (a < n) {
         /* forget the unconfirmed tail: back to the snapshot, feed the confirmed part again */
-        if (minke_snapshot_restore(s, snap) != 0 || minke_prefill(s, seq, a + 1, NULL) != 0) goto out;
+        if (snap) {
+            if (minke_snapshot_restore(s, snap) != 0) goto out;
+        } else {
+            ops->frontier_load(s->m, s->bs, s->frontier);
+            memcpy(s->logits, s->frontier + s->frontier_bytes, (size_t)V * 4);
+            s->pos = pos0;
+            s->has_logits = had_logits;
+        }
+        if (minke_prefill(s, seq, a + 1, NULL) != 0) goto out;
     }
     rc = a + 1;
 out:
