@@ -74,9 +74,10 @@ void cpu_session_clear(minke_model *m, cpu_session *s);
 
 /* One decoder block with explicit weights (the MTP block) over n tokens at
  * pos0..: X (n x hc_dim) is the HC state in and out. Same layer code as the
- * main stack; ratio-0 blocks only need lc->raw. Caller holds cm->lock. */
+ * main stack; ratio-0 blocks only need lc->raw. cache_only: just the
+ * attention half, for its cache rows (X is left as it was). Caller holds cm->lock. */
 int cpu_block_forward(minke_model *m, const dsv4_layer *L, const cpu_layer_vecs *V, cpu_layer_cache *lc,
-                      float clamp, const int32_t *tokens, int n, int pos0, float *X);
+                      float clamp, const int32_t *tokens, int n, int pos0, float *X, int cache_only);
 
 /* ---- mtp.c ---- */
 int cpu_mtp_init(minke_model *m);                 /* m->mtp bound; 0 or error set */

@@ -424,7 +424,7 @@ static void fw_release(fw *f) {
 }
 
 int cpu_block_forward(minke_model *m, const dsv4_layer *L, const cpu_layer_vecs *V, cpu_layer_cache *lc,
-                      float clamp, const int32_t *tokens, int n, int pos0, float *X) {
+                      float clamp, const int32_t *tokens, int n, int pos0, float *X, int cache_only) {
     fw f;
     int rc = fw_setup(&f, m, NULL, tokens, n, pos0);
     if (!rc) {
@@ -432,8 +432,10 @@ int cpu_block_forward(minke_model *m, const dsv4_layer *L, const cpu_layer_vecs 
         int il = (int)f.c->n_layer;   /* the block's logical index, after the main stack */
         memcpy(f.X, X, sizeof(float) * (size_t)n * f.hcD);
         attention_layer(&f, il);
-        ffn_layer(&f, il);
-        memcpy(X, f.X, sizeof(float) * (size_t)n * f.hcD);
+        if (!cache_only) {
+            ffn_layer(&f, il);
+            memcpy(X, f.X, sizeof(float) * (size_t)n * f.hcD);
+        }
     }
     fw_release(&f);
     return rc;

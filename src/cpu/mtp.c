@@ -14,7 +14,8 @@
  * PREV uses H_{p-1} (H_{-1} = 0), SAME uses H_p (ds4). The MTP cache holds,
  * for every processed position q, the row of the step (t_q, H_q or H_{q-1},
  * q): the forward calls cpu_mtp_commit with the final HC states of each
- * batch, so the cache is a pure function of the token sequence (prefill in
+ * batch (only the block's attention half runs there: the rows are all that
+ * is kept), so the cache is a pure function of the token sequence (prefill in
  * any chunking gives the same rows) and snapshots carry it. Drafting runs
  * steps beyond the committed positions on a copy-restored ring, so it never
  * changes the session.
@@ -121,9 +122,10 @@ void cpu_mtp_session_clear(minke_model *m, cpu_session *s) {
 
 /* ---- the block ---- */
 
-/* n MTP steps (tok[t], Hs[t], pos0 + t) in one batch; V (n x hc_dim) gets the block outputs. */
+/* n MTP steps (tok[t], Hs[t], pos0 + t) in one batch; V (n x hc_dim) gets the block outputs
+ * (cache_only: only the cache rows are wanted, V is scratch). */
 static int mtp_block(minke_model *m, cpu_mtp_state *st, const int32_t *tok, const float *Hs, int n, int pos0,
-                     float *V) {
+                     float *V, int cache_only) {
     const dsv4_config *c = &m->w.cfg;
     cpu_model *cm = m->be;
     const cpu_mtp_model *mm = cm->mtp;
@@ -144,7 +146,7 @@ static int mtp_block(minke_model *m, cpu_mtp_state *st, const int32_t *tok, cons
     for (int t = 0; t < n; t++)
         for (size_t i = 0; i < nhc; i++)
             for (size_t d = 0; d < D; d++) V[t * hcD + i * D + d] = ep[t * D + d] + hp[t * hcD + i * D + d];
-    rc = cpu_block_forward(m, &w->blk, &mm->v, &st->lc, mm->clamp, tok, n, pos0, V);
+    rc = cpu_block_forward(m, &w->blk, &mm->v, &st->lc, mm->clamp, tok, n, pos0, V, cache_only);
 out:
     free(e); free(ep); free(h); free(hp);
     return rc;
@@ -178,14 +180,14 @@ int cpu_mtp_commit(minke_model *m, cpu_session *s, const int32_t *tokens, int n,
     int rc = -1;
     if (!V) goto oom;
     if (m->params.mtp_pairing == MINKE_MTP_PAIR_SAME) {
-        rc = mtp_block(m, st, tokens, X, n, pos0, V);
+        rc = mtp_block(m, st, tokens, X, n, pos0, V, 1);
     } else {
         Hs = malloc(sizeof(float) * n * hcD);
         if (!Hs) goto oom;
         if (pos0 > 0) memcpy(Hs, st->H, sizeof(float) * hcD);
         else memset(Hs, 0, sizeof(float) * hcD);
         memcpy(Hs + hcD, X, sizeof(float) * (n - 1) * hcD);
-        rc = mtp_block(m, st, tokens, Hs, n, pos0, V);
+        rc = mtp_block(m, st, tokens, Hs, n, pos0, V, 1);
     }
     if (rc == 0) {
         memcpy(st->H, X + (size_t)(n - 1) * hcD, sizeof(float) * hcD);
@@ -220,12 +222,12 @@ int cpu_mtp_draft(minke_model *m, void *bs, int pos, int32_t token, int n_draft,
     int p = pos, ok = 1;
     if (m->params.mtp_pairing == MINKE_MTP_PAIR_SAME) {
         /* ds4: the step of the last processed token guesses `token` first */
-        ok = mtp_block(m, st, &st->last_tok, Hs, 1, pos - 1, V) == 0 && mtp_head(m, V, pos - 1, logits) == 0;
+        ok = mtp_block(m, st, &st->last_tok, Hs, 1, pos - 1, V, 0) == 0 && mtp_head(m, V, pos - 1, logits) == 0;
         if (ok && sampler_argmax(logits, (int)c->n_vocab) != token) n_draft = 0;
         if (ok) memcpy(Hs, V, sizeof(float) * hcD);
     }
     for (int k = 0; ok && k < n_draft; k++) {
-        ok = mtp_block(m, st, &tok, Hs, 1, p, V) == 0 && mtp_head(m, V, p, logits) == 0;
+        ok = mtp_block(m, st, &tok, Hs, 1, p, V, 0) == 0 && mtp_head(m, V, p, logits) == 0;
         if (!ok) break;
         tok = sampler_argmax(logits, (int)c->n_vocab);
         if (tok < 0) break;
