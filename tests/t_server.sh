@@ -54,6 +54,9 @@ fi
 # every request got exactly one log line with its counters
 grep -q 'POST /v1/chat/completions 200 chatcmpl-[0-9]* prompt=[0-9]* cached=[0-9]* (.*) gen=[0-9]* prefill=' "$T/server.log" || { echo "missing request log lines"; status=1; }
 
+# the repeated prompt was served from the in-memory prompt snapshot
+grep -q 'cached=[1-9][0-9]* (snapshot)' "$T/server.log" || { echo "FAIL no request served from the prompt snapshot"; status=1; }
+
 # SIGTERM during a long streaming generation: the stream is ended properly
 # (finish_reason "error", [DONE]) and the server exits with status 0
 node tests/node/http.mjs post "$MINKE_URL" /v1/chat/completions \

@@ -39,6 +39,8 @@ static void usage(FILE *out) {
             "  --kv-cache-boundary-align-tokens N      (default 2048)\n"
             "  --disable-exact-dsml-tool-replay\n"
             "  --tool-memory-max-ids N     (default 100000)\n"
+            "  --no-prompt-snapshot        keep no in-memory copy of the last prompt's state\n"
+            "                              (it costs one session state of that length)\n"
             "  --test-hooks                tests only: a request's \"minke_script\" text is\n"
             "                              emitted token by token instead of sampling\n");
 }
@@ -72,6 +74,7 @@ int cmd_serve(int argc, char **argv) {
     cfg.kv_boundary_align = 2048;
     cfg.tool_replay = 1;
     cfg.tool_memory_max_ids = 100000;
+    cfg.prompt_snapshot = 1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         long v = 0;
@@ -108,6 +111,7 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--kv-cache-boundary-align-tokens")) { if (need_int(argc, argv, &i, 0, 1 << 20, &v)) return 2; cfg.kv_boundary_align = (int)v; }
         else if (!strcmp(a, "--disable-exact-dsml-tool-replay")) cfg.tool_replay = 0;
         else if (!strcmp(a, "--test-hooks")) cfg.test_hooks = 1;
+        else if (!strcmp(a, "--no-prompt-snapshot")) cfg.prompt_snapshot = 0;
         else if (!strcmp(a, "--tool-memory-max-ids")) { if (need_int(argc, argv, &i, 1, 1 << 30, &v)) return 2; cfg.tool_memory_max_ids = (int)v; }
         else {
             fprintf(stderr, "minke serve: unknown option '%s'\n\n", a);

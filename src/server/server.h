@@ -68,6 +68,7 @@ typedef struct server_config {
     int kv_boundary_align;
     int tool_replay;          /* exact DSML tool replay on */
     int tool_memory_max_ids;
+    int prompt_snapshot;      /* keep the last prompt's end in memory (worker.c) */
     int test_hooks;           /* honour "minke_script" in request bodies (tests only) */
 } server_config;
 
@@ -134,7 +135,7 @@ typedef struct gen_result {
     int saw_think_close;
     int prompt_tokens, cached_tokens, completion_tokens;
     double prefill_s, decode_s;
-    const char *cache_source; /* memory-token, memory-text, disk-text, cold */
+    const char *cache_source; /* memory-token, memory-text, thinking-visible, snapshot, disk-text, disk-visible, cold */
     char error[256];
 } gen_result;
 

@@ -1,12 +1,14 @@
 /* worker.c: the single inference thread of `minke serve`. Jobs queue in
  * arrival order and run one at a time on the one live session. For each job:
  * pick the longest reusable state (live tokens as a token prefix, then the
- * live text as a byte prefix of the rendered prompt, then the disk cache),
+ * live text as a byte prefix of the rendered prompt, then the in-memory
+ * snapshot of the last prompt, then the disk cache),
  * prefill the rest in chunks (keepalives, cancellation, disk snapshots at
  * aligned frontiers), then sample/decode token by token, feeding the text to
  * the streaming chat parser whose events become the API's deltas; stop on
  * EOS, stop sequences, a closed tool-call block, max tokens or context end.
- * The live session only ever extends; a miss starts it over. */
+ * The live session only ever extends; a miss restores the snapshot of the
+ * last prompt's end when the new prompt starts with it, else starts over. */
 #define _GNU_SOURCE 1
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,6 +47,17 @@ static int bind_live = -1;
 static int32_t bind_tail[2];
 static int n_bind_tail;
 static int bind_key_visible; /* disk saves of this state use bind_text as key */
+
+/* Prompt snapshot: the session state at the end of the last prompt's
+ * prefill (before its trailing <think>/</think> mode tag, so a next turn
+ * that renders the earlier answer after "<｜Assistant｜></think>" still
+ * shares it). The live session can only grow, so without it a resent prompt
+ * (regenerate buttons, agents retrying) or a prompt that shares the last
+ * prompt but not its generated answer would be prefilled from scratch. */
+static minke_snapshot *psnap;
+static int32_t *psnap_tok;
+static int n_psnap;
+static sbuf psnap_text;
 
 long worker_next_seq(void) { return __atomic_add_fetch(&seq_counter, 1, __ATOMIC_RELAXED); }
 
@@ -180,7 +193,43 @@ static int32_t *plan_prompt(gen_request *r, int *n_eff, int *n_cached, const cha
         }
         free(suf);
     }
-    /* 4. miss: keep the displaced conversation on disk, then try the disk */
+    /* 4. the snapshot of the last prompt: token prefix, else byte prefix */
+    if (psnap) {
+        int32_t *all = NULL;
+        int n_all = 0;
+        if (n_psnap <= r->n_tokens && !memcmp(psnap_tok, r->tokens, (size_t)n_psnap * sizeof *psnap_tok)) {
+            n_all = r->n_tokens;
+            all = malloc((size_t)n_all * sizeof *all + 1);
+            memcpy(all, r->tokens, (size_t)n_all * sizeof *all);
+        } else if (psnap_text.n <= r->prompt_len && !memcmp(psnap_text.p, r->prompt_text, psnap_text.n)) {
+            int n_suf = 0;
+            int32_t *suf = engine_tokenize(r->prompt_text + psnap_text.n, r->prompt_len - psnap_text.n, &n_suf);
+            if (suf && n_suf >= 0) {
+                n_all = n_psnap + n_suf;
+                all = malloc((size_t)n_all * sizeof *all + 1);
+                memcpy(all, psnap_tok, (size_t)n_psnap * sizeof *all);
+                memcpy(all + n_psnap, suf, (size_t)n_suf * sizeof *all);
+            }
+            free(suf);
+        }
+        if (all && n_all < server_cfg()->ctx) {
+            /* the generated tail is lost by the restore: keep it on disk when
+             * it is long enough to be worth a file of its own */
+            if (n_live - n_psnap >= server_cfg()->kv_min_tokens) save_live(KV_REASON_EVICT);
+            if (minke_snapshot_restore(g_sess, psnap) == 0) {
+                live_set(psnap_tok, n_psnap);
+                last_continued = n_psnap;
+                *n_cached = n_psnap;
+                *n_eff = n_all;
+                *source = "snapshot";
+                return all;
+            }
+            server_log("prompt snapshot not restored: %s", minke_last_error());
+            live_reset();
+        }
+        free(all);
+    }
+    /* 5. miss: keep the displaced conversation on disk, then try the disk */
     if (n_live > 0) {
         save_live(KV_REASON_EVICT);
     }
@@ -221,6 +270,41 @@ static int32_t *plan_prompt(gen_request *r, int *n_eff, int *n_cached, const cha
     int32_t *all = malloc((size_t)r->n_tokens * sizeof *all + 1);
     memcpy(all, r->tokens, (size_t)r->n_tokens * sizeof *all);
     return all;
+}
+
+/* Where the prompt snapshot is cut: before a trailing mode tag. */
+static int prompt_snapshot_at(const int32_t *t, int n) {
+    if (n < 2) return n;
+    size_t len;
+    const char *b = engine_token_bytes(t[n - 1], &len);
+    if (b && ((len == strlen(CHAT_THINK_OPEN) && !memcmp(b, CHAT_THINK_OPEN, len)) || (len == strlen(CHAT_THINK_CLOSE) && !memcmp(b, CHAT_THINK_CLOSE, len))))
+        return n - 1;
+    return n;
+}
+
+/* Replace the prompt snapshot by the live state (which is at its cut). */
+static void take_prompt_snapshot(void) {
+    minke_snapshot *s = minke_snapshot_take(g_sess);
+    if (!s) {
+        server_log("prompt snapshot not taken: %s", minke_last_error());
+        return;
+    }
+    minke_snapshot_free(psnap);
+    psnap = s;
+    psnap_tok = realloc(psnap_tok, (size_t)n_live * sizeof *psnap_tok + 1);
+    memcpy(psnap_tok, live_tok, (size_t)n_live * sizeof *psnap_tok);
+    n_psnap = n_live;
+    sbuf_clear(&psnap_text);
+    sbuf_add(&psnap_text, live_text.p, live_text.n);
+}
+
+static void drop_prompt_snapshot(void) {
+    minke_snapshot_free(psnap);
+    psnap = NULL;
+    free(psnap_tok);
+    psnap_tok = NULL;
+    n_psnap = 0;
+    sbuf_free(&psnap_text);
 }
 
 /* ---- streaming projection: chat events -> API sink ---- */
@@ -415,10 +499,14 @@ static void run_job(job *j) {
     int started = 0;
     int chunk = cfg->prefill_chunk > 0 ? cfg->prefill_chunk : 2048;
     int step = continued_step();
+    /* the snapshot restored for this request already is the one we would take */
+    int snap_at = cfg->prompt_snapshot && strcmp(source, "snapshot") ? prompt_snapshot_at(eff, n_eff) : -1;
+    if (snap_at > 0 && n_live == snap_at) take_prompt_snapshot();
     while (n_live < n_eff) {
         int n = n_eff - n_live;
         if (n > chunk) n = chunk;
         if (cold_cut > n_live && n_live + n > cold_cut) n = cold_cut - n_live;
+        if (snap_at > n_live && n_live + n > snap_at) n = snap_at - n_live;
         if (step && kvdisk_enabled()) {
             int next = (n_live / step + 1) * step;
             if (n_live + n > next) n = next - n_live;
@@ -438,6 +526,7 @@ static void run_job(job *j) {
         }
         live_push(eff + n_live, n);
         if (cold_cut && n_live == cold_cut) save_live(KV_REASON_COLD);
+        if (n_live == snap_at) take_prompt_snapshot();
         maybe_continued_save();
         if (r->stream && !started) {
             j->sink->begin(j);
@@ -662,4 +751,5 @@ void worker_shutdown(void) {
     free(live_tok);
     live_tok = NULL;
     sbuf_free(&live_text);
+    drop_prompt_snapshot();
 }

@@ -168,6 +168,44 @@ await check('thinking-visible: next turn without the reasoning reuses the live K
     `cached ${b.usage.prompt_tokens_details.cached_tokens}, previous turn ${a.usage.prompt_tokens}+${a.usage.completion_tokens}`);
 });
 
+await check('prompt snapshot: the same request again reuses the prompt and answers the same', async () => {
+  // greedy (thinking off): the second answer must not depend on where the state came from
+  const req = { model: MODEL, messages: user('Regenerate this answer, please: a prompt sent twice.'), max_tokens: 8, temperature: 0,
+    thinking: { type: 'disabled' } };
+  const a = await openai.chat.completions.create(req);
+  assert.ok(a.usage.completion_tokens >= 2, `completion_tokens ${a.usage.completion_tokens}`);
+  const b = await openai.chat.completions.create(req);
+  const cached = b.usage.prompt_tokens_details.cached_tokens;
+  assert.equal(b.usage.prompt_tokens, a.usage.prompt_tokens);
+  assert.ok(cached >= b.usage.prompt_tokens - 2 && cached <= b.usage.prompt_tokens, `cached ${cached} of ${b.usage.prompt_tokens}`);
+  assert.equal(b.choices[0].message.content, a.choices[0].message.content);
+  assert.equal(b.usage.completion_tokens, a.usage.completion_tokens);
+  // streamed, the third time: same text again
+  const stream = await openai.chat.completions.create({ ...req, stream: true, stream_options: { include_usage: true } });
+  let text = '', usage = null;
+  for await (const ch of stream) {
+    if (ch.usage) usage = ch.usage;
+    else text += ch.choices[0].delta.content || '';
+  }
+  assert.equal(text, a.choices[0].message.content);
+  assert.ok(usage.prompt_tokens_details.cached_tokens >= usage.prompt_tokens - 2);
+});
+
+await check('prompt snapshot: a prompt sharing the last prompt but not its answer reuses the prefix', async () => {
+  const sys = { role: 'system', content: `You answer questions about rivers. ${'Rivers flow to the sea and carry water. '.repeat(8)}` };
+  const q1 = [sys, { role: 'user', content: 'Name a long river.' }];
+  const a = await openai.chat.completions.create({ model: MODEL, messages: q1, max_tokens: 6 });
+  // the client edits the answer (or keeps another one) and asks on: the live
+  // KV holds the generated answer, so only the snapshot can serve the prefix;
+  // thinking mode: the snapshot ends before "<think>", which this turn's
+  // rendering replaces by "</think>" + the answer
+  const b = await openai.chat.completions.create({ model: MODEL, max_tokens: 2, messages: [...q1,
+    { role: 'assistant', content: 'The Nile, an edited answer.' }, { role: 'user', content: 'And a short one?' }] });
+  const cached = b.usage.prompt_tokens_details.cached_tokens;
+  assert.ok(cached >= a.usage.prompt_tokens - 2 && cached < b.usage.prompt_tokens,
+    `cached ${cached}, first prompt ${a.usage.prompt_tokens}, second prompt ${b.usage.prompt_tokens}`);
+});
+
 await check('tool turn replayed without reasoning_content still reuses the live KV', async () => {
   const q = user('Weather in Oslo?');
   const a = await openai.chat.completions.create({ model: MODEL, messages: q, tools: [weatherTool], max_tokens: 200,
