@@ -32,7 +32,7 @@ if [ ! -f "$MODEL" ]; then
     mv "$MODEL.tmp.$$" "$MODEL"
 fi
 
-"$BIN" serve -m "$MODEL" --port "$PORT" --ctx 1024 --api-key test-key --test-hooks --cors --max-body-mb 1 --prefill-chunk 64 --keepalive-ms 50 -t 2 >"$T/server.log" 2>&1 &
+"$BIN" serve -m "$MODEL" --port "$PORT" --ctx 1024 --api-key test-key --test-hooks --cors --max-body-mb 1 --prefill-chunk 64 --keepalive-ms 50 -t 2 --trace "$T/trace.log" >"$T/server.log" 2>&1 &
 SERVER_PID=$!
 i=0
 until node tests/node/http.mjs health "http://127.0.0.1:$PORT"; do
@@ -56,6 +56,27 @@ grep -q 'POST /v1/chat/completions 200 chatcmpl-[0-9]* prompt=[0-9]* cached=[0-9
 
 # the repeated prompt was served from the in-memory prompt snapshot
 grep -q 'cached=[1-9][0-9]* (snapshot)' "$T/server.log" || { echo "FAIL no request served from the prompt snapshot"; status=1; }
+
+# --trace: one complete entry per request, with the rendered prompt, the raw
+# generated text and the parsed message of a marked, scripted request
+node tests/node/http.mjs post "$MINKE_URL" /v1/chat/completions \
+    '{"messages":[{"role":"user","content":"TRACE-IN marker"}],"max_tokens":40,"minke_script":"why not</think>TRACE-OUT answer"}' >/dev/null ||
+    { echo "FAIL trace request"; status=1; }
+begun=$(grep -c '^=== request ' "$T/trace.log" || true)
+ended=$(grep -c '^=== end ' "$T/trace.log" || true)
+logged=$(grep -c ' POST /v1/.* [0-9][0-9][0-9] ' "$T/server.log" || true)
+if [ "$begun" -gt 100 ] && [ "$begun" = "$ended" ]; then echo "ok   trace has $begun complete entries ($logged logged requests)"; else
+    echo "FAIL trace entries: $begun begun, $ended ended"; status=1; fi
+# the marked entry, in order: rendered prompt with the input, generated text, parsed message
+awk '/^=== request /{e=""} {e=e $0 "\n"} /^=== end /{if (e ~ /TRACE-IN/) last=e} END{printf "%s", last}' "$T/trace.log" >"$T/trace.entry"
+if grep -q '^kind: chat.completions$' "$T/trace.entry" && grep -q '^think_mode: thinking$' "$T/trace.entry" &&
+    grep -q '^source: ' "$T/trace.entry" && grep -q '"minke_script":"why not</think>TRACE-OUT answer"' "$T/trace.entry" &&
+    awk '/^--- rendered prompt ---/{p=1} p&&/TRACE-IN marker/{q=1} /^--- generated ---/{g=q} g&&/^why not<\/think>TRACE-OUT answer$/{o=1}
+         /^--- parsed message ---/{m=o} m&&/^finish: stop$/{f=1} f&&/^reasoning: why not$/{r=1} r&&/^content: TRACE-OUT answer$/{c=1} END{exit !c}' "$T/trace.entry"; then
+    echo "ok   trace entry holds the rendered prompt, the generated text and the parsed message"
+else
+    echo "FAIL trace entry incomplete:"; cat "$T/trace.entry"; status=1
+fi
 
 # SIGTERM during a long streaming generation: the stream is ended properly
 # (finish_reason "error", [DONE]) and the server exits with status 0

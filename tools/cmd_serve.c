@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
 
 #include "cli.h"
 #include "server/server.h"
@@ -39,6 +40,8 @@ static void usage(FILE *out) {
             "  --kv-cache-boundary-align-tokens N      (default 2048)\n"
             "  --disable-exact-dsml-tool-replay\n"
             "  --tool-memory-max-ids N     (default 100000)\n"
+            "  --trace FILE                append a human-readable entry per request to FILE\n"
+            "                              (prompt, cache decision, generated text; spec 4.14)\n"
             "  --no-prompt-snapshot        keep no in-memory copy of the last prompt's state\n"
             "                              (it costs one session state of that length)\n"
             "  --test-hooks                tests only: a request's \"minke_script\" text is\n"
@@ -112,6 +115,7 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--disable-exact-dsml-tool-replay")) cfg.tool_replay = 0;
         else if (!strcmp(a, "--test-hooks")) cfg.test_hooks = 1;
         else if (!strcmp(a, "--no-prompt-snapshot")) cfg.prompt_snapshot = 0;
+        else if (!strcmp(a, "--trace") && has_val) cfg.trace_path = argv[++i];
         else if (!strcmp(a, "--tool-memory-max-ids")) { if (need_int(argc, argv, &i, 1, 1 << 30, &v)) return 2; cfg.tool_memory_max_ids = (int)v; }
         else {
             fprintf(stderr, "minke serve: unknown option '%s'\n\n", a);
@@ -128,12 +132,20 @@ int cmd_serve(int argc, char **argv) {
         fprintf(stderr, "minke serve: --kv-cache-cold-max-tokens must be 0 or >= --kv-cache-min-tokens\n");
         return 2;
     }
-    if (engine_open(&cfg)) return 1;
-    if (kvdisk_init(&cfg)) { engine_close(); return 1; }
-    if (worker_start()) { engine_close(); return 1; }
+    if (cfg.trace_path && trace_open(cfg.trace_path)) {
+        fprintf(stderr, "minke serve: cannot open the trace file '%s': %s\n", cfg.trace_path, strerror(errno));
+        return 1;
+    }
+    if (engine_open(&cfg)) { trace_close(); return 1; }
+    if (kvdisk_init(&cfg) || worker_start()) {
+        engine_close();
+        trace_close();
+        return 1;
+    }
     int rc = http_serve(&cfg);
     if (rc) worker_shutdown();
     engine_close();
+    trace_close();
     server_log("bye");
     return rc;
 }

@@ -230,6 +230,7 @@ static MHD_Result_t handle_generate(struct MHD_Connection *c, conn_ctx *ctx, con
         gen_request_free(req);
         return send_error(c, ctx, path, &e);
     }
+    if (trace_enabled()) req->raw_body = strndup(ctx->body.p, ctx->body.n);
     job *j = job_new(req, sink, client_fd(c));
     j->refs = 2; /* this connection + the worker */
     ctx->j = j;

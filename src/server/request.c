@@ -39,6 +39,7 @@ void gen_request_free(gen_request *r) {
     json_decref(r->chat_input);
     free(r->raw_prompt);
     free(r->script);
+    free(r->raw_body);
     free(r->prompt_text);
     free(r->tokens);
     for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);

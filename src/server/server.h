@@ -68,6 +68,7 @@ typedef struct server_config {
     int kv_boundary_align;
     int tool_replay;          /* exact DSML tool replay on */
     int tool_memory_max_ids;
+    const char *trace_path;   /* --trace FILE (trace.c), NULL: off */
     int prompt_snapshot;      /* keep the last prompt's end in memory (worker.c) */
     int test_hooks;           /* honour "minke_script" in request bodies (tests only) */
 } server_config;
@@ -113,6 +114,7 @@ typedef struct gen_request {
     /* tool-call ids mentioned by the request (for tool replay lookups) */
     int n_replayed;           /* assistant tool-call turns replayed exactly */
     char *script;             /* --test-hooks: text to emit instead of sampling */
+    char *raw_body;           /* request JSON as received, kept only for --trace */
 } gen_request;
 
 void gen_request_free(gen_request *r);
@@ -295,6 +297,20 @@ void sha1_hex(const void *data, size_t n, char out[41]);
 int kvdisk_store_len(int n, int min, int trim, int align);
 uint64_t kvdisk_total_bytes(void);
 int kvdisk_evict_to_budget(const char *protect_name);
+
+/* ---- session trace, --trace FILE (trace.c); entries written by the worker ---- */
+typedef struct trace_cache_info {
+    int live_tokens;          /* live session length before the decision */
+    int common_prefix;        /* tokens shared by the live session and the prompt */
+    const char *window;       /* tokens around the first mismatch, or NULL */
+} trace_cache_info;
+int trace_open(const char *path);  /* append; -1 when it cannot be opened */
+void trace_close(void);
+int trace_enabled(void);
+char *trace_mismatch_window(const int32_t *live, int n_live, const int32_t *req, int n_req, int at);
+void trace_begin(const job *j, const trace_cache_info *c);
+void trace_generated(const char *s, size_t n);
+void trace_end(const job *j);      /* no-op unless an entry is open */
 
 /* ---- HTTP (http.c) ---- */
 int http_serve(const server_config *cfg); /* blocks until SIGINT/SIGTERM */

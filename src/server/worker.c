@@ -458,6 +458,7 @@ static void fail_before_start(job *j, int status, const char *type, const char *
     s[n + 1] = 0;
     snprintf(j->res.error, sizeof j->res.error, "%s", msg);
     j->res.finish = FINISH_ERROR;
+    trace_end(j);
     job_finish(j, status, s);
 }
 
@@ -478,6 +479,13 @@ static void run_job(job *j) {
     }
     if (is_cancelled(j)) { fail_before_start(j, 499, "invalid_request_error", "client disconnected"); return; }
 
+    trace_cache_info tci = {.live_tokens = n_live};
+    char *window = NULL;
+    if (trace_enabled()) {
+        while (tci.common_prefix < n_live && tci.common_prefix < r->n_tokens && live_tok[tci.common_prefix] == r->tokens[tci.common_prefix])
+            tci.common_prefix++;
+        if (tci.common_prefix < n_live) window = trace_mismatch_window(live_tok, n_live, r->tokens, r->n_tokens, tci.common_prefix);
+    }
     int n_eff = 0, n_cached = 0;
     const char *source = "cold";
     int32_t *eff = plan_prompt(r, &n_eff, &n_cached, &source);
@@ -485,6 +493,10 @@ static void run_job(job *j) {
     res->prompt_tokens = n_eff;
     res->cache_source = source;
     res->cached_tokens = n_cached;
+    /* only misses show the mismatch window */
+    tci.window = strcmp(source, "cold") && strncmp(source, "disk", 4) ? NULL : window;
+    trace_begin(j, &tci);
+    free(window);
     if (n_eff >= cfg->ctx) {
         free(eff);
         fail_before_start(j, 400, "invalid_request_error", "prompt does not fit the context");
@@ -521,6 +533,7 @@ static void run_job(job *j) {
             snprintf(res->error, sizeof res->error, "%s", msg);
             j->sink->stream_error(j, msg);
             res->finish = FINISH_ERROR;
+            trace_end(j);
             job_finish(j, 200, NULL);
             return;
         }
@@ -596,6 +609,7 @@ static void run_job(job *j) {
         const char *b = engine_token_bytes(tok, &blen);
         size_t before = res->raw_text.n;
         sbuf_add(&res->raw_text, b, blen);
+        trace_generated(b, blen);
         int which = -1;
         long at = r->n_stop ? find_stop(r, res->raw_text.p, res->raw_text.n, before, &which) : -1;
         if (at >= 0) {
@@ -682,6 +696,7 @@ static void run_job(job *j) {
     res->finish = fin;
     if (thinking && g.cs && res->saw_think_close && ((fin == FINISH_STOP && res->stop_index < 0) || fin == FINISH_TOOL_CALLS))
         remember_visible(r, res, fin == FINISH_TOOL_CALLS ? unevaluated : -1);
+    trace_end(j);
     j->sink->end(j);
     job_finish(j, 200, NULL);
 }
@@ -752,4 +767,5 @@ void worker_shutdown(void) {
     live_tok = NULL;
     sbuf_free(&live_text);
     drop_prompt_snapshot();
+    trace_close();
 }
