@@ -250,8 +250,11 @@ char *content_text(json_t *content, parse_error *e, int allow_null) {
 
 /* A tool result must answer a call made earlier in the conversation (all
  * three APIs reject orphans; rendering one would feed the model a result for
- * a call it never made). */
-static int check_tool_results(json_t *msgs, parse_error *e) {
+ * a call it never made). Unlike ds4 we never bind a result to the live
+ * session's calls alone (spec 4.11 steps 2-4): clients replay the call, so a
+ * request can never lose its live binding and the 409 of spec 4.9 does not
+ * arise. Responses and Anthropic get the spec's 4.9 wording. */
+static int check_tool_results(api_kind api, json_t *msgs, parse_error *e) {
     size_t i, k;
     json_t *m, *c;
     json_array_foreach(msgs, i, m) {
@@ -266,7 +269,14 @@ static int check_tool_results(json_t *msgs, parse_error *e) {
             }
         }
         if (!found) {
-            perr(e, 400, "invalid_request_error", "tool result for unknown tool call id '%s': replay the assistant turn that made the call", id ? id : "");
+            if (api == API_RESPONSES)
+                perr(e, 400, "invalid_request_error",
+                     "Responses continuation state is not available for call_id %s; retry by replaying the full input history", id ? id : "");
+            else if (api == API_ANTHROPIC)
+                perr(e, 400, "invalid_request_error",
+                     "Anthropic continuation state is not available for tool_use_id %s; retry by replaying the full messages history", id ? id : "");
+            else
+                perr(e, 400, "invalid_request_error", "tool result for unknown tool call id '%s': replay the assistant turn that made the call", id ? id : "");
             return -1;
         }
     }
@@ -300,7 +310,7 @@ int req_prepare(gen_request *r, parse_error *e) {
         } else if (tools) {
             json_object_del(in, "tools");
         }
-        if (check_tool_results(msgs, e)) return -1;
+        if (check_tool_results(r->api, msgs, e)) return -1;
         dsml_patch *patches = NULL;
         int n_patches = 0;
         if (cfg->tool_replay) r->n_replayed = toolmem_patch_messages(msgs, &patches, &n_patches);

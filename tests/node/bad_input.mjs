@@ -69,6 +69,18 @@ for (const [name, body, status] of anthropicCases) {
   });
 }
 
+// a tool result is bound only to a call replayed in the same request (never
+// to the live session alone), so an orphan is a 400 in the spec's 4.9 wording
+await check('orphan tool outputs: spec wording, retry by replaying the history', async () => {
+  const r = await raw('/v1/responses', { body: JSON.stringify({ model: MODEL, input: [{ type: 'function_call_output', call_id: 'call_x', output: 'r' }] }) });
+  expectOpenAIError(r, 400);
+  assert.match(r.json.error.message, /^Responses continuation state is not available for call_id call_x; retry by replaying the full input history/);
+  const a = await raw('/v1/messages', { body: JSON.stringify({ model: MODEL, max_tokens: 5,
+    messages: [{ role: 'user', content: [{ type: 'tool_result', tool_use_id: 'toolu_x', content: 'r' }] }] }) });
+  expectAnthropicError(a, 400);
+  assert.match(a.json.error.message, /^Anthropic continuation state is not available for tool_use_id toolu_x; retry by replaying the full messages history/);
+});
+
 await check('invalid UTF-8 in the body -> 400', async () => {
   const bytes = Buffer.concat([Buffer.from('{"model":"deepseek-v4-flash","messages":[{"role":"user","content":"'), Buffer.from([0xff, 0xfe, 0xc3]), Buffer.from('"}]}')]);
   expectOpenAIError(await raw('/v1/chat/completions', { body: bytes }), 400);
