@@ -28,7 +28,7 @@
 #include "quant/quant_internal.h"
 #include "quant/quant_multi.h"
 
-#define TILE_MAX 8       /* tokens per kernel call */
+#define TILE_MAX 16      /* tokens per kernel call */
 #define ROW_BLOCK 16     /* weight rows kept hot while all token tiles pass */
 
 int quant_multi_use_avx512 = 1;
@@ -456,7 +456,7 @@ void q8_0_kernel_512(int64_t n, const void *w, const uint8_t *const *a, int nt, 
     const block_q8_0 *x = w;
     int64_t nb = n / 32, np = nb / 2;
     __m512 acc[TILE_MAX];
-#pragma GCC unroll 8
+#pragma GCC unroll 16
     for (int t = 0; t < TILE_MAX; t++) acc[t] = _mm512_setzero_ps();
     for (int64_t p = 0; p < np; p++) {
         int64_t i = 2 * p;
@@ -464,7 +464,7 @@ void q8_0_kernel_512(int64_t n, const void *w, const uint8_t *const *a, int nt, 
         __m512i wa = _mm512_abs_epi8(wq);
         __mmask64 neg = _mm512_movepi8_mask(wq);
         __m512 dw = two_scales(_mm256_set1_ps(half_to_float(x[i].d)), _mm256_set1_ps(half_to_float(x[i + 1].d)));
-#pragma GCC unroll 8
+#pragma GCC unroll 16
         for (int t = 0; t < nt; t++) {
             const q8_pair *y = (const q8_pair *)a[t] + p;
             __m512i yq = _mm512_load_si512((const void *)y->q);
@@ -475,7 +475,7 @@ void q8_0_kernel_512(int64_t n, const void *w, const uint8_t *const *a, int nt, 
             acc[t] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(dp), acc[t]);
         }
     }
-#pragma GCC unroll 8
+#pragma GCC unroll 16
     for (int t = 0; t < nt; t++) {
         __m256 acc0 = _mm512_castps512_ps256(acc[t]), acc1 = _mm512_extractf32x8_ps(acc[t], 1);
         if (nb & 1) {   /* odd block count: the last block goes to the even accumulator */
@@ -490,7 +490,7 @@ void q8_0_kernel_512(int64_t n, const void *w, const uint8_t *const *a, int nt, 
 }
 
 TARGET_AVX512 static void q8_0_512_full(int64_t n, const void *w, const uint8_t *const *a, int nt, float *s)
-{ (void)nt; q8_0_kernel_512(n, w, a, 8, s); }
+{ (void)nt; q8_0_kernel_512(n, w, a, 16, s); }
 TARGET_AVX512 static void q8_0_512_part(int64_t n, const void *w, const uint8_t *const *a, int nt, float *s)
 { q8_0_kernel_512(n, w, a, nt, s); }
 
@@ -712,7 +712,7 @@ static int pick_kernels(int type, kernel_set *k)
 #define PICK(t, name, wd) case t: *k = (kernel_set){name##_full, name##_part, wd, NULL, NULL}; return 1
 #ifdef HAVE_Q8_0_AVX512
         if (type == GGML_TYPE_Q8_0 && quant_multi_use_avx512 && cpu_has_avx512_vnni()) {
-            *k = (kernel_set){q8_0_512_full, q8_0_512_part, 8, q8_0_512_packed_bytes, q8_0_512_pack};
+            *k = (kernel_set){q8_0_512_full, q8_0_512_part, 16, q8_0_512_packed_bytes, q8_0_512_pack};
             return 1;
         }
 #endif
