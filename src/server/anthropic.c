@@ -157,10 +157,7 @@ gen_request *anthropic_parse(json_t *body, parse_error *e) {
         }
         json_t *tc = json_object_get(body, "tool_choice");
         const char *tct = json_string_value(json_object_get(tc, "type"));
-        if (json_array_size(conv) && !(tct && !strcmp(tct, "none"))) {
-            r->has_tools = 1;
-            json_object_set_new(r->chat_input, "tools", conv);
-        } else json_decref(conv);
+        req_set_tools(r, conv, tct && !strcmp(tct, "none"));
     }
     return r;
 fail:
@@ -301,13 +298,7 @@ static void anth_end(job *j) {
     if (!res->content.n && !res->n_calls) json_array_append_new(content, json_pack("{s:s, s:s}", "type", "text", "text", ""));
     json_t *body = json_pack("{s:s, s:s, s:s, s:s, s:o, s:s, s:o, s:o}", "id", j->id, "type", "message", "role", "assistant", "model", j->req->model,
                              "content", content, "stop_reason", stop_reason(res), "stop_sequence", stop_sequence_json(j), "usage", usage_json(res, 1));
-    char *s = json_dumps(body, JSON_COMPACT | JSON_PRESERVE_ORDER);
-    json_decref(body);
-    sbuf b = {0};
-    sbuf_adds(&b, s);
-    sbuf_adds(&b, "\n");
-    free(s);
-    j->body = sbuf_take(&b);
+    j->body = json_body_line(body);
 }
 
 static void anth_stream_error(job *j, const char *msg) {

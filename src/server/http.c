@@ -61,15 +61,7 @@ static MHD_Result_t send_body(struct MHD_Connection *c, conn_ctx *ctx, int statu
 }
 
 static MHD_Result_t send_json(struct MHD_Connection *c, conn_ctx *ctx, int status, json_t *obj) {
-    char *s = json_dumps(obj, JSON_COMPACT | JSON_PRESERVE_ORDER);
-    json_decref(obj);
-    size_t n = strlen(s);
-    char *body = malloc(n + 2);
-    memcpy(body, s, n);
-    body[n] = '\n';
-    body[n + 1] = 0;
-    free(s);
-    return send_body(c, ctx, status, "application/json", body);
+    return send_body(c, ctx, status, "application/json", json_body_line(obj));
 }
 
 static int is_anthropic_path(const char *path) { return !strncmp(path, "/v1/messages", 12); }

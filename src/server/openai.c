@@ -205,10 +205,7 @@ gen_request *openai_parse_chat(json_t *body, parse_error *e) {
     if (!tools) goto fail;
     json_t *tc = json_object_get(body, "tool_choice");
     int none = json_is_string(tc) && !strcmp(json_string_value(tc), "none");
-    if (json_array_size(tools) && !none) {
-        r->has_tools = 1;
-        json_object_set_new(r->chat_input, "tools", tools);
-    } else json_decref(tools);
+    req_set_tools(r, tools, none);
     return r;
 fail:
     gen_request_free(r);
@@ -288,19 +285,24 @@ static json_t *tool_calls_json(const gen_result *res, int with_index) {
     return a;
 }
 
+/* End of an OpenAI stream: the usage chunk (no choices) when asked for, [DONE]. */
+static void stream_done(job *j, const char *object) {
+    if (j->req->include_usage) {
+        json_t *u = json_pack("{s:s, s:s, s:I, s:s, s:[]}", "id", j->id, "object", object, "created", (json_int_t)time(NULL), "model",
+                              j->req->model, "choices");
+        json_object_set_new(u, "usage", usage_json(&j->res));
+        sse_data(&j->out, u);
+    }
+    sse_raw(&j->out, "data: [DONE]\n\n");
+}
+
 static void chat_end(job *j) {
     gen_result *res = &j->res;
     if (j->req->stream) {
         if (res->n_calls && !cst(j)->tools_streamed)
             sse_data(&j->out, chunk(j, json_pack("{s:o}", "tool_calls", tool_calls_json(res, 1)), NULL));
         sse_data(&j->out, chunk(j, json_object(), finish_name(res->finish)));
-        if (j->req->include_usage) {
-            json_t *u = json_pack("{s:s, s:s, s:I, s:s, s:[]}", "id", j->id, "object", "chat.completion.chunk", "created", (json_int_t)time(NULL),
-                                  "model", j->req->model, "choices");
-            json_object_set_new(u, "usage", usage_json(res));
-            sse_data(&j->out, u);
-        }
-        sse_raw(&j->out, "data: [DONE]\n\n");
+        stream_done(j, "chat.completion.chunk");
         return;
     }
     json_t *msg = json_pack("{s:s, s:s%}", "role", "assistant", "content", res->content.p ? res->content.p : "", res->content.n);
@@ -309,20 +311,14 @@ static void chat_end(job *j) {
     json_t *body = json_pack("{s:s, s:s, s:I, s:s, s:[{s:i, s:o, s:s, s:n}], s:o}", "id", j->id, "object", "chat.completion", "created",
                              (json_int_t)time(NULL), "model", j->req->model, "choices", "index", 0, "message", msg, "finish_reason",
                              finish_name(res->finish), "logprobs", "usage", usage_json(res));
-    char *s = json_dumps(body, JSON_COMPACT | JSON_PRESERVE_ORDER);
-    json_decref(body);
-    sbuf b = {0};
-    sbuf_adds(&b, s);
-    sbuf_adds(&b, "\n");
-    free(s);
-    j->body = sbuf_take(&b);
+    j->body = json_body_line(body);
 }
 
-static void openai_stream_error(job *j, const char *msg) {
+void openai_stream_error(job *j, const char *msg) {
     sse_event(&j->out, "error", json_pack("{s:{s:s, s:s}}", "error", "message", msg, "type", "server_error"));
 }
 
-static json_t *openai_error_body(int status, const char *type, const char *msg) {
+json_t *openai_error_body(int status, const char *type, const char *msg) {
     (void)status;
     return openai_error_json(type, msg, NULL, NULL);
 }
@@ -355,13 +351,7 @@ static void cmpl_end(job *j) {
     gen_result *res = &j->res;
     if (j->req->stream) {
         sse_data(&j->out, cmpl_chunk(j, "", 0, finish_name(res->finish)));
-        if (j->req->include_usage) {
-            json_t *u = json_pack("{s:s, s:s, s:I, s:s, s:[]}", "id", j->id, "object", "text_completion", "created", (json_int_t)time(NULL),
-                                  "model", j->req->model, "choices");
-            json_object_set_new(u, "usage", usage_json(res));
-            sse_data(&j->out, u);
-        }
-        sse_raw(&j->out, "data: [DONE]\n\n");
+        stream_done(j, "text_completion");
         return;
     }
     json_t *body = json_pack("{s:s, s:s, s:I, s:s, s:[o], s:o}", "id", j->id, "object", "text_completion", "created", (json_int_t)time(NULL),
@@ -369,13 +359,7 @@ static void cmpl_end(job *j) {
                              json_pack("{s:s%, s:i, s:n, s:s}", "text", res->raw_text.p ? res->raw_text.p : "", res->raw_text.n, "index", 0,
                                        "logprobs", "finish_reason", finish_name(res->finish)),
                              "usage", usage_json(res));
-    char *s = json_dumps(body, JSON_COMPACT | JSON_PRESERVE_ORDER);
-    json_decref(body);
-    sbuf b = {0};
-    sbuf_adds(&b, s);
-    sbuf_adds(&b, "\n");
-    free(s);
-    j->body = sbuf_take(&b);
+    j->body = json_body_line(body);
 }
 
 const api_sink openai_completions_sink = {

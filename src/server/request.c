@@ -248,6 +248,15 @@ char *content_text(json_t *content, parse_error *e, int allow_null) {
     return sbuf_take(&b);
 }
 
+void req_set_tools(gen_request *r, json_t *tools, int tools_off) {
+    if (json_array_size(tools) && !tools_off) {
+        r->has_tools = 1;
+        json_object_set_new(r->chat_input, "tools", tools);
+    } else {
+        json_decref(tools);
+    }
+}
+
 /* A tool result must answer a call made earlier in the conversation (all
  * three APIs reject orphans; rendering one would feed the model a result for
  * a call it never made). Unlike ds4 we never bind a result to the live

@@ -115,6 +115,26 @@ static char *output_text(json_t *o) {
     return json_compact(o);
 }
 
+/* Consecutive call items form one assistant turn (the current *last_asst,
+ * opened here when none is); reasoning items just before it (pending, when
+ * given) become its reasoning_content. */
+static void add_tool_call(json_t *out, json_t **last_asst, json_t *call, sbuf *pending) {
+    if (!*last_asst) {
+        *last_asst = json_pack("{s:s, s:s}", "role", "assistant", "content", "");
+        json_array_append_new(out, *last_asst);
+    }
+    if (pending && pending->n) {
+        json_object_set_new(*last_asst, "reasoning_content", json_stringn(pending->p, pending->n));
+        sbuf_clear(pending);
+    }
+    json_t *calls = json_object_get(*last_asst, "tool_calls");
+    if (!calls) {
+        calls = json_array();
+        json_object_set_new(*last_asst, "tool_calls", calls);
+    }
+    json_array_append_new(calls, call);
+}
+
 static int parse_input(gen_request *r, json_t *input, json_t *out, parse_error *e) {
     if (json_is_string(input)) {
         json_array_append_new(out, json_pack("{s:s, s:s}", "role", "user", "content", json_string_value(input)));
@@ -184,17 +204,7 @@ static int parse_input(gen_request *r, json_t *input, json_t *out, parse_error *
             char *args = json_is_string(a) ? strdup(json_string_value(a)) : a ? json_compact(a) : strdup("{}");
             json_t *call = json_pack("{s:O, s:s, s:{s:s, s:s}}", "id", cid, "type", "function", "function", "name", full, "arguments", args);
             free(args);
-            if (!last_asst) {
-                last_asst = json_pack("{s:s, s:s}", "role", "assistant", "content", "");
-                json_array_append_new(out, last_asst);
-            }
-            if (pending.n) {
-                json_object_set_new(last_asst, "reasoning_content", json_stringn(pending.p, pending.n));
-                sbuf_clear(&pending);
-            }
-            json_t *calls = json_object_get(last_asst, "tool_calls");
-            if (!calls) { calls = json_array(); json_object_set_new(last_asst, "tool_calls", calls); }
-            json_array_append_new(calls, call);
+            add_tool_call(out, &last_asst, call, &pending);
         } else if (!strcmp(type, "function_call_output") || !strcmp(type, "custom_tool_call_output")) {
             json_t *cid = json_object_get(it, "call_id");
             if (!json_is_string(cid)) { perr(e, 400, "invalid_request_error", "input[%zu]: %s needs a 'call_id'", i, type); rc = -1; break; }
@@ -220,13 +230,7 @@ static int parse_input(gen_request *r, json_t *input, json_t *out, parse_error *
             char *args = json_is_string(a) ? strdup(json_string_value(a)) : a ? json_compact(a) : strdup("{}");
             json_t *call = json_pack("{s:O, s:s, s:{s:s, s:s}}", "id", cid, "type", "function", "function", "name", name, "arguments", args);
             free(args);
-            if (!last_asst) {
-                last_asst = json_pack("{s:s, s:s}", "role", "assistant", "content", "");
-                json_array_append_new(out, last_asst);
-            }
-            json_t *calls = json_object_get(last_asst, "tool_calls");
-            if (!calls) { calls = json_array(); json_object_set_new(last_asst, "tool_calls", calls); }
-            json_array_append_new(calls, call);
+            add_tool_call(out, &last_asst, call, NULL);
         } else if (!strcmp(type, "local_shell_call_output") || !strcmp(type, "web_search_call_output") || !strcmp(type, "tool_search_output") ||
                    !strcmp(type, "tool_search_call_output") || !strcmp(type, "image_generation_call_output")) {
             json_t *cid = json_object_get(it, "call_id");
@@ -290,10 +294,7 @@ gen_request *responses_parse(json_t *body, parse_error *e) {
     if (!json_array_size(out)) { perr(e, 400, "invalid_request_error", "missing input"); goto fail; }
     json_t *tools = convert_tools(r, json_object_get(body, "tools"), e);
     if (!tools) goto fail;
-    if (json_array_size(tools) && !tools_off) {
-        r->has_tools = 1;
-        json_object_set_new(r->chat_input, "tools", tools);
-    } else json_decref(tools);
+    req_set_tools(r, tools, tools_off);
     return r;
 fail:
     gen_request_free(r);
@@ -492,9 +493,7 @@ static void resp_end(job *j) {
             json_array_append_new(out, function_item(j, id, item_status, res->calls[i].name, res->calls[i].id, res->calls[i].arguments));
         }
         json_t *body = response_object(j, status, out, 1);
-        char *s = json_dumps(body, JSON_COMPACT | JSON_PRESERVE_ORDER);
-        json_decref(body);
-        j->body = s;
+        j->body = json_body_line(body);
         return;
     }
     resp_state *s = rst(j);
@@ -521,15 +520,6 @@ static void resp_end(job *j) {
     sbuf_free(&s->tool_args);
 }
 
-static void resp_stream_error(job *j, const char *msg) {
-    sse_event(&j->out, "error", json_pack("{s:{s:s, s:s}}", "error", "message", msg, "type", "server_error"));
-}
-
-static json_t *resp_error_body(int status, const char *type, const char *msg) {
-    (void)status;
-    return openai_error_json(type, msg, NULL, NULL);
-}
-
 const api_sink responses_sink = {
     .begin = resp_begin,
     .reasoning = resp_reasoning,
@@ -537,6 +527,6 @@ const api_sink responses_sink = {
     .tool_start = resp_tool_start,
     .tool_args = resp_tool_args,
     .end = resp_end,
-    .stream_error = resp_stream_error,
-    .error_body = resp_error_body,
+    .stream_error = openai_stream_error,
+    .error_body = openai_error_body,
 };

@@ -19,12 +19,13 @@
 #include <stddef.h>
 
 #include "minke.h"
+#include "text/strbuf.h"
 
-/* ---- growable byte buffer (util.c) ---- */
-typedef struct sbuf {
-    char *p;
-    size_t n, cap;
-} sbuf;
+/* ---- growable byte buffer: the shared text/strbuf.h buffer, with the
+ * server's policy on top (util.c): out of memory aborts instead of being
+ * sticky, since a silently truncated response or live text is worse than a
+ * crash; plus printf and clear. p is NUL-terminated after any append. ---- */
+typedef strbuf sbuf;
 void sbuf_add(sbuf *b, const void *data, size_t n);
 void sbuf_adds(sbuf *b, const char *s);
 void sbuf_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -38,6 +39,7 @@ size_t utf8_safe_len(const char *s, size_t n); /* bytes that end on a char bound
 int utf8_valid(const char *s, size_t n);
 double now_seconds(void);
 char *json_compact(const json_t *v);          /* compact, key order kept; caller frees */
+char *json_body_line(json_t *body);           /* steals body: compact JSON + "\n", caller frees */
 int json_max_depth_ok(const char *body, size_t n, int limit);
 void server_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
@@ -205,6 +207,9 @@ typedef struct api_sink {
 } api_sink;
 
 extern const api_sink openai_chat_sink, openai_completions_sink, responses_sink, anthropic_sink;
+/* the OpenAI error shapes, shared by Chat, Completions and Responses (openai.c) */
+void openai_stream_error(job *j, const char *msg);
+json_t *openai_error_body(int status, const char *type, const char *msg);
 
 /* Error body in an API's shape (request.c). */
 json_t *openai_error_json(const char *type, const char *msg, const char *param, const char *code);
@@ -229,6 +234,8 @@ gen_request *anthropic_parse(json_t *body, parse_error *e);
 int req_read_common(gen_request *r, json_t *body, parse_error *e);
 int req_read_stop(gen_request *r, json_t *v, parse_error *e);
 int req_effort(json_t *v, think_mode *mode, int *explicit_set, parse_error *e);
+/* Offer the converted tools (stolen) to the model unless none or tool_choice none. */
+void req_set_tools(gen_request *r, json_t *tools, int tools_off);
 void perr(parse_error *e, int status, const char *type, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 /* Render + tokenize + check context (request.c). */
 int req_prepare(gen_request *r, parse_error *e);

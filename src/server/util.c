@@ -1,4 +1,5 @@
-/* util.c: small helpers of the server: growable byte buffers, random hex ids,
+/* util.c: small helpers of the server: the byte-buffer policy over
+ * text/strbuf (abort on out of memory, printf, clear), random hex ids,
  * UTF-8 boundary checks (never send half a character to a client), JSON
  * nesting-depth pre-check, and the one-line log writer. */
 #include <fcntl.h>
@@ -13,17 +14,11 @@
 #include "server/server.h"
 
 void sbuf_add(sbuf *b, const void *data, size_t n) {
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->n + n + 1) cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p) { fprintf(stderr, "minke serve: out of memory\n"); abort(); }
-        b->p = p;
-        b->cap = cap;
+    strbuf_add(b, data, n);
+    if (b->oom) {
+        fprintf(stderr, "minke serve: out of memory\n");
+        abort();
     }
-    if (n) memcpy(b->p + b->n, data, n);
-    b->n += n;
-    b->p[b->n] = 0;
 }
 
 void sbuf_adds(sbuf *b, const char *s) { sbuf_add(b, s, strlen(s)); }
@@ -45,15 +40,30 @@ void sbuf_printf(sbuf *b, const char *fmt, ...) {
     free(big);
 }
 
-void sbuf_free(sbuf *b) { free(b->p); b->p = NULL; b->n = b->cap = 0; }
+void sbuf_free(sbuf *b) { strbuf_free(b); }
 void sbuf_clear(sbuf *b) { b->n = 0; if (b->p) b->p[0] = 0; }
 
 char *sbuf_take(sbuf *b) {
-    if (!b->p) sbuf_add(b, "", 0);
-    char *p = b->p;
-    b->p = NULL;
-    b->n = b->cap = 0;
-    return p;
+    sbuf_add(b, "", 0); /* strbuf_take returns NULL only after an out-of-memory */
+    return strbuf_take(b);
+}
+
+char *json_body_line(json_t *body) {
+    char *s = json_dumps(body, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    json_decref(body);
+    if (!s) {
+        fprintf(stderr, "minke serve: out of memory\n");
+        abort();
+    }
+    size_t n = strlen(s);
+    char *line = realloc(s, n + 2);
+    if (!line) {
+        fprintf(stderr, "minke serve: out of memory\n");
+        abort();
+    }
+    line[n] = '\n';
+    line[n + 1] = 0;
+    return line;
 }
 
 /* Tool-call ids must be unguessable (they key exact DSML replay), so they come

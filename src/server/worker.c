@@ -449,13 +449,7 @@ static void remember_visible(const gen_request *r, const gen_result *res, int32_
 }
 
 static void fail_before_start(job *j, int status, const char *type, const char *msg) {
-    json_t *b = j->sink->error_body(status, type, msg);
-    char *s = json_dumps(b, JSON_COMPACT | JSON_PRESERVE_ORDER);
-    json_decref(b);
-    size_t n = strlen(s);
-    s = realloc(s, n + 2);
-    s[n] = '\n';
-    s[n + 1] = 0;
+    char *s = json_body_line(j->sink->error_body(status, type, msg));
     snprintf(j->res.error, sizeof j->res.error, "%s", msg);
     j->res.finish = FINISH_ERROR;
     trace_end(j);
