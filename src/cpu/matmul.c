@@ -51,6 +51,21 @@ static void mm_task_exact(void *ctx, int64_t i0, int64_t i1) {
     free(row);
 }
 
+/* The T activation rows in the dots' format vt: f32 rows are used in place
+ * (the F32 "quantization" is a copy); others are quantized into *owned. */
+static const uint8_t *activation_rows(int vt, const float *x, int64_t xs, int T, int64_t cols,
+                                      uint64_t *row_bytes, uint8_t **owned) {
+    if (vt == GGML_TYPE_F32) {
+        *row_bytes = (uint64_t)xs * sizeof(float);
+        return (const uint8_t *)x;
+    }
+    *row_bytes = quant_row_bytes(vt, cols);
+    uint8_t *xq = malloc(*row_bytes * (uint64_t)T);
+    for (int t = 0; t < T; t++) quant_quantize_activation(vt, x + (int64_t)t * xs, xq + (uint64_t)t * *row_bytes, cols);
+    *owned = xq;
+    return xq;
+}
+
 /* One token: the traits' matvec. Several: the multi-token kernels, which
  * decode each weight block once per tile of tokens and give bit-identical
  * results (quant_multi.h), so a chunked prefill equals token-by-token decode. */
@@ -77,9 +92,9 @@ void cpu_matmul(const cpu_model *cm, const dsv4_tensor *W, int expert, int64_t r
         cpu_pool_for(cm->pool, nrows, MM_BLOCK, mm_task_exact, &j);
         return;
     }
-    uint64_t xq_bytes = quant_row_bytes(vt, cols);
-    uint8_t *xq = malloc(xq_bytes * (uint64_t)T);
-    for (int t = 0; t < T; t++) quant_quantize_activation(vt, x + (int64_t)t * xs, xq + (uint64_t)t * xq_bytes, cols);
+    uint64_t xq_bytes;
+    uint8_t *xq_owned = NULL;
+    const uint8_t *xq = activation_rows(vt, x, xs, T, cols, &xq_bytes, &xq_owned);
     mm_job j = {
         .w = (const uint8_t *)W->data + ((uint64_t)expert * (uint64_t)W->ne[1] + (uint64_t)row0) * W->row_bytes,
         .row_bytes = W->row_bytes, .type = W->type, .cols = cols,
@@ -89,7 +104,7 @@ void cpu_matmul(const cpu_model *cm, const dsv4_tensor *W, int expert, int64_t r
     int64_t grain = (int64_t)(65536 / (cols * (T > 0 ? T : 1))) + 1;
     if (grain < MM_BLOCK) grain = MM_BLOCK;
     cpu_pool_for(cm->pool, nrows, grain, mm_task, &j);
-    free(xq);
+    free(xq_owned);
 }
 
 /* Both halves of a pair job share the quantized activations; the pool
@@ -112,9 +127,9 @@ void cpu_matmul_pair(const cpu_model *cm, const dsv4_tensor *W1, const dsv4_tens
         cpu_matmul(cm, W2, expert, 0, nrows, x, xs, T, y2, ys);
         return;
     }
-    uint64_t xq_bytes = quant_row_bytes(vt, cols);
-    uint8_t *xq = malloc(xq_bytes * (uint64_t)T);
-    for (int t = 0; t < T; t++) quant_quantize_activation(vt, x + (int64_t)t * xs, xq + (uint64_t)t * xq_bytes, cols);
+    uint64_t xq_bytes;
+    uint8_t *xq_owned = NULL;
+    const uint8_t *xq = activation_rows(vt, x, xs, T, cols, &xq_bytes, &xq_owned);
     mm_pair_job p = { .nrows = nrows };
     const dsv4_tensor *Ws[2] = { W1, W2 };
     float *ys_out[2] = { y1, y2 };
@@ -127,7 +142,7 @@ void cpu_matmul_pair(const cpu_model *cm, const dsv4_tensor *W1, const dsv4_tens
     int64_t grain = (int64_t)(65536 / (cols * (T > 0 ? T : 1))) + 1;
     if (grain < MM_BLOCK) grain = MM_BLOCK;
     cpu_pool_for(cm->pool, 2 * nrows, grain, mm_pair_task, &p);
-    free(xq);
+    free(xq_owned);
 }
 
 void cpu_get_row(const dsv4_tensor *W, int64_t r, float *out) {
