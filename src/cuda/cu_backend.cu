@@ -90,6 +90,7 @@ struct cu_session {
     int32_t *d_tok, *h_tok;
     /* scratch, sized for `chunk` tokens */
     float *X, *X2, *x, *post, *comb, *partial; double *psq;
+    int *hc_cnt;                    /* ticket counters of cu_hc_pre_fused */
     float *ql, *qn, *q, *kvp, *kvb, *ca, *cg, *ia, *ig, *qi, *wi, *scores, *o, *z, *a;
     int *sel, *nsel;
     float *rlog, *rw; int *rsel;
@@ -475,7 +476,7 @@ static void cu_session_free(minke_model *m, void *bs) {
         }
         free(s->lc);
     }
-    void *bufs[] = {s->d_pos, s->d_tok, s->X, s->X2, s->x, s->post, s->comb, s->partial, s->psq, s->ql, s->qn, s->q,
+    void *bufs[] = {s->d_pos, s->d_tok, s->X, s->X2, s->x, s->post, s->comb, s->partial, s->psq, s->hc_cnt, s->ql, s->qn, s->q,
                     s->kvp, s->kvb, s->ca, s->cg, s->ia, s->ig, s->qi, s->wi, s->scores, s->o, s->z, s->a, s->sel,
                     s->nsel, s->rlog, s->rw, s->rsel, s->tpairs, s->tstart, s->tcount, s->texp, s->ntiles, s->eg,
                     s->eu, s->emid, s->eout, s->mo, s->sg, s->su, s->smid, s->so, s->hy, s->logits, s->act, s->d_argmax,
@@ -486,11 +487,12 @@ static void cu_session_free(minke_model *m, void *bs) {
 }
 
 __global__ void k_fill_f32(float *p, int64_t n, float v) {
+    cu_pdl_enter();
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) p[i] = v;
 }
 static void fill(float *p, int64_t n, float v, cudaStream_t st) {
-    if (p && n > 0) k_fill_f32<<<(unsigned)((n + 255) / 256), 256, 0, st>>>(p, n, v);
+    if (p && n > 0) cu_launch(k_fill_f32, (unsigned)((n + 255) / 256), 256, 0, st, p, n, v);
 }
 
 static void cu_session_reset(minke_model *m, void *bs) {
@@ -558,6 +560,8 @@ static void *cu_session_alloc(minke_model *m, int n_ctx) {
     CK(cudaMallocHost(&s->h_logits, V * 4));
     AL(s->X, T * c->hc_dim * 4); AL(s->X2, T * c->hc_dim * 4); AL(s->x, T * D * 4);
     AL(s->post, T * 8 * 4); AL(s->comb, T * 64 * 4); AL(s->partial, T * 16 * 32 * 4); AL(s->psq, T * 16 * 8);
+    AL(s->hc_cnt, T * 4);
+    CK(cudaMemset(s->hc_cnt, 0, T * 4));
     AL(s->ql, T * c->q_lora_rank * 4); AL(s->qn, T * c->q_lora_rank * 4); AL(s->q, T * c->q_dim * 4);
     AL(s->kvp, T * Dh * 4); AL(s->kvb, T * Dh * 4);
     AL(s->ca, T * 2 * Dh * 4); AL(s->cg, T * 2 * Dh * 4); AL(s->ia, T * 2 * ihd * 4); AL(s->ig, T * 2 * ihd * 4);
@@ -611,6 +615,7 @@ typedef struct fwd {
     void *act;         /* quantization buffer of the stream in use */
     int side;          /* run the compressor/indexer branch on cm->st2 */
     int xq_type;       /* activation type s->actx holds for the current x (0: none) */
+    const float *pend_f1, *pend_f2;   /* post step of the previous sub-layer, not yet applied */
 } fwd;
 
 /* Prefill batches of at least cu_mmq_min_rows() rows run the quantized
@@ -650,6 +655,45 @@ static void matmul(fwd *f, const cu_t *W, const float *x, int64_t in, int64_t ro
     cu_gemv(&g, (T + g.nt_hint - 1) / g.nt_hint, f->st);
 }
 
+/* Two matrices of one shape and type over the same x (gate and up, kv and
+ * gate): one GEMV launch (cu_gemv_args.w2) unless MINKE_CUDA_PAIR=0 or the
+ * batch runs on the tensor cores. The per-row arithmetic is unchanged. */
+static int pair_enabled(void) {
+    static int on = -1;
+    if (on < 0) { const char *e = getenv("MINKE_CUDA_PAIR"); on = e ? atoi(e) != 0 : 1; }
+    return on;
+}
+static void matmul2(fwd *f, const cu_t *W1, const cu_t *W2, const float *x, int64_t in, int64_t rows, float *y1,
+                    float *y2, int64_t ystride, int T) {
+    if (!pair_enabled() || use_mmq(T) || W1->type != W2->type || W1->row_bytes != W2->row_bytes) {
+        matmul(f, W1, x, in, rows, y1, ystride, T);
+        matmul(f, W2, x, in, rows, y2, ystride, T);
+        return;
+    }
+    int at = cu_act_type(W1->type);
+    const void *act = x;
+    int64_t astride = in * 4;
+    if (at != CU_TYPE_F32) {
+        astride = cu_act_row_bytes(at, in);
+        if (x == f->s->x && f->act == f->s->act) {
+            if (f->xq_type != at) cu_quantize_act(at, x, f->s->actx, T, in, f->st);
+            f->xq_type = at;
+            act = f->s->actx;
+        } else {
+            cu_quantize_act(at, x, f->act, T, in, f->st);
+            act = f->act;
+        }
+    }
+    cu_gemv_args g;
+    memset(&g, 0, sizeof g);
+    g.w = W1->d; g.w2 = W2->d;
+    g.wtype = W1->type; g.rows = rows; g.in = in; g.row_bytes = W1->row_bytes;
+    g.act = act; g.act_stride = astride; g.act_div = 1;
+    g.out = y1; g.out2 = y2; g.out_stride = ystride; g.ntok = T;
+    g.nt_hint = tile_rows(T);
+    cu_gemv(&g, (T + g.nt_hint - 1) / g.nt_hint, f->st);
+}
+
 static void tapv(fwd *f, const char *fmt, int il, const float *d, int64_t n) {
     if (!f->taps || !f->m->tap) return;
     char name[64];
@@ -659,6 +703,43 @@ static void tapv(fwd *f, const char *fmt, int il, const float *d, int64_t n) {
     cudaMemcpy(h, d, sizeof(float) * (size_t)n * f->T, cudaMemcpyDeviceToHost);
     for (int t = 0; t < f->T; t++) minke_tap_emit(f->m, name, f->pos0_host + t, h + (size_t)t * n, n);
     free(h);
+}
+
+/* The HC post step of a sub-layer: X = post * (f1 + f2) + comb^T X. With the
+ * fused HC kernel (and no taps, which read X between sub-layers) it is left
+ * pending and done by the next pre step's launch. */
+static int hc_fused(fwd *f) {
+    int D = (int)f->c->n_embd, nhc = (int)f->c->n_hc;
+    return cu_hc_fused_enabled() && f->T < 32 && cu_hc_fused_ok(D, nhc, (int)f->c->hc_mix) && cu_hc_fused_ok(D, nhc, nhc);
+}
+static void hc_post(fwd *f, const float *f1, const float *f2) {
+    cu_session *s = f->s;
+    if (hc_fused(f) && !f->taps) { f->pend_f1 = f1; f->pend_f2 = f2; return; }
+    cu_hc_post(s->X, f1, f2, s->post, s->comb, f->T, (int)f->c->n_embd, (int)f->c->n_hc, s->X2, f->st);
+    float *t = s->X; s->X = s->X2; s->X2 = t;
+}
+
+/* The HC pre step over rows t0 .. t0+n-1 of the batch (a pending post step
+ * first): x = the mixed (and, with norm_w, RMS-normed) input of the
+ * sub-layer; post/comb for its post step unless head. */
+static void hc_pre(fwd *f, int t0, int n, const cu_t *fn, int nmix, const float *scale, const float *base,
+                   const float *norm_w, int iters, int head, float *x) {
+    cu_session *s = f->s;
+    const dsv4_config *c = f->c;
+    int D = (int)c->n_embd, nhc = (int)c->n_hc;
+    int64_t off = (int64_t)t0 * c->hc_dim;
+    if (hc_fused(f)) {
+        const float *f1 = f->pend_f1, *f2 = f->pend_f2;
+        cu_hc_pre_fused(s->X + off, f1 ? f1 + (int64_t)t0 * D : NULL, f2 ? f2 + (int64_t)t0 * D : NULL,
+                        s->post + t0 * nhc, s->comb + t0 * nhc * nhc, s->X2 + off, n, D, nhc, fn->d, fn->type,
+                        nmix, scale, base, norm_w, iters, c->hc_eps, c->rms_eps, head, s->partial, s->psq,
+                        s->hc_cnt, x, s->post, s->comb, f->st);
+        if (f1) { float *t = s->X; s->X = s->X2; s->X2 = t; }
+        f->pend_f1 = f->pend_f2 = NULL;
+        return;
+    }
+    cu_hc_pre(s->X + off, n, D, nhc, fn->d, fn->type, nmix, scale, base, norm_w, iters, c->hc_eps, c->rms_eps, head,
+              s->partial, s->psq, x, s->post, s->comb, f->st);
 }
 
 static void attention_layer(fwd *f, int il) {
@@ -673,9 +754,8 @@ static void attention_layer(fwd *f, int il) {
     int sims = f->m->params.sims;
 
     PROF(f, "hc_pre");
-    cu_hc_pre(s->X, T, D, (int)c->n_hc, L->hc_attn_fn.d, L->hc_attn_fn.type, (int)c->hc_mix,
-              (const float *)L->hc_attn_scale.d, (const float *)L->hc_attn_base.d, (const float *)L->attn_norm.d,
-              (int)c->hc_sinkhorn_iters, c->hc_eps, c->rms_eps, 0, s->partial, s->psq, s->x, s->post, s->comb, st);
+    hc_pre(f, 0, T, &L->hc_attn_fn, (int)c->hc_mix, (const float *)L->hc_attn_scale.d,
+           (const float *)L->hc_attn_base.d, (const float *)L->attn_norm.d, (int)c->hc_sinkhorn_iters, 0, s->x);
     f->xq_type = 0;
     tapv(f, "blk.%d.attn_norm", il, s->x, D);
     int ihd = (int)c->indexer_head_dim, nih = (int)c->indexer_n_head;
@@ -691,8 +771,7 @@ static void attention_layer(fwd *f, int il) {
     if (ratio) {
         cudaStream_t sb = f->st;
         PROF(f, "compressor");
-        matmul(f, &L->comp_kv, s->x, D, cw, s->ca, cw, T);
-        matmul(f, &L->comp_gate, s->x, D, cw, s->cg, cw, T);
+        matmul2(f, &L->comp_kv, &L->comp_gate, s->x, D, cw, s->ca, s->cg, cw, T);
         cu_comp_emit(s->ca, s->cg, T, L->comp_ape.d, L->comp_ape.type, ratio, Dh, lc->ckv, lc->csc,
                      (const float *)L->comp_norm.d, c->rms_eps, nrot, rope, s->d_pos, sims, 0, 0, lc->comp, sb);
         cu_comp_state(s->ca, s->cg, T, L->comp_ape.d, L->comp_ape.type, ratio, Dh, lc->ckv, lc->csc, s->d_pos, sb);
@@ -700,8 +779,7 @@ static void attention_layer(fwd *f, int il) {
     if (ratio == 4) {
         cudaStream_t sb = f->st;
         PROF(f, "idx_comp");
-        matmul(f, &L->idx_comp_kv, s->x, D, 2 * ihd, s->ia, 2 * ihd, T);
-        matmul(f, &L->idx_comp_gate, s->x, D, 2 * ihd, s->ig, 2 * ihd, T);
+        matmul2(f, &L->idx_comp_kv, &L->idx_comp_gate, s->x, D, 2 * ihd, s->ia, s->ig, 2 * ihd, T);
         cu_comp_emit(s->ia, s->ig, T, L->idx_comp_ape.d, L->idx_comp_ape.type, 4, ihd, lc->ikv, lc->isc,
                      (const float *)L->idx_comp_norm.d, c->rms_eps, nrot, rope, s->d_pos, sims, 1, 0, lc->index, sb);
         cu_comp_state(s->ia, s->ig, T, L->idx_comp_ape.d, L->idx_comp_ape.type, 4, ihd, lc->ikv, lc->isc, s->d_pos, sb);
@@ -767,8 +845,7 @@ static void attention_layer(fwd *f, int il) {
     matmul(f, &L->out_b, s->z, c->o_dim, D, s->a, D, T);
     tapv(f, "blk.%d.attn_out", il, s->a, D);
     PROF(f, "hc_post");
-    cu_hc_post(s->X, s->a, NULL, s->post, s->comb, T, D, (int)c->n_hc, s->X2, st);
-    float *t = s->X; s->X = s->X2; s->X2 = t;
+    hc_post(f, s->a, NULL);
 }
 
 static void ffn_layer(fwd *f, int il) {
@@ -781,9 +858,8 @@ static void ffn_layer(fwd *f, int il) {
     float clamp = c->swiglu_clamp[il];
 
     PROF(f, "hc_pre");
-    cu_hc_pre(s->X, T, D, (int)c->n_hc, L->hc_ffn_fn.d, L->hc_ffn_fn.type, (int)c->hc_mix,
-              (const float *)L->hc_ffn_scale.d, (const float *)L->hc_ffn_base.d, (const float *)L->ffn_norm.d,
-              (int)c->hc_sinkhorn_iters, c->hc_eps, c->rms_eps, 0, s->partial, s->psq, s->x, s->post, s->comb, st);
+    hc_pre(f, 0, T, &L->hc_ffn_fn, (int)c->hc_mix, (const float *)L->hc_ffn_scale.d,
+           (const float *)L->hc_ffn_base.d, (const float *)L->ffn_norm.d, (int)c->hc_sinkhorn_iters, 0, s->x);
     f->xq_type = 0;
     tapv(f, "blk.%d.ffn_norm", il, s->x, D);
     PROF(f, "router");
@@ -823,12 +899,18 @@ static void ffn_layer(fwd *f, int il) {
     g.tile_pairs = s->tpairs; g.tile_start = s->tstart; g.tile_count = s->tcount; g.tile_expert = s->texp;
     g.n_tiles = s->ntiles;
     g.w = Wg->d; g.out = s->eg;
-    if (mmq) cu_mmq(&g, max_tiles, st); else cu_gemv(&g, max_tiles, st);
-    g.w = Wu->d; g.wtype = Wu->type; g.row_bytes = Wu->row_bytes; g.expert_bytes = Wu->row_bytes * F; g.out = s->eu;
-    if (cu_act_type(Wu->type) != at) {   /* different formats for gate and up are refused by the binder; stay safe */
-        g.act = s->x; g.act_stride = (int64_t)D * 4;
+    if (!mmq && pair_enabled() && Wu->type == Wg->type && Wu->row_bytes == Wg->row_bytes) {
+        g.w2 = Wu->d; g.out2 = s->eu;     /* gate and up in one launch */
+        cu_gemv(&g, max_tiles, st);
+        g.w2 = NULL; g.out2 = NULL;
+    } else {
+        if (mmq) cu_mmq(&g, max_tiles, st); else cu_gemv(&g, max_tiles, st);
+        g.w = Wu->d; g.wtype = Wu->type; g.row_bytes = Wu->row_bytes; g.expert_bytes = Wu->row_bytes * F; g.out = s->eu;
+        if (cu_act_type(Wu->type) != at) {   /* different formats for gate and up are refused by the binder; stay safe */
+            g.act = s->x; g.act_stride = (int64_t)D * 4;
+        }
+        if (mmq) cu_mmq(&g, max_tiles, st); else cu_gemv(&g, max_tiles, st);
     }
-    if (mmq) cu_mmq(&g, max_tiles, st); else cu_gemv(&g, max_tiles, st);
     PROF(f, "moe_down");
     cu_swiglu(s->eg, s->eu, s->rw, P, F, clamp, s->emid, st);
     int atd = cu_act_type(Wd->type);
@@ -846,14 +928,12 @@ static void ffn_layer(fwd *f, int il) {
     tapv(f, "blk.%d.moe_out", il, s->mo, D);
     /* shared expert */
     PROF(f, "shared");
-    matmul(f, &L->gate_shexp, s->x, D, SF, s->sg, SF, T);
-    matmul(f, &L->up_shexp, s->x, D, SF, s->su, SF, T);
+    matmul2(f, &L->gate_shexp, &L->up_shexp, s->x, D, SF, s->sg, s->su, SF, T);
     cu_swiglu(s->sg, s->su, NULL, T, SF, clamp, s->smid, st);
     matmul(f, &L->down_shexp, s->smid, SF, D, s->so, D, T);
     tapv(f, "blk.%d.shexp_out", il, s->so, D);
     PROF(f, "hc_post");
-    cu_hc_post(s->X, s->mo, s->so, s->post, s->comb, T, D, (int)c->n_hc, s->X2, st);
-    float *t = s->X; s->X = s->X2; s->X2 = t;
+    hc_post(f, s->mo, s->so);
 }
 
 /* Output head for rows t0 .. t0+n-1 of the batch into s->logits. */
@@ -862,11 +942,9 @@ static void output_head(fwd *f, int t0, int n) {
     cu_model *cm = f->cm;
     cu_session *s = f->s;
     int D = (int)c->n_embd, nhc = (int)c->n_hc;
-    const float *X = s->X + (size_t)t0 * c->hc_dim;
     PROF(f, "head");
-    cu_hc_pre(X, n, D, nhc, cm->output_hc_fn.d, cm->output_hc_fn.type, nhc, (const float *)cm->output_hc_scale.d,
-              (const float *)cm->output_hc_base.d, NULL, 0, c->hc_eps, c->rms_eps, 1, s->partial, s->psq, s->hy,
-              s->post, s->comb, f->st);
+    hc_pre(f, t0, n, &cm->output_hc_fn, nhc, (const float *)cm->output_hc_scale.d, (const float *)cm->output_hc_base.d,
+           NULL, 0, 1, s->hy);
     cu_rmsnorm(s->hy, (const float *)cm->output_norm.d, n, D, c->rms_eps, s->hy, f->st);
     matmul(f, &cm->output, s->hy, D, c->n_vocab, s->logits, c->n_vocab, n);
 }

@@ -28,6 +28,7 @@ __device__ int8_t cu_mxfp4_kvalues[16];
 
 /* Q8_0_F32: one warp per 32-block; d = amax/127, q = rint(x/d) (CPU: lrintf(x/d)). */
 __global__ void k_quant_q8_0f(const float *x, cu_block_q8_0f *out, int64_t nblocks) {
+    cu_pdl_enter();
     int64_t b = (int64_t)blockIdx.x * (blockDim.x / 32) + (threadIdx.x >> 5);
     int lane = threadIdx.x & 31;
     if (b >= nblocks) return;
@@ -43,6 +44,7 @@ __global__ void k_quant_q8_0f(const float *x, cu_block_q8_0f *out, int64_t nbloc
 /* Q8_K: one warp per 256-block, 8 values per lane. The scale comes from the
  * signed element of largest magnitude, the first one on ties. */
 __global__ void k_quant_q8_K(const float *x, cu_block_q8_K *out, int64_t nblocks) {
+    cu_pdl_enter();
     int64_t b = (int64_t)blockIdx.x * (blockDim.x / 32) + (threadIdx.x >> 5);
     int lane = threadIdx.x & 31;
     if (b >= nblocks) return;
@@ -343,8 +345,14 @@ template <> struct WItem<CU_TYPE_F32> {
 template <int TYPE, int NT, int RPW>
 __global__ void __launch_bounds__(GEMV_WARPS * 32)
 k_gemv(cu_gemv_args g) {
+    cu_pdl_enter();
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    int64_t r0 = ((int64_t)blockIdx.x * GEMV_WARPS + warp) * RPW;
+    /* paired launch (w2): the second half of the grid computes the second matrix */
+    int bx = blockIdx.x;
+    const uint8_t *wbase = (const uint8_t *)g.w;
+    float *gout = g.out;
+    if (g.w2 && bx >= (int)(gridDim.x >> 1)) { bx -= gridDim.x >> 1; wbase = (const uint8_t *)g.w2; gout = g.out2; }
+    int64_t r0 = ((int64_t)bx * GEMV_WARPS + warp) * RPW;
     const uint64_t *tab = cu_iq2xxs_grid;
     if (TYPE == CU_TYPE_IQ2_XXS || TYPE == CU_TYPE_IQ2R) {
         /* the grid in shared memory: random lookups stay on-chip */
@@ -357,7 +365,6 @@ k_gemv(cu_gemv_args g) {
     int nr = g.rows - r0 < RPW ? (int)(g.rows - r0) : RPW;
     /* which activation / output rows this tile covers */
     int ids[NT]; int nt = 0;
-    const uint8_t *wbase = (const uint8_t *)g.w;
     if (g.tile_pairs) {
         int tile = blockIdx.y;
         if (tile >= *g.n_tiles) return;
@@ -402,7 +409,7 @@ k_gemv(cu_gemv_args g) {
             for (int rr = 0; rr < RPW; rr++) {
                 float s = warp_sum(acc[k][rr]);
                 if (lane == 0 && rr < nr) {
-                    float *o = g.out + (int64_t)ids[k] * g.out_stride + r0 + rr;
+                    float *o = gout + (int64_t)ids[k] * g.out_stride + r0 + rr;
                     if (g.accumulate) *o += s; else *o = s;
                 }
             }
@@ -415,11 +422,12 @@ static void launch_type(const cu_gemv_args &g, int ntiles, cudaStream_t st) {
     dim3 block(GEMV_WARPS * 32);
     int rpw = g.nt_hint <= 1 || (g.group_rows && g.group_rows % 4) ? 1 : 4;
     int gx = (int)((g.rows + GEMV_WARPS * rpw - 1) / (GEMV_WARPS * rpw));
-    if (g.nt_hint <= 1) k_gemv<TYPE, 1, 1><<<dim3(gx, ntiles), block, 0, st>>>(g);
-    else if (rpw == 1 && g.nt_hint <= 4) k_gemv<TYPE, 4, 1><<<dim3(gx, ntiles), block, 0, st>>>(g);
-    else if (rpw == 1) k_gemv<TYPE, 8, 1><<<dim3(gx, ntiles), block, 0, st>>>(g);
-    else if (g.nt_hint <= 4) k_gemv<TYPE, 4, 4><<<dim3(gx, ntiles), block, 0, st>>>(g);
-    else k_gemv<TYPE, 8, 4><<<dim3(gx, ntiles), block, 0, st>>>(g);
+    if (g.w2) gx *= 2;
+    if (g.nt_hint <= 1) cu_launch(k_gemv<TYPE, 1, 1>, dim3(gx, ntiles), block, 0, st, g);
+    else if (rpw == 1 && g.nt_hint <= 4) cu_launch(k_gemv<TYPE, 4, 1>, dim3(gx, ntiles), block, 0, st, g);
+    else if (rpw == 1) cu_launch(k_gemv<TYPE, 8, 1>, dim3(gx, ntiles), block, 0, st, g);
+    else if (g.nt_hint <= 4) cu_launch(k_gemv<TYPE, 4, 4>, dim3(gx, ntiles), block, 0, st, g);
+    else cu_launch(k_gemv<TYPE, 8, 4>, dim3(gx, ntiles), block, 0, st, g);
 }
 
 int cu_gemv_items(int type, int64_t in) {
@@ -474,15 +482,16 @@ void cu_gemv(const cu_gemv_args *ga, int ntiles, cudaStream_t st) {
 void cu_quantize_act(int atype, const float *x, void *out, int64_t nrows, int64_t n, cudaStream_t st) {
     if (atype == CU_TYPE_Q8_0_F32) {
         int64_t nb = nrows * n / 32;
-        k_quant_q8_0f<<<(unsigned)((nb + 7) / 8), 256, 0, st>>>(x, (cu_block_q8_0f *)out, nb);
+        cu_launch(k_quant_q8_0f, (unsigned)((nb + 7) / 8), 256, 0, st, x, (cu_block_q8_0f *)out, nb);
     } else if (atype == CU_TYPE_Q8_K) {
         int64_t nb = nrows * n / 256;
-        k_quant_q8_K<<<(unsigned)((nb + 7) / 8), 256, 0, st>>>(x, (cu_block_q8_K *)out, nb);
+        cu_launch(k_quant_q8_K, (unsigned)((nb + 7) / 8), 256, 0, st, x, (cu_block_q8_K *)out, nb);
     }
 }
 
 /* Q8_0 rows -> Q8_0R rows (codes first, then scales); one block per row. */
 __global__ void k_repack_q8_0(const uint8_t *src, uint8_t *dst, int nb, uint64_t row_bytes) {
+    cu_pdl_enter();
     const uint8_t *s = src + blockIdx.x * row_bytes;
     uint8_t *d = dst + blockIdx.x * row_bytes;
     for (int i = threadIdx.x; i < nb * 32; i += blockDim.x) d[i] = s[(i / 32) * 34 + 2 + (i % 32)];
@@ -494,12 +503,13 @@ int cu_repack_q8_0(void *data, int64_t rows, int64_t in, uint64_t row_bytes, cud
     void *tmp = NULL;
     if (cudaMallocAsync(&tmp, rows * row_bytes, st) != cudaSuccess) return 0;
     cudaMemcpyAsync(tmp, data, rows * row_bytes, cudaMemcpyDeviceToDevice, st);
-    k_repack_q8_0<<<(unsigned)rows, 256, 0, st>>>((const uint8_t *)tmp, (uint8_t *)data, nb, row_bytes);
+    cu_launch(k_repack_q8_0, (unsigned)rows, 256, 0, st, (const uint8_t *)tmp, (uint8_t *)data, nb, row_bytes);
     cudaFreeAsync(tmp, st);
     return 1;
 }
 
 __global__ void k_repack_iq2(const uint8_t *src, uint8_t *dst, int nb, uint64_t row_bytes) {
+    cu_pdl_enter();
     const uint8_t *s = src + blockIdx.x * row_bytes;
     uint8_t *d = dst + blockIdx.x * row_bytes;
     for (int i = threadIdx.x; i < nb * 64; i += blockDim.x) d[i] = s[(i / 64) * 66 + 2 + (i % 64)];
@@ -511,7 +521,7 @@ int cu_repack_iq2_xxs(void *data, int64_t rows, int64_t in, uint64_t row_bytes, 
     void *tmp = NULL;
     if (cudaMallocAsync(&tmp, rows * row_bytes, st) != cudaSuccess) return 0;
     cudaMemcpyAsync(tmp, data, rows * row_bytes, cudaMemcpyDeviceToDevice, st);
-    k_repack_iq2<<<(unsigned)rows, 256, 0, st>>>((const uint8_t *)tmp, (uint8_t *)data, nb, row_bytes);
+    cu_launch(k_repack_iq2, (unsigned)rows, 256, 0, st, (const uint8_t *)tmp, (uint8_t *)data, nb, row_bytes);
     cudaFreeAsync(tmp, st);
     return 1;
 }

@@ -106,6 +106,7 @@ template <> __device__ __forceinline__ void mq_wload<CU_TYPE_Q2_K>(const uint8_t
 
 template <int TYPE>
 __global__ void __launch_bounds__(MQ_THREADS) k_mmq(cu_gemv_args g) {
+    cu_pdl_enter();
     constexpr bool Q2K = TYPE == CU_TYPE_Q2_K;
     constexpr bool ACT_K = TYPE == CU_TYPE_Q2_K || TYPE == CU_TYPE_IQ2R || TYPE == CU_TYPE_IQ2_XXS;   /* Q8_K activations */
     constexpr bool IQ2 = TYPE == CU_TYPE_IQ2R || TYPE == CU_TYPE_IQ2_XXS;
@@ -320,6 +321,7 @@ __device__ __forceinline__ void mma_f16(float (&c)[4], uint32_t a0, uint32_t a1,
 }
 
 __global__ void __launch_bounds__(MQ_THREADS) k_mmf16(cu_gemv_args g) {
+    cu_pdl_enter();
     __shared__ __align__(16) uint32_t sw[MQ_BM * MF_LDW];
     __shared__ __align__(16) uint32_t sh[MQ_BN * MF_LDW];
     __shared__ __align__(16) uint32_t sl[MQ_BN * MF_LDW];
@@ -436,12 +438,12 @@ extern "C" int cu_mmq(const cu_gemv_args *ga, int ntiles, cudaStream_t st) {
     if (g.act_div <= 0) g.act_div = 1;
     dim3 grid((unsigned)((g.rows + MQ_BM - 1) / MQ_BM), (unsigned)ntiles);
     switch (g.wtype) {
-    case CU_TYPE_Q8_0: k_mmq<CU_TYPE_Q8_0><<<grid, MQ_THREADS, 0, st>>>(g); break;
-    case CU_TYPE_Q8_0R: k_mmq<CU_TYPE_Q8_0R><<<grid, MQ_THREADS, 0, st>>>(g); break;
-    case CU_TYPE_IQ2R: k_mmq<CU_TYPE_IQ2R><<<grid, MQ_THREADS, 0, st>>>(g); break;
-    case CU_TYPE_IQ2_XXS: k_mmq<CU_TYPE_IQ2_XXS><<<grid, MQ_THREADS, 0, st>>>(g); break;
-    case CU_TYPE_F16: k_mmf16<<<grid, MQ_THREADS, 0, st>>>(g); break;
-    case CU_TYPE_Q2_K: k_mmq<CU_TYPE_Q2_K><<<grid, MQ_THREADS, 0, st>>>(g); break;
+    case CU_TYPE_Q8_0: cu_launch(k_mmq<CU_TYPE_Q8_0>, grid, MQ_THREADS, 0, st, g); break;
+    case CU_TYPE_Q8_0R: cu_launch(k_mmq<CU_TYPE_Q8_0R>, grid, MQ_THREADS, 0, st, g); break;
+    case CU_TYPE_IQ2R: cu_launch(k_mmq<CU_TYPE_IQ2R>, grid, MQ_THREADS, 0, st, g); break;
+    case CU_TYPE_IQ2_XXS: cu_launch(k_mmq<CU_TYPE_IQ2_XXS>, grid, MQ_THREADS, 0, st, g); break;
+    case CU_TYPE_F16: cu_launch(k_mmf16, grid, MQ_THREADS, 0, st, g); break;
+    case CU_TYPE_Q2_K: cu_launch(k_mmq<CU_TYPE_Q2_K>, grid, MQ_THREADS, 0, st, g); break;
     default: return 0;
     }
     return 1;

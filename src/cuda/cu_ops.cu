@@ -7,6 +7,8 @@
  * single-token decode run the same code, and the position is device data
  * (one captured graph per step shape). Arithmetic follows src/cpu/numerics.c.
  */
+#include <stdlib.h>
+
 #include "cuda/cu_common.cuh"
 #include "cuda/cu_ops.h"
 
@@ -105,6 +107,7 @@ __device__ void d_hadamard128_sh(float *x, double *t) {
 /* embedding                                                           */
 
 __global__ void k_embed(const int32_t *tokens, const void *emb, int etype, int D, int nhc, float *X) {
+    cu_pdl_enter();
     int t = blockIdx.y;
     int64_t tok = tokens[t];
     for (int d = blockIdx.x * blockDim.x + threadIdx.x; d < D; d += gridDim.x * blockDim.x) {
@@ -113,7 +116,7 @@ __global__ void k_embed(const int32_t *tokens, const void *emb, int etype, int D
     }
 }
 void cu_embed(const int32_t *tokens, int T, const void *emb, int etype, int D, int nhc, float *X, cudaStream_t st) {
-    k_embed<<<dim3((D + 255) / 256, T), 256, 0, st>>>(tokens, emb, etype, D, nhc, X);
+    cu_launch(k_embed, dim3((D + 255) / 256, T), 256, 0, st, tokens, emb, etype, D, nhc, X);
 }
 
 /* ------------------------------------------------------------------ */
@@ -125,6 +128,7 @@ void cu_embed(const int32_t *tokens, int T, const void *emb, int etype, int D, i
 /* partial[t][split][m] = sum over this split's chunk of fn[m] . X_flat; psq = sum of squares. */
 __global__ void k_hc_mix_partial(const float *X, int hcdim, const void *fn, int fntype, int nmix,
                                  float *partial, double *psq) {
+    cu_pdl_enter();
     int t = blockIdx.y, sp = blockIdx.x;
     int chunk = hcdim / HC_SPLIT;
     const float *x = X + (int64_t)t * hcdim + (int64_t)sp * chunk;
@@ -154,6 +158,7 @@ __global__ void k_hc_mix_partial(const float *X, int hcdim, const void *fn, int 
 __global__ void k_hc_pre_finish(const float *X, int D, int nhc, int nmix, const float *partial, const double *psq,
                                 const float *scale, const float *base, const float *norm_w, int iters,
                                 float hc_eps, float rms_eps, int head, float *xout, float *post_out, float *comb_out) {
+    cu_pdl_enter();
     int t = blockIdx.x;
     int hcdim = D * nhc;
     __shared__ float mix[HC_MAXMIX], wpre[8];
@@ -220,13 +225,174 @@ void cu_hc_pre(const float *X, int T, int D, int nhc, const void *fn, int fntype
                const float *scale, const float *base, const float *norm_w, int iters, float hc_eps,
                float rms_eps, int head, float *partial, double *psq, float *x, float *post, float *comb,
                cudaStream_t st) {
-    k_hc_mix_partial<<<dim3(HC_SPLIT, T), 256, 0, st>>>(X, D * nhc, fn, fntype, nmix, partial, psq);
-    k_hc_pre_finish<<<T, 256, 0, st>>>(X, D, nhc, nmix, partial, psq, scale, base, norm_w, iters, hc_eps,
+    cu_launch(k_hc_mix_partial, dim3(HC_SPLIT, T), 256, 0, st, X, D * nhc, fn, fntype, nmix, partial, psq);
+    cu_launch(k_hc_pre_finish, T, 256, 0, st, X, D, nhc, nmix, partial, psq, scale, base, norm_w, iters, hc_eps,
                                       rms_eps, head, x, post, comb);
+}
+
+/* One kernel per hyper-connection pre step (MINKE_CUDA_HC_FUSED, default on
+ * for batches below 32 tokens), optionally with the previous sub-layer's post
+ * step folded in, and bit-identical to cu_hc_post + cu_hc_pre: the same 16
+ * splits of the input, the same per-lane and per-split summation orders,
+ * the same finish. What changes is the schedule: a block of one warp per mix
+ * row (24 warps instead of 8 walking 3 rows each in turn, so all rows' loads
+ * are in flight at once), the split's input staged in shared memory, and the
+ * finish done by the last block of a token to complete (ticket counter, reset
+ * by that block for the next call) instead of a second launch. With f1 set
+ * each block first computes its split of the post step (k_hc_post's
+ * arithmetic, same order) into Xout and mixes that. post/comb are read by
+ * every block before the last block overwrites them. */
+__global__ void __launch_bounds__(1024)
+k_hc_pre_fused(const float *X, const float *f1, const float *f2, const float *post_in, const float *comb_in,
+               float *Xout, int D, int nhc, const void *fn, int fntype, int nmix, const float *scale,
+               const float *base, const float *norm_w, int iters, float hc_eps, float rms_eps, int head,
+               float *partial, double *psq, int *cnt, float *xout, float *post_out, float *comb_out) {
+    cu_pdl_enter();
+    extern __shared__ float xs[];      /* this split's input (chunk floats) */
+    int t = blockIdx.y, sp = blockIdx.x;
+    int hcdim = D * nhc, chunk = hcdim / HC_SPLIT;
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    __shared__ double shd[33];
+    __shared__ float mix[HC_MAXMIX], wpre[8];
+    __shared__ int is_last;
+    int64_t off = (int64_t)t * hcdim + (int64_t)sp * chunk;
+    if (f1) {
+        for (int k = threadIdx.x; k < chunk; k += blockDim.x) {
+            int64_t i = (int64_t)sp * chunk + k;
+            int c = (int)(i / D), d = (int)(i % D);
+            float f = f1[(int64_t)t * D + d];
+            if (f2) f += f2[(int64_t)t * D + d];
+            const float *xr = X + (int64_t)t * hcdim;
+            float v = post_in[t * nhc + c] * f;
+            for (int r = 0; r < nhc; r++) v += comb_in[t * nhc * nhc + r * nhc + c] * xr[(int64_t)r * D + d];
+            Xout[off + k] = v;
+            xs[k] = v;
+        }
+    } else {
+        for (int k = threadIdx.x; k < chunk; k += blockDim.x) xs[k] = X[off + k];
+    }
+    __syncthreads();
+    /* sum of squares: threads 0..255 as k_hc_mix_partial's block of 256 (the others add 0) */
+    double ss = 0.0;
+    if (threadIdx.x < 256)
+        for (int k = threadIdx.x; k < chunk; k += 256) ss += (double)xs[k] * (double)xs[k];
+    ss = block_sum_d(ss, shd);
+    if (threadIdx.x == 0) psq[t * HC_SPLIT + sp] = ss;
+    for (int m = w; m < nmix; m += blockDim.x >> 5) {
+        float acc = 0.f;
+        int64_t wb = (int64_t)m * hcdim + (int64_t)sp * chunk;
+        if (fntype == CU_TYPE_F16 && (chunk % 64) == 0) {
+            const __half2 *h = (const __half2 *)((const uint16_t *)fn + wb);
+#pragma unroll 4
+            for (int i = lane; i < chunk / 2; i += 32) {
+                float2 fv = __half22float2(h[i]);
+                acc += fv.x * xs[2 * i] + fv.y * xs[2 * i + 1];
+            }
+        } else {
+#pragma unroll 4
+            for (int i = lane; i < chunk; i += 32) acc += cu_wload(fn, fntype, wb + i) * xs[i];
+        }
+        acc = warp_sum(acc);
+        if (lane == 0) partial[((int64_t)t * HC_SPLIT + sp) * HC_MAXMIX + m] = acc;
+    }
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int ticket = atomicAdd(&cnt[t], 1);
+        is_last = ticket == HC_SPLIT - 1;
+        if (is_last) cnt[t] = 0;
+    }
+    __syncthreads();
+    if (!is_last) return;
+    __threadfence();
+    /* the last block of token t: k_hc_pre_finish (L2 reads of what the other blocks wrote) */
+    if (threadIdx.x < 32) {
+        double sq = 0.0;
+        for (int k = 0; k < HC_SPLIT; k++) sq += __ldcg(&psq[t * HC_SPLIT + k]);
+        float r = (float)(1.0 / sqrt(sq / hcdim + (double)rms_eps));
+        if (lane < nmix) {
+            float a = 0.f;
+            for (int k = 0; k < HC_SPLIT; k++) a += __ldcg(&partial[((int64_t)t * HC_SPLIT + k) * HC_MAXMIX + lane]);
+            mix[lane] = a * r;
+        }
+        __syncwarp();
+        if (lane < nhc) {
+            wpre[lane] = sigmoid_stable(mix[lane] * scale[0] + base[lane]) + hc_eps;
+            if (!head) post_out[t * nhc + lane] = 2.0f * sigmoid_stable(mix[nhc + lane] * scale[1] + base[nhc + lane]);
+        }
+        if (!head) {
+            int nn = nhc * nhc;
+            int rr = lane / nhc, cc = lane % nhc;
+            int rb = rr * nhc;
+            int o = 2 * nhc;
+            float v = lane < nn ? mix[o + lane] * scale[2] + base[o + lane] : 0.f;
+            float mx = -INFINITY;
+            for (int k = 0; k < nhc; k++) { float u = __shfl_sync(0xffffffffu, v, (rb + k) & 31); if (u > mx) mx = u; }
+            float e = expf(v - mx);
+            float sum = 0.f;
+            for (int k = 0; k < nhc; k++) sum += __shfl_sync(0xffffffffu, e, (rb + k) & 31);
+            float c = e / sum + hc_eps;
+            for (int it = 0; it < iters; it++) {
+                if (it > 0) {
+                    float s2 = 0.f;
+                    for (int k = 0; k < nhc; k++) s2 += __shfl_sync(0xffffffffu, c, (rb + k) & 31);
+                    c /= (s2 + hc_eps);
+                }
+                float s3 = 0.f;
+                for (int k = 0; k < nhc; k++) s3 += __shfl_sync(0xffffffffu, c, (k * nhc + cc) & 31);
+                c /= (s3 + hc_eps);
+            }
+            if (lane < nn) comb_out[t * nn + lane] = c;
+        }
+    }
+    __syncthreads();
+    const float *x = (f1 ? Xout : X) + (int64_t)t * hcdim;
+    float *y = xout + (int64_t)t * D;
+    /* threads 0..255 as k_hc_pre_finish's block of 256 */
+    double s2 = 0.0;
+    if (threadIdx.x < 256)
+        for (int d = threadIdx.x; d < D; d += 256) {
+            float u = 0.f;
+            for (int k = 0; k < nhc; k++) u += wpre[k] * __ldcg(&x[(int64_t)k * D + d]);
+            y[d] = u;
+            s2 += (double)u * (double)u;
+        }
+    if (!norm_w) return;
+    s2 = block_sum_d(s2, shd);
+    float r = (float)(1.0 / sqrt(s2 / D + (double)rms_eps));
+    if (threadIdx.x < 256)
+        for (int d = threadIdx.x; d < D; d += 256) y[d] = y[d] * r * norm_w[d];
+}
+
+int cu_hc_fused_enabled(void) {
+    static int on = -1;
+    if (on < 0) { const char *e = getenv("MINKE_CUDA_HC_FUSED"); on = e ? atoi(e) != 0 : 1; }
+    return on;
+}
+
+int cu_hc_fused_ok(int D, int nhc, int nmix) {
+    return nmix <= HC_MAXMIX && nhc <= 8 && (D * nhc) % HC_SPLIT == 0 && (D * nhc / HC_SPLIT) * 4 <= 48 * 1024;
+}
+
+void cu_hc_pre_fused(const float *X, const float *f1, const float *f2, const float *post_in, const float *comb_in,
+                     float *Xout, int T, int D, int nhc, const void *fn, int fntype, int nmix, const float *scale,
+                     const float *base, const float *norm_w, int iters, float hc_eps, float rms_eps, int head,
+                     float *part, double *psq, int *cnt, float *x, float *post, float *comb, cudaStream_t st) {
+    int threads = 32 * (nmix > 8 ? nmix : 8);
+    size_t shm = sizeof(float) * (size_t)(D * nhc / HC_SPLIT);
+    cu_launch(k_hc_pre_fused, dim3(HC_SPLIT, T), threads, shm, st, X, f1, f2, post_in, comb_in, Xout, D, nhc, fn,
+              fntype, nmix, scale, base, norm_w, iters, hc_eps, rms_eps, head, part, psq, cnt, x, post, comb);
+}
+
+int cu_pdl_enabled(void) {
+    static int on = -1;
+    if (on < 0) { const char *e = getenv("MINKE_CUDA_PDL"); on = e ? atoi(e) != 0 : 1; }
+    return on;
 }
 
 __global__ void k_hc_post(const float *X, const float *f1, const float *f2, const float *post, const float *comb,
                           int D, int nhc, float *Xout) {
+    cu_pdl_enter();
     int t = blockIdx.y;
     int d = blockIdx.x * blockDim.x + threadIdx.x;
     if (d >= D) return;
@@ -241,13 +407,14 @@ __global__ void k_hc_post(const float *X, const float *f1, const float *f2, cons
 }
 void cu_hc_post(const float *X, const float *f1, const float *f2, const float *post, const float *comb,
                 int T, int D, int nhc, float *Xout, cudaStream_t st) {
-    k_hc_post<<<dim3((D + 255) / 256, T), 256, 0, st>>>(X, f1, f2, post, comb, D, nhc, Xout);
+    cu_launch(k_hc_post, dim3((D + 255) / 256, T), 256, 0, st, X, f1, f2, post, comb, D, nhc, Xout);
 }
 
 /* ------------------------------------------------------------------ */
 /* norms                                                               */
 
 __global__ void k_rmsnorm(const float *x, const float *w, int n, float eps, float *y) {
+    cu_pdl_enter();
     __shared__ double shd[33];
     const float *xr = x + (int64_t)blockIdx.x * n;
     float *yr = y + (int64_t)blockIdx.x * n;
@@ -258,19 +425,21 @@ __global__ void k_rmsnorm(const float *x, const float *w, int n, float eps, floa
     for (int i = threadIdx.x; i < n; i += blockDim.x) yr[i] = w ? xr[i] * r * w[i] : xr[i] * r;
 }
 void cu_rmsnorm(const float *x, const float *w, int nrows, int n, float eps, float *y, cudaStream_t st) {
-    k_rmsnorm<<<nrows, 256, 0, st>>>(x, w, n, eps, y);
+    cu_launch(k_rmsnorm, nrows, 256, 0, st, x, w, n, eps, y);
 }
 
 __global__ void k_add(const float *a, const float *b, float *y, int64_t n) {
+    cu_pdl_enter();
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) y[i] = a[i] + b[i];
 }
 void cu_add(const float *a, const float *b, float *y, int64_t n, cudaStream_t st) {
-    k_add<<<(unsigned)((n + 255) / 256), 256, 0, st>>>(a, b, y, n);
+    cu_launch(k_add, (unsigned)((n + 255) / 256), 256, 0, st, a, b, y, n);
 }
 
 /* q: block per (head, token): unweighted RMSNorm then RoPE tail. */
 __global__ void k_qhead(float *q, int nh, int hd, int nrot, const float *inv_freq, const int *pos0p, float eps) {
+    cu_pdl_enter();
     extern __shared__ float sh[];
     __shared__ double shd[33];
     int h = blockIdx.x, t = blockIdx.y;
@@ -287,11 +456,12 @@ __global__ void k_qhead(float *q, int nh, int hd, int nrot, const float *inv_fre
 }
 void cu_qhead_norm_rope(float *q, int T, int nh, int hd, int nrot, const float *inv_freq,
                         const int *pos0p, float eps, cudaStream_t st) {
-    k_qhead<<<dim3(nh, T), 128, hd * sizeof(float), st>>>(q, nh, hd, nrot, inv_freq, pos0p, eps);
+    cu_launch(k_qhead, dim3(nh, T), 128, hd * sizeof(float), st, q, nh, hd, nrot, inv_freq, pos0p, eps);
 }
 
 __global__ void k_kv_finish(const float *kvp, const float *w, int hd, int nrot, const float *inv_freq,
                             const int *pos0p, float eps, int sims, int f16round, float *out) {
+    cu_pdl_enter();
     extern __shared__ float sh[];
     __shared__ double shd[33];
     int t = blockIdx.x;
@@ -310,11 +480,12 @@ __global__ void k_kv_finish(const float *kvp, const float *w, int hd, int nrot, 
 }
 void cu_kv_finish(const float *kvp, const float *w, int T, int hd, int nrot, const float *inv_freq,
                   const int *pos0p, float eps, int sims, int f16round, float *kv_out, cudaStream_t st) {
-    k_kv_finish<<<T, 128, hd * sizeof(float), st>>>(kvp, w, hd, nrot, inv_freq, pos0p, eps, sims, f16round, kv_out);
+    cu_launch(k_kv_finish, T, 128, hd * sizeof(float), st, kvp, w, hd, nrot, inv_freq, pos0p, eps, sims, f16round, kv_out);
 }
 
 /* After attention: the last min(T, W) rows of the batch go to ring slot pos % W. */
 __global__ void k_raw_store(const float *kv, int T, int hd, int W, const int *pos0p, float *ring) {
+    cu_pdl_enter();
     int k = blockIdx.x;                 /* 0 .. min(T,W)-1 */
     int n = T < W ? T : W;
     int t = T - n + k;
@@ -324,7 +495,7 @@ __global__ void k_raw_store(const float *kv, int T, int hd, int W, const int *po
 }
 void cu_raw_store(const float *kv, int T, int hd, int W, const int *pos0p, float *ring, cudaStream_t st) {
     int n = T < W ? T : W;
-    k_raw_store<<<n, 128, 0, st>>>(kv, T, hd, W, pos0p, ring);
+    cu_launch(k_raw_store, n, 128, 0, st, kv, T, hd, W, pos0p, ring);
 }
 
 /* ------------------------------------------------------------------ */
@@ -350,6 +521,7 @@ __global__ void k_comp_emit(const float *a, const float *s, int T, const void *a
                             const float *Skv, const float *Ssc, const float *norm_w, float eps, int nrot,
                             const float *inv_freq, const int *pos0p, int sims, int is_index, int f16round,
                             float *rows) {
+    cu_pdl_enter();
     extern __shared__ float sh[];        /* d floats + 128 doubles */
     __shared__ double shd[33];
     int pos0 = *pos0p;
@@ -417,13 +589,14 @@ void cu_comp_emit(const float *a, const float *s, int T, const void *ape, int ap
                   const int *pos0p, int sims, int is_index, int f16round, float *rows, cudaStream_t st) {
     int maxe = T / m + 1;
     size_t shm = (size_t)(d + 2) * sizeof(float) + 128 * sizeof(double);
-    k_comp_emit<<<maxe, 128, shm, st>>>(a, s, T, ape, apetype, m, d, Skv, Ssc, norm_w, eps, nrot, inv_freq,
+    cu_launch(k_comp_emit, maxe, 128, shm, st, a, s, T, ape, apetype, m, d, Skv, Ssc, norm_w, eps, nrot, inv_freq,
                                         pos0p, sims, is_index, f16round, rows);
 }
 
 /* Carried state after the batch: thread per column of Wd. */
 __global__ void k_comp_state(const float *a, const float *s, int T, const void *ape, int apetype, int m, int d,
                              float *Skv, float *Ssc, const int *pos0p) {
+    cu_pdl_enter();
     int c = m == 4 ? 2 : 1, Wd = c * d;
     int col = blockIdx.x * blockDim.x + threadIdx.x;
     if (col >= Wd) return;
@@ -458,13 +631,14 @@ __global__ void k_comp_state(const float *a, const float *s, int T, const void *
 void cu_comp_state(const float *a, const float *s, int T, const void *ape, int apetype, int m, int d,
                    float *Skv, float *Ssc, const int *pos0p, cudaStream_t st) {
     int Wd = (m == 4 ? 2 : 1) * d;
-    k_comp_state<<<(Wd + 127) / 128, 128, 0, st>>>(a, s, T, ape, apetype, m, d, Skv, Ssc, pos0p);
+    cu_launch(k_comp_state, (Wd + 127) / 128, 128, 0, st, a, s, T, ape, apetype, m, d, Skv, Ssc, pos0p);
 }
 
 /* ------------------------------------------------------------------ */
 /* indexer (spec §9)                                                   */
 
 __global__ void k_idx_q_prep(float *qI, int nh, int hd, int nrot, const float *inv_freq, const int *pos0p, int sims) {
+    cu_pdl_enter();
     extern __shared__ float sh[];     /* hd floats + 128 doubles */
     int h = blockIdx.x, t = blockIdx.y;
     float *v = qI + ((int64_t)t * nh + h) * hd;
@@ -481,7 +655,7 @@ __global__ void k_idx_q_prep(float *qI, int nh, int hd, int nrot, const float *i
 void cu_idx_q_prep(float *qI, int T, int nh, int hd, int nrot, const float *inv_freq, const int *pos0p,
                    int sims, cudaStream_t st) {
     size_t shm = (size_t)(hd + 2) * sizeof(float) + 128 * sizeof(double);
-    k_idx_q_prep<<<dim3(nh, T), 128, shm, st>>>(qI, nh, hd, nrot, inv_freq, pos0p, sims);
+    cu_launch(k_idx_q_prep, dim3(nh, T), 128, shm, st, qI, nh, hd, nrot, inv_freq, pos0p, sims);
 }
 
 /* scores[t][c] = sum_h wI[h]*scale * relu(qI[h] . row[c]) for c < nI(t), only when nI(t) > topk.
@@ -493,6 +667,7 @@ void cu_idx_q_prep(float *qI, int T, int nh, int hd, int nrot, const float *inv_
 #define IDX_RPT 4
 __global__ void __launch_bounds__(256) k_idx_scores(const float *qI, const float *wI, const float *rows, int nh, int hd,
                                                     float wscale, int topk, const int *pos0p, float *scores, int64_t sstride) {
+    cu_pdl_enter();
     extern __shared__ float qs[];     /* nh*(hd+4) floats + nh */
     int t = blockIdx.y;
     int nI = (*pos0p + t + 1) / 4;
@@ -553,7 +728,7 @@ void cu_idx_scores(const float *qI, const float *wI, const float *rows, int T, i
     size_t shm = (size_t)(nh * (hd + 4) + nh) * sizeof(float);
     int gx = (max_rows + IDX_ROWS - 1) / IDX_ROWS;
     if (gx < 1) gx = 1;
-    k_idx_scores<<<dim3(gx, T), 256, shm, st>>>(qI, wI, rows, nh, hd, wscale, topk, pos0p, scores, score_stride);
+    cu_launch(k_idx_scores, dim3(gx, T), 256, shm, st, qI, wI, rows, nh, hd, wscale, topk, pos0p, scores, score_stride);
 }
 
 /* Top-k by (score desc, index asc) with a 4-pass 8-bit radix select on
@@ -565,6 +740,7 @@ __device__ __forceinline__ uint32_t f2key(float f) {
 #define TOPK_THREADS 1024
 __global__ void __launch_bounds__(TOPK_THREADS) k_idx_topk(const float *scores, int64_t sstride, int topk,
                                                           const int *pos0p, int *sel, int *nsel) {
+    cu_pdl_enter();
     int t = blockIdx.x;
     int nI = (*pos0p + t + 1) / 4;
     int *out = sel + (int64_t)t * topk;
@@ -657,7 +833,7 @@ __global__ void __launch_bounds__(TOPK_THREADS) k_idx_topk(const float *scores, 
 }
 void cu_idx_topk(const float *scores, int64_t score_stride, int T, int topk, const int *pos0p,
                  int *sel, int *nsel, cudaStream_t st) {
-    k_idx_topk<<<T, TOPK_THREADS, 0, st>>>(scores, score_stride, topk, pos0p, sel, nsel);
+    cu_launch(k_idx_topk, T, TOPK_THREADS, 0, st, scores, score_stride, topk, pos0p, sel, nsel);
 }
 
 /* ------------------------------------------------------------------ */
@@ -687,6 +863,7 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
 k_attention(const float *q, const float *kv_batch, const float *ring, const float *comp, const int *sel,
             const int *nsel, int topk, const float *sinks, int nh, int hd, int W, int ratio, int nrot,
             const float *inv_freq, float scale, const int *pos0p, float *o, int nsplit, float *part) {
+    cu_pdl_enter();
     int h = blockIdx.x, t = blockIdx.y, sp = blockIdx.z;
     int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     int pos0 = *pos0p, qp = pos0 + t;
@@ -757,6 +934,7 @@ k_attention(const float *q, const float *kv_batch, const float *ring, const floa
 
 __global__ void k_attn_combine(const float *part, const float *sinks, int nh, int hd, int nsplit, int nrot,
                                const float *inv_freq, const int *pos0p, float *o) {
+    cu_pdl_enter();
     int h = blockIdx.x, t = blockIdx.y;
     const float *pp = part + ((int64_t)t * nh + h) * nsplit * (hd + 2);
     float Mt = sinks[h];
@@ -800,6 +978,7 @@ __global__ void __launch_bounds__(ATH_HEADS * 32)
 k_attention_heads(const float *q, const float *kv_batch, const float *ring, const float *comp, const int *sel,
                   const int *nsel, int topk, const float *sinks, int nh, int hd, int W, int ratio, int nrot,
                   const float *inv_freq, float scale, const int *pos0p, float *o) {
+    cu_pdl_enter();
     __shared__ __align__(16) float srow[ATH_ROWS * 512];
     int t = blockIdx.y;
     int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
@@ -918,14 +1097,14 @@ void cu_attention(const float *q, const float *kv_batch, const float *ring, cons
     if (!part || nsplit < 1) nsplit = 1;
     if (nsplit > 64) nsplit = 64;
     if (nsplit == 1 && hd <= 512 && hd % 128 == 0 && att_heads_mode()) {
-        k_attention_heads<<<dim3((nh + ATH_HEADS - 1) / ATH_HEADS, T), ATH_HEADS * 32, 0, st>>>(
+        cu_launch(k_attention_heads, dim3((nh + ATH_HEADS - 1) / ATH_HEADS, T), ATH_HEADS * 32, 0, st,
             q, kv_batch, ring, comp, sel, nsel, topk, sinks, nh, hd, W, ratio, nrot, inv_freq, scale, pos0p, o);
         return;
     }
-    k_attention<<<dim3(nh, T, nsplit), ATT_WARPS * 32, 0, st>>>(q, kv_batch, ring, comp, sel, nsel, topk, sinks, nh, hd,
+    cu_launch(k_attention, dim3(nh, T, nsplit), ATT_WARPS * 32, 0, st, q, kv_batch, ring, comp, sel, nsel, topk, sinks, nh, hd,
                                                                 W, ratio, nrot, inv_freq, scale, pos0p, o, nsplit, part);
     if (nsplit > 1)
-        k_attn_combine<<<dim3(nh, T), 128, 0, st>>>(part, sinks, nh, hd, nsplit, nrot, inv_freq, pos0p, o);
+        cu_launch(k_attn_combine, dim3(nh, T), 128, 0, st, part, sinks, nh, hd, nsplit, nrot, inv_freq, pos0p, o);
 }
 
 /* ------------------------------------------------------------------ */
@@ -935,6 +1114,7 @@ void cu_attention(const float *q, const float *kv_batch, const float *ring, cons
  * selection values (ties: the lower expert index, as nm_topk). */
 __global__ void k_router(const float *logits, const float *bias, const int32_t *tid2eid, const int32_t *tokens,
                          int E, int K, float route_scale, int *sel, float *wout) {
+    cu_pdl_enter();
     int t = blockIdx.x, lane = threadIdx.x;
     extern __shared__ float sc[];     /* E scores + E selection values */
     float *sv = sc + E;
@@ -976,12 +1156,13 @@ __global__ void k_router(const float *logits, const float *bias, const int32_t *
 }
 void cu_router(const float *logits, const float *bias, const int32_t *tid2eid, const int32_t *tokens,
                int T, int E, int K, float route_scale, int *sel, float *w, cudaStream_t st) {
-    k_router<<<T, 32, 2 * E * sizeof(float), st>>>(logits, bias, tid2eid, tokens, E, K, route_scale, sel, w);
+    cu_launch(k_router, T, 32, 2 * E * sizeof(float), st, logits, bias, tid2eid, tokens, E, K, route_scale, sel, w);
 }
 
 /* Pairs (token*K + slot) grouped by expert into tiles of at most nt pairs. One block. */
 __global__ void k_moe_tiles(const int *sel, int P, int E, int nt, int *pairs, int *tstart, int *tcount,
                             int *texpert, int *ntiles) {
+    cu_pdl_enter();
     extern __shared__ int smem[];
     int *cnt = smem, *off = smem + E, *fill = smem + 2 * E, *toff = smem + 3 * E;
     for (int e = threadIdx.x; e < E; e += blockDim.x) { cnt[e] = 0; fill[e] = 0; }
@@ -1017,17 +1198,19 @@ __global__ void k_moe_tiles(const int *sel, int P, int E, int nt, int *pairs, in
 }
 /* Decode-sized batches: one tile per pair, no sorting. */
 __global__ void k_moe_tiles1(const int *sel, int P, int *pairs, int *tstart, int *tcount, int *texpert, int *ntiles) {
+    cu_pdl_enter();
     int p = threadIdx.x;
     if (p < P) { pairs[p] = p; tstart[p] = p; tcount[p] = 1; texpert[p] = sel[p]; }
     if (p == 0) *ntiles = P;
 }
 void cu_moe_tiles(const int *sel, int P, int E, int nt, int *pairs, int *tstart, int *tcount, int *texpert,
                   int *ntiles, cudaStream_t st) {
-    if (nt == 1 && P <= 1024) k_moe_tiles1<<<1, P < 32 ? 32 : P, 0, st>>>(sel, P, pairs, tstart, tcount, texpert, ntiles);
-    else k_moe_tiles<<<1, 1024, 4 * E * sizeof(int), st>>>(sel, P, E, nt, pairs, tstart, tcount, texpert, ntiles);
+    if (nt == 1 && P <= 1024) cu_launch(k_moe_tiles1, 1, P < 32 ? 32 : P, 0, st, sel, P, pairs, tstart, tcount, texpert, ntiles);
+    else cu_launch(k_moe_tiles, 1, 1024, 4 * E * sizeof(int), st, sel, P, E, nt, pairs, tstart, tcount, texpert, ntiles);
 }
 
 __global__ void k_swiglu(const float *g, const float *u, const float *w, int F, float limit, float *mid) {
+    cu_pdl_enter();
     int p = blockIdx.y;
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= F) return;
@@ -1043,10 +1226,11 @@ __global__ void k_swiglu(const float *g, const float *u, const float *w, int F, 
 }
 void cu_swiglu(const float *g, const float *u, const float *w, int P, int F, float limit, float *mid,
                cudaStream_t st) {
-    k_swiglu<<<dim3((F + 255) / 256, P), 256, 0, st>>>(g, u, w, F, limit, mid);
+    cu_launch(k_swiglu, dim3((F + 255) / 256, P), 256, 0, st, g, u, w, F, limit, mid);
 }
 
 __global__ void k_moe_sum(const float *outp, int K, int D, float *m) {
+    cu_pdl_enter();
     int t = blockIdx.y;
     int d = blockIdx.x * blockDim.x + threadIdx.x;
     if (d >= D) return;
@@ -1055,13 +1239,14 @@ __global__ void k_moe_sum(const float *outp, int K, int D, float *m) {
     m[(int64_t)t * D + d] = s;
 }
 void cu_moe_sum(const float *outp, int T, int K, int D, float *m, cudaStream_t st) {
-    k_moe_sum<<<dim3((D + 255) / 256, T), 256, 0, st>>>(outp, K, D, m);
+    cu_launch(k_moe_sum, dim3((D + 255) / 256, T), 256, 0, st, outp, K, D, m);
 }
 
 /* ------------------------------------------------------------------ */
 /* argmax (greedy bench decode) and synthetic weights                  */
 
 __global__ void k_argmax(const float *x, int64_t n, int skip, int *out) {
+    cu_pdl_enter();
     __shared__ float bv[1024];
     __shared__ int bi[1024];
     float best = -INFINITY; int idx = 0x7fffffff;
@@ -1082,7 +1267,7 @@ __global__ void k_argmax(const float *x, int64_t n, int skip, int *out) {
     if (threadIdx.x == 0) *out = bi[0];
 }
 void cu_argmax(const float *x, int64_t n, int skip, int *out, cudaStream_t st) {
-    k_argmax<<<1, 1024, 0, st>>>(x, n, skip, out);
+    cu_launch(k_argmax, 1, 1024, 0, st, x, n, skip, out);
 }
 
 __device__ __forceinline__ uint32_t hash32(uint64_t x) {
@@ -1095,6 +1280,7 @@ __device__ __forceinline__ float hash_unit(uint64_t x) { return (float)(hash32(x
  * random codes with block scales chosen so the dequantized values are of
  * order `scale` (never NaN/inf). */
 __global__ void k_synth(uint8_t *dst, int type, int64_t nbytes_or_nel, int64_t nblocks, uint64_t seed, float scale) {
+    cu_pdl_enter();
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     int64_t stride = (int64_t)gridDim.x * blockDim.x;
     if (type == CU_TYPE_F32) {
@@ -1112,6 +1298,7 @@ __global__ void k_synth(uint8_t *dst, int type, int64_t nbytes_or_nel, int64_t n
     }
 }
 __global__ void k_synth_scales(uint8_t *dst, int type, int64_t nblocks, float scale) {
+    cu_pdl_enter();
     int64_t b = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     int64_t stride = (int64_t)gridDim.x * blockDim.x;
     for (; b < nblocks; b += stride) {
@@ -1137,8 +1324,8 @@ void cu_synth_fill(void *dst, int type, int64_t nel, uint64_t seed, float scale,
     case CU_TYPE_MXFP4: nblocks = nel / 32; nbytes = nblocks * 17; break;
     default: return;
     }
-    k_synth<<<4096, 256, 0, st>>>((uint8_t *)dst, type, nbytes, nblocks, seed, scale);
-    if (nblocks) k_synth_scales<<<4096, 256, 0, st>>>((uint8_t *)dst, type, nblocks, scale);
+    cu_launch(k_synth, 4096, 256, 0, st, (uint8_t *)dst, type, nbytes, nblocks, seed, scale);
+    if (nblocks) cu_launch(k_synth_scales, 4096, 256, 0, st, (uint8_t *)dst, type, nblocks, scale);
 }
 
 void cu_ops_init(void) {

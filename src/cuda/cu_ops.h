@@ -29,6 +29,8 @@ typedef struct cu_gemv_args {
     int64_t group_act_bytes;  /*   (r / group_rows) * group_act_bytes; 0 = off */
     const int *tile_pairs, *tile_start, *tile_count, *tile_expert, *n_tiles; /* MoE mode */
     int items;                /* filled by cu_gemv */
+    const void *w2;           /* GEMV only: a second matrix of the same shape and type over the */
+    float *out2;              /*   same activations into out2, in the same launch (gate + up) */
 } cu_gemv_args;
 
 #ifdef __cplusplus
@@ -73,6 +75,18 @@ void cu_hc_pre(const float *X, int T, int D, int nhc, const void *fn, int fntype
                const float *scale, const float *base, const float *norm_w, int iters, float hc_eps,
                float rms_eps, int head, float *partial, double *psq, float *x, float *post, float *comb,
                cudaStream_t st);
+/* The same in one launch with the same results (cu_ops.cu k_hc_pre_fused; MINKE_CUDA_HC_FUSED=0
+ * turns it off). With f1 set it first applies the previous post step (cu_hc_post(X, f1, f2,
+ * post, comb) into Xout) and mixes Xout. part/psq: as cu_hc_pre's partial/psq; cnt: T ints,
+ * zero before the first call (each call leaves them zero). cu_hc_fused_ok: shapes it takes. */
+int cu_hc_fused_enabled(void);
+int cu_hc_fused_ok(int D, int nhc, int nmix);
+void cu_hc_pre_fused(const float *X, const float *f1, const float *f2, const float *post_in, const float *comb_in,
+                     float *Xout, int T, int D, int nhc, const void *fn, int fntype, int nmix, const float *scale,
+                     const float *base, const float *norm_w, int iters, float hc_eps, float rms_eps, int head,
+                     float *partial, double *psq, int *cnt, float *x, float *post, float *comb, cudaStream_t st);
+/* programmatic dependent launch between the backend's kernels (MINKE_CUDA_PDL=0: off) */
+int cu_pdl_enabled(void);
 void cu_hc_post(const float *X, const float *f1, const float *f2, const float *post, const float *comb,
                 int T, int D, int nhc, float *Xout, cudaStream_t st);
 

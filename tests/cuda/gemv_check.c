@@ -120,6 +120,25 @@ static int check_type(int type, int64_t rows, int64_t in, int T, int timing) {
         printf("%s gemv %-8s rows %5lld in %5lld T %d tile %d: rel err %.2e\n", bad ? "FAIL" : "ok  ", ni >= 3 ? (type == GGML_TYPE_Q8_0 ? "q8_0r" : "iq2r") : tr->name,
                (long long)rows, (long long)in, T, nt, rel);
         fail |= bad;
+        {
+            /* paired launch (w2/out2: gate and up in one grid): both halves give
+             * exactly the single launch's results */
+            float *dy2, *y1 = malloc(sizeof(float) * T * rows), *y2 = malloc(sizeof(float) * T * rows);
+            CK(cudaMalloc((void **)&dy2, sizeof(float) * T * rows));
+            cu_gemv_args p2 = g;
+            p2.w2 = g.w; p2.out2 = dy2;
+            CK(cudaMemset(dy, 0xFF, sizeof(float) * T * rows));
+            CK(cudaMemset(dy2, 0xFF, sizeof(float) * T * rows));
+            cu_gemv(&p2, (T + nt - 1) / nt, 0);
+            CK(cudaGetLastError());
+            CK(cudaMemcpy(y1, dy, sizeof(float) * T * rows, cudaMemcpyDeviceToHost));
+            CK(cudaMemcpy(y2, dy2, sizeof(float) * T * rows, cudaMemcpyDeviceToHost));
+            int pb = memcmp(y1, ygpu, sizeof(float) * T * rows) || memcmp(y2, ygpu, sizeof(float) * T * rows);
+            if (pb) printf("FAIL gemv pair %s rows %lld in %lld T %d tile %d: differs from the single launch\n",
+                           tr->name, (long long)rows, (long long)in, T, nt);
+            fail |= pb;
+            cudaFree(dy2); free(y1); free(y2);
+        }
     }
     if (timing) {
         /* decode-shaped timing: T = 1 over a weight set far larger than L2 */
