@@ -21,6 +21,8 @@ cleanup() {
     rm -rf "$T"
 }
 trap cleanup EXIT INT TERM
+# under ASan/UBSan an undefined-behaviour report stops the server, so it fails the test
+if [ "${MINKE_ASAN:-0}" = 1 ]; then export UBSAN_OPTIONS="${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}"; fi
 
 if ! command -v node >/dev/null 2>&1; then echo "SKIP: node is not installed"; exit 0; fi
 if [ ! -d tests/node/node_modules/openai ]; then
@@ -144,3 +146,16 @@ node tests/node/kvdisk.mjs vis2 "$T/vis.json" || fail "visible phase 2"
 stop
 grep -q '(disk-visible)' "$T/run9.log" || fail "log does not show a disk-visible hit"
 echo "ok   thinking turn found again on disk by its visible transcript"
+
+# 8. the same prompt again after a long answer: served from the in-memory
+#    prompt snapshot, and the displaced answer (>= min tokens) saved as evict
+rm -rf "$D"
+start run10 --test-hooks --kv-cache-cold-max-tokens 0
+body='{"messages":[{"role":"user","content":"Say it twice"}],"max_tokens":200,"thinking":false,"minke_script":"'"$(printf 'one two three four five six seven eight nine ten %.0s' 1 2 3 4 5 6)"'"}'
+node tests/node/http.mjs post "$MINKE_URL" /v1/chat/completions "$body" >"$T/snap1.json" || fail "snapshot request 1"
+grep -q 'stored' "$T/run10.log" && fail "stored a snapshot before the prompt was resent"
+node tests/node/http.mjs post "$MINKE_URL" /v1/chat/completions "$body" >"$T/snap2.json" || fail "snapshot request 2"
+stop
+grep -q 'cached=[1-9][0-9]* (snapshot)' "$T/run10.log" || fail "resent prompt not served from the prompt snapshot"
+grep -q 'stored .* (evict' "$T/run10.log" || fail "displaced answer not saved before the snapshot was restored"
+echo "ok   resent prompt restored from the prompt snapshot, displaced answer saved (evict)"

@@ -123,7 +123,9 @@ static int scan(entry **out) {
             continue;
         }
         if (n == cap) { cap = cap ? cap * 2 : 16; v = realloc(v, (size_t)cap * sizeof *v); }
-        snprintf(v[n].name, sizeof v[n].name, "%s", de->d_name);
+        size_t nl = strnlen(de->d_name, sizeof v[n].name - 1); /* name_is_entry: always 43 */
+        memcpy(v[n].name, de->d_name, nl);
+        v[n].name[nl] = 0;
         v[n].h = kh;
         v[n].size = (uint64_t)st.st_size;
         n++;
@@ -164,7 +166,7 @@ int kvdisk_evict_to_budget(const char *protect_name) {
         if (eff < 0.01) eff = 0;
         v[i].score = (eff + 1) * v[i].h.n_tokens / (double)(v[i].size ? v[i].size : 1);
     }
-    qsort(v, (size_t)n, sizeof *v, cmp_score);
+    if (n > 1) qsort(v, (size_t)n, sizeof *v, cmp_score); /* v is NULL when the directory is empty */
     int removed = 0;
     for (int pass = 0; pass < 2 && total > budget; pass++) {
         for (int i = 0; i < n && total > budget; i++) {
@@ -433,7 +435,7 @@ size_t kvdisk_load_prefix(minke_session *s, const char *text, size_t len, int32_
     if (!g_enabled) return 0;
     entry *v = NULL;
     int n = scan(&v);
-    qsort(v, (size_t)n, sizeof *v, cmp_keylen);
+    if (n > 1) qsort(v, (size_t)n, sizeof *v, cmp_keylen);
     size_t used = 0;
     for (int i = 0; i < n; i++) {
         const kvdisk_header *h = &v[i].h;
