@@ -408,7 +408,7 @@ int cmd_bench(int argc, char **argv) {
     }
     if (plot && nrows) {
         char title[512];
-        snprintf(title, sizeof title, "minke bench: %s, %s", m->name[0] ? m->name : "model", dev);
+        snprintf(title, sizeof title, "minke bench: %.200s, %.200s", m->name[0] ? m->name : "model", dev);
         write_svg(plot, rows, nrows, title);
     }
     if (out != stdout) fclose(out);
