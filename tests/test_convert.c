@@ -30,52 +30,9 @@
 #include "model/config.h"
 #include "gguf/gguf.h"
 #include "quant/quant.h"
-
-static int failures;
-#define CHECK(cond, ...)                                                     \
-    do {                                                                     \
-        if (!(cond)) {                                                       \
-            failures++;                                                      \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);             \
-            fprintf(stderr, __VA_ARGS__);                                    \
-            fprintf(stderr, "\n");                                           \
-        }                                                                    \
-    } while (0)
+#include "testutil.h"
 
 static const char *ckpt_dir = "tests/fixtures/oracle/tiny-a";
-static char tmpdir[512];
-
-static void make_tmpdir(void) {
-    const char *b = getenv("MINKE_BUILD");
-    char base[400];
-    snprintf(base, sizeof base, "%s/tmp", b && *b ? b : "/tmp");
-    mkdir(base, 0755);
-    snprintf(tmpdir, sizeof tmpdir, "%s/test_convert.XXXXXX", base);
-    if (!mkdtemp(tmpdir)) {
-        snprintf(tmpdir, sizeof tmpdir, "/tmp/test_convert.XXXXXX");
-        if (!mkdtemp(tmpdir)) {
-            perror("mkdtemp");
-            exit(1);
-        }
-    }
-}
-
-static uint8_t *read_all(const char *path, uint64_t *size) {
-    FILE *fp = fopen(path, "rb");
-    if (!fp) return NULL;
-    fseek(fp, 0, SEEK_END);
-    long n = ftell(fp);
-    fseek(fp, 0, SEEK_SET);
-    uint8_t *b = malloc(n ? (size_t)n : 1);
-    if (fread(b, 1, (size_t)n, fp) != (size_t)n) {
-        free(b);
-        fclose(fp);
-        return NULL;
-    }
-    fclose(fp);
-    *size = (uint64_t)n;
-    return b;
-}
 
 static int write_all(const char *path, const void *p, size_t n) {
     FILE *fp = fopen(path, "wb");
@@ -100,7 +57,7 @@ typedef struct {
 
 typedef struct {
     uint8_t *file;
-    uint64_t size;
+    size_t size;
     json_t *header;
     ck_tensor *t;
     int n;
@@ -108,7 +65,7 @@ typedef struct {
 
 static int ckpt_load(ckpt *c, const char *path) {
     memset(c, 0, sizeof *c);
-    c->file = read_all(path, &c->size);
+    c->file = test_read_file(path, &c->size);
     if (!c->file) return -1;
     uint64_t hl;
     memcpy(&hl, c->file, 8);
@@ -312,7 +269,7 @@ static gguf_file *convert_to(const char *out_name, const char *input, const char
     convert_opts o;
     convert_opts_default(&o);
     o.input = input;
-    snprintf(path, pn, "%s/%s", tmpdir, out_name);
+    snprintf(path, pn, "%s/%s", test_tmpdir(), out_name);
     o.output = path;
     o.progress = 0;
     if (experts) policy_set_experts(&o.policy, experts);
@@ -546,9 +503,9 @@ static void make_variant(const char *dir, ckpt *c, json_t *h, const char *config
     if (config_text) write_all(p, config_text, strlen(config_text));
     else {
         char src[1024];
-        uint64_t n;
+        size_t n;
         snprintf(src, sizeof src, "%s/config.json", ckpt_dir);
-        uint8_t *b = read_all(src, &n);
+        uint8_t *b = test_read_file(src, &n);
         write_all(p, b, n);
         free(b);
     }
@@ -574,7 +531,7 @@ static void expect_fail(const char *what, const char *dir, const char *needle1, 
     convert_opts o;
     convert_opts_default(&o);
     char out[1024];
-    snprintf(out, sizeof out, "%s/bad.gguf", tmpdir);
+    snprintf(out, sizeof out, "%s/bad.gguf", test_tmpdir());
     unlink(out);
     o.input = dir;
     o.output = out;
@@ -595,14 +552,14 @@ static void test_errors(ckpt *c) {
     /* missing tensor */
     json_t *h = json_deep_copy(c->header);
     json_object_del(h, "layers.3.attn.wq_a.weight");
-    snprintf(dir, sizeof dir, "%s/missing", tmpdir);
+    snprintf(dir, sizeof dir, "%s/missing", test_tmpdir());
     make_variant(dir, c, h, NULL);
     expect_fail("missing tensor", dir, "lacks tensor", "layers.3.attn.wq_a.weight");
     json_decref(h);
     /* missing FP8 scale */
     h = json_deep_copy(c->header);
     json_object_del(h, "layers.1.ffn.shared_experts.w2.scale");
-    snprintf(dir, sizeof dir, "%s/noscale", tmpdir);
+    snprintf(dir, sizeof dir, "%s/noscale", test_tmpdir());
     make_variant(dir, c, h, NULL);
     expect_fail("missing scale", dir, "layers.1.ffn.shared_experts.w2.scale", NULL);
     json_decref(h);
@@ -611,14 +568,14 @@ static void test_errors(ckpt *c) {
     json_t *sh = json_object_get(json_object_get(h, "layers.2.attn.wkv.weight"), "shape");
     json_array_set_new(sh, 0, json_integer(64));
     json_array_set_new(sh, 1, json_integer(512));
-    snprintf(dir, sizeof dir, "%s/shape", tmpdir);
+    snprintf(dir, sizeof dir, "%s/shape", test_tmpdir());
     make_variant(dir, c, h, NULL);
     expect_fail("wrong shape", dir, "shape", "layers.2.attn.wkv.weight");
     json_decref(h);
     /* unreadable dtype */
     h = json_deep_copy(c->header);
     json_object_set_new(json_object_get(h, "norm.weight"), "dtype", json_string("I16"));
-    snprintf(dir, sizeof dir, "%s/dtype", tmpdir);
+    snprintf(dir, sizeof dir, "%s/dtype", test_tmpdir());
     make_variant(dir, c, h, NULL);
     expect_fail("unknown dtype", dir, "dtype", "norm.weight");
     json_decref(h);
@@ -626,19 +583,19 @@ static void test_errors(ckpt *c) {
     h = json_deep_copy(c->header);
     json_t *off = json_object_get(json_object_get(h, "embed.weight"), "data_offsets");
     json_array_set_new(off, 1, json_integer((json_int_t)c->size * 2));
-    snprintf(dir, sizeof dir, "%s/range", tmpdir);
+    snprintf(dir, sizeof dir, "%s/range", test_tmpdir());
     make_variant(dir, c, h, NULL);
     expect_fail("data range", dir, "corrupt", "embed.weight");
     json_decref(h);
     /* not DeepSeek V4 */
-    snprintf(dir, sizeof dir, "%s/llama", tmpdir);
+    snprintf(dir, sizeof dir, "%s/llama", test_tmpdir());
     make_variant(dir, c, c->header, "{\"model_type\": \"llama\", \"hidden_size\": 256}");
     expect_fail("llama config", dir, "not a DeepSeek V4", NULL);
-    snprintf(dir, sizeof dir, "%s/nohc", tmpdir);
+    snprintf(dir, sizeof dir, "%s/nohc", test_tmpdir());
     make_variant(dir, c, c->header, "{\"dim\": 256, \"n_layers\": 6, \"vocab_size\": 1024}");
     expect_fail("config without V4 keys", dir, "not a DeepSeek V4", NULL);
     /* corrupt header: garbage JSON and a header length beyond the file */
-    snprintf(dir, sizeof dir, "%s/garbage", tmpdir);
+    snprintf(dir, sizeof dir, "%s/garbage", test_tmpdir());
     make_variant(dir, c, c->header, NULL);
     char p[1100];
     snprintf(p, sizeof p, "%s/model.safetensors", dir);
@@ -649,7 +606,7 @@ static void test_errors(ckpt *c) {
         fclose(fp);
     }
     expect_fail("garbage header", dir, "corrupt", "model.safetensors");
-    snprintf(dir, sizeof dir, "%s/hlen", tmpdir);
+    snprintf(dir, sizeof dir, "%s/hlen", test_tmpdir());
     make_variant(dir, c, c->header, NULL);
     snprintf(p, sizeof p, "%s/model.safetensors", dir);
     fp = fopen(p, "r+b");
@@ -660,13 +617,13 @@ static void test_errors(ckpt *c) {
     }
     expect_fail("header length", dir, "corrupt", NULL);
     /* truncated file */
-    snprintf(dir, sizeof dir, "%s/trunc", tmpdir);
+    snprintf(dir, sizeof dir, "%s/trunc", test_tmpdir());
     make_variant(dir, c, c->header, NULL);
     snprintf(p, sizeof p, "%s/model.safetensors", dir);
     if (truncate(p, (off_t)(c->size / 2)) != 0) perror("truncate");
     expect_fail("truncated file", dir, "corrupt", NULL);
     /* no such directory */
-    snprintf(dir, sizeof dir, "%s/nonexistent", tmpdir);
+    snprintf(dir, sizeof dir, "%s/nonexistent", test_tmpdir());
     expect_fail("missing input", dir, "config.json", NULL);
 }
 
@@ -680,7 +637,7 @@ static void test_with_tokenizer(ckpt *c) {
         return;
     }
     char dir[1024], p[1100];
-    snprintf(dir, sizeof dir, "%s/bigvocab", tmpdir);
+    snprintf(dir, sizeof dir, "%s/bigvocab", test_tmpdir());
     mkdir(dir, 0755);
     /* config with the new vocabulary */
     snprintf(p, sizeof p, "%s/config.json", ckpt_dir);
@@ -788,7 +745,7 @@ static void test_with_tokenizer(ckpt *c) {
  * converted with --mtp-out: every MTP tensor equals its decoded official tensor. */
 static void test_mtp(ckpt *c) {
     char dir[1024], p[1100];
-    snprintf(dir, sizeof dir, "%s/withmtp", tmpdir);
+    snprintf(dir, sizeof dir, "%s/withmtp", test_tmpdir());
     json_t *h = json_deep_copy(c->header);
     const char *k;
     json_t *v;
@@ -821,8 +778,8 @@ static void test_mtp(ckpt *c) {
     convert_opts o;
     convert_opts_default(&o);
     char out[1024], mout[1024], err[1024] = "";
-    snprintf(out, sizeof out, "%s/main-mtp.gguf", tmpdir);
-    snprintf(mout, sizeof mout, "%s/mtp.gguf", tmpdir);
+    snprintf(out, sizeof out, "%s/main-mtp.gguf", test_tmpdir());
+    snprintf(mout, sizeof mout, "%s/mtp.gguf", test_tmpdir());
     o.input = dir;
     o.output = out;
     o.mtp_output = mout;
@@ -867,7 +824,7 @@ static void test_mtp(ckpt *c) {
     free(c2.file);
     /* without an MTP block --mtp-out is an error */
     o.input = ckpt_dir;
-    snprintf(out, sizeof out, "%s/nomtp.gguf", tmpdir);
+    snprintf(out, sizeof out, "%s/nomtp.gguf", test_tmpdir());
     o.output = out;
     rc = convert_model(&o, err, sizeof err);
     CHECK(rc != 0 && strstr(err, "MTP"), "--mtp-out on a checkpoint without MTP: rc %d '%s'", rc, err);
@@ -911,16 +868,16 @@ static void test_sharded(ckpt *c) {
     gguf_file *g0 = convert_to("single.gguf", ckpt_dir, "mxfp4", "f32", ref, sizeof ref);
     if (!g0) return;
     gguf_close(g0);
-    uint64_t n0;
-    uint8_t *b0 = read_all(ref, &n0);
+    size_t n0;
+    uint8_t *b0 = test_read_file(ref, &n0);
     for (int with_index = 0; with_index < 2; with_index++) {
         char dir[1024], p[1200], src[1024];
-        snprintf(dir, sizeof dir, "%s/sharded%d", tmpdir, with_index);
+        snprintf(dir, sizeof dir, "%s/sharded%d", test_tmpdir(), with_index);
         mkdir(dir, 0755);
         snprintf(src, sizeof src, "%s/config.json", ckpt_dir);
         snprintf(p, sizeof p, "%s/config.json", dir);
-        uint64_t n;
-        uint8_t *cfg = read_all(src, &n);
+        size_t n;
+        uint8_t *cfg = test_read_file(src, &n);
         write_all(p, cfg, n);
         free(cfg);
         json_t *wm = json_object();
@@ -944,18 +901,18 @@ static void test_sharded(ckpt *c) {
         gguf_file *g = convert_to(name, dir, "mxfp4", "f32", out, sizeof out);
         if (!g) continue;
         gguf_close(g);
-        uint8_t *b = read_all(out, &n);
+        uint8_t *b = test_read_file(out, &n);
         CHECK(b && n == n0 && !memcmp(b, b0, n), "3 shards (%s index) convert to a different file", with_index ? "with" : "without");
         free(b);
     }
     /* the Hugging Face config.json (DeepseekV4Config keys) describes the same model */
     {
         char hdir[1024], hp[1200], src[1024];
-        snprintf(hdir, sizeof hdir, "%s/sharded0", tmpdir);
+        snprintf(hdir, sizeof hdir, "%s/sharded0", test_tmpdir());
         snprintf(src, sizeof src, "%s/hf_config.json", ckpt_dir);
         snprintf(hp, sizeof hp, "%s/config.json", hdir);
-        uint64_t n;
-        uint8_t *cfg = read_all(src, &n);
+        size_t n;
+        uint8_t *cfg = test_read_file(src, &n);
         if (cfg) {
             write_all(hp, cfg, n);
             free(cfg);
@@ -963,7 +920,7 @@ static void test_sharded(ckpt *c) {
             gguf_file *g = convert_to("hfconfig.gguf", hdir, "mxfp4", "f32", out, sizeof out);
             if (g) {
                 gguf_close(g);
-                uint8_t *b = read_all(out, &n);
+                uint8_t *b = test_read_file(out, &n);
                 CHECK(b && n == n0 && !memcmp(b, b0, n), "the HF config.json gives a different file than the official one");
                 free(b);
             }
@@ -971,7 +928,7 @@ static void test_sharded(ckpt *c) {
     }
     /* an index naming a shard that is not there */
     char dir[1024], p[1200];
-    snprintf(dir, sizeof dir, "%s/sharded1", tmpdir);
+    snprintf(dir, sizeof dir, "%s/sharded1", test_tmpdir());
     snprintf(p, sizeof p, "%s/model-00002-of-00003.safetensors", dir);
     unlink(p);
     expect_fail("missing shard", dir, "model-00002-of-00003.safetensors", NULL);
@@ -983,10 +940,10 @@ static void test_sharded(ckpt *c) {
  * (the interesting part runs under ASan). Tensors it accepts must lie inside the file. */
 static void test_reader_fuzz(ckpt *c) {
     char path[1024];
-    snprintf(path, sizeof path, "%s/small.safetensors", tmpdir);
+    snprintf(path, sizeof path, "%s/small.safetensors", test_tmpdir());
     write_shard(c, path, 0, 100, NULL, NULL);
-    uint64_t n;
-    uint8_t *orig = read_all(path, &n);
+    size_t n;
+    uint8_t *orig = test_read_file(path, &n);
     if (!orig) return;
     uint64_t hl;
     memcpy(&hl, orig, 8);
@@ -1028,7 +985,7 @@ static void test_reader_fuzz(ckpt *c) {
  * re-stored as F16 (the same values, exactly representable) convert to the same F32 values. */
 static void test_other_float_dtypes(ckpt *c) {
     char dir[1024], p[1200];
-    snprintf(dir, sizeof dir, "%s/f16src", tmpdir);
+    snprintf(dir, sizeof dir, "%s/f16src", test_tmpdir());
     json_t *h = json_deep_copy(c->header);
     json_object_set_new(json_object_get(h, "norm.weight"), "dtype", json_string("F16"));
     json_object_set_new(json_object_get(h, "layers.0.ffn.gate.weight"), "dtype", json_string("F16"));
@@ -1036,8 +993,8 @@ static void test_other_float_dtypes(ckpt *c) {
     json_decref(h);
     /* rewrite the two tensors' bytes as F16 of the same values */
     snprintf(p, sizeof p, "%s/model.safetensors", dir);
-    uint64_t n;
-    uint8_t *b = read_all(p, &n);
+    size_t n;
+    uint8_t *b = test_read_file(p, &n);
     uint64_t hl, old_hl;
     memcpy(&hl, b, 8);
     memcpy(&old_hl, c->file, 8);
@@ -1069,7 +1026,6 @@ static void test_other_float_dtypes(ckpt *c) {
 }
 
 int main(void) {
-    make_tmpdir();
     int quick = getenv("MINKE_ASAN") && atoi(getenv("MINKE_ASAN"));
     char path[1024];
     snprintf(path, sizeof path, "%s/model.safetensors", ckpt_dir);
@@ -1092,11 +1048,5 @@ int main(void) {
     json_decref(c.header);
     free(c.t);
     free(c.file);
-    if (!failures) {
-        char cmd[700];
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-        if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", tmpdir);
-    }
-    fprintf(stderr, "%s (%d failures)\n", failures ? "FAIL" : "PASS", failures);
-    return failures ? 1 : 0;
+    return test_finish("test_convert");
 }

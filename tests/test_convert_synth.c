@@ -29,51 +29,7 @@
 #include "model/config.h"
 #include "model/synth.h"
 #include "quant/quant.h"
-
-static int failures;
-#define CHECK(cond, ...)                                                     \
-    do {                                                                     \
-        if (!(cond)) {                                                       \
-            failures++;                                                      \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);             \
-            fprintf(stderr, __VA_ARGS__);                                    \
-            fprintf(stderr, "\n");                                           \
-        }                                                                    \
-    } while (0)
-
-static char tmpdir[512];
-
-static void make_tmpdir(void) {
-    const char *b = getenv("MINKE_BUILD");
-    char base[400];
-    snprintf(base, sizeof base, "%s/tmp", b && *b ? b : "/tmp");
-    mkdir(base, 0755);
-    snprintf(tmpdir, sizeof tmpdir, "%s/test_convert_synth.XXXXXX", base);
-    if (!mkdtemp(tmpdir)) {
-        snprintf(tmpdir, sizeof tmpdir, "/tmp/test_convert_synth.XXXXXX");
-        if (!mkdtemp(tmpdir)) {
-            perror("mkdtemp");
-            exit(1);
-        }
-    }
-}
-
-static uint8_t *read_all(const char *path, uint64_t *size) {
-    FILE *fp = fopen(path, "rb");
-    if (!fp) return NULL;
-    fseek(fp, 0, SEEK_END);
-    long n = ftell(fp);
-    fseek(fp, 0, SEEK_SET);
-    uint8_t *b = malloc(n ? (size_t)n : 1);
-    if (fread(b, 1, (size_t)n, fp) != (size_t)n) {
-        free(b);
-        fclose(fp);
-        return NULL;
-    }
-    fclose(fp);
-    *size = (uint64_t)n;
-    return b;
-}
+#include "testutil.h"
 
 static int write_model(const char *name, const dsv4_config *c, const convert_policy *p, uint64_t seed, float damp,
                        int threads, char *path, size_t pn) {
@@ -82,7 +38,7 @@ static int write_model(const char *name, const dsv4_config *c, const convert_pol
     int *types = malloc((size_t)n * sizeof *types);
     for (int i = 0; i < n; i++) types[i] = policy_type(p, &specs[i]);
     free(specs);
-    snprintf(path, pn, "%s/%s", tmpdir, name);
+    snprintf(path, pn, "%s/%s", test_tmpdir(), name);
     synth_file_opts o = {types, seed, damp, NULL, threads, 0, 0, 0};
     char err[512] = "";
     int rc = synth_write_gguf(path, c, &o, err, sizeof err);
@@ -119,8 +75,8 @@ static void test_valid_and_deterministic(const dsv4_config *c) {
     if (write_model("a.gguf", c, &p, 7, 1.0f, 1, a, sizeof a)) return;
     if (write_model("b.gguf", c, &p, 7, 1.0f, 2, b, sizeof b)) return;
     if (write_model("d.gguf", c, &p, 8, 1.0f, 2, d, sizeof d)) return;
-    uint64_t na, nb, nd;
-    uint8_t *ba = read_all(a, &na), *bb = read_all(b, &nb), *bd = read_all(d, &nd);
+    size_t na, nb, nd;
+    uint8_t *ba = test_read_file(a, &na), *bb = test_read_file(b, &nb), *bd = test_read_file(d, &nd);
     CHECK(ba && bb && na == nb && !memcmp(ba, bb, na), "same seed with 1 and 2 threads gives different files");
     char err[512] = "";
     gguf_file *g = gguf_open(a, err, sizeof err);
@@ -314,7 +270,7 @@ static void test_mtp(const dsv4_config *c) {
     int *types = malloc((size_t)n * sizeof *types);
     for (int i = 0; i < n; i++) types[i] = policy_type(&p, &specs[i]);
     char path[1024], err[512] = "";
-    snprintf(path, sizeof path, "%s/mtp.gguf", tmpdir);
+    snprintf(path, sizeof path, "%s/mtp.gguf", test_tmpdir());
     synth_file_opts o = {types, 3, 1.0f, NULL, 2, 0, 1, 0};
     CHECK(synth_write_gguf(path, c, &o, err, sizeof err) == 0, "MTP write: %s", err);
     gguf_file *g = gguf_open(path, err, sizeof err);
@@ -435,7 +391,6 @@ static void test_engine_runs(void) {
 }
 
 int main(void) {
-    make_tmpdir();
     dsv4_config c;
     if (dsv4_config_preset(&c, "tiny") != 0) {
         fprintf(stderr, "FAIL: no tiny preset\n");
@@ -449,11 +404,5 @@ int main(void) {
     test_mtp(&c);
     test_flash_layout();
     test_engine_runs();
-    if (!failures) {
-        char cmd[700];
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-        if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", tmpdir);
-    }
-    fprintf(stderr, "%s (%d failures)\n", failures ? "FAIL" : "PASS", failures);
-    return failures ? 1 : 0;
+    return test_finish("test_convert_synth");
 }
