@@ -3,13 +3,8 @@
 # converts under several policies to files minke info accepts, a GGUF can be
 # rewritten under another policy, and bad input fails with a message and exit
 # status (the detailed value checks are in tests/test_convert.c).
-set -u
-B=${MINKE_BUILD:-build}
-T="$B/tmp/t_convert.$$"
-mkdir -p "$T"
+. tests/shlib.sh
 CK=tests/fixtures/oracle/tiny-a
-fail=0
-bad() { echo "FAIL: $*"; fail=1; }
 
 loadable() { # FILE WHAT
     out=$("$MINKE_BIN" info "$1" 2>&1) || { bad "$2: minke info exit $?: $out"; return; }
@@ -69,5 +64,4 @@ printf 'GGUF\003\000\000\000\000\000\000\000\000\000\000\000\000\000\000\000\000
 [ $rc = 1 ] && grep -q "not a usable DeepSeek V4 GGUF" "$T/log" || bad "GGUF without DeepSeek V4 metadata: rc $rc $(cat "$T/log")"
 [ -e "$T/x.gguf" ] && bad "an output was left after an error"
 
-[ $fail = 0 ] && rm -rf "$T"
 exit $fail

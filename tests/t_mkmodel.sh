@@ -2,13 +2,8 @@
 # t_mkmodel.sh: `minke mkmodel` writes valid DeepSeek V4 GGUFs (minke info accepts
 # them) for several presets and type policies, with a synthetic or the real
 # tokenizer; the output depends on the seed but not on the thread count.
-set -u
-B=${MINKE_BUILD:-build}
-T="$B/tmp/t_mkmodel.$$"
-mkdir -p "$T"
-fail=0
+. tests/shlib.sh
 say() { echo "$*"; }
-bad() { echo "FAIL: $*"; fail=1; }
 
 loadable() { # FILE WHAT
     out=$("$MINKE_BIN" info "$1" 2>&1) || { bad "$2: minke info exit $?: $out"; return; }
@@ -95,5 +90,4 @@ done
 [ $rc != 0 ] || bad "dim 200 accepted (rows not a multiple of the block size)"
 [ -e "$T/x.gguf" ] && bad "an output was left after an error"
 
-[ $fail = 0 ] && rm -rf "$T"
 exit $fail
