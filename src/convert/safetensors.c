@@ -9,13 +9,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include "gguf/gguf.h"
 
 static const struct {
     const char *name;
@@ -46,14 +47,6 @@ static int dtype_from_name(const char *s) {
     return ST_UNKNOWN;
 }
 
-static void seterr(char *err, size_t errlen, const char *fmt, ...) {
-    if (!err || !errlen) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
 static int cmp_tensor_name(const void *a, const void *b) {
     return strcmp(((const st_tensor *)a)->name, ((const st_tensor *)b)->name);
 }
@@ -74,31 +67,31 @@ void st_close(st_set *s) {
 static int load_shard(st_set *s, const char *path, char *err, size_t errlen) {
     int fd = open(path, O_RDONLY);
     if (fd < 0) {
-        seterr(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        gguf_set_err(err, errlen, "%s: cannot open: %s", path, strerror(errno));
         return -1;
     }
     struct stat st;
     if (fstat(fd, &st) != 0) {
-        seterr(err, errlen, "%s: cannot stat: %s", path, strerror(errno));
+        gguf_set_err(err, errlen, "%s: cannot stat: %s", path, strerror(errno));
         close(fd);
         return -1;
     }
     uint64_t size = (uint64_t)st.st_size;
     if (size < 8) {
-        seterr(err, errlen, "%s: not a safetensors file (only %llu bytes)", path, (unsigned long long)size);
+        gguf_set_err(err, errlen, "%s: not a safetensors file (only %llu bytes)", path, (unsigned long long)size);
         close(fd);
         return -1;
     }
     uint8_t *map = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
     close(fd);
     if (map == MAP_FAILED) {
-        seterr(err, errlen, "%s: mmap failed: %s", path, strerror(errno));
+        gguf_set_err(err, errlen, "%s: mmap failed: %s", path, strerror(errno));
         return -1;
     }
     st_shard *ns = realloc(s->shards, (size_t)(s->n_shards + 1) * sizeof *ns);
     if (!ns) {
         munmap(map, size);
-        seterr(err, errlen, "out of memory");
+        gguf_set_err(err, errlen, "out of memory");
         return -1;
     }
     s->shards = ns;
@@ -110,7 +103,7 @@ static int load_shard(st_set *s, const char *path, char *err, size_t errlen) {
     uint64_t hlen = 0;
     for (int i = 0; i < 8; i++) hlen |= (uint64_t)map[i] << (8 * i);
     if (hlen == 0 || hlen > size - 8 || hlen > (100u << 20)) {
-        seterr(err, errlen, "%s: corrupt safetensors header (header length %llu, file %llu bytes)", path,
+        gguf_set_err(err, errlen, "%s: corrupt safetensors header (header length %llu, file %llu bytes)", path,
                (unsigned long long)hlen, (unsigned long long)size);
         return -1;
     }
@@ -118,7 +111,7 @@ static int load_shard(st_set *s, const char *path, char *err, size_t errlen) {
     json_error_t jerr;
     json_t *root = json_loadb((const char *)map + 8, hlen, 0, &jerr);
     if (!root || !json_is_object(root)) {
-        seterr(err, errlen, "%s: corrupt safetensors header (JSON: %s)", path, root ? "not an object" : jerr.text);
+        gguf_set_err(err, errlen, "%s: corrupt safetensors header (JSON: %s)", path, root ? "not an object" : jerr.text);
         json_decref(root);
         return -1;
     }
@@ -126,7 +119,7 @@ static int load_shard(st_set *s, const char *path, char *err, size_t errlen) {
     st_tensor *nt = realloc(s->tensors, (size_t)(s->n_tensors + (int64_t)n) * sizeof *nt);
     if (!nt) {
         json_decref(root);
-        seterr(err, errlen, "out of memory");
+        gguf_set_err(err, errlen, "out of memory");
         return -1;
     }
     s->tensors = nt;
@@ -140,7 +133,7 @@ static int load_shard(st_set *s, const char *path, char *err, size_t errlen) {
         if (!json_is_object(val) || !json_is_string(jd) || !json_is_array(js) || !json_is_array(jo) ||
             json_array_size(jo) != 2 || !json_is_integer(json_array_get(jo, 0)) ||
             !json_is_integer(json_array_get(jo, 1))) {
-            seterr(err, errlen, "%s: corrupt safetensors header: entry '%s' lacks dtype/shape/data_offsets", path, key);
+            gguf_set_err(err, errlen, "%s: corrupt safetensors header: entry '%s' lacks dtype/shape/data_offsets", path, key);
             rc = -1;
             break;
         }
@@ -150,7 +143,7 @@ static int load_shard(st_set *s, const char *path, char *err, size_t errlen) {
         t.dtype = dtype_from_name(json_string_value(jd));
         size_t nd = json_array_size(js);
         if (nd > ST_MAX_DIMS) {
-            seterr(err, errlen, "%s: tensor '%s' has %zu dimensions (max %d)", path, key, nd, ST_MAX_DIMS);
+            gguf_set_err(err, errlen, "%s: tensor '%s' has %zu dimensions (max %d)", path, key, nd, ST_MAX_DIMS);
             rc = -1;
             break;
         }
@@ -166,7 +159,7 @@ static int load_shard(st_set *s, const char *path, char *err, size_t errlen) {
         }
         json_int_t b0 = json_integer_value(json_array_get(jo, 0)), b1 = json_integer_value(json_array_get(jo, 1));
         if (bad || b0 < 0 || b1 < b0 || (uint64_t)b1 > data_size) {
-            seterr(err, errlen, "%s: corrupt safetensors header: tensor '%s' has a bad shape or data range [%lld, %lld) (data region %llu bytes)",
+            gguf_set_err(err, errlen, "%s: corrupt safetensors header: tensor '%s' has a bad shape or data range [%lld, %lld) (data region %llu bytes)",
                    path, key, (long long)b0, (long long)b1, (unsigned long long)data_size);
             rc = -1;
             break;
@@ -175,7 +168,7 @@ static int load_shard(st_set *s, const char *path, char *err, size_t errlen) {
         size_t es = st_dtype_size(t.dtype);
         if (es && t.nel > UINT64_MAX / es) bad = 1;
         if (bad || (es && t.nbytes != t.nel * es)) {
-            seterr(err, errlen, "%s: corrupt safetensors header: tensor '%s' (%s, %llu elements) has %llu data bytes",
+            gguf_set_err(err, errlen, "%s: corrupt safetensors header: tensor '%s' (%s, %llu elements) has %llu data bytes",
                    path, key, t.dtype_name, (unsigned long long)t.nel, (unsigned long long)t.nbytes);
             rc = -1;
             break;
@@ -194,7 +187,7 @@ static int finish_set(st_set *s, char *err, size_t errlen) {
     qsort(s->tensors, (size_t)s->n_tensors, sizeof *s->tensors, cmp_tensor_name);
     for (int64_t i = 1; i < s->n_tensors; i++)
         if (!strcmp(s->tensors[i].name, s->tensors[i - 1].name)) {
-            seterr(err, errlen, "tensor '%s' appears twice (%s and %s)", s->tensors[i].name,
+            gguf_set_err(err, errlen, "tensor '%s' appears twice (%s and %s)", s->tensors[i].name,
                    s->shards[s->tensors[i - 1].shard].path, s->shards[s->tensors[i].shard].path);
             return -1;
         }
@@ -230,7 +223,7 @@ st_set *st_open_dir(const char *dir, char *err, size_t errlen) {
         json_t *root = json_load_file(path, 0, &jerr);
         json_t *wm = root ? json_object_get(root, "weight_map") : NULL;
         if (!json_is_object(wm)) {
-            seterr(err, errlen, "%s: no \"weight_map\" object (%s)", path, root ? "missing" : jerr.text);
+            gguf_set_err(err, errlen, "%s: no \"weight_map\" object (%s)", path, root ? "missing" : jerr.text);
             json_decref(root);
             return NULL;
         }
@@ -244,7 +237,7 @@ st_set *st_open_dir(const char *dir, char *err, size_t errlen) {
                 if (!strcmp(names[i], f)) { seen = 1; break; }
             if (seen) continue;
             if (strchr(f, '/')) {
-                seterr(err, errlen, "%s: shard name '%s' must be a plain file name", path, f);
+                gguf_set_err(err, errlen, "%s: shard name '%s' must be a plain file name", path, f);
                 json_decref(root);
                 for (size_t i = 0; i < n_names; i++) free(names[i]);
                 free(names);
@@ -257,7 +250,7 @@ st_set *st_open_dir(const char *dir, char *err, size_t errlen) {
     } else {
         DIR *d = opendir(dir);
         if (!d) {
-            seterr(err, errlen, "%s: cannot open directory: %s", dir, strerror(errno));
+            gguf_set_err(err, errlen, "%s: cannot open directory: %s", dir, strerror(errno));
             return NULL;
         }
         struct dirent *e;
@@ -269,7 +262,7 @@ st_set *st_open_dir(const char *dir, char *err, size_t errlen) {
         closedir(d);
     }
     if (n_names == 0) {
-        seterr(err, errlen, "%s: no *.safetensors files", dir);
+        gguf_set_err(err, errlen, "%s: no *.safetensors files", dir);
         free(names);
         return NULL;
     }

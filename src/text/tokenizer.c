@@ -14,19 +14,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <stdio.h>
-#include <stdarg.h>
 
 #include "text/unicode.h"
 
 /* ---------------------------------------------------------------- helpers */
-
-static void seterr(char *err, size_t errlen, const char *fmt, ...) {
-    if (!err || !errlen) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 static uint64_t hash_bytes(const char *s, size_t n) {
     uint64_t h = 1469598103934665603ull; /* FNV-1a, then a final mix */
@@ -189,7 +180,7 @@ int tokenizer_check_required(const tokenizer *t, char *err, size_t errlen) {
                                            TOK_THINK, TOK_THINK_END, TOK_DSML};
     for (size_t i = 0; i < sizeof req / sizeof req[0]; i++)
         if (tokenizer_special(t, req[i]) < 0) {
-            seterr(err, errlen, "tokenizer lacks the required special token %s", special_strings[req[i]]);
+            gguf_set_err(err, errlen, "tokenizer lacks the required special token %s", special_strings[req[i]]);
             return -1;
         }
     return 0;
@@ -235,14 +226,14 @@ static int trie_add(tokenizer *t, const char *s, size_t n, int32_t id) {
 tokenizer *tokenizer_from_arrays(const gguf_str *tokens, const int32_t *token_types, size_t n_tokens,
                                  const gguf_str *merges, size_t n_merges, char *err, size_t errlen) {
     byte_tables_init();
-    if (!tokens || n_tokens == 0) { seterr(err, errlen, "tokenizer has an empty token table"); return NULL; }
-    if (n_tokens > (size_t)INT32_MAX / 2) { seterr(err, errlen, "tokenizer token table too large"); return NULL; }
+    if (!tokens || n_tokens == 0) { gguf_set_err(err, errlen, "tokenizer has an empty token table"); return NULL; }
+    if (n_tokens > (size_t)INT32_MAX / 2) { gguf_set_err(err, errlen, "tokenizer token table too large"); return NULL; }
     tokenizer *t = calloc(1, sizeof *t);
-    if (!t) { seterr(err, errlen, "out of memory"); return NULL; }
+    if (!t) { gguf_set_err(err, errlen, "out of memory"); return NULL; }
     t->n_vocab = n_tokens;
     size_t total = 0;
     for (size_t i = 0; i < n_tokens; i++) total += tokens[i].len + 1;
-    if (total > UINT32_MAX) { seterr(err, errlen, "tokenizer strings too large"); goto fail; }
+    if (total > UINT32_MAX) { gguf_set_err(err, errlen, "tokenizer strings too large"); goto fail; }
     t->str_arena = malloc(total);
     t->str_off = malloc(n_tokens * sizeof *t->str_off);
     t->str_len = malloc(n_tokens * sizeof *t->str_len);
@@ -251,13 +242,13 @@ tokenizer *tokenizer_from_arrays(const gguf_str *tokens, const int32_t *token_ty
     t->str_hash = malloc(hcap * sizeof *t->str_hash);
     t->str_hash_mask = hcap - 1;
     if (!t->str_arena || !t->str_off || !t->str_len || !t->is_added || !t->str_hash) {
-        seterr(err, errlen, "out of memory");
+        gguf_set_err(err, errlen, "out of memory");
         goto fail;
     }
     memset(t->str_hash, 0xff, hcap * sizeof *t->str_hash);
     size_t pos = 0;
     for (size_t i = 0; i < n_tokens; i++) {
-        if (tokens[i].len && !tokens[i].ptr) { seterr(err, errlen, "token %zu has no data", i); goto fail; }
+        if (tokens[i].len && !tokens[i].ptr) { gguf_set_err(err, errlen, "token %zu has no data", i); goto fail; }
         if (tokens[i].len) memcpy(t->str_arena + pos, tokens[i].ptr, tokens[i].len);
         t->str_arena[pos + tokens[i].len] = 0;
         t->str_off[i] = (uint32_t)pos;
@@ -276,7 +267,7 @@ tokenizer *tokenizer_from_arrays(const gguf_str *tokens, const int32_t *token_ty
         size_t n = uc_encode(byte_to_cp_table[b], buf);
         t->byte_token[b] = find_n(t, buf, n);
         if (t->byte_token[b] < 0) {
-            seterr(err, errlen, "tokenizer lacks the byte token for 0x%02x", b);
+            gguf_set_err(err, errlen, "tokenizer lacks the byte token for 0x%02x", b);
             goto fail;
         }
     }
@@ -287,7 +278,7 @@ tokenizer *tokenizer_from_arrays(const gguf_str *tokens, const int32_t *token_ty
     uint8_t *is_merge_result = token_types ? NULL : calloc(n_tokens, 1);
     char *cat = NULL;
     size_t cat_cap = 0;
-    if (!t->pairs || (!token_types && !is_merge_result)) { free(is_merge_result); seterr(err, errlen, "out of memory"); goto fail; }
+    if (!t->pairs || (!token_types && !is_merge_result)) { free(is_merge_result); gguf_set_err(err, errlen, "out of memory"); goto fail; }
     t->pairs_mask = pcap - 1;
     for (size_t i = 0; i < pcap; i++) t->pairs[i].key = UINT64_MAX;
     for (size_t r = 0; r < n_merges; r++) {
@@ -295,7 +286,7 @@ tokenizer *tokenizer_from_arrays(const gguf_str *tokens, const int32_t *token_ty
         size_t n = merges[r].len;
         const char *sp = m && n ? memchr(m, ' ', n) : NULL;
         if (!sp || sp == m || sp == m + n - 1) {
-            seterr(err, errlen, "tokenizer merge %zu is not \"LEFT RIGHT\"", r);
+            gguf_set_err(err, errlen, "tokenizer merge %zu is not \"LEFT RIGHT\"", r);
             free(is_merge_result); free(cat);
             goto fail;
         }
@@ -304,14 +295,14 @@ tokenizer *tokenizer_from_arrays(const gguf_str *tokens, const int32_t *token_ty
         if (ln + rn > cat_cap) {
             cat_cap = (ln + rn) * 2;
             char *nc = realloc(cat, cat_cap);
-            if (!nc) { free(is_merge_result); free(cat); seterr(err, errlen, "out of memory"); goto fail; }
+            if (!nc) { free(is_merge_result); free(cat); gguf_set_err(err, errlen, "out of memory"); goto fail; }
             cat = nc;
         }
         memcpy(cat, m, ln);
         memcpy(cat + ln, sp + 1, rn);
         int32_t c = find_n(t, cat, ln + rn);
         if (a < 0 || b < 0 || c < 0) {
-            seterr(err, errlen, "tokenizer merge %zu (\"%.*s\") uses a token missing from the vocabulary", r,
+            gguf_set_err(err, errlen, "tokenizer merge %zu (\"%.*s\") uses a token missing from the vocabulary", r,
                    (int)(n > 60 ? 60 : n), m);
             free(is_merge_result); free(cat);
             goto fail;
@@ -345,7 +336,7 @@ tokenizer *tokenizer_from_arrays(const gguf_str *tokens, const int32_t *token_ty
     t->bytes_arena = malloc(total);
     t->bytes_off = malloc(n_tokens * sizeof *t->bytes_off);
     t->bytes_len = malloc(n_tokens * sizeof *t->bytes_len);
-    if (!t->bytes_arena || !t->bytes_off || !t->bytes_len) { seterr(err, errlen, "out of memory"); goto fail; }
+    if (!t->bytes_arena || !t->bytes_off || !t->bytes_len) { gguf_set_err(err, errlen, "out of memory"); goto fail; }
     pos = 0;
     for (size_t i = 0; i < n_tokens; i++) {
         const unsigned char *s = (const unsigned char *)t->str_arena + t->str_off[i];
@@ -372,13 +363,13 @@ tokenizer *tokenizer_from_arrays(const gguf_str *tokens, const int32_t *token_ty
     /* added-token trie */
     t->trie_cap = 1024;
     t->trie = malloc(t->trie_cap * sizeof *t->trie);
-    if (!t->trie) { seterr(err, errlen, "out of memory"); goto fail; }
+    if (!t->trie) { gguf_set_err(err, errlen, "out of memory"); goto fail; }
     t->trie[0] = (trie_node){.first_child = -1, .next_sibling = -1, .token = -1, .byte = 0};
     t->trie_n = 1;
     for (size_t i = 0; i < n_tokens; i++)
         if (t->is_added[i] && t->str_len[i] &&
             trie_add(t, t->str_arena + t->str_off[i], t->str_len[i], (int32_t)i)) {
-            seterr(err, errlen, "out of memory");
+            gguf_set_err(err, errlen, "out of memory");
             goto fail;
         }
 
@@ -398,39 +389,39 @@ static int gguf_kv_to_strings(const gguf_kv *kv, gguf_str **out) {
 }
 
 tokenizer *tokenizer_from_gguf(const gguf_file *f, char *err, size_t errlen) {
-    if (!f) { seterr(err, errlen, "no GGUF file"); return NULL; }
+    if (!f) { gguf_set_err(err, errlen, "no GGUF file"); return NULL; }
     const gguf_kv *ktok = gguf_find_kv(f, "tokenizer.ggml.tokens");
     if (!ktok) {
-        seterr(err, errlen, "this GGUF has no tokenizer (tokenizer.ggml.tokens missing)");
+        gguf_set_err(err, errlen, "this GGUF has no tokenizer (tokenizer.ggml.tokens missing)");
         return NULL;
     }
     gguf_str model;
     if (!gguf_get_str(f, "tokenizer.ggml.model", &model) &&
         !(model.len == 4 && !memcmp(model.ptr, "gpt2", 4))) {
-        seterr(err, errlen, "unsupported tokenizer model \"%.*s\" (expected gpt2 byte-level BPE)",
+        gguf_set_err(err, errlen, "unsupported tokenizer model \"%.*s\" (expected gpt2 byte-level BPE)",
                (int)(model.len > 40 ? 40 : model.len), model.ptr);
         return NULL;
     }
     const gguf_kv *kmer = gguf_find_kv(f, "tokenizer.ggml.merges");
-    if (!kmer) { seterr(err, errlen, "this GGUF's tokenizer has no merges (tokenizer.ggml.merges missing)"); return NULL; }
+    if (!kmer) { gguf_set_err(err, errlen, "this GGUF's tokenizer has no merges (tokenizer.ggml.merges missing)"); return NULL; }
     gguf_str *toks = NULL, *mers = NULL;
     int32_t *types = NULL;
     tokenizer *t = NULL;
-    if (gguf_kv_to_strings(ktok, &toks)) { seterr(err, errlen, "tokenizer.ggml.tokens is not an array of strings"); goto done; }
-    if (gguf_kv_to_strings(kmer, &mers)) { seterr(err, errlen, "tokenizer.ggml.merges is not an array of strings"); goto done; }
+    if (gguf_kv_to_strings(ktok, &toks)) { gguf_set_err(err, errlen, "tokenizer.ggml.tokens is not an array of strings"); goto done; }
+    if (gguf_kv_to_strings(kmer, &mers)) { gguf_set_err(err, errlen, "tokenizer.ggml.merges is not an array of strings"); goto done; }
     const gguf_kv *ktype = gguf_find_kv(f, "tokenizer.ggml.token_type");
     if (ktype) {
         if (ktype->type != GGUF_ARRAY || ktype->arr_n != ktok->arr_n ||
             !(ktype->arr_type == GGUF_I32 || ktype->arr_type == GGUF_U32 || ktype->arr_type == GGUF_I8 ||
               ktype->arr_type == GGUF_U8 || ktype->arr_type == GGUF_I16 || ktype->arr_type == GGUF_U16)) {
-            seterr(err, errlen, "tokenizer.ggml.token_type is not an integer array as long as the token table");
+            gguf_set_err(err, errlen, "tokenizer.ggml.token_type is not an integer array as long as the token table");
             goto done;
         }
         types = malloc((ktype->arr_n ? ktype->arr_n : 1) * sizeof *types);
-        if (!types) { seterr(err, errlen, "out of memory"); goto done; }
+        if (!types) { gguf_set_err(err, errlen, "out of memory"); goto done; }
         for (uint64_t i = 0; i < ktype->arr_n; i++) {
             double v = 0;
-            if (gguf_arr_get_num(ktype, i, &v)) { seterr(err, errlen, "bad tokenizer.ggml.token_type"); goto done; }
+            if (gguf_arr_get_num(ktype, i, &v)) { gguf_set_err(err, errlen, "bad tokenizer.ggml.token_type"); goto done; }
             types[i] = (v >= -1e6 && v <= 1e6) ? (int32_t)v : 0; /* nonsense values: "undefined" */
         }
     }

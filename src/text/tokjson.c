@@ -10,7 +10,6 @@
 #include "text/tokjson.h"
 
 #include <jansson.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,14 +18,6 @@
 #include "text/unicode.h"
 
 enum { TT_NORMAL = 1, TT_CONTROL = 3, TT_USER_DEFINED = 4, TT_UNUSED = 5 };
-
-static void seterr(char *err, size_t errlen, const char *fmt, ...) {
-    if (!err || !errlen) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 /* ---------------------------------------------------------------- HF json */
 
@@ -76,7 +67,7 @@ static int hf_load(const char *path, hf_tok *h, int want_arrays, char *err, size
     json_error_t je;
     json_t *root = json_load_file(path, JSON_ALLOW_NUL, &je);
     if (!root) {
-        seterr(err, errlen, "%s: %s (line %d)", path, je.text, je.line);
+        gguf_set_err(err, errlen, "%s: %s (line %d)", path, je.text, je.line);
         return -1;
     }
     int rc = -1;
@@ -86,21 +77,21 @@ static int hf_load(const char *path, hf_tok *h, int want_arrays, char *err, size
     json_t *added = json_object_get(root, "added_tokens");
     json_t *mtype = model ? json_object_get(model, "type") : NULL;
     if (!json_is_object(vocab) || !json_is_array(merges)) {
-        seterr(err, errlen, "%s: not a BPE tokenizer.json (model.vocab / model.merges missing)", path);
+        gguf_set_err(err, errlen, "%s: not a BPE tokenizer.json (model.vocab / model.merges missing)", path);
         goto done;
     }
     if (mtype && json_is_string(mtype) && strcmp(json_string_value(mtype), "BPE")) {
-        seterr(err, errlen, "%s: tokenizer model is %s, expected BPE", path, json_string_value(mtype));
+        gguf_set_err(err, errlen, "%s: tokenizer model is %s, expected BPE", path, json_string_value(mtype));
         goto done;
     }
-    if (added && !json_is_array(added)) { seterr(err, errlen, "%s: added_tokens is not an array", path); goto done; }
+    if (added && !json_is_array(added)) { gguf_set_err(err, errlen, "%s: added_tokens is not an array", path); goto done; }
     /* vocabulary size = highest id + 1 */
     int64_t max_id = -1;
     const char *key;
     json_t *val;
     json_object_foreach(vocab, key, val) {
         if (!json_is_integer(val) || json_integer_value(val) < 0 || json_integer_value(val) > 10000000) {
-            seterr(err, errlen, "%s: vocab entry \"%.40s\" has a bad id", path, key);
+            gguf_set_err(err, errlen, "%s: vocab entry \"%.40s\" has a bad id", path, key);
             goto done;
         }
         if (json_integer_value(val) > max_id) max_id = json_integer_value(val);
@@ -112,22 +103,22 @@ static int hf_load(const char *path, hf_tok *h, int want_arrays, char *err, size
         json_t *content = json_object_get(at, "content");
         if (!json_is_integer(id) || json_integer_value(id) < 0 || json_integer_value(id) > 10000000 ||
             !json_is_string(content)) {
-            seterr(err, errlen, "%s: added_tokens[%zu] lacks a valid id or content", path, ai);
+            gguf_set_err(err, errlen, "%s: added_tokens[%zu] lacks a valid id or content", path, ai);
             goto done;
         }
         if (json_integer_value(id) > max_id) max_id = json_integer_value(id);
     }
-    if (max_id < 0) { seterr(err, errlen, "%s: empty vocabulary", path); goto done; }
+    if (max_id < 0) { gguf_set_err(err, errlen, "%s: empty vocabulary", path); goto done; }
     h->n_vocab = (size_t)max_id + 1;
     if (!want_arrays) { rc = 0; goto done; }
 
     h->tok = calloc(h->n_vocab, sizeof *h->tok);
     h->tok_len = calloc(h->n_vocab, sizeof *h->tok_len);
     h->type = calloc(h->n_vocab, sizeof *h->type);
-    if (!h->tok || !h->tok_len || !h->type) { seterr(err, errlen, "out of memory"); goto done; }
+    if (!h->tok || !h->tok_len || !h->type) { gguf_set_err(err, errlen, "out of memory"); goto done; }
     json_object_foreach(vocab, key, val) {
         if (hf_set_token(h, (size_t)json_integer_value(val), key, strlen(key), TT_NORMAL)) {
-            seterr(err, errlen, "out of memory");
+            gguf_set_err(err, errlen, "out of memory");
             goto done;
         }
     }
@@ -138,7 +129,7 @@ static int hf_load(const char *path, hf_tok *h, int want_arrays, char *err, size
         int special = json_is_true(json_object_get(at, "special"));
         int32_t type = (special || looks_special(s, n)) ? TT_CONTROL : TT_USER_DEFINED;
         if (hf_set_token(h, (size_t)json_integer_value(json_object_get(at, "id")), s, n, type)) {
-            seterr(err, errlen, "out of memory");
+            gguf_set_err(err, errlen, "out of memory");
             goto done;
         }
     }
@@ -146,13 +137,13 @@ static int hf_load(const char *path, hf_tok *h, int want_arrays, char *err, size
         if (!h->tok[i]) {
             char pad[32];
             int n = snprintf(pad, sizeof pad, "[PAD%zu]", i);
-            if (hf_set_token(h, i, pad, (size_t)n, TT_UNUSED)) { seterr(err, errlen, "out of memory"); goto done; }
+            if (hf_set_token(h, i, pad, (size_t)n, TT_UNUSED)) { gguf_set_err(err, errlen, "out of memory"); goto done; }
         }
 
     h->n_merges = json_array_size(merges);
     h->merge = calloc(h->n_merges ? h->n_merges : 1, sizeof *h->merge);
     h->merge_len = calloc(h->n_merges ? h->n_merges : 1, sizeof *h->merge_len);
-    if (!h->merge || !h->merge_len) { seterr(err, errlen, "out of memory"); goto done; }
+    if (!h->merge || !h->merge_len) { gguf_set_err(err, errlen, "out of memory"); goto done; }
     size_t mi;
     json_t *m;
     json_array_foreach(merges, mi, m) {
@@ -173,10 +164,10 @@ static int hf_load(const char *path, hf_tok *h, int want_arrays, char *err, size
             }
             h->merge_len[mi] = ln + rn + 1;
         } else {
-            seterr(err, errlen, "%s: merges[%zu] is neither \"LEFT RIGHT\" nor [LEFT, RIGHT]", path, mi);
+            gguf_set_err(err, errlen, "%s: merges[%zu] is neither \"LEFT RIGHT\" nor [LEFT, RIGHT]", path, mi);
             goto done;
         }
-        if (!h->merge[mi]) { seterr(err, errlen, "out of memory"); goto done; }
+        if (!h->merge[mi]) { gguf_set_err(err, errlen, "out of memory"); goto done; }
     }
     rc = 0;
 done:
@@ -212,7 +203,7 @@ static int64_t hf_find(const hf_tok *h, const char *s) {
 
 int tokjson_write_gguf(gguf_writer *w, const char *tokenizer_json, const char *tokenizer_config_or_null,
                        char *err, size_t errlen) {
-    if (!w || !tokenizer_json) { seterr(err, errlen, "tokjson_write_gguf: no writer or path"); return -1; }
+    if (!w || !tokenizer_json) { gguf_set_err(err, errlen, "tokjson_write_gguf: no writer or path"); return -1; }
     hf_tok h;
     if (hf_load(tokenizer_json, &h, 1, err, errlen)) return -1;
     const char *bos = tokenizer_special_string(TOK_BOS), *eos = tokenizer_special_string(TOK_EOS);
@@ -223,7 +214,7 @@ int tokjson_write_gguf(gguf_writer *w, const char *tokenizer_json, const char *t
         json_error_t je;
         cfg = json_load_file(tokenizer_config_or_null, 0, &je);
         if (!cfg || !json_is_object(cfg)) {
-            seterr(err, errlen, "%s: %s", tokenizer_config_or_null, cfg ? "not a JSON object" : je.text);
+            gguf_set_err(err, errlen, "%s: %s", tokenizer_config_or_null, cfg ? "not a JSON object" : je.text);
             json_decref(cfg);
             hf_free(&h);
             return -1;
@@ -240,7 +231,7 @@ int tokjson_write_gguf(gguf_writer *w, const char *tokenizer_json, const char *t
     gguf_str *mers = malloc((h.n_merges ? h.n_merges : 1) * sizeof *mers);
     if (!toks || !mers) {
         free(toks); free(mers); json_decref(cfg); hf_free(&h);
-        seterr(err, errlen, "out of memory");
+        gguf_set_err(err, errlen, "out of memory");
         return -1;
     }
     for (size_t i = 0; i < h.n_vocab; i++) toks[i] = (gguf_str){h.tok_len[i], h.tok[i]};
@@ -274,7 +265,7 @@ tokenizer *tokenizer_from_json_file(const char *path, char *err, size_t errlen) 
         for (size_t i = 0; i < h.n_merges; i++) mers[i] = (gguf_str){h.merge_len[i], h.merge[i]};
         t = tokenizer_from_arrays(toks, h.type, h.n_vocab, mers, h.n_merges, err, errlen);
     } else {
-        seterr(err, errlen, "out of memory");
+        gguf_set_err(err, errlen, "out of memory");
     }
     free(toks); free(mers);
     hf_free(&h);
@@ -484,9 +475,9 @@ out:
 }
 
 int toksynth_write_gguf(gguf_writer *w, uint32_t n_vocab, char *err, size_t errlen) {
-    if (!w) { seterr(err, errlen, "toksynth_write_gguf: no writer"); return -1; }
+    if (!w) { gguf_set_err(err, errlen, "toksynth_write_gguf: no writer"); return -1; }
     if (n_vocab < TOKSYNTH_MIN_VOCAB) {
-        seterr(err, errlen, "a synthetic tokenizer needs at least %d tokens (asked for %u)", TOKSYNTH_MIN_VOCAB,
+        gguf_set_err(err, errlen, "a synthetic tokenizer needs at least %d tokens (asked for %u)", TOKSYNTH_MIN_VOCAB,
                n_vocab);
         return -1;
     }
@@ -527,12 +518,12 @@ int toksynth_write_gguf(gguf_writer *w, uint32_t n_vocab, char *err, size_t errl
         sv_add(&v, s, strlen(s), looks_special(s, strlen(s)) ? TT_CONTROL : TT_USER_DEFINED);
     }
     if (v.oom || v.n != n_vocab) {
-        seterr(err, errlen, v.oom ? "out of memory" : "synthetic tokenizer size mismatch (%zu != %u)", v.n, n_vocab);
+        gguf_set_err(err, errlen, v.oom ? "out of memory" : "synthetic tokenizer size mismatch (%zu != %u)", v.n, n_vocab);
         goto done;
     }
     gguf_str *toks = malloc(v.n * sizeof *toks);
     gguf_str *mers = malloc((v.n_merges ? v.n_merges : 1) * sizeof *mers);
-    if (!toks || !mers) { free(toks); free(mers); seterr(err, errlen, "out of memory"); goto done; }
+    if (!toks || !mers) { free(toks); free(mers); gguf_set_err(err, errlen, "out of memory"); goto done; }
     for (size_t i = 0; i < v.n; i++) toks[i] = (gguf_str){v.len[i], v.s[i]};
     for (size_t i = 0; i < v.n_merges; i++) mers[i] = (gguf_str){v.merge_len[i], v.merge[i]};
     gguf_w_str(w, "tokenizer.ggml.model", "gpt2");
