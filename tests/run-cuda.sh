@@ -85,6 +85,21 @@ for model in f32 q2; do
     done
 done
 
+# Measurements, not counted: the tensor-core attention (f16 q/k/p, cu_attn_tc.cu;
+# checked against the f32 kernel by gemv_check) forced on for the tiny model's
+# 160-token prefill, which by default keeps the f32 kernel (batches < 256 tokens;
+# F32 models always): how far this amplifying model moves (docs/performance.md)
+for model in f32 q2; do
+    for sims in on off; do
+        O="$T/cuda-$model-$sims-atttc.f32"
+        noise=""
+        [ $model = q2 ] && noise="--noise $T/cpu-$model-$sims-f32act.f32"
+        MINKE_CUDA_ATT_TC=2 MINKE_CUDA_ATT_TC_MIN=5 "$M" logits -m "$T/tiny-$model.gguf" --tokens "$TOK" --out "$O" \
+            --backend cuda --sims $sims > /dev/null 2>&1 && "$B/tests/cuda/cmp_f32" "$T/cpu-$model-$sims.f32" "$O" \
+            $(( $(wc -c < "$O") / 4 / NTOK )) 1e-3 --argmax --label "info-tiny-$model-sims$sims-att-tc-forced" $noise | sed 's/^/INFO /'
+    done
+done
+
 if [ -z "${CUDA_TEST_QUICK:-}" ] && command -v compute-sanitizer >/dev/null 2>&1; then
     head -c 160 "$TOK" > "$T/tok40.i32"
     if compute-sanitizer --tool memcheck --error-exitcode 99 --print-limit 20 \

@@ -814,7 +814,7 @@ static void attention_layer(fwd *f, int il) {
     PROF(f, "attention");
     cu_attention(s->q, s->kvb, lc->ring, lc->comp, ratio == 4 ? s->sel : NULL, s->nsel, (int)c->indexer_top_k,
                  (const float *)L->sinks.d, T, H, Dh, W, ratio, nrot, rope, c->attn_scale, s->d_pos, s->o,
-                 s->attn_part, T <= ATT_SPLIT_MAX_T ? ATT_SPLIT : 1, st);
+                 s->attn_part, T <= ATT_SPLIT_MAX_T ? ATT_SPLIT : 1, L->q_b.type != CU_TYPE_F32, st);
     cu_raw_store(s->kvb, T, Dh, W, s->d_pos, lc->ring, st);
     tapv(f, "blk.%d.attn_o", il, s->o, (int64_t)H * Dh);
     PROF(f, "out_a");

@@ -104,8 +104,14 @@ template <> __device__ __forceinline__ void mq_wload<CU_TYPE_Q2_K>(const uint8_t
     s = 0.f;
 }
 
-template <int TYPE>
-__global__ void __launch_bounds__(MQ_THREADS) k_mmq(cu_gemv_args g) {
+/* MINB: blocks per SM the register allocation must allow. 1 (MINKE_CUDA_MMQ_OCC=1):
+ * the compiler's choice, 162-254 registers, 2 blocks for Q8_0/IQ2_XXS; 3 (the
+ * default): <= 168 registers without spills, 3 blocks, +8.6% prefill on the
+ * H200 (bit-identical results); 4: <= 128 registers with 20-200 bytes spilled,
+ * no faster than 3. */
+#define MQ_OCC_DEFAULT 3
+template <int TYPE, int MINB>
+__global__ void __launch_bounds__(MQ_THREADS, MINB) k_mmq(cu_gemv_args g) {
     cu_pdl_enter();
     constexpr bool Q2K = TYPE == CU_TYPE_Q2_K;
     constexpr bool ACT_K = TYPE == CU_TYPE_Q2_K || TYPE == CU_TYPE_IQ2R || TYPE == CU_TYPE_IQ2_XXS;   /* Q8_K activations */
@@ -437,15 +443,20 @@ extern "C" int cu_mmq(const cu_gemv_args *ga, int ntiles, cudaStream_t st) {
     g.items = (int)(g.in / 32);
     if (g.act_div <= 0) g.act_div = 1;
     dim3 grid((unsigned)((g.rows + MQ_BM - 1) / MQ_BM), (unsigned)ntiles);
+    static int occ = -1;
+    if (occ < 0) { const char *e = getenv("MINKE_CUDA_MMQ_OCC"); occ = e ? atoi(e) : MQ_OCC_DEFAULT; if (occ != 3 && occ != 4) occ = 1; }
+#define MQ_LAUNCH(T) (occ == 4 ? cu_launch(k_mmq<T, 4>, grid, MQ_THREADS, 0, st, g) : \
+                      occ == 3 ? cu_launch(k_mmq<T, 3>, grid, MQ_THREADS, 0, st, g) : cu_launch(k_mmq<T, 1>, grid, MQ_THREADS, 0, st, g))
     switch (g.wtype) {
-    case CU_TYPE_Q8_0: cu_launch(k_mmq<CU_TYPE_Q8_0>, grid, MQ_THREADS, 0, st, g); break;
-    case CU_TYPE_Q8_0R: cu_launch(k_mmq<CU_TYPE_Q8_0R>, grid, MQ_THREADS, 0, st, g); break;
-    case CU_TYPE_IQ2R: cu_launch(k_mmq<CU_TYPE_IQ2R>, grid, MQ_THREADS, 0, st, g); break;
-    case CU_TYPE_IQ2_XXS: cu_launch(k_mmq<CU_TYPE_IQ2_XXS>, grid, MQ_THREADS, 0, st, g); break;
+    case CU_TYPE_Q8_0: MQ_LAUNCH(CU_TYPE_Q8_0); break;
+    case CU_TYPE_Q8_0R: MQ_LAUNCH(CU_TYPE_Q8_0R); break;
+    case CU_TYPE_IQ2R: MQ_LAUNCH(CU_TYPE_IQ2R); break;
+    case CU_TYPE_IQ2_XXS: MQ_LAUNCH(CU_TYPE_IQ2_XXS); break;
     case CU_TYPE_F16: cu_launch(k_mmf16, grid, MQ_THREADS, 0, st, g); break;
-    case CU_TYPE_Q2_K: cu_launch(k_mmq<CU_TYPE_Q2_K>, grid, MQ_THREADS, 0, st, g); break;
+    case CU_TYPE_Q2_K: MQ_LAUNCH(CU_TYPE_Q2_K); break;
     default: return 0;
     }
+#undef MQ_LAUNCH
     return 1;
 }
 

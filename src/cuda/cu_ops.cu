@@ -1090,12 +1090,37 @@ static int att_heads_mode(void) {
     return mode;
 }
 
+/* MINKE_CUDA_ATT_TC: 0 off, 1 (default) the tensor-core kernel for batches of
+ * at least MINKE_CUDA_ATT_TC_MIN tokens (default 256) of models whose
+ * attention projections are not F32 (the caller's tc), 2 for every model.
+ * Why the limits (f16 q/k/p, see cu_attn_tc.cu and docs/performance.md): the
+ * kernel is within ~5e-4 of the f32 one, but the random tiny test model
+ * amplifies that: forced on, tiny-a F32 moves 0.08-0.2 from the CPU (the F32
+ * check allows 1e-3) and tiny-a q2 sims off gets 19-22 argmax changes against
+ * the noise bound's 18; prompts of fewer tokens keep the f32 kernel. */
+#define ATT_TC_DEFAULT 1
+#define ATT_TC_MIN_T 256
+static int att_tc_mode(void) {
+    static int mode = -1;
+    if (mode < 0) { const char *e = getenv("MINKE_CUDA_ATT_TC"); mode = e ? atoi(e) : ATT_TC_DEFAULT; }
+    return mode;
+}
+static int att_tc_min(void) {
+    static int min_t = -1;
+    if (min_t < 0) { const char *e = getenv("MINKE_CUDA_ATT_TC_MIN"); min_t = e ? atoi(e) : ATT_TC_MIN_T; if (min_t < 0) min_t = 0; }
+    return min_t;
+}
+
 void cu_attention(const float *q, const float *kv_batch, const float *ring, const float *comp,
                   const int *sel, const int *nsel, int topk, const float *sinks, int T, int nh, int hd,
                   int W, int ratio, int nrot, const float *inv_freq, float scale, const int *pos0p,
-                  float *o, float *part, int nsplit, cudaStream_t st) {
+                  float *o, float *part, int nsplit, int tc, cudaStream_t st) {
     if (!part || nsplit < 1) nsplit = 1;
     if (nsplit > 64) nsplit = 64;
+    if (nsplit == 1 && T >= att_tc_min() && (att_tc_mode() == 2 || (tc && att_tc_mode() == 1)) &&
+        cu_attention_tc(q, kv_batch, ring, comp, sel, nsel, topk, sinks, T, nh, hd, W, ratio, nrot, inv_freq, scale,
+                        pos0p, o, st))
+        return;
     if (nsplit == 1 && hd <= 512 && hd % 128 == 0 && att_heads_mode()) {
         cu_launch(k_attention_heads, dim3((nh + ATH_HEADS - 1) / ATH_HEADS, T), ATH_HEADS * 32, 0, st,
             q, kv_batch, ring, comp, sel, nsel, topk, sinks, nh, hd, W, ratio, nrot, inv_freq, scale, pos0p, o);

@@ -120,7 +120,11 @@ void cu_idx_topk(const float *scores, int64_t score_stride, int T, int topk, con
 void cu_attention(const float *q, const float *kv_batch, const float *ring, const float *comp,
                   const int *sel, const int *nsel, int topk, const float *sinks, int T, int nh, int hd,
                   int W, int ratio, int nrot, const float *inv_freq, float scale, const int *pos0p,
-                  float *o, float *part, int nsplit, cudaStream_t st);
+                  float *o, float *part, int nsplit, int tc, cudaStream_t st);
+/* the tensor-core prefill attention (cu_attn_tc.cu); 0 when hd is not one it takes */
+int cu_attention_tc(const float *q, const float *kv_batch, const float *ring, const float *comp, const int *sel,
+                    const int *nsel, int topk, const float *sinks, int T, int nh, int hd, int W, int ratio, int nrot,
+                    const float *inv_freq, float scale, const int *pos0p, float *o, cudaStream_t st);
 
 /* router + MoE */
 void cu_router(const float *logits, const float *bias, const int32_t *tid2eid, const int32_t *tokens,

@@ -3,7 +3,8 @@
 # docs/performance.md): binaries built here are carried in $H (default
 # build/h12: minke-cuda, bin/ = tests/cuda/*, and the shared libraries the
 # device image lacks in lib/). Steps are chosen by arguments: tests, quick,
-# bench, benchoff (the same bench with the tensor-core prefill off), prof.
+# bench, benchoff (the same bench with the tensor-core prefill off), prof,
+# variants (the 4096-token prompt bench per env setting), mmqocc.
 # Output goes to $OUT.
 H=${H:-build/h12}
 export LD_LIBRARY_PATH=$PWD/$H/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
@@ -21,6 +22,20 @@ for step in "$@"; do
            cat $OUT/bench.csv ;;
     benchoff) MINKE_CUDA_MMQ=0 timeout ${BENCH_TIMEOUT:-300} $MINKE_BIN bench --synthetic flash-q2 --ctx-start ${CTX0:-2048} \
               --ctx-max ${CTXMAX_OFF:-4096} --step-incr ${STEP:-2048} -n ${NGEN:-64} --csv $OUT/benchoff.csv 2>&1 | tee $OUT/benchoff.log ;;
+    variants) # the 4096-token prompt bench once per setting in $VARIANTS (space-separated VAR=VALUE[,VAR=VALUE])
+          for v in ${VARIANTS:-default}; do
+              env $(echo "$v" | tr , ' ' | grep -v '^default$') timeout ${BENCH_TIMEOUT:-60} $MINKE_BIN bench --synthetic flash-q2 \
+                  --ctx-start 4096 --ctx-max 4096 -n ${NGEN:-8} --csv $OUT/bench-$v.csv > $OUT/bench-$v.log 2>&1
+              echo "bench $v: $(tail -1 $OUT/bench-$v.csv 2>/dev/null)"
+          done ;;
+    mmqocc) # the register-capped k_mmq variants: kernel checks, and tiny q2 logits equal to the default build's
+          D=$OUT/occ; mkdir -p $D; G=$MINKE_BUILD/tmp/cuda/tiny-q2.gguf; TK=tests/fixtures/oracle/tiny-a/tokens.i32
+          $MINKE_BIN logits -m $G --tokens $TK --out $D/occ1.f32 --backend cuda > /dev/null 2>&1
+          for occ in 3 4; do
+              MINKE_CUDA_MMQ_OCC=$occ $MINKE_BUILD/tests/cuda/gemv_check | grep -E '^(FAIL|gemv_check)' | sed "s/^/occ $occ: /"
+              MINKE_CUDA_MMQ_OCC=$occ $MINKE_BIN logits -m $G --tokens $TK --out $D/occ$occ.f32 --backend cuda > /dev/null 2>&1
+              $MINKE_BUILD/tests/cuda/cmp_f32 $D/occ1.f32 $D/occ$occ.f32 1024 0 --argmax --label "occ $occ vs default"
+          done ;;
     prof) MINKE_CUDA_PROFILE=1 timeout 200 $MINKE_BIN bench --synthetic flash-q2 --ctx-start 4096 --ctx-max 4096 -n 16 \
               --csv $OUT/prof.csv 2>&1 | tee $OUT/prof.log ;;
     taps) D=$OUT/taps; mkdir -p $D; G=$D/tiny-q2.gguf

@@ -276,6 +276,85 @@ static void time_mmq(int type, int64_t rows, int64_t in) {
     cudaFree(dW); cudaFree(dact); cudaFree(dy); cudaFree(dx);
 }
 
+/* Prefill attention on the f16 tensor cores (cu_attention_tc) against the f32
+ * kernel (cu_attention without tc) on random rows: Flash shape (64 heads of
+ * 512, window 128, indexer-selected or every-128th compressed rows, ring rows
+ * before the batch) and the tiny model's (4 heads of 128). q and k rounded to
+ * f16 give ~1e-3 of max|o|; a wrong row or weight would give O(1). */
+static int check_attention(int nh, int hd, int W, int ratio, int T, int pos0, int ncomp_all, int topk) {
+    int nrot = 64;
+    float *dq, *dkv, *dring, *dcomp, *dsinks, *dfreq, *dref, *dtc; int *dsel = NULL, *dnsel, *dpos;
+    int64_t qn = (int64_t)T * nh * hd;
+    CK(cudaMalloc((void **)&dq, qn * 4)); CK(cudaMalloc((void **)&dkv, (int64_t)T * hd * 4));
+    CK(cudaMalloc((void **)&dring, (int64_t)W * hd * 4)); CK(cudaMalloc((void **)&dcomp, (int64_t)ncomp_all * hd * 4));
+    CK(cudaMalloc((void **)&dsinks, nh * 4)); CK(cudaMalloc((void **)&dfreq, nrot / 2 * 4));
+    CK(cudaMalloc((void **)&dref, qn * 4)); CK(cudaMalloc((void **)&dtc, qn * 4));
+    CK(cudaMalloc((void **)&dnsel, T * 4)); CK(cudaMalloc((void **)&dpos, 4));
+    cu_synth_fill(dq, GGML_TYPE_F32, qn, 11, 3.0f, 0);
+    cu_synth_fill(dkv, GGML_TYPE_F32, (int64_t)T * hd, 12, 1.5f, 0);
+    cu_synth_fill(dring, GGML_TYPE_F32, (int64_t)W * hd, 13, 1.5f, 0);
+    cu_synth_fill(dcomp, GGML_TYPE_F32, (int64_t)ncomp_all * hd, 14, 1.5f, 0);
+    float hs[64], fr[32];
+    for (int h = 0; h < nh && h < 64; h++) hs[h] = 2.0f * frand();
+    for (int k = 0; k < nrot / 2; k++) fr[k] = powf(10000.0f, -2.0f * k / nrot);
+    CK(cudaMemcpy(dsinks, hs, nh * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dfreq, fr, nrot / 2 * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dpos, &pos0, 4, cudaMemcpyHostToDevice));
+    if (ratio == 4) {
+        int *sel = malloc(sizeof(int) * T * topk), *ns = malloc(sizeof(int) * T);
+        for (int t = 0; t < T; t++) {
+            ns[t] = topk - (t % 5) * (topk / 8);
+            if (ns[t] > ncomp_all) ns[t] = ncomp_all;
+            for (int i = 0; i < topk; i++) sel[t * topk + i] = (int)((unsigned)(i * 7 + t * 13) % (unsigned)ncomp_all);
+        }
+        CK(cudaMalloc((void **)&dsel, sizeof(int) * T * topk));
+        CK(cudaMemcpy(dsel, sel, sizeof(int) * T * topk, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(dnsel, ns, sizeof(int) * T, cudaMemcpyHostToDevice));
+        free(sel); free(ns);
+    }
+    float scale = 1.0f / sqrtf((float)hd);
+    cu_attention(dq, dkv, dring, dcomp, dsel, dnsel, topk, dsinks, T, nh, hd, W, ratio, nrot, dfreq, scale, dpos,
+                 dref, NULL, 1, 0, 0);
+    int ran = cu_attention_tc(dq, dkv, dring, dcomp, dsel, dnsel, topk, dsinks, T, nh, hd, W, ratio, nrot, dfreq, scale,
+                              dpos, dtc, 0);
+    CK(cudaDeviceSynchronize());
+    float *ref = malloc(qn * 4), *tc = malloc(qn * 4);
+    CK(cudaMemcpy(ref, dref, qn * 4, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(tc, dtc, qn * 4, cudaMemcpyDeviceToHost));
+    double md = 0, mr = 0;
+    int finite = 1;
+    for (int64_t i = 0; i < qn; i++) {
+        if (!isfinite(tc[i])) finite = 0;
+        double d = fabs((double)tc[i] - ref[i]);
+        if (d > md) md = d;
+        if (fabs(ref[i]) > mr) mr = fabs(ref[i]);
+    }
+    double rel = mr > 0 ? md / mr : md;
+    int bad = !ran || !finite || !(rel <= 1e-2);
+    printf("%s attn tc  heads %d hd %d W %d ratio %d T %d pos0 %d: rel err %.2e (max|o| %.3f)\n", bad ? "FAIL" : "ok  ",
+           nh, hd, W, ratio, T, pos0, rel, mr);
+    if (T >= 256) {
+        cudaEvent_t e0, e1; cudaEventCreate(&e0); cudaEventCreate(&e1);
+        float ms[2];
+        for (int k = 0; k < 2; k++) {
+            cudaEventRecord(e0, 0);
+            for (int i = 0; i < 3; i++) {
+                if (k) cu_attention_tc(dq, dkv, dring, dcomp, dsel, dnsel, topk, dsinks, T, nh, hd, W, ratio, nrot, dfreq, scale, dpos, dtc, 0);
+                else cu_attention(dq, dkv, dring, dcomp, dsel, dnsel, topk, dsinks, T, nh, hd, W, ratio, nrot, dfreq, scale, dpos, dref, NULL, 1, 0, 0);
+            }
+            cudaEventRecord(e1, 0);
+            cudaEventSynchronize(e1);
+            cudaEventElapsedTime(&ms[k], e0, e1);
+            ms[k] /= 3;
+        }
+        printf("time attn ratio %d T %d: f32 kernel %.3f ms, tensor cores %.3f ms\n", ratio, T, ms[0], ms[1]);
+    }
+    free(ref); free(tc);
+    cudaFree(dq); cudaFree(dkv); cudaFree(dring); cudaFree(dcomp); cudaFree(dsinks); cudaFree(dfreq);
+    cudaFree(dref); cudaFree(dtc); cudaFree(dnsel); cudaFree(dpos); if (dsel) cudaFree(dsel);
+    return bad;
+}
+
 int main(int argc, char **argv) {
     int timing = argc > 1 && !strcmp(argv[1], "--time");
     int n = 0;
@@ -304,6 +383,11 @@ int main(int argc, char **argv) {
     fail |= check_mmq(GGML_TYPE_F16, 300, 1024, 100, 0, 1);   /* f16 tensor cores, activation split hi + lo */
     fail |= check_mmq(GGML_TYPE_F16, 72, 256, 33, 0, 1);
     if (timing) time_mmq(GGML_TYPE_F16, 8192, 1024);
+    fail |= check_attention(64, 512, 128, 4, 40, 3000, 900, 512);     /* Flash, ring rows + selected rows */
+    fail |= check_attention(64, 512, 128, 128, 37, 0, 8, 0);          /* Flash, window filling up in the batch */
+    fail |= check_attention(4, 128, 8, 4, 33, 5, 20, 4);              /* tiny: 4 heads of one 16-head tile */
+    fail |= check_attention(4, 128, 8, 8, 21, 30, 8, 0);
+    if (timing) check_attention(64, 512, 128, 4, 2048, 2048, 1024, 512);
     printf("%s\n", fail ? "gemv_check: FAILED" : "gemv_check: all ok");
     return fail;
 }
