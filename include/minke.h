@@ -38,6 +38,11 @@ typedef struct minke_model_params {
                               type (spec §16); 0 (default) = ds4 numerics */
     int mtp_pairing;       /* which main-model state the MTP block pairs with Emb(t_p) (spec §13.2):
                               MINKE_MTP_PAIR_PREV (default) or MINKE_MTP_PAIR_SAME */
+    const void *gguf_image;   /* when non-NULL: the main GGUF as a caller-owned memory image of
+                                 gguf_image_size bytes, used instead of opening `path` (which may
+                                 be NULL; it only names the model then). The image must outlive
+                                 the model; the CPU backend reads weights from it in place. */
+    uint64_t gguf_image_size;
 } minke_model_params;
 
 /* MTP pairing (spec §13.2 open question). PREV: the DeepSeek-V3 training

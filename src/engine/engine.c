@@ -99,7 +99,8 @@ static void mtp_close(minke_model *m) {
 }
 
 minke_model *minke_model_open(const minke_model_params *p) {
-    if (!p || !p->path) { minke_set_error("no model path given"); return NULL; }
+    if (!p || (!p->path && !p->gguf_image)) { minke_set_error("no model path given"); return NULL; }
+    const char *path = p->path ? p->path : "memory image";
     const minke_backend_ops *ops = NULL;
     if (p->backend == MINKE_BACKEND_CPU) {
         ops = minke_backend_cpu();
@@ -122,15 +123,20 @@ minke_model *minke_model_open(const minke_model_params *p) {
         long n = sysconf(_SC_NPROCESSORS_ONLN);
         m->params.n_threads = n > 0 ? (int)n : 1;
     }
-    m->path = strdup(p->path);
+    m->path = strdup(path);
     m->params.path = m->path;
     m->params.mtp_path = NULL;
     m->params.mtp_pairing = p->mtp_pairing == MINKE_MTP_PAIR_SAME ? MINKE_MTP_PAIR_SAME : MINKE_MTP_PAIR_PREV;
     char err[512];
-    m->gguf = gguf_open(p->path, err, sizeof err);
-    if (!m->gguf) { minke_set_error("%s", err); free(m->path); free(m); return NULL; }
+    if (p->gguf_image) {
+        m->gguf = gguf_open_buffer(p->gguf_image, p->gguf_image_size, err, sizeof err);
+        if (!m->gguf) { minke_set_error("%s: %s", path, err); free(m->path); free(m); return NULL; }
+    } else {
+        m->gguf = gguf_open(path, err, sizeof err);
+        if (!m->gguf) { minke_set_error("%s", err); free(m->path); free(m); return NULL; }
+    }
     if (dsv4_weights_bind(m->gguf, &m->w, err, sizeof err) != 0) {
-        minke_set_error("%s: %s", p->path, err);
+        minke_set_error("%s: %s", path, err);
         gguf_close(m->gguf); free(m->path); free(m);
         return NULL;
     }
@@ -149,8 +155,8 @@ minke_model *minke_model_open(const minke_model_params *p) {
     const dsv4_config *c = &m->w.cfg;
     if (c->name[0]) snprintf(m->name, sizeof m->name, "%s", c->name);
     else {
-        const char *b = strrchr(p->path, '/');
-        snprintf(m->name, sizeof m->name, "%s", b ? b + 1 : p->path);
+        const char *b = strrchr(path, '/');
+        snprintf(m->name, sizeof m->name, "%s", b ? b + 1 : path);
     }
     m->info.name = m->name;
     m->info.n_vocab = (int)c->n_vocab;

@@ -54,4 +54,12 @@ typedef struct synth_file_opts {
  * o->mtp the MTP file (every tensor of dsv4_mtp_tensor_specs(c); types index that list). */
 int synth_write_gguf(const char *path, const dsv4_config *c, const synth_file_opts *o, char *err, size_t errlen);
 
+/* The same GGUF built in anonymous memory instead of a file (byte-identical to what
+ * synth_write_gguf writes; o->holes_above and o->progress are ignored): for models larger than
+ * the disk, opened with minke_model_params.gguf_image. Only the header passes through a small
+ * sparse file under $TMPDIR (else /tmp). Free with synth_free_image. */
+int synth_build_image(const dsv4_config *c, const synth_file_opts *o, void **image, uint64_t *size, char *err,
+                      size_t errlen);
+void synth_free_image(void *image, uint64_t size);
+
 #endif
