@@ -44,9 +44,6 @@ int synth_build_image(const dsv4_config *c, const synth_file_opts *o, void **ima
         gguf_set_err(err, errlen, "cannot map %llu bytes of memory for the image", (unsigned long long)f->size);
         goto out;
     }
-#ifdef MADV_HUGEPAGE
-    madvise(img, f->size, MADV_HUGEPAGE);
-#endif
     memcpy(img, f->map, f->data_offset);
     int n = o->mtp ? dsv4_mtp_tensor_specs(c, &specs) : dsv4_tensor_specs(c, &specs);
     if (n <= 0 || (uint64_t)n != f->n_tensors) {
