@@ -134,6 +134,7 @@ static void usage(void) {
 }
 
 int main(int argc, char **argv) {
+    setvbuf(stdout, NULL, _IOLBF, 0); /* phases show up as they finish, also through a pipe */
     const char *preset = "flash", *backends = "cpu,cuda";
     float damp = 1.0f;
     int damp_given = 0, layers = 0, n_prompt = 8, n_decode = 8, n_threads = 0;
