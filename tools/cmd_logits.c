@@ -2,6 +2,9 @@
  * of int32 token ids through a model and write the float32 logits of every
  * position, row-major [T, vocab]. Optional debug taps write each named
  * intermediate tensor to DIR/<name>.f32 (one row per position, in order).
+ * Debug options record the CPU forward pass's discrete choices (router
+ * experts, indexer rows) or pin a run to a recording (src/cpu/selections.h),
+ * to compare two models with the same choices.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +13,7 @@
 #include <time.h>
 
 #include "cli.h"
+#include "cpu/selections.h"
 #include "minke.h"
 
 static void usage(void) {
@@ -24,7 +28,11 @@ static void usage(void) {
             "  --dump-taps DIR      write intermediate tensors to DIR/<name>.f32\n"
             "  --f32-act            quantized weights: dequantize and use f32 activations\n"
             "                       (instead of ds4's quantized activations; for testing)\n"
-            "  --time               print tokens/s on stderr\n");
+            "  --time               print tokens/s on stderr\n"
+            "  --record-selections FILE  (cpu, debug) write the router's expert ids and the\n"
+            "                       indexer's row ids of every layer and position to FILE\n"
+            "  --pin-selections FILE     (cpu, debug) force the ids recorded in FILE (the\n"
+            "                       routing weights still come from this run's scores)\n");
 }
 
 typedef struct tap_file { char name[64]; FILE *f; } tap_file;
@@ -57,7 +65,7 @@ static double now_s(void) {
 int cmd_logits(int argc, char **argv) {
     minke_model_params mp;
     minke_model_params_default(&mp);
-    const char *tok_path = NULL, *out_path = NULL, *tap_dir = NULL;
+    const char *tok_path = NULL, *out_path = NULL, *tap_dir = NULL, *record_path = NULL, *pin_path = NULL;
     int chunk = 0, decode = 0, n_ctx = 0, timing = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -84,12 +92,18 @@ int cmd_logits(int argc, char **argv) {
         else if (!strcmp(a, "--ctx") || !strcmp(a, "-c")) { NEED(); n_ctx = atoi(v); }
         else if (!strcmp(a, "--dump-taps")) { NEED(); tap_dir = v; }
         else if (!strcmp(a, "--time")) timing = 1;
+        else if (!strcmp(a, "--record-selections")) { NEED(); record_path = v; }
+        else if (!strcmp(a, "--pin-selections")) { NEED(); pin_path = v; }
         else if (!strcmp(a, "--f32-act")) mp.f32_activations = 1;
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(); return 0; }
         else { fprintf(stderr, "minke logits: unknown option '%s'\n", a); usage(); return 2; }
 #undef NEED
     }
     if (!mp.path || !tok_path || !out_path) { usage(); return 2; }
+    if ((record_path || pin_path) && mp.backend != MINKE_BACKEND_CPU) {
+        fprintf(stderr, "minke logits: --record-selections/--pin-selections need the cpu backend\n");
+        return 2;
+    }
 
     FILE *tf = fopen(tok_path, "rb");
     if (!tf) { fprintf(stderr, "minke logits: cannot open %s\n", tok_path); return 1; }
@@ -104,6 +118,12 @@ int cmd_logits(int argc, char **argv) {
 
     minke_model *m = minke_model_open(&mp);
     if (!m) { fprintf(stderr, "minke logits: %s\n", minke_last_error()); free(tokens); return 1; }
+    if ((record_path && cpu_sel_record(m) != 0) || (pin_path && cpu_sel_pin(m, pin_path) != 0)) {
+        fprintf(stderr, "minke logits: %s\n", minke_last_error());
+        minke_model_close(m);
+        free(tokens);
+        return 1;
+    }
     tap_state *taps = NULL;
     if (tap_dir) {
         mkdir(tap_dir, 0755);
@@ -144,6 +164,20 @@ int cmd_logits(int argc, char **argv) {
                 else rc = 0;
                 if (fclose(of) != 0) rc = 1;
             }
+            if (rc == 0 && record_path && cpu_sel_save(record_path) != 0) {
+                fprintf(stderr, "minke logits: %s\n", minke_last_error());
+                rc = 1;
+            }
+            if (rc == 0 && pin_path) {
+                long pinned, differed, missing;
+                cpu_sel_pin_stats(&pinned, &differed, &missing);
+                fprintf(stderr, "minke logits: pinned %ld selections, %ld differed from this run's own choice\n",
+                        pinned, differed);
+                if (missing) {
+                    fprintf(stderr, "minke logits: %ld selections had no matching entry in %s\n", missing, pin_path);
+                    rc = 1;
+                }
+            }
         }
     }
     if (taps) {
@@ -151,6 +185,7 @@ int cmd_logits(int argc, char **argv) {
         if (taps->failed) { fprintf(stderr, "minke logits: could not write every tap file in %s\n", tap_dir); rc = 1; }
         free(taps);
     }
+    cpu_sel_reset();
     free(logits);
     minke_session_free(s);
     minke_model_close(m);

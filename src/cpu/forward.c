@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "cpu/cpu.h"
+#include "cpu/selections.h"
 
 typedef struct fw {
     minke_model *m;
@@ -151,7 +152,7 @@ static void idx_task(void *ctx, int64_t c0, int64_t c1) {
 static int cmp_int(const void *a, const void *b) { return (*(const int *)a > *(const int *)b) - (*(const int *)a < *(const int *)b); }
 
 /* Fills sel with the visible row indices (ascending); returns their count. */
-static int indexer_select(fw *f, int t, cpu_layer_cache *lc, int n_index, int *sel) {
+static int indexer_select(fw *f, int il, int t, cpu_layer_cache *lc, int n_index, int *sel) {
     const dsv4_config *c = f->c;
     int topk = (int)c->indexer_top_k;
     if (n_index <= topk) {
@@ -172,6 +173,7 @@ static int indexer_select(fw *f, int t, cpu_layer_cache *lc, int n_index, int *s
     cpu_pool_for(f->cm->pool, n_index, 64, idx_task, &j);
     nm_topk(scores, n_index, topk, sel);
     qsort(sel, (size_t)topk, sizeof(int), cmp_int);
+    if (!f->ext_L) cpu_sel_hook(f->m, CPU_SEL_INDEXER, il, p, sel, topk, n_index);   /* debug record/replay */
     free(qi); free(wi); free(scores);
     return topk;
 }
@@ -272,7 +274,7 @@ static void attention_layer(fw *f, int il) {
                 tap(f, "blk.%d.index_row", il, t, irow, ihd);
                 n_index++;
             }
-            int ns = indexer_select(f, t, lc, n_index, sel);
+            int ns = indexer_select(f, il, t, lc, n_index, sel);
             for (int i = 0; i < ns; i++) rows[n_vis++] = lc->comp + (size_t)sel[i] * Dh;
         } else if (ratio) {
             for (int i = 0; i < n_comp; i++) rows[n_vis++] = lc->comp + (size_t)i * Dh;
@@ -321,6 +323,9 @@ static void ffn_layer(fw *f, int il) {
             nm_route_weights(scores, sel + t * K, K, c->expert_weights_scale, wt + t * K);
         } else {
             nm_router(lg, V->exp_bias, E, K, c->expert_weights_scale, scores, sel + t * K, wt + t * K);
+            /* debug record/replay: pinned ids take their weights from this run's scores */
+            if (!f->ext_L && cpu_sel_hook(f->m, CPU_SEL_ROUTER, il, f->pos0 + t, sel + t * K, K, E))
+                nm_route_weights(scores, sel + t * K, K, c->expert_weights_scale, wt + t * K);
         }
     }
     free(scores);
