@@ -14,6 +14,7 @@
  *     discrete choices (indexer top-4, router top-6) of this random 6-layer
  *     model (e.g. q4 at position 0, layer 5), so a 1e-2 max-abs bound is not a
  *     property of the numerics; the max differences are printed.
+ *     (test_engine_pinned.c pins the twin's choices: ~0.04 x max|logit| remain.)
  *   - q2 against the original F32 conversion: top-1 agreement and mean KL printed.
  */
 #include "engine_test_util.h"
