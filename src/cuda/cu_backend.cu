@@ -630,24 +630,28 @@ static int use_mmq(int T) { int mq = cu_mmq_min_rows(); return mq && T >= mq; }
 /* Activation rows per GEMV tile (a weight item is decoded once per tile). */
 static int tile_rows(int T) { return T >= 8 ? 8 : T >= 4 ? 4 : 1; }
 
+/* The activation rows for a product with weights of type wtype: x itself
+ * for float weights, else x quantized as the CPU does (*astride: bytes per row). */
+static const void *act_rows(fwd *f, int wtype, const float *x, int64_t in, int T, int64_t *astride) {
+    int at = cu_act_type(wtype);
+    *astride = in * 4;
+    if (at == CU_TYPE_F32) return x;
+    *astride = cu_act_row_bytes(at, in);
+    if (x == f->s->x && f->act == f->s->act) {
+        /* x feeds several projections: quantize it once per type */
+        if (f->xq_type != at) cu_quantize_act(at, x, f->s->actx, T, in, f->st);
+        f->xq_type = at;
+        return f->s->actx;
+    }
+    cu_quantize_act(at, x, f->act, T, in, f->st);
+    return f->act;
+}
+
 /* y[T][rows] = W . x[T][in] with the activation quantized as the CPU does. */
 static void matmul(fwd *f, const cu_t *W, const float *x, int64_t in, int64_t rows, float *y, int64_t ystride,
                    int T, int64_t row0 = 0) {
-    int at = cu_act_type(W->type);
-    const void *act = x;
-    int64_t astride = in * 4;
-    if (at != CU_TYPE_F32) {
-        astride = cu_act_row_bytes(at, in);
-        if (x == f->s->x && f->act == f->s->act) {
-            /* x feeds several projections: quantize it once per type */
-            if (f->xq_type != at) cu_quantize_act(at, x, f->s->actx, T, in, f->st);
-            f->xq_type = at;
-            act = f->s->actx;
-        } else {
-            cu_quantize_act(at, x, f->act, T, in, f->st);
-            act = f->act;
-        }
-    }
+    int64_t astride;
+    const void *act = act_rows(f, W->type, x, in, T, &astride);
     cu_gemv_args g;
     memset(&g, 0, sizeof g);
     g.w = (const uint8_t *)W->d + row0 * W->row_bytes;
@@ -674,20 +678,8 @@ static void matmul2(fwd *f, const cu_t *W1, const cu_t *W2, const float *x, int6
         matmul(f, W2, x, in, rows, y2, ystride, T);
         return;
     }
-    int at = cu_act_type(W1->type);
-    const void *act = x;
-    int64_t astride = in * 4;
-    if (at != CU_TYPE_F32) {
-        astride = cu_act_row_bytes(at, in);
-        if (x == f->s->x && f->act == f->s->act) {
-            if (f->xq_type != at) cu_quantize_act(at, x, f->s->actx, T, in, f->st);
-            f->xq_type = at;
-            act = f->s->actx;
-        } else {
-            cu_quantize_act(at, x, f->act, T, in, f->st);
-            act = f->act;
-        }
-    }
+    int64_t astride;
+    const void *act = act_rows(f, W1->type, x, in, T, &astride);
     cu_gemv_args g;
     memset(&g, 0, sizeof g);
     g.w = W1->d; g.w2 = W2->d;

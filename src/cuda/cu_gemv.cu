@@ -102,15 +102,10 @@ __device__ __forceinline__ int ld_i32_u16(const uint8_t *p) {   /* 2-byte aligne
 
 template <int TYPE> struct WItem;
 
-/* Q8_0 weight block (34 B, 2-aligned) x Q8_0_F32 activation block. */
-template <> struct WItem<CU_TYPE_Q8_0> {
+/* An item of 32 int8 codes with one float scale, dotted with a Q8_0_F32
+ * activation block: what Q8_0, its repacked form and MXFP4 decode to. */
+struct Q8Item32 {
     float d; int q[8];
-    __device__ __forceinline__ void load(const uint8_t *row, int it, int nit, const uint64_t *tab) {
-        const uint8_t *b = row + (int64_t)it * 34;
-        d = cu_h2f(*(const uint16_t *)b);
-#pragma unroll
-        for (int k = 0; k < 8; k++) q[k] = ld_i32_u16(b + 2 + 4 * k);
-    }
     __device__ __forceinline__ float dot(const uint8_t *act, int it) const {
         const cu_block_q8_0f *a = (const cu_block_q8_0f *)act + it;
         const int *aq = (const int *)a->q;
@@ -121,11 +116,20 @@ template <> struct WItem<CU_TYPE_Q8_0> {
     }
 };
 
+/* Q8_0 weight block (34 B, 2-aligned) x Q8_0_F32 activation block. */
+template <> struct WItem<CU_TYPE_Q8_0> : Q8Item32 {
+    __device__ __forceinline__ void load(const uint8_t *row, int it, int nit, const uint64_t *tab) {
+        const uint8_t *b = row + (int64_t)it * 34;
+        d = cu_h2f(*(const uint16_t *)b);
+#pragma unroll
+        for (int k = 0; k < 8; k++) q[k] = ld_i32_u16(b + 2 + 4 * k);
+    }
+};
+
 /* Q8_0 repacked on upload (cu_repack_q8_0): a row is nit x 32 int8 codes
  * (16-byte aligned) followed by nit f16 scales, so a block is two 16-byte
  * loads instead of seventeen 2-byte ones. Same bytes per row as Q8_0. */
-template <> struct WItem<CU_TYPE_Q8_0R> {
-    float d; int q[8];
+template <> struct WItem<CU_TYPE_Q8_0R> : Q8Item32 {
     __device__ __forceinline__ void load(const uint8_t *row, int it, int nit, const uint64_t *tab) {
         const uint4 *b = (const uint4 *)(row + (int64_t)it * 32);
         uint4 a0 = b[0], a1 = b[1];
@@ -133,20 +137,11 @@ template <> struct WItem<CU_TYPE_Q8_0R> {
         q[4] = (int)a1.x; q[5] = (int)a1.y; q[6] = (int)a1.z; q[7] = (int)a1.w;
         d = cu_h2f(((const uint16_t *)(row + (int64_t)nit * 32))[it]);
     }
-    __device__ __forceinline__ float dot(const uint8_t *act, int it) const {
-        const cu_block_q8_0f *a = (const cu_block_q8_0f *)act + it;
-        const int *aq = (const int *)a->q;
-        int s = 0;
-#pragma unroll
-        for (int k = 0; k < 8; k++) s = __dp4a(q[k], aq[k], s);
-        return d * a->d * (float)s;
-    }
 };
 
 /* MXFP4 block (17 B): E8M0 scale, 16 bytes of nibbles; low nibbles are
  * elements 0..15, high 16..31; values are kvalues (E2M1 x2) x 2^(e-128). */
-template <> struct WItem<CU_TYPE_MXFP4> {
-    float d; int q[8];
+template <> struct WItem<CU_TYPE_MXFP4> : Q8Item32 {
     __device__ __forceinline__ void load(const uint8_t *row, int it, int nit, const uint64_t *tab) {
         const uint8_t *b = row + (int64_t)it * 17;
         uint8_t e = b[0];
@@ -164,14 +159,6 @@ template <> struct WItem<CU_TYPE_MXFP4> {
             q[k] = (int)(lo[4 * k] | (lo[4 * k + 1] << 8) | (lo[4 * k + 2] << 16) | ((uint32_t)lo[4 * k + 3] << 24));
             q[4 + k] = (int)(hi[4 * k] | (hi[4 * k + 1] << 8) | (hi[4 * k + 2] << 16) | ((uint32_t)hi[4 * k + 3] << 24));
         }
-    }
-    __device__ __forceinline__ float dot(const uint8_t *act, int it) const {
-        const cu_block_q8_0f *a = (const cu_block_q8_0f *)act + it;
-        const int *aq = (const int *)a->q;
-        int s = 0;
-#pragma unroll
-        for (int k = 0; k < 8; k++) s = __dp4a(q[k], aq[k], s);
-        return d * a->d * (float)s;
     }
 };
 

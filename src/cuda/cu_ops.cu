@@ -155,6 +155,43 @@ __global__ void k_hc_mix_partial(const float *X, int hcdim, const void *fn, int 
     }
 }
 
+/* The hyper-connection split of token t on one warp (spec model.md §6.7):
+ * pre weights sigmoid(mix*scale0+base)+eps, post weights 2*sigmoid(...), and
+ * the comb matrix by Sinkhorn with one lane per entry, each sum taken in the
+ * CPU's sequential order so both backends round alike. head: pre weights only
+ * (post_out and comb_out are not touched). */
+__device__ __forceinline__ void hc_split_warp(const float *mix, const float *scale, const float *base, int nhc,
+                                              int iters, float hc_eps, int head, int lane, int t, float *wpre,
+                                              float *post_out, float *comb_out) {
+    if (lane < nhc) {
+        wpre[lane] = sigmoid_stable(mix[lane] * scale[0] + base[lane]) + hc_eps;
+        if (!head) post_out[t * nhc + lane] = 2.0f * sigmoid_stable(mix[nhc + lane] * scale[1] + base[nhc + lane]);
+    }
+    if (head) return;
+    int nn = nhc * nhc;
+    int rr = lane / nhc, cc = lane % nhc;
+    int rb = rr * nhc; /* first lane of my row */
+    int o = 2 * nhc;
+    float v = lane < nn ? mix[o + lane] * scale[2] + base[o + lane] : 0.f;
+    float mx = -INFINITY;
+    for (int k = 0; k < nhc; k++) { float w = __shfl_sync(0xffffffffu, v, (rb + k) & 31); if (w > mx) mx = w; }
+    float e = expf(v - mx);
+    float sum = 0.f;
+    for (int k = 0; k < nhc; k++) sum += __shfl_sync(0xffffffffu, e, (rb + k) & 31);
+    float c = e / sum + hc_eps;
+    for (int it = 0; it < iters; it++) {
+        if (it > 0) {
+            float s2 = 0.f;
+            for (int k = 0; k < nhc; k++) s2 += __shfl_sync(0xffffffffu, c, (rb + k) & 31);
+            c /= (s2 + hc_eps);
+        }
+        float s3 = 0.f;
+        for (int k = 0; k < nhc; k++) s3 += __shfl_sync(0xffffffffu, c, (k * nhc + cc) & 31);
+        c /= (s3 + hc_eps);
+    }
+    if (lane < nn) comb_out[t * nn + lane] = c;
+}
+
 __global__ void k_hc_pre_finish(const float *X, int D, int nhc, int nmix, const float *partial, const double *psq,
                                 const float *scale, const float *base, const float *norm_w, int iters,
                                 float hc_eps, float rms_eps, int head, float *xout, float *post_out, float *comb_out) {
@@ -176,34 +213,7 @@ __global__ void k_hc_pre_finish(const float *X, int D, int nhc, int nmix, const 
             mix[lane] = a * r;
         }
         __syncwarp();
-        if (lane < nhc) {
-            wpre[lane] = sigmoid_stable(mix[lane] * scale[0] + base[lane]) + hc_eps;
-            if (!head) post_out[t * nhc + lane] = 2.0f * sigmoid_stable(mix[nhc + lane] * scale[1] + base[nhc + lane]);
-        }
-        if (!head) {
-            int nn = nhc * nhc;
-            int rr = lane / nhc, cc = lane % nhc;
-            int rb = rr * nhc;              /* first lane of my row */
-            int o = 2 * nhc;
-            float v = lane < nn ? mix[o + lane] * scale[2] + base[o + lane] : 0.f;
-            float mx = -INFINITY;
-            for (int k = 0; k < nhc; k++) { float w = __shfl_sync(0xffffffffu, v, (rb + k) & 31); if (w > mx) mx = w; }
-            float e = expf(v - mx);
-            float sum = 0.f;
-            for (int k = 0; k < nhc; k++) sum += __shfl_sync(0xffffffffu, e, (rb + k) & 31);
-            float c = e / sum + hc_eps;
-            for (int it = 0; it < iters; it++) {
-                if (it > 0) {
-                    float s2 = 0.f;
-                    for (int k = 0; k < nhc; k++) s2 += __shfl_sync(0xffffffffu, c, (rb + k) & 31);
-                    c /= (s2 + hc_eps);
-                }
-                float s3 = 0.f;
-                for (int k = 0; k < nhc; k++) s3 += __shfl_sync(0xffffffffu, c, (k * nhc + cc) & 31);
-                c /= (s3 + hc_eps);
-            }
-            if (lane < nn) comb_out[t * nn + lane] = c;
-        }
+        hc_split_warp(mix, scale, base, nhc, iters, hc_eps, head, lane, t, wpre, post_out, comb_out);
     }
     __syncthreads();
     const float *x = X + (int64_t)t * hcdim;
@@ -316,34 +326,7 @@ k_hc_pre_fused(const float *X, const float *f1, const float *f2, const float *po
             mix[lane] = a * r;
         }
         __syncwarp();
-        if (lane < nhc) {
-            wpre[lane] = sigmoid_stable(mix[lane] * scale[0] + base[lane]) + hc_eps;
-            if (!head) post_out[t * nhc + lane] = 2.0f * sigmoid_stable(mix[nhc + lane] * scale[1] + base[nhc + lane]);
-        }
-        if (!head) {
-            int nn = nhc * nhc;
-            int rr = lane / nhc, cc = lane % nhc;
-            int rb = rr * nhc;
-            int o = 2 * nhc;
-            float v = lane < nn ? mix[o + lane] * scale[2] + base[o + lane] : 0.f;
-            float mx = -INFINITY;
-            for (int k = 0; k < nhc; k++) { float u = __shfl_sync(0xffffffffu, v, (rb + k) & 31); if (u > mx) mx = u; }
-            float e = expf(v - mx);
-            float sum = 0.f;
-            for (int k = 0; k < nhc; k++) sum += __shfl_sync(0xffffffffu, e, (rb + k) & 31);
-            float c = e / sum + hc_eps;
-            for (int it = 0; it < iters; it++) {
-                if (it > 0) {
-                    float s2 = 0.f;
-                    for (int k = 0; k < nhc; k++) s2 += __shfl_sync(0xffffffffu, c, (rb + k) & 31);
-                    c /= (s2 + hc_eps);
-                }
-                float s3 = 0.f;
-                for (int k = 0; k < nhc; k++) s3 += __shfl_sync(0xffffffffu, c, (k * nhc + cc) & 31);
-                c /= (s3 + hc_eps);
-            }
-            if (lane < nn) comb_out[t * nn + lane] = c;
-        }
+        hc_split_warp(mix, scale, base, nhc, iters, hc_eps, head, lane, t, wpre, post_out, comb_out);
     }
     __syncthreads();
     const float *x = (f1 ? Xout : X) + (int64_t)t * hcdim;
