@@ -25,6 +25,8 @@ struct gguf_file; /* src/gguf/gguf.h: the opened container, for the tokenizer */
 
 typedef enum { MINKE_BACKEND_CPU = 0, MINKE_BACKEND_CUDA = 1 } minke_backend;
 
+typedef enum { MINKE_ACT_EXACT = 0, MINKE_ACT_Q8 = 1 } minke_act;
+
 typedef struct minke_model_params {
     const char *path;      /* main GGUF */
     const char *mtp_path;  /* optional MTP GGUF, NULL for none */
@@ -33,9 +35,12 @@ typedef struct minke_model_params {
     int sims;              /* FP8 KV / Hadamard+FP4 indexer simulations: 1 (default) or 0 */
     int progress;          /* show a load progress bar on stderr when it is a TTY */
     int n_gpus;            /* cuda: number of GPUs, 0 or 1 = one */
-    int f32_activations;   /* testing: quantized weights are dequantized and multiplied with f32
-                              activations instead of activations quantized to the weight's dot
-                              type (spec §16); 0 (default) = ds4 numerics */
+    int act;               /* numerics of quantized-weight products: MINKE_ACT_EXACT (0, default):
+                              weights decoded exactly and multiplied with f32 activations (spec
+                              §16.3's recommendation; the CUDA tensor-core prefill splits the
+                              activation into int8 pieces, docs/numerics.md); MINKE_ACT_Q8: ds4's
+                              numerics, activations quantized to the weight's dot type (Q8_0 /
+                              Q8_K) with int8 dots (spec §16.1) */
     int mtp_pairing;       /* which main-model state the MTP block pairs with Emb(t_p) (spec §13.2):
                               MINKE_MTP_PAIR_PREV (default) or MINKE_MTP_PAIR_SAME */
     const void *gguf_image;   /* when non-NULL: the main GGUF as a caller-owned memory image of

@@ -56,7 +56,7 @@ static float *logits_of(const char *path, int f32_act, const int32_t *tok, int T
     p.path = path;
     p.sims = 0;
     p.n_threads = 2;
-    p.f32_activations = f32_act;
+    p.act = f32_act ? MINKE_ACT_EXACT : MINKE_ACT_Q8;
     minke_model *m = minke_model_open(&p);
     if (!m) { fprintf(stderr, "open %s: %s\n", path, minke_last_error()); return NULL; }
     float *l = tu_logits(m, tok, T, 0);

@@ -262,7 +262,7 @@ static void check_pairing(const char *main_path, const char *mtp_path, int pairi
     p.mtp_path = mtp_path;
     p.mtp_pairing = pairing;
     p.sims = 0;
-    p.f32_activations = 1;
+    p.act = MINKE_ACT_EXACT;
     p.n_threads = 2;
     minke_model *m = minke_model_open(&p);
     CHECK(m != NULL, "open: %s", minke_last_error());

@@ -26,7 +26,8 @@ static void usage(void) {
             "  --threads N          CPU threads (default: all cores)\n"
             "  --ctx N              context size (default: number of tokens)\n"
             "  --dump-taps DIR      write intermediate tensors to DIR/<name>.f32\n"
-            "  --f32-act            quantized weights: dequantize and use f32 activations\n"
+            "  --act exact|q8       quantized-weight products: exact f32 activations (default) or\n"
+            "                       ds4's int8 activation quantization (docs/numerics.md)\n"
             "                       (instead of ds4's quantized activations; for testing)\n"
             "  --time               print tokens/s on stderr\n"
             "  --record-selections FILE  (cpu, debug) write the router's expert ids and the\n"
@@ -94,7 +95,12 @@ int cmd_logits(int argc, char **argv) {
         else if (!strcmp(a, "--time")) timing = 1;
         else if (!strcmp(a, "--record-selections")) { NEED(); record_path = v; }
         else if (!strcmp(a, "--pin-selections")) { NEED(); pin_path = v; }
-        else if (!strcmp(a, "--f32-act")) mp.f32_activations = 1;
+        else if (!strcmp(a, "--act")) {
+            NEED();
+            if (!strcmp(v, "exact")) mp.act = MINKE_ACT_EXACT;
+            else if (!strcmp(v, "q8")) mp.act = MINKE_ACT_Q8;
+            else { fprintf(stderr, "minke logits: --act takes exact or q8, not '%s'\n", v); return 2; }
+        }
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(); return 0; }
         else { fprintf(stderr, "minke logits: unknown option '%s'\n", a); usage(); return 2; }
 #undef NEED

@@ -29,7 +29,7 @@ typedef struct cpu_model {
     cpu_layer_vecs *lv;                   /* [n_layer] */
     float *output_hc_base, *output_hc_scale, *output_norm;
     nm_rope rope_main, rope_comp;         /* sliding-only layers / compressed layers (incl. indexer) */
-    int exact_act;                        /* minke_model_params.f32_activations */
+    int exact_act;                        /* minke_model_params.act != MINKE_ACT_Q8 */
     pthread_mutex_t lock;                 /* one forward at a time: the pool is not reentrant */
     cpu_mtp_model *mtp;                   /* NULL without an MTP file */
 } cpu_model;

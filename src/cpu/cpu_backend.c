@@ -52,7 +52,7 @@ static int cpu_model_init(minke_model *m) {
     }
     cpu_model *cm = calloc(1, sizeof *cm);
     if (!cm) { minke_set_error("out of memory"); return -1; }
-    cm->exact_act = m->params.f32_activations ? 1 : 0;
+    cm->exact_act = m->params.act != MINKE_ACT_Q8;
     pthread_mutex_init(&cm->lock, NULL);
     m->be = cm;
     cm->pool = cpu_pool_create(m->params.n_threads);

@@ -1,5 +1,6 @@
 /* cu_ops.h: host-side launchers of the CUDA backend's kernels (cu_gemv.cu,
- * cu_ops.cu), called by the forward pass in cu_forward.cu.
+ * cu_mmq.cu, cu_ops.cu, cu_hc.cu, cu_attn*.cu, cu_comp.cu, cu_indexer.cu, cu_moe.cu),
+ * called by the forward pass in cu_backend.cu.
  *
  * Every launcher takes a stream and enqueues work without synchronising, so
  * a whole decode step can be captured into a CUDA graph. Positions are read
@@ -67,6 +68,7 @@ int cu_mmq_tables_init(const uint64_t *grid);
 
 /* ---- cu_ops.cu ---- */
 void cu_ops_init(void);   /* kernel attributes, once per process */
+void cu_indexer_init(void);  /* cu_indexer.cu's part of it */
 void cu_embed(const int32_t *tokens, int T, const void *emb, int etype, int D, int nhc, float *X, cudaStream_t st);
 
 /* HC pre/head: mix = fn . X_flat * rms, then (pre/post/comb + u = sum pre X, x = rmsnorm(u; norm))

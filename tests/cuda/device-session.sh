@@ -38,6 +38,10 @@ for step in "$@"; do
           done ;;
     prof) MINKE_CUDA_PROFILE=1 timeout 200 $MINKE_BIN bench --synthetic flash-q2 --ctx-start 4096 --ctx-max 4096 -n 16 \
               --csv $OUT/prof.csv 2>&1 | tee $OUT/prof.log ;;
+    ncu) # every kernel's duration, graphs off (a 4096-token prefill, then NCU_GEN decode steps): tools/ncu_table.py reads it
+          MINKE_CUDA_NO_GRAPH=1 timeout ${NCU_TIMEOUT:-400} ncu --clock-control none --metrics gpu__time_duration.sum --csv \
+              --log-file $OUT/ncu.csv $MINKE_BIN bench --synthetic flash-q2 --ctx-start ${NCU_CTX:-4096} --ctx-max ${NCU_CTX:-4096} \
+              -n ${NCU_GEN:-2} > $OUT/ncu-bench.log 2>&1; tail -3 $OUT/ncu-bench.log; wc -l $OUT/ncu.csv ;;
     taps) D=$OUT/taps; mkdir -p $D; G=$D/tiny-q2.gguf
           $MINKE_BIN convert tests/fixtures/oracle/tiny-a -o $G --no-progress >/dev/null 2>&1
           head -c 96 tests/fixtures/oracle/tiny-a/tokens.i32 > $D/t.i32

@@ -1,0 +1,146 @@
+/* cu_comp.cu: the KV compressors (spec model.md §6.5): rows emitted when a
+ * window closes (pooled, normed, RoPE at the window's first position, FP8 /
+ * FP4 simulations) and the streaming state carried between calls.
+ */
+#include <stdlib.h>
+
+#include "cuda/cu_common.cuh"
+#include "cuda/cu_numerics.cuh"
+#include "cuda/cu_ops.h"
+
+/* ------------------------------------------------------------------ */
+/* compressor (spec §8)                                                */
+
+/* value and score (ape included) of token position p, column col (of Wd). */
+__device__ __forceinline__ void comp_cand(int p, int col, int pos0, const float *a, const float *s,
+                                          const void *ape, int apetype, int m, int Wd,
+                                          const float *Skv, const float *Ssc, float *v, float *sc) {
+    if (p >= pos0) {
+        int t = p - pos0;
+        *v = a[(int64_t)t * Wd + col];
+        *sc = s[(int64_t)t * Wd + col] + cu_wload(ape, apetype, (int64_t)(p % m) * Wd + col);
+    } else {
+        int open0 = (pos0 / m) * m;     /* first position of the window open at pos0 */
+        int slot = p >= open0 ? (m == 4 ? 4 : 0) + p % m : p % m;
+        *v = Skv[(int64_t)slot * Wd + col];
+        *sc = Ssc[(int64_t)slot * Wd + col];
+    }
+}
+
+__global__ void k_comp_emit(const float *a, const float *s, int T, const void *ape, int apetype, int m, int d,
+                            const float *Skv, const float *Ssc, const float *norm_w, float eps, int nrot,
+                            const float *inv_freq, const int *pos0p, int sims, int is_index, int f16round,
+                            float *rows) {
+    cu_pdl_enter();
+    extern __shared__ float sh[];        /* d floats + 128 doubles */
+    __shared__ double shd[33];
+    int pos0 = *pos0p;
+    int first = pos0 / m, last = (pos0 + T) / m;   /* windows first .. last-1 emit in this batch */
+    int w = first + blockIdx.x;
+    if (w >= last) return;
+    int c = m == 4 ? 2 : 1, Wd = c * d;
+    double ss = 0.0;
+    for (int j = threadIdx.x; j < d; j += blockDim.x) {
+        float mx = -INFINITY;
+        /* two passes over the candidates: max, then the weighted sum */
+        for (int pass = 0; pass < 2; pass++) {
+            float num = 0.f, den = 0.f;
+            if (m == 4) {
+                for (int r = 0; r < 4; r++) {
+                    int p = (w - 1) * 4 + r;
+                    float v = 0.f, sc = -INFINITY;
+                    if (w > 0) comp_cand(p, j, pos0, a, s, ape, apetype, m, Wd, Skv, Ssc, &v, &sc);
+                    if (pass == 0) { if (sc > mx) mx = sc; }
+                    else if (sc > -5e29f) { float e = expf(sc - mx); num += e * v; den += e; }
+                }
+                for (int r = 0; r < 4; r++) {
+                    int p = w * 4 + r;
+                    float v, sc;
+                    comp_cand(p, d + j, pos0, a, s, ape, apetype, m, Wd, Skv, Ssc, &v, &sc);
+                    if (pass == 0) { if (sc > mx) mx = sc; }
+                    else if (sc > -5e29f) { float e = expf(sc - mx); num += e * v; den += e; }
+                }
+            } else {
+                for (int r = 0; r < m; r++) {
+                    int p = w * m + r;
+                    float v, sc;
+                    comp_cand(p, j, pos0, a, s, ape, apetype, m, Wd, Skv, Ssc, &v, &sc);
+                    if (pass == 0) { if (sc > mx) mx = sc; }
+                    else if (sc > -5e29f) { float e = expf(sc - mx); num += e * v; den += e; }
+                }
+            }
+            if (pass == 1) {
+                float pooled = (mx <= -5e29f || den == 0.f) ? 0.f : num / den;
+                sh[j] = pooled;
+                ss += (double)pooled * pooled;
+            }
+        }
+    }
+    ss = block_sum_d(ss, shd);
+    float r = (float)(1.0 / sqrt(ss / d + (double)eps));
+    for (int j = threadIdx.x; j < d; j += blockDim.x) sh[j] = sh[j] * r * norm_w[j];
+    __syncthreads();
+    d_rope_tail_sh(sh, d, nrot, inv_freq, w * m, 0);
+    __syncthreads();
+    if (sims) {
+        if (is_index) {
+            d_hadamard128_sh(sh, (double *)(sh + d + (d & 1)));
+            d_fp4_sim_sh(sh, d);
+        } else {
+            d_fp8_sim_sh(sh, d - nrot, nullptr);
+        }
+    }
+    for (int j = threadIdx.x; j < d; j += blockDim.x)
+        rows[(int64_t)w * d + j] = f16round ? d_f16_round(sh[j]) : sh[j];
+}
+
+void cu_comp_emit(const float *a, const float *s, int T, const void *ape, int apetype, int m, int d,
+                  float *Skv, float *Ssc, const float *norm_w, float eps, int nrot, const float *inv_freq,
+                  const int *pos0p, int sims, int is_index, int f16round, float *rows, cudaStream_t st) {
+    int maxe = T / m + 1;
+    size_t shm = (size_t)(d + 2) * sizeof(float) + 128 * sizeof(double);
+    cu_launch(k_comp_emit, maxe, 128, shm, st, a, s, T, ape, apetype, m, d, Skv, Ssc, norm_w, eps, nrot, inv_freq,
+                                        pos0p, sims, is_index, f16round, rows);
+}
+
+/* Carried state after the batch: thread per column of Wd. */
+__global__ void k_comp_state(const float *a, const float *s, int T, const void *ape, int apetype, int m, int d,
+                             float *Skv, float *Ssc, const int *pos0p) {
+    cu_pdl_enter();
+    int c = m == 4 ? 2 : 1, Wd = c * d;
+    int col = blockIdx.x * blockDim.x + threadIdx.x;
+    if (col >= Wd) return;
+    int pos0 = *pos0p, end = pos0 + T;
+    int open_end = (end / m) * m;          /* first position of the window open after the batch */
+    int closed_any = end / m > pos0 / m;   /* a window closed inside the batch */
+    int lo = m == 4 ? 4 : 0;
+    float nv[8], ns[8];
+    if (m == 4) {
+        for (int r = 0; r < 4; r++) { nv[r] = Skv[(int64_t)r * Wd + col]; ns[r] = Ssc[(int64_t)r * Wd + col]; }
+        if (closed_any)      /* slots 0..3: the last closed window's tokens (lane A is what is read later) */
+            for (int r = 0; r < 4; r++)
+                comp_cand(open_end - 4 + r, col, pos0, a, s, ape, apetype, m, Wd, Skv, Ssc, &nv[r], &ns[r]);
+    }
+    for (int r = 0; r < m; r++) {
+        int p = open_end + r;
+        int64_t o = (int64_t)(lo + r) * Wd + col;
+        float v, sc;
+        if (p >= end) { v = 0.f; sc = -INFINITY; }
+        else if (p >= pos0) comp_cand(p, col, pos0, a, s, ape, apetype, m, Wd, Skv, Ssc, &v, &sc);
+        else continue;       /* written before the batch, still in its slot */
+        if (m == 4) { nv[4 + r] = v; ns[4 + r] = sc; }
+        else { Skv[o] = v; Ssc[o] = sc; }
+    }
+    if (m == 4) {
+        for (int r = 0; r < 8; r++) {
+            if (r >= 4 && open_end + (r - 4) < pos0) continue;
+            Skv[(int64_t)r * Wd + col] = nv[r]; Ssc[(int64_t)r * Wd + col] = ns[r];
+        }
+    }
+}
+void cu_comp_state(const float *a, const float *s, int T, const void *ape, int apetype, int m, int d,
+                   float *Skv, float *Ssc, const int *pos0p, cudaStream_t st) {
+    int Wd = (m == 4 ? 2 : 1) * d;
+    cu_launch(k_comp_state, (Wd + 127) / 128, 128, 0, st, a, s, T, ape, apetype, m, d, Skv, Ssc, pos0p);
+}
+

@@ -1,0 +1,280 @@
+/* cu_hc.cu: the hyper-connection kernels (spec model.md §6.7, §6.8): the
+ * pre step (mix GEMV over the flattened streams, Sinkhorn split, weighted sum,
+ * RMSNorm), its one-launch fused form with the previous post step folded
+ * in, and the post step. Arithmetic follows src/cpu/numerics.c.
+ */
+#include <stdlib.h>
+
+#include "cuda/cu_common.cuh"
+#include "cuda/cu_numerics.cuh"
+#include "cuda/cu_ops.h"
+
+/* ------------------------------------------------------------------ */
+/* hyper-connections                                                   */
+
+#define HC_SPLIT 16
+#define HC_MAXMIX 32
+
+/* partial[t][split][m] = sum over this split's chunk of fn[m] . X_flat; psq = sum of squares. */
+__global__ void k_hc_mix_partial(const float *X, int hcdim, const void *fn, int fntype, int nmix,
+                                 float *partial, double *psq) {
+    cu_pdl_enter();
+    int t = blockIdx.y, sp = blockIdx.x;
+    int chunk = hcdim / HC_SPLIT;
+    const float *x = X + (int64_t)t * hcdim + (int64_t)sp * chunk;
+    __shared__ double shd[33];
+    double ss = 0.0;
+    for (int i = threadIdx.x; i < chunk; i += blockDim.x) ss += (double)x[i] * (double)x[i];
+    ss = block_sum_d(ss, shd);
+    if (threadIdx.x == 0) psq[t * HC_SPLIT + sp] = ss;
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    for (int m = w; m < nmix; m += nw) {
+        float acc = 0.f;
+        int64_t base = (int64_t)m * hcdim + (int64_t)sp * chunk;
+        if (fntype == CU_TYPE_F16 && (chunk % 64) == 0) {
+            const __half2 *h = (const __half2 *)((const uint16_t *)fn + base);
+            for (int i = lane; i < chunk / 2; i += 32) {
+                float2 f = __half22float2(h[i]);
+                acc += f.x * x[2 * i] + f.y * x[2 * i + 1];
+            }
+        } else {
+            for (int i = lane; i < chunk; i += 32) acc += cu_wload(fn, fntype, base + i) * x[i];
+        }
+        acc = warp_sum(acc);
+        if (lane == 0) partial[((int64_t)t * HC_SPLIT + sp) * HC_MAXMIX + m] = acc;
+    }
+}
+
+/* The hyper-connection split of token t on one warp (spec model.md §6.7):
+ * pre weights sigmoid(mix*scale0+base)+eps, post weights 2*sigmoid(...), and
+ * the comb matrix by Sinkhorn with one lane per entry, each sum taken in the
+ * CPU's sequential order so both backends round alike. head: pre weights only
+ * (post_out and comb_out are not touched). */
+__device__ __forceinline__ void hc_split_warp(const float *mix, const float *scale, const float *base, int nhc,
+                                              int iters, float hc_eps, int head, int lane, int t, float *wpre,
+                                              float *post_out, float *comb_out) {
+    if (lane < nhc) {
+        wpre[lane] = sigmoid_stable(mix[lane] * scale[0] + base[lane]) + hc_eps;
+        if (!head) post_out[t * nhc + lane] = 2.0f * sigmoid_stable(mix[nhc + lane] * scale[1] + base[nhc + lane]);
+    }
+    if (head) return;
+    int nn = nhc * nhc;
+    int rr = lane / nhc, cc = lane % nhc;
+    int rb = rr * nhc; /* first lane of my row */
+    int o = 2 * nhc;
+    float v = lane < nn ? mix[o + lane] * scale[2] + base[o + lane] : 0.f;
+    float mx = -INFINITY;
+    for (int k = 0; k < nhc; k++) { float w = __shfl_sync(0xffffffffu, v, (rb + k) & 31); if (w > mx) mx = w; }
+    float e = expf(v - mx);
+    float sum = 0.f;
+    for (int k = 0; k < nhc; k++) sum += __shfl_sync(0xffffffffu, e, (rb + k) & 31);
+    float c = e / sum + hc_eps;
+    for (int it = 0; it < iters; it++) {
+        if (it > 0) {
+            float s2 = 0.f;
+            for (int k = 0; k < nhc; k++) s2 += __shfl_sync(0xffffffffu, c, (rb + k) & 31);
+            c /= (s2 + hc_eps);
+        }
+        float s3 = 0.f;
+        for (int k = 0; k < nhc; k++) s3 += __shfl_sync(0xffffffffu, c, (k * nhc + cc) & 31);
+        c /= (s3 + hc_eps);
+    }
+    if (lane < nn) comb_out[t * nn + lane] = c;
+}
+
+__global__ void k_hc_pre_finish(const float *X, int D, int nhc, int nmix, const float *partial, const double *psq,
+                                const float *scale, const float *base, const float *norm_w, int iters,
+                                float hc_eps, float rms_eps, int head, float *xout, float *post_out, float *comb_out) {
+    cu_pdl_enter();
+    int t = blockIdx.x;
+    int hcdim = D * nhc;
+    __shared__ float mix[HC_MAXMIX], wpre[8];
+    __shared__ double shd[33];
+    int lane = threadIdx.x & 31;
+    if (threadIdx.x < 32) {
+        /* warp 0: the mixes, then the split; Sinkhorn with one lane per
+         * matrix entry, sums taken in the CPU's sequential order */
+        double ss = 0.0;
+        for (int sp = 0; sp < HC_SPLIT; sp++) ss += psq[t * HC_SPLIT + sp];
+        float r = (float)(1.0 / sqrt(ss / hcdim + (double)rms_eps));
+        if (lane < nmix) {
+            float a = 0.f;
+            for (int sp = 0; sp < HC_SPLIT; sp++) a += partial[((int64_t)t * HC_SPLIT + sp) * HC_MAXMIX + lane];
+            mix[lane] = a * r;
+        }
+        __syncwarp();
+        hc_split_warp(mix, scale, base, nhc, iters, hc_eps, head, lane, t, wpre, post_out, comb_out);
+    }
+    __syncthreads();
+    const float *x = X + (int64_t)t * hcdim;
+    float *y = xout + (int64_t)t * D;
+    double ss = 0.0;
+    for (int d = threadIdx.x; d < D; d += blockDim.x) {
+        float u = 0.f;
+        for (int i = 0; i < nhc; i++) u += wpre[i] * x[(int64_t)i * D + d];
+        y[d] = u;
+        ss += (double)u * (double)u;
+    }
+    if (!norm_w) return;
+    ss = block_sum_d(ss, shd);
+    float r = (float)(1.0 / sqrt(ss / D + (double)rms_eps));
+    for (int d = threadIdx.x; d < D; d += blockDim.x) y[d] = y[d] * r * norm_w[d];
+}
+
+void cu_hc_pre(const float *X, int T, int D, int nhc, const void *fn, int fntype, int nmix,
+               const float *scale, const float *base, const float *norm_w, int iters, float hc_eps,
+               float rms_eps, int head, float *partial, double *psq, float *x, float *post, float *comb,
+               cudaStream_t st) {
+    cu_launch(k_hc_mix_partial, dim3(HC_SPLIT, T), 256, 0, st, X, D * nhc, fn, fntype, nmix, partial, psq);
+    cu_launch(k_hc_pre_finish, T, 256, 0, st, X, D, nhc, nmix, partial, psq, scale, base, norm_w, iters, hc_eps,
+                                      rms_eps, head, x, post, comb);
+}
+
+/* One kernel per hyper-connection pre step (MINKE_CUDA_HC_FUSED, default on
+ * for batches below 32 tokens), optionally with the previous sub-layer's post
+ * step folded in, and bit-identical to cu_hc_post + cu_hc_pre: the same 16
+ * splits of the input, the same per-lane and per-split summation orders,
+ * the same finish. What changes is the schedule: a block of one warp per mix
+ * row (24 warps instead of 8 walking 3 rows each in turn, so all rows' loads
+ * are in flight at once), the split's input staged in shared memory, and the
+ * finish done by the last block of a token to complete (ticket counter, reset
+ * by that block for the next call) instead of a second launch. With f1 set
+ * each block first computes its split of the post step (k_hc_post's
+ * arithmetic, same order) into Xout and mixes that. post/comb are read by
+ * every block before the last block overwrites them. */
+__global__ void __launch_bounds__(1024)
+k_hc_pre_fused(const float *X, const float *f1, const float *f2, const float *post_in, const float *comb_in,
+               float *Xout, int D, int nhc, const void *fn, int fntype, int nmix, const float *scale,
+               const float *base, const float *norm_w, int iters, float hc_eps, float rms_eps, int head,
+               float *partial, double *psq, int *cnt, float *xout, float *post_out, float *comb_out) {
+    cu_pdl_enter();
+    extern __shared__ float xs[];      /* this split's input (chunk floats) */
+    int t = blockIdx.y, sp = blockIdx.x;
+    int hcdim = D * nhc, chunk = hcdim / HC_SPLIT;
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    __shared__ double shd[33];
+    __shared__ float mix[HC_MAXMIX], wpre[8];
+    __shared__ int is_last;
+    int64_t off = (int64_t)t * hcdim + (int64_t)sp * chunk;
+    if (f1) {
+        for (int k = threadIdx.x; k < chunk; k += blockDim.x) {
+            int64_t i = (int64_t)sp * chunk + k;
+            int c = (int)(i / D), d = (int)(i % D);
+            float f = f1[(int64_t)t * D + d];
+            if (f2) f += f2[(int64_t)t * D + d];
+            const float *xr = X + (int64_t)t * hcdim;
+            float v = post_in[t * nhc + c] * f;
+            for (int r = 0; r < nhc; r++) v += comb_in[t * nhc * nhc + r * nhc + c] * xr[(int64_t)r * D + d];
+            Xout[off + k] = v;
+            xs[k] = v;
+        }
+    } else {
+        for (int k = threadIdx.x; k < chunk; k += blockDim.x) xs[k] = X[off + k];
+    }
+    __syncthreads();
+    /* sum of squares: threads 0..255 as k_hc_mix_partial's block of 256 (the others add 0) */
+    double ss = 0.0;
+    if (threadIdx.x < 256)
+        for (int k = threadIdx.x; k < chunk; k += 256) ss += (double)xs[k] * (double)xs[k];
+    ss = block_sum_d(ss, shd);
+    if (threadIdx.x == 0) psq[t * HC_SPLIT + sp] = ss;
+    for (int m = w; m < nmix; m += blockDim.x >> 5) {
+        float acc = 0.f;
+        int64_t wb = (int64_t)m * hcdim + (int64_t)sp * chunk;
+        if (fntype == CU_TYPE_F16 && (chunk % 64) == 0) {
+            const __half2 *h = (const __half2 *)((const uint16_t *)fn + wb);
+#pragma unroll 4
+            for (int i = lane; i < chunk / 2; i += 32) {
+                float2 fv = __half22float2(h[i]);
+                acc += fv.x * xs[2 * i] + fv.y * xs[2 * i + 1];
+            }
+        } else {
+#pragma unroll 4
+            for (int i = lane; i < chunk; i += 32) acc += cu_wload(fn, fntype, wb + i) * xs[i];
+        }
+        acc = warp_sum(acc);
+        if (lane == 0) partial[((int64_t)t * HC_SPLIT + sp) * HC_MAXMIX + m] = acc;
+    }
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int ticket = atomicAdd(&cnt[t], 1);
+        is_last = ticket == HC_SPLIT - 1;
+        if (is_last) cnt[t] = 0;
+    }
+    __syncthreads();
+    if (!is_last) return;
+    __threadfence();
+    /* the last block of token t: k_hc_pre_finish (L2 reads of what the other blocks wrote) */
+    if (threadIdx.x < 32) {
+        double sq = 0.0;
+        for (int k = 0; k < HC_SPLIT; k++) sq += __ldcg(&psq[t * HC_SPLIT + k]);
+        float r = (float)(1.0 / sqrt(sq / hcdim + (double)rms_eps));
+        if (lane < nmix) {
+            float a = 0.f;
+            for (int k = 0; k < HC_SPLIT; k++) a += __ldcg(&partial[((int64_t)t * HC_SPLIT + k) * HC_MAXMIX + lane]);
+            mix[lane] = a * r;
+        }
+        __syncwarp();
+        hc_split_warp(mix, scale, base, nhc, iters, hc_eps, head, lane, t, wpre, post_out, comb_out);
+    }
+    __syncthreads();
+    const float *x = (f1 ? Xout : X) + (int64_t)t * hcdim;
+    float *y = xout + (int64_t)t * D;
+    /* threads 0..255 as k_hc_pre_finish's block of 256 */
+    double s2 = 0.0;
+    if (threadIdx.x < 256)
+        for (int d = threadIdx.x; d < D; d += 256) {
+            float u = 0.f;
+            for (int k = 0; k < nhc; k++) u += wpre[k] * __ldcg(&x[(int64_t)k * D + d]);
+            y[d] = u;
+            s2 += (double)u * (double)u;
+        }
+    if (!norm_w) return;
+    s2 = block_sum_d(s2, shd);
+    float r = (float)(1.0 / sqrt(s2 / D + (double)rms_eps));
+    if (threadIdx.x < 256)
+        for (int d = threadIdx.x; d < D; d += 256) y[d] = y[d] * r * norm_w[d];
+}
+
+int cu_hc_fused_enabled(void) {
+    static int on = -1;
+    if (on < 0) { const char *e = getenv("MINKE_CUDA_HC_FUSED"); on = e ? atoi(e) != 0 : 1; }
+    return on;
+}
+
+int cu_hc_fused_ok(int D, int nhc, int nmix) {
+    return nmix <= HC_MAXMIX && nhc <= 8 && (D * nhc) % HC_SPLIT == 0 && (D * nhc / HC_SPLIT) * 4 <= 48 * 1024;
+}
+
+void cu_hc_pre_fused(const float *X, const float *f1, const float *f2, const float *post_in, const float *comb_in,
+                     float *Xout, int T, int D, int nhc, const void *fn, int fntype, int nmix, const float *scale,
+                     const float *base, const float *norm_w, int iters, float hc_eps, float rms_eps, int head,
+                     float *part, double *psq, int *cnt, float *x, float *post, float *comb, cudaStream_t st) {
+    int threads = 32 * (nmix > 8 ? nmix : 8);
+    size_t shm = sizeof(float) * (size_t)(D * nhc / HC_SPLIT);
+    cu_launch(k_hc_pre_fused, dim3(HC_SPLIT, T), threads, shm, st, X, f1, f2, post_in, comb_in, Xout, D, nhc, fn,
+              fntype, nmix, scale, base, norm_w, iters, hc_eps, rms_eps, head, part, psq, cnt, x, post, comb);
+}
+
+
+__global__ void k_hc_post(const float *X, const float *f1, const float *f2, const float *post, const float *comb,
+                          int D, int nhc, float *Xout) {
+    cu_pdl_enter();
+    int t = blockIdx.y;
+    int d = blockIdx.x * blockDim.x + threadIdx.x;
+    if (d >= D) return;
+    float f = f1[(int64_t)t * D + d];
+    if (f2) f += f2[(int64_t)t * D + d];
+    const float *x = X + (int64_t)t * nhc * D;
+    for (int c = 0; c < nhc; c++) {
+        float v = post[t * nhc + c] * f;
+        for (int r = 0; r < nhc; r++) v += comb[t * nhc * nhc + r * nhc + c] * x[(int64_t)r * D + d];
+        Xout[((int64_t)t * nhc + c) * D + d] = v;
+    }
+}
+void cu_hc_post(const float *X, const float *f1, const float *f2, const float *post, const float *comb,
+                int T, int D, int nhc, float *Xout, cudaStream_t st) {
+    cu_launch(k_hc_post, dim3((D + 255) / 256, T), 256, 0, st, X, f1, f2, post, comb, D, nhc, Xout);
+}
+

@@ -1,0 +1,100 @@
+/* cu_numerics.cuh: the device twins of src/cpu/numerics.c that several
+ * kernel files share: power-of-two scales, E4M3 / E2M1 / f16 rounding,
+ * RoPE of a head's tail, the FP8 and FP4 simulations, Hadamard-128.
+ * Each kernel file includes it; everything here is static inline device code.
+ */
+#ifndef MINKE_CU_NUMERICS_CUH
+#define MINKE_CU_NUMERICS_CUH
+#include "cuda/cu_common.cuh"
+
+
+static __device__ __forceinline__ float d_pow2_ceil(float v) {
+    uint32_t b = __float_as_uint(v);
+    int e = (int)((b >> 23) & 255u) - 127 + ((b & 0x7fffffu) != 0);
+    return ldexpf(1.0f, e);
+}
+static __device__ __forceinline__ float d_e4m3_round(float u) {
+    float a = fabsf(u);
+    if (a >= 448.0f) return u < 0 ? -448.0f : 448.0f;
+    float q;
+    if (a < 0.015625f) q = 0.001953125f;
+    else { int e; frexpf(a, &e); q = ldexpf(1.0f, e - 1 - 3); }
+    float r = rintf(a / q) * q;
+    if (r > 448.0f) r = 448.0f;
+    return u < 0 ? -r : r;
+}
+static __device__ __forceinline__ float d_e2m1_round(float u) {
+    float a = fabsf(u);
+    if (a >= 6.0f) return u < 0 ? -6.0f : 6.0f;
+    float q = a < 2.0f ? 0.5f : a < 4.0f ? 1.0f : 2.0f;
+    float r = rintf(a / q) * q;
+    if (r > 6.0f) r = 6.0f;
+    return u < 0 ? -r : r;
+}
+static __device__ __forceinline__ float d_f16_round(float v) { return __half2float(__float2half_rn(v)); }
+
+/* RoPE on the tail of a vector held in shared memory: threads stride over pairs. */
+static __device__ void d_rope_tail_sh(float *x, int hd, int nrot, const float *inv_freq, int pos, int inverse) {
+    int off = hd - nrot;
+    for (int k = threadIdx.x; k < nrot / 2; k += blockDim.x) {
+        float ang = (float)pos * inv_freq[k];
+        double sd, cd;
+        sincos((double)ang, &sd, &cd);
+        float c = (float)cd, s = (float)sd;
+        if (inverse) s = -s;
+        float x0 = x[off + 2 * k], x1 = x[off + 2 * k + 1];
+        x[off + 2 * k] = x0 * c - x1 * s;
+        x[off + 2 * k + 1] = x0 * s + x1 * c;
+    }
+}
+
+/* FP8 sim over n (multiple of 64) values in shared memory; blockDim >= 64 multiple of 32. */
+static __device__ void d_fp8_sim_sh(float *x, int n, float *red) {
+    int nb = n / 64;
+    /* each warp handles blocks w, w+nw, ... ; a block of 64 = 2 values per lane */
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    __syncthreads();
+    for (int b = w; b < nb; b += nw) {
+        float *v = x + 64 * b;
+        float a0 = v[lane], a1 = v[lane + 32];
+        float amax = warp_max(fmaxf(fabsf(a0), fabsf(a1)));
+        amax = fmaxf(amax, 1e-4f);
+        float s = d_pow2_ceil(amax * (1.0f / 448.0f));
+        float u0 = fminf(fmaxf(a0 / s, -448.f), 448.f), u1 = fminf(fmaxf(a1 / s, -448.f), 448.f);
+        v[lane] = d_e4m3_round(u0) * s;
+        v[lane + 32] = d_e4m3_round(u1) * s;
+    }
+    __syncthreads();
+}
+static __device__ void d_fp4_sim_sh(float *x, int n) {
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    __syncthreads();
+    for (int b = w; b < n / 32; b += nw) {
+        float a = x[32 * b + lane];
+        float amax = fmaxf(warp_max(fabsf(a)), 7.052966104933725e-38f);
+        float s = d_pow2_ceil(amax * (1.0f / 6.0f));
+        float u = fminf(fmaxf(a / s, -6.f), 6.f);
+        x[32 * b + lane] = d_e2m1_round(u) * s;
+    }
+    __syncthreads();
+}
+/* Hadamard-128 in double (as the CPU) on shared memory; needs 128 doubles of scratch. */
+static __device__ void d_hadamard128_sh(float *x, double *t) {
+    __syncthreads();
+    for (int i = threadIdx.x; i < 128; i += blockDim.x) t[i] = x[i];
+    __syncthreads();
+    for (int st = 1; st < 128; st <<= 1) {
+        for (int p = threadIdx.x; p < 64; p += blockDim.x) {
+            int blk = p / st, j = p % st;
+            int i0 = blk * 2 * st + j;
+            double a = t[i0], b = t[i0 + st];
+            t[i0] = a + b; t[i0 + st] = a - b;
+        }
+        __syncthreads();
+    }
+    for (int i = threadIdx.x; i < 128; i += blockDim.x) x[i] = (float)(t[i] * 0.08838834764831845);
+    __syncthreads();
+}
+
+
+#endif
