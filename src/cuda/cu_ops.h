@@ -18,7 +18,11 @@ typedef struct cu_gemv_args {
     int wtype;
     int64_t rows, in;
     uint64_t row_bytes, expert_bytes;
-    const void *act;          /* activation rows in cu_act_type(wtype) format */
+    const void *act;          /* activation rows in cu_act_type(wtype) format, or f32 rows when act_f32 */
+    int act_f32;              /* exact activations (MINKE_ACT_EXACT): act holds f32 rows for every
+                                 weight type; quantized weights are decoded exactly and multiplied
+                                 with f32 (GEMV) or with the activation split into int8 pieces
+                                 (cu_mmq), docs/numerics.md */
     int64_t act_stride;       /* bytes between activation rows */
     int act_div;              /* activation row = id / act_div (pairs -> tokens) */
     float *out;
