@@ -1,7 +1,9 @@
 /* test_engine_pinned.c: quantized tiny-a against its F32 twin with the
- * discrete choices pinned (src/cpu/selections.h).
+ * discrete choices pinned (src/cpu/selections.h), with ds4's numerics
+ * (MINKE_ACT_Q8). The default numerics (exact, f32 activations) give the
+ * twin's logits bit for bit (test_engine_quant.c), so there is nothing to pin.
  *
- * With ds4 numerics (int8 activations, spec model.md §16) a quantized file
+ * With ds4 numerics (int8 activations, spec model.md §16.1) a quantized file
  * and its dequantized F32 twin differ by ~0.2 x max|logit| on this random
  * 6-layer model, because the activation rounding flips router top-k experts
  * and indexer top-k rows (test_engine_quant.c). Here the twin's selections
@@ -22,7 +24,7 @@
 #include "engine_test_util.h"
 #include "cpu/selections.h"
 
-/* Prefill logits of path with sims off; record to rec, or pin from pin, if set. */
+/* Prefill logits of path with sims off, ds4 numerics; record to rec, or pin from pin, if set. */
 static float *run(const char *path, const int32_t *tok, int T, const char *rec, const char *pin,
                   long *differed, long *missing) {
     minke_model_params p;
@@ -30,6 +32,7 @@ static float *run(const char *path, const int32_t *tok, int T, const char *rec, 
     p.path = path;
     p.sims = 0;
     p.n_threads = 2;
+    p.act = MINKE_ACT_Q8;
     minke_model *m = minke_model_open(&p);
     if (!m) { fprintf(stderr, "open %s: %s\n", path, minke_last_error()); return NULL; }
     if ((rec && cpu_sel_record(m) != 0) || (pin && cpu_sel_pin(m, pin) != 0)) {
