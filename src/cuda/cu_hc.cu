@@ -2,6 +2,10 @@
  * pre step (mix GEMV over the flattened streams, Sinkhorn split, weighted sum,
  * RMSNorm), its one-launch fused form with the previous post step folded
  * in, and the post step. Arithmetic follows src/cpu/numerics.c.
+ *
+ * The fused pre step has two schedules with bit-identical results:
+ * k_hc_pre_fused (v1, env MINKE_CUDA_HC_V1=1 or cu_hc_use_v1(1)) and
+ * k_hc_pre_fused2 (default where the shape fits, see its comment).
  */
 #include <stdlib.h>
 
@@ -237,6 +241,289 @@ k_hc_pre_fused(const float *X, const float *f1, const float *f2, const float *po
         for (int d = threadIdx.x; d < D; d += 256) y[d] = y[d] * r * norm_w[d];
 }
 
+/* ------------------------------------------------------------------ */
+/* The fused pre step, v2 schedule (default): the same arithmetic as
+ * k_hc_pre_fused, element by element and in the same summation orders, with
+ * the ~30 us serial chain of v1 cut down:
+ *  - the block's mix weights (16 half2 per lane), norm_w (4 floats per
+ *    thread), scale and base are loaded before the PDL wait: they are model
+ *    weights, never written by the previous kernel, so their DRAM latency
+ *    overlaps the previous kernel instead of following it;
+ *  - one input element per thread (1024 threads, chunk <= 1024) with all of
+ *    its loads issued together (v1's loops could not hoist loads above the
+ *    previous iteration's aliasing store);
+ *  - the sum of squares on warps 24..31 (as v1's threads 0..255: the same
+ *    per-thread order and the same 8-warp tree) with a named barrier, while
+ *    warps 0..nmix-1 do the mix dots;
+ *  - one fence + ticket by thread 0 (the cooperative-groups grid-sync
+ *    pattern) instead of a fence on every thread;
+ *  - in the last block, warp 31 computes the mixes and the pre weights,
+ *    publishes them (bar.arrive) and then runs Sinkhorn alone, while the
+ *    other warps, whose stream rows were loaded right after the ticket, do
+ *    the weighted sum; the RMS double sum is taken by threads 0..255 over
+ *    the staged sums in v1's order (thread j: d = j, j+256, ...) and the
+ *    8-warp tree; normalised outputs are written from registers.
+ * Shapes: nhc <= 4, nmix <= 32, chunk = D*nhc/16 <= 1024, D <= 4096 (Flash:
+ * D 4096, nhc 4, nmix 24 or 4); others use v1. */
+
+#define HC2_THREADS 1024
+#define HC2_DPT 4          /* stream elements per thread in the finish: D <= 4096 */
+#define HC2_MAXHC 4
+#define HC2_NPL 16         /* half2 weights per lane: chunk <= 1024 */
+#define HC2_SPLIT_WARP 31
+#define HC2_SQ_WARP0 24    /* warps 24..31: the sum of squares */
+
+__device__ __forceinline__ void hc_bar_sync(int id, int n) {
+    asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(n) : "memory");
+}
+__device__ __forceinline__ void hc_bar_arrive(int id, int n) {
+    asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(n) : "memory");
+}
+
+/* hc_split_warp's Sinkhorn part, statement for statement (comb_out only). */
+__device__ __forceinline__ void hc_sinkhorn_warp(const float *mix, const float *scale, const float *base, int nhc,
+                                                 int iters, float hc_eps, int lane, int t, float *comb_out) {
+    int nn = nhc * nhc;
+    int rr = lane / nhc, cc = lane % nhc;
+    int rb = rr * nhc;
+    int o = 2 * nhc;
+    float v = lane < nn ? mix[o + lane] * scale[2] + base[o + lane] : 0.f;
+    float mx = -INFINITY;
+    for (int k = 0; k < nhc; k++) { float w = __shfl_sync(0xffffffffu, v, (rb + k) & 31); if (w > mx) mx = w; }
+    float e = expf(v - mx);
+    float sum = 0.f;
+    for (int k = 0; k < nhc; k++) sum += __shfl_sync(0xffffffffu, e, (rb + k) & 31);
+    float c = e / sum + hc_eps;
+    for (int it = 0; it < iters; it++) {
+        if (it > 0) {
+            float s2 = 0.f;
+            for (int k = 0; k < nhc; k++) s2 += __shfl_sync(0xffffffffu, c, (rb + k) & 31);
+            c /= (s2 + hc_eps);
+        }
+        float s3 = 0.f;
+        for (int k = 0; k < nhc; k++) s3 += __shfl_sync(0xffffffffu, c, (k * nhc + cc) & 31);
+        c /= (s3 + hc_eps);
+    }
+    if (lane < nn) comb_out[t * nn + lane] = c;
+}
+
+__global__ void __launch_bounds__(HC2_THREADS, 1)
+k_hc_pre_fused2(const float *X, const float *f1, const float *f2, const float *post_in, const float *comb_in,
+                float *Xout, int D, int nhc, const void *fn, int fntype, int nmix, const float *scale,
+                const float *base, const float *norm_w, int iters, float hc_eps, float rms_eps, int head,
+                float *partial, double *psq, int *cnt, float *xout, float *post_out, float *comb_out) {
+    extern __shared__ float hc2_smem[];
+    __shared__ double shd[8];
+    __shared__ float s_scale[4], s_base[HC_MAXMIX], s_mix[HC_MAXMIX], s_wpre[HC2_MAXHC], s_r;
+    __shared__ int is_last;
+    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
+    const int t = blockIdx.y, sp = blockIdx.x;
+    const int hcdim = D * nhc, chunk = hcdim / HC_SPLIT;
+    float *xs = hc2_smem;          /* this split's input: chunk floats */
+    float *us = hc2_smem + chunk;  /* the last block's weighted sums: D floats */
+    const int npl = chunk / 64;
+    const bool f16 = fntype == CU_TYPE_F16 && (chunk % 64) == 0;
+
+    /* weights, before the wait (nothing in the step writes them) */
+    __half2 hw[HC2_NPL];
+#pragma unroll
+    for (int j = 0; j < HC2_NPL; j++) hw[j] = __floats2half2_rn(0.f, 0.f);
+    if (f16 && w < nmix) {
+        const __half2 *h = (const __half2 *)((const uint16_t *)fn + (int64_t)w * hcdim + (int64_t)sp * chunk);
+#pragma unroll
+        for (int j = 0; j < HC2_NPL; j++)
+            if (j < npl) hw[j] = h[lane + 32 * j];
+    }
+    float nwv[HC2_DPT];
+#pragma unroll
+    for (int i = 0; i < HC2_DPT; i++) {
+        int d = tid + HC2_THREADS * i;
+        nwv[i] = norm_w && d < D ? norm_w[d] : 0.f;
+    }
+    if (tid < (head ? 1 : 3)) s_scale[tid] = scale[tid];
+    if (tid < nmix) s_base[tid] = base[tid];
+    cu_pdl_enter();
+
+    /* this split of the input (with the pending post step: k_hc_post's arithmetic) */
+    const float *Xt = X + (int64_t)t * hcdim;
+    int64_t off = (int64_t)t * hcdim + (int64_t)sp * chunk;
+    for (int k = tid; k < chunk; k += HC2_THREADS) {
+        float v;
+        if (f1) {
+            int i = sp * chunk + k;
+            int c = i / D, d = i - c * D;
+            float cv[HC2_MAXHC], xv[HC2_MAXHC];
+#pragma unroll
+            for (int r = 0; r < HC2_MAXHC; r++)
+                if (r < nhc) { cv[r] = comb_in[t * nhc * nhc + r * nhc + c]; xv[r] = Xt[(int64_t)r * D + d]; }
+            float pc = post_in[t * nhc + c];
+            float f = f1[(int64_t)t * D + d];
+            if (f2) f += f2[(int64_t)t * D + d];
+            v = pc * f;
+#pragma unroll
+            for (int r = 0; r < HC2_MAXHC; r++)
+                if (r < nhc) v += cv[r] * xv[r];
+            Xout[off + k] = v;
+        } else {
+            v = X[off + k];
+        }
+        xs[k] = v;
+    }
+    __syncthreads();
+
+    /* sum of squares: warps 24..31 as a block of 256 (v1's threads 0..255, the
+     * other warps of v1's block adding exact zeros to the tree) */
+    if (w >= HC2_SQ_WARP0) {
+        int j = tid - HC2_SQ_WARP0 * 32;
+        double ss = 0.0;
+        for (int k = j; k < chunk; k += 256) ss += (double)xs[k] * (double)xs[k];
+        ss = warp_sum_d(ss);
+        if (lane == 0) shd[w - HC2_SQ_WARP0] = ss;
+        hc_bar_sync(1, 256);
+        if (w == HC2_SQ_WARP0) {
+            double tt = lane < 8 ? shd[lane] : 0.0;
+            tt = warp_sum_d(tt);
+            if (lane == 0) psq[t * HC_SPLIT + sp] = tt;
+        }
+    }
+    /* mix dots: one warp per row, v1's lane order */
+    if (w < nmix) {
+        float acc = 0.f;
+        if (f16) {
+#pragma unroll
+            for (int j = 0; j < HC2_NPL; j++)
+                if (j < npl) {
+                    int i = lane + 32 * j;
+                    float2 fv = __half22float2(hw[j]);
+                    acc += fv.x * xs[2 * i] + fv.y * xs[2 * i + 1];
+                }
+        } else {
+            int64_t wb = (int64_t)w * hcdim + (int64_t)sp * chunk;
+            for (int i = lane; i < chunk; i += 32) acc += cu_wload(fn, fntype, wb + i) * xs[i];
+        }
+        acc = warp_sum(acc);
+        if (lane == 0) partial[((int64_t)t * HC_SPLIT + sp) * HC_MAXMIX + w] = acc;
+    }
+
+    /* ticket: the last block of token t does the finish */
+    __syncthreads();
+    if (tid == 0) {
+        __threadfence();
+        int ticket = atomicAdd(&cnt[t], 1);
+        int last = ticket == HC_SPLIT - 1;
+        if (last) { cnt[t] = 0; __threadfence(); }
+        is_last = last;
+    }
+    __syncthreads();
+    if (!is_last) return;
+
+    /* this thread's stream elements (L2: other blocks wrote Xout) */
+    const float *xin = (f1 ? Xout : X) + (int64_t)t * hcdim;
+    float xv[HC2_DPT][HC2_MAXHC];
+#pragma unroll
+    for (int i = 0; i < HC2_DPT; i++) {
+        int d = tid + HC2_THREADS * i;
+#pragma unroll
+        for (int k = 0; k < HC2_MAXHC; k++) xv[i][k] = d < D && k < nhc ? __ldcg(&xin[(int64_t)k * D + d]) : 0.f;
+    }
+    if (w == HC2_SPLIT_WARP) {
+        double sq = 0.0;
+        for (int k = 0; k < HC_SPLIT; k++) sq += __ldcg(&psq[t * HC_SPLIT + k]);
+        float r = (float)(1.0 / sqrt(sq / hcdim + (double)rms_eps));
+        if (lane < nmix) {
+            float a = 0.f;
+            for (int k = 0; k < HC_SPLIT; k++) a += __ldcg(&partial[((int64_t)t * HC_SPLIT + k) * HC_MAXMIX + lane]);
+            s_mix[lane] = a * r;
+        }
+        __syncwarp();
+        if (lane < nhc) s_wpre[lane] = sigmoid_stable(s_mix[lane] * s_scale[0] + s_base[lane]) + hc_eps;
+        __syncwarp();
+        hc_bar_arrive(2, HC2_THREADS);
+    } else {
+        hc_bar_sync(2, HC2_THREADS);
+    }
+    float wp[HC2_MAXHC];
+#pragma unroll
+    for (int k = 0; k < HC2_MAXHC; k++) wp[k] = k < nhc ? s_wpre[k] : 0.f;
+    float u[HC2_DPT];
+#pragma unroll
+    for (int i = 0; i < HC2_DPT; i++) {
+        float uu = 0.f;
+#pragma unroll
+        for (int k = 0; k < HC2_MAXHC; k++)
+            if (k < nhc) uu += wp[k] * xv[i][k];
+        u[i] = uu;
+    }
+    float *y = xout + (int64_t)t * D;
+    if (!norm_w) {
+#pragma unroll
+        for (int i = 0; i < HC2_DPT; i++) {
+            int d = tid + HC2_THREADS * i;
+            if (d < D) y[d] = u[i];
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < HC2_DPT; i++) {
+            int d = tid + HC2_THREADS * i;
+            if (d < D) us[d] = u[i];
+        }
+    }
+
+    if (w == HC2_SPLIT_WARP) {
+        if (norm_w) hc_bar_arrive(3, HC2_THREADS);
+        if (!head) {
+            if (lane < nhc)
+                post_out[t * nhc + lane] = 2.0f * sigmoid_stable(s_mix[nhc + lane] * s_scale[1] + s_base[nhc + lane]);
+            hc_sinkhorn_warp(s_mix, s_scale, s_base, nhc, iters, hc_eps, lane, t, comb_out);
+        }
+        if (!norm_w) return;
+        hc_bar_sync(6, 64);     /* s_r from warp 0 */
+    } else {
+        if (!norm_w) return;
+        if (w < 8) {
+            /* v1's double sum: thread j of 256 over d = j, j+256, ..., then the 8-warp tree */
+            hc_bar_sync(3, HC2_THREADS);
+            double s2 = 0.0;
+            for (int d = tid; d < D; d += 256) s2 += (double)us[d] * (double)us[d];
+            s2 = warp_sum_d(s2);
+            if (lane == 0) shd[w] = s2;
+            hc_bar_sync(4, 256);
+            if (w == 0) {
+                double tt = lane < 8 ? shd[lane] : 0.0;
+                tt = warp_sum_d(tt);
+                if (lane == 0) s_r = (float)(1.0 / sqrt(tt / D + (double)rms_eps));
+                __syncwarp();
+                hc_bar_arrive(5, HC2_THREADS - 32);
+                hc_bar_arrive(6, 64);
+            } else {
+                hc_bar_sync(5, HC2_THREADS - 32);
+            }
+        } else {
+            hc_bar_arrive(3, HC2_THREADS);
+            hc_bar_sync(5, HC2_THREADS - 32);
+        }
+    }
+    float r = s_r;
+#pragma unroll
+    for (int i = 0; i < HC2_DPT; i++) {
+        int d = tid + HC2_THREADS * i;
+        if (d < D) y[d] = u[i] * r * nwv[i];
+    }
+}
+
+static int hc2_ok(int D, int nhc, int nmix) {
+    int chunk = D * nhc / HC_SPLIT;
+    return nhc >= 1 && nhc <= HC2_MAXHC && nmix <= HC_MAXMIX && (D * nhc) % HC_SPLIT == 0 && chunk <= HC2_THREADS &&
+           D <= HC2_THREADS * HC2_DPT && nmix <= HC2_THREADS / 32;
+}
+
+static int hc_v1 = -1;
+extern "C" void cu_hc_use_v1(int on) { hc_v1 = on; }
+static int hc_use_v1(void) {
+    if (hc_v1 < 0) { const char *e = getenv("MINKE_CUDA_HC_V1"); hc_v1 = e ? atoi(e) != 0 : 0; }
+    return hc_v1;
+}
+
 int cu_hc_fused_enabled(void) {
     static int on = -1;
     if (on < 0) { const char *e = getenv("MINKE_CUDA_HC_FUSED"); on = e ? atoi(e) != 0 : 1; }
@@ -251,6 +538,12 @@ void cu_hc_pre_fused(const float *X, const float *f1, const float *f2, const flo
                      float *Xout, int T, int D, int nhc, const void *fn, int fntype, int nmix, const float *scale,
                      const float *base, const float *norm_w, int iters, float hc_eps, float rms_eps, int head,
                      float *part, double *psq, int *cnt, float *x, float *post, float *comb, cudaStream_t st) {
+    if (!hc_use_v1() && hc2_ok(D, nhc, nmix)) {
+        size_t shm2 = sizeof(float) * (size_t)(D * nhc / HC_SPLIT + D);
+        cu_launch(k_hc_pre_fused2, dim3(HC_SPLIT, T), HC2_THREADS, shm2, st, X, f1, f2, post_in, comb_in, Xout, D, nhc,
+                  fn, fntype, nmix, scale, base, norm_w, iters, hc_eps, rms_eps, head, part, psq, cnt, x, post, comb);
+        return;
+    }
     int threads = 32 * (nmix > 8 ? nmix : 8);
     size_t shm = sizeof(float) * (size_t)(D * nhc / HC_SPLIT);
     cu_launch(k_hc_pre_fused, dim3(HC_SPLIT, T), threads, shm, st, X, f1, f2, post_in, comb_in, Xout, D, nhc, fn,

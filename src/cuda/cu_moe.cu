@@ -3,6 +3,7 @@
  * routing), pairs grouped into per-expert tiles, SwiGLU with the asymmetric
  * clamp, and the sum over a token's experts.
  */
+#include <stdint.h>
 #include <stdlib.h>
 
 #include "cuda/cu_common.cuh"
@@ -56,8 +57,112 @@ __global__ void k_router(const float *logits, const float *bias, const int32_t *
         wout[t * K + k] = sc[idx[k]] / sum * route_scale;
     }
 }
+/* Router, v2 schedule (default for E <= 1024, K <= 16): one block per token,
+ * one expert per thread, results identical to k_router. The selection value
+ * and score of each expert are computed as k_router does; the top K in
+ * k_router's order (value descending, the lower expert index first on exact
+ * ties: what K rounds of arg-max give) come from ranks instead of K serial
+ * rounds: each warp ranks its 32 experts by shuffles and keeps its best K as
+ * candidates (any overall top-K expert is among its warp's top K), then each
+ * candidate's overall rank among the nw*K candidates is its slot. The weights
+ * are normalised with k_router's sum (slots in order) and division. With
+ * pairs set (decode tiles, nt == 1) the block also writes k_moe_tiles1's
+ * tiles of its pairs. The bias (a weight) is read before the PDL wait.
+ * (Degenerate inputs: with NaN or -inf selection values k_router's rounds can
+ * repeat an expert; these ranks never do.) */
+#define RT2_MAXK 16
+__global__ void __launch_bounds__(1024)
+k_router2(const float *logits, const float *bias, const int32_t *tid2eid, const int32_t *tokens, int E, int K,
+          float route_scale, int *sel, float *wout, int *pairs, int *tstart, int *tcount, int *texpert, int *ntiles) {
+    __shared__ float sc[1024];
+    __shared__ float cand_v[32 * RT2_MAXK];
+    __shared__ int cand_i[32 * RT2_MAXK];
+    __shared__ int s_idx[RT2_MAXK];
+    const int t = blockIdx.x, e = threadIdx.x, lane = e & 31, w = e >> 5, nw = blockDim.x >> 5;
+    const bool valid = e < E;
+    float bv = 0.f;
+    if (bias && valid) bv = bias[e];
+    cu_pdl_enter();
+    float v = -INFINITY;
+    if (valid) {
+        float s = sqrtf(softplus_stable(logits[(int64_t)t * E + e]));
+        sc[e] = s;
+        v = bias ? s + bv : s;
+    }
+    if (tid2eid) {
+        if (e < K) s_idx[e] = tid2eid[(int64_t)tokens[t] * K + e];
+    } else {
+        unsigned vmask = __ballot_sync(0xffffffffu, valid);
+        int rank = 0;
+        for (int j = 0; j < 32; j++) {
+            float vj = __shfl_sync(0xffffffffu, v, j);
+            rank += ((vmask >> j) & 1u) && (vj > v || (vj == v && j < lane));
+        }
+        if (valid && rank < K) { cand_v[w * K + rank] = v; cand_i[w * K + rank] = e; }
+        int nvalid = __popc(vmask);
+        if (lane < K && lane >= nvalid) cand_i[w * K + lane] = -1;
+        __syncthreads();
+        int nc = nw * K;
+        for (int c = e; c < nc; c += blockDim.x) {
+            int mi = cand_i[c];
+            if (mi < 0) continue;
+            float mv = cand_v[c];
+            int g = 0;
+            for (int o = 0; o < nc; o++) {
+                int oi = cand_i[o];
+                float ov = cand_v[o];
+                g += oi >= 0 && (ov > mv || (ov == mv && oi < mi));
+            }
+            if (g < K) s_idx[g] = mi;
+        }
+    }
+    __syncthreads();
+    if (e < K) {
+        float sum = 0.f;
+        for (int k = 0; k < K; k++) sum += sc[s_idx[k]];
+        if (sum < 6.103515625e-5f) sum = 6.103515625e-5f;
+        int id = s_idx[e];
+        int p = t * K + e;
+        sel[p] = id;
+        wout[p] = sc[id] / sum * route_scale;
+        if (pairs) {
+            pairs[p] = p; tstart[p] = p; tcount[p] = 1; texpert[p] = id;
+            if (t == 0 && e == 0) *ntiles = gridDim.x * K;
+        }
+    }
+}
+
+static int moe_v1 = -1;
+extern "C" void cu_moe_use_v1(int on) { moe_v1 = on; }
+static int moe_use_v1(void) {
+    if (moe_v1 < 0) { const char *e = getenv("MINKE_CUDA_MOE_V1"); moe_v1 = e ? atoi(e) != 0 : 0; }
+    return moe_v1;
+}
+static int router2_ok(int E, int K) { return E >= 1 && E <= 1024 && K >= 1 && K <= RT2_MAXK; }
+
+/* cu_router followed by cu_moe_tiles(sel, T*K, E, 1, ...) in one launch
+ * (decode: one tile per pair); the same outputs as the two calls. */
+extern "C" void cu_router_tiles1(const float *logits, const float *bias, const int32_t *tid2eid, const int32_t *tokens,
+                                 int T, int E, int K, float route_scale, int *sel, float *w, int *pairs, int *tstart,
+                                 int *tcount, int *texpert, int *ntiles, cudaStream_t st) {
+    if (moe_use_v1() || !router2_ok(E, K) || T * K > 1024) {
+        cu_router(logits, bias, tid2eid, tokens, T, E, K, route_scale, sel, w, st);
+        cu_moe_tiles(sel, T * K, E, 1, pairs, tstart, tcount, texpert, ntiles, st);
+        return;
+    }
+    int threads = (E + 31) / 32 * 32;
+    cu_launch(k_router2, T, threads, 0, st, logits, bias, tid2eid, tokens, E, K, route_scale, sel, w, pairs, tstart,
+              tcount, texpert, ntiles);
+}
+
 void cu_router(const float *logits, const float *bias, const int32_t *tid2eid, const int32_t *tokens,
                int T, int E, int K, float route_scale, int *sel, float *w, cudaStream_t st) {
+    if (!moe_use_v1() && router2_ok(E, K)) {
+        int threads = (E + 31) / 32 * 32;
+        cu_launch(k_router2, T, threads, 0, st, logits, bias, tid2eid, tokens, E, K, route_scale, sel, w,
+                  (int *)NULL, (int *)NULL, (int *)NULL, (int *)NULL, (int *)NULL);
+        return;
+    }
     cu_launch(k_router, T, 32, 2 * E * sizeof(float), st, logits, bias, tid2eid, tokens, E, K, route_scale, sel, w);
 }
 
@@ -136,8 +241,39 @@ __global__ void k_swiglu(const float *g, const float *u, const float *w, int F, 
     if (w) s *= w[p];
     mid[(int64_t)p * F + i] = s;
 }
+/* The same per element, four elements per thread (float4 loads and store). */
+__device__ __forceinline__ float swiglu1(float gv, float uv, float limit) {
+    if (limit > 1e-6f) {
+        if (gv > limit) gv = limit;
+        if (uv > limit) uv = limit;
+        if (uv < -limit) uv = -limit;
+    }
+    return gv * sigmoid_stable(gv) * uv;
+}
+__global__ void k_swiglu4(const float4 *g, const float4 *u, const float *w, int F4, float limit, float4 *mid) {
+    cu_pdl_enter();
+    int p = blockIdx.y;
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= F4) return;
+    float4 gv = g[(int64_t)p * F4 + i], uv = u[(int64_t)p * F4 + i];
+    float4 s;
+    s.x = swiglu1(gv.x, uv.x, limit);
+    s.y = swiglu1(gv.y, uv.y, limit);
+    s.z = swiglu1(gv.z, uv.z, limit);
+    s.w = swiglu1(gv.w, uv.w, limit);
+    if (w) { float wp = w[p]; s.x *= wp; s.y *= wp; s.z *= wp; s.w *= wp; }
+    mid[(int64_t)p * F4 + i] = s;
+}
+static int aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+
 void cu_swiglu(const float *g, const float *u, const float *w, int P, int F, float limit, float *mid,
                cudaStream_t st) {
+    if (!moe_use_v1() && F % 4 == 0 && aligned16(g) && aligned16(u) && aligned16(mid)) {
+        int F4 = F / 4, bs = F4 < 256 ? (F4 + 31) / 32 * 32 : 256;
+        cu_launch(k_swiglu4, dim3((F4 + bs - 1) / bs, P), bs, 0, st, (const float4 *)g, (const float4 *)u, w, F4, limit,
+                  (float4 *)mid);
+        return;
+    }
     cu_launch(k_swiglu, dim3((F + 255) / 256, P), 256, 0, st, g, u, w, F, limit, mid);
 }
 
@@ -150,7 +286,32 @@ __global__ void k_moe_sum(const float *outp, int K, int D, float *m) {
     for (int k = 0; k < K; k++) s += outp[((int64_t)t * K + k) * D + d];
     m[(int64_t)t * D + d] = s;
 }
+/* The same sums (k = 0..K-1 in order), four elements per thread. */
+__global__ void k_moe_sum4(const float4 *outp, int K, int D4, float4 *m) {
+    cu_pdl_enter();
+    int t = blockIdx.y;
+    int d = blockIdx.x * blockDim.x + threadIdx.x;
+    if (d >= D4) return;
+    float4 o[8];
+    int k0 = 0;
+    float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (; k0 < K; k0 += 8) {
+        int nk = K - k0 < 8 ? K - k0 : 8;
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            if (k < nk) o[k] = outp[((int64_t)t * K + k0 + k) * D4 + d];
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            if (k < nk) { s.x += o[k].x; s.y += o[k].y; s.z += o[k].z; s.w += o[k].w; }
+    }
+    m[(int64_t)t * D4 + d] = s;
+}
 void cu_moe_sum(const float *outp, int T, int K, int D, float *m, cudaStream_t st) {
+    if (!moe_use_v1() && D % 4 == 0 && aligned16(outp) && aligned16(m)) {
+        int D4 = D / 4, bs = D4 < 256 ? (D4 + 31) / 32 * 32 : 256;
+        cu_launch(k_moe_sum4, dim3((D4 + bs - 1) / bs, T), bs, 0, st, (const float4 *)outp, K, D4, (float4 *)m);
+        return;
+    }
     cu_launch(k_moe_sum, dim3((D + 255) / 256, T), 256, 0, st, outp, K, D, m);
 }
 

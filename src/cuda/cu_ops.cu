@@ -52,7 +52,55 @@ __global__ void k_rmsnorm(const float *x, const float *w, int n, float eps, floa
     float r = (float)(1.0 / sqrt(ss / n + (double)eps));
     for (int i = threadIdx.x; i < n; i += blockDim.x) yr[i] = w ? xr[i] * r * w[i] : xr[i] * r;
 }
+/* k_rmsnorm's arithmetic (thread j of 256 sums i = j, j+256, ... in order,
+ * then the block tree) with every load issued at once: the row and the weight
+ * go to registers (the weight before the PDL wait: norm weights are never
+ * written by the previous kernel), so the second pass does not wait on a
+ * load after each store (y may alias x). n <= 256 * RMS2_PER. */
+#define RMS2_PER 16
+__global__ void __launch_bounds__(256) k_rmsnorm2(const float *x, const float *w, int n, float eps, float *y) {
+    __shared__ double shd[33];
+    float wv[RMS2_PER], xv[RMS2_PER];
+    const int tid = threadIdx.x;
+#pragma unroll
+    for (int m = 0; m < RMS2_PER; m++) {
+        int i = tid + 256 * m;
+        wv[m] = w && i < n ? w[i] : 0.f;
+    }
+    cu_pdl_enter();
+    const float *xr = x + (int64_t)blockIdx.x * n;
+    float *yr = y + (int64_t)blockIdx.x * n;
+#pragma unroll
+    for (int m = 0; m < RMS2_PER; m++) {
+        int i = tid + 256 * m;
+        xv[m] = i < n ? xr[i] : 0.f;
+    }
+    double ss = 0.0;
+#pragma unroll
+    for (int m = 0; m < RMS2_PER; m++)
+        if (tid + 256 * m < n) ss += (double)xv[m] * (double)xv[m];
+    ss = block_sum_d(ss, shd);
+    float r = (float)(1.0 / sqrt(ss / n + (double)eps));
+#pragma unroll
+    for (int m = 0; m < RMS2_PER; m++) {
+        int i = tid + 256 * m;
+        if (i < n) yr[i] = w ? xv[m] * r * wv[m] : xv[m] * r;
+    }
+}
+
+static int ops_v1 = -1;
+extern "C" void cu_ops_use_v1(int on) { ops_v1 = on; }
+static int ops_use_v1(void) {
+    if (ops_v1 < 0) { const char *e = getenv("MINKE_CUDA_OPS_V1"); ops_v1 = e ? atoi(e) != 0 : 0; }
+    return ops_v1;
+}
+
+/* w: a weight (read before the PDL wait by k_rmsnorm2) */
 void cu_rmsnorm(const float *x, const float *w, int nrows, int n, float eps, float *y, cudaStream_t st) {
+    if (!ops_use_v1() && n <= 256 * RMS2_PER) {
+        cu_launch(k_rmsnorm2, nrows, 256, 0, st, x, w, n, eps, y);
+        return;
+    }
     cu_launch(k_rmsnorm, nrows, 256, 0, st, x, w, n, eps, y);
 }
 

@@ -1,0 +1,493 @@
+/* hc_check.c: the v2 schedules of the decode-path small kernels against the
+ * v1 kernels they replace, on random inputs: the fused hyper-connection pre
+ * step (cu_hc_pre_fused, also against cu_hc_post + cu_hc_pre), the router
+ * (cu_router, cu_router_tiles1 against cu_router + cu_moe_tiles), RMSNorm,
+ * SwiGLU and the MoE sum. The new schedules keep every element's arithmetic,
+ * so each output must be BIT-identical (memcmp) to the old one. With --time,
+ * the median microseconds per launch of old and new (200 back-to-back
+ * launches between events, PDL as in the engine, 7 repeats).
+ * Run on a GPU machine: build/cuda/tests/cuda/hc_check [--time].
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cuda_runtime_api.h>
+
+#include "cuda/cu_ops.h"
+
+/* switches and the fused router+tiles entry of cu_hc.cu / cu_moe.cu / cu_ops.cu */
+void cu_hc_use_v1(int on);
+void cu_moe_use_v1(int on);
+void cu_ops_use_v1(int on);
+void cu_router_tiles1(const float *logits, const float *bias, const int32_t *tid2eid, const int32_t *tokens, int T,
+                      int E, int K, float route_scale, int *sel, float *w, int *pairs, int *tstart, int *tcount,
+                      int *texpert, int *ntiles, cudaStream_t st);
+
+#define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("FAIL cuda %s: %s (line %d)\n", #x, cudaGetErrorString(e_), __LINE__); exit(1); } } while (0)
+
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+static uint32_t urand(void) {
+    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+    return (uint32_t)(rng >> 32);
+}
+static float frand(void) { return (float)(urand() >> 8) * (1.0f / 16777216.0f) * 2.0f - 1.0f; }
+static float *rand_f(size_t n, float lo, float hi) {
+    float *p = malloc(sizeof(float) * (n ? n : 1));
+    for (size_t i = 0; i < n; i++) p[i] = lo + (hi - lo) * 0.5f * (frand() + 1.0f);
+    return p;
+}
+static void *dup_dev(const void *h, size_t bytes) {
+    void *d;
+    CK(cudaMalloc(&d, bytes ? bytes : 4));
+    if (h && bytes) CK(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice));
+    return d;
+}
+static void *to_host(const void *d, size_t bytes) {
+    void *h = malloc(bytes ? bytes : 1);
+    CK(cudaDeviceSynchronize());
+    CK(cudaGetLastError());
+    if (bytes) CK(cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost));
+    return h;
+}
+static int same(const char *what, const char *out, const void *a, const void *b, size_t bytes) {
+    if (!memcmp(a, b, bytes)) return 1;
+    size_t i = 0;
+    while (i < bytes && ((const uint8_t *)a)[i] == ((const uint8_t *)b)[i]) i++;
+    printf("FAIL %s: %s differs (first byte %zu of %zu)\n", what, out, i, bytes);
+    return 0;
+}
+static int cmp_f(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* the median over 7 repeats of the mean time of 200 launches of fn */
+static float time_us(void (*fn)(void *), void *ctx) {
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0)); CK(cudaEventCreate(&e1));
+    for (int i = 0; i < 20; i++) fn(ctx);
+    float v[7];
+    for (int r = 0; r < 7; r++) {
+        CK(cudaEventRecord(e0, 0));
+        for (int i = 0; i < 200; i++) fn(ctx);
+        CK(cudaEventRecord(e1, 0));
+        CK(cudaEventSynchronize(e1));
+        float ms;
+        CK(cudaEventElapsedTime(&ms, e0, e1));
+        v[r] = ms * 1000.0f / 200.0f;
+    }
+    CK(cudaGetLastError());
+    cudaEventDestroy(e0); cudaEventDestroy(e1);
+    qsort(v, 7, sizeof(float), cmp_f);
+    return v[3];
+}
+
+/* ------------------------------------------------------------------ */
+/* hyper-connection pre step                                           */
+
+typedef struct {
+    int T, D, nhc, nmix, iters, head, fntype, use_f1, use_f2, use_norm;
+    float hc_eps, rms_eps;
+    /* host inputs */
+    float *X, *f1, *f2, *post, *comb, *scale, *base, *norm_w;
+    void *fn;
+    size_t fn_bytes;
+    /* device */
+    float *dX, *df1, *df2, *dpost, *dcomb, *dscale, *dbase, *dnorm, *dXout, *dpart, *dx;
+    double *dpsq;
+    int *dcnt;
+    void *dfn;
+} hc_case;
+
+typedef struct { float *Xout, *x, *post, *comb, *part; double *psq; int *cnt; } hc_out;
+
+static uint16_t rand_half(void) {
+    /* |v| in [2^-6, 2^-2): exponent field 9..12 (bias 15), random mantissa and sign */
+    uint32_t r = urand();
+    return (uint16_t)(((r & 1u) << 15) | ((9u + ((r >> 1) & 3u)) << 10) | ((r >> 3) & 0x3FFu));
+}
+
+static void hc_setup(hc_case *c) {
+    int T = c->T, D = c->D, nhc = c->nhc, hcdim = D * nhc;
+    c->X = rand_f((size_t)T * hcdim, -2.0f, 2.0f);
+    c->f1 = rand_f((size_t)T * D, -1.0f, 1.0f);
+    c->f2 = rand_f((size_t)T * D, -1.0f, 1.0f);
+    c->post = rand_f((size_t)T * nhc, 0.0f, 2.0f);
+    c->comb = rand_f((size_t)T * nhc * nhc, 0.0f, 1.0f);
+    c->scale = rand_f(3, 0.5f, 2.0f);
+    c->base = rand_f(c->nmix, -1.0f, 1.0f);
+    c->norm_w = rand_f(D, 0.5f, 1.5f);
+    if (c->fntype == 1) {
+        c->fn_bytes = sizeof(uint16_t) * (size_t)c->nmix * hcdim;
+        uint16_t *h = malloc(c->fn_bytes);
+        for (size_t i = 0; i < (size_t)c->nmix * hcdim; i++) h[i] = rand_half();
+        c->fn = h;
+    } else {
+        c->fn_bytes = sizeof(float) * (size_t)c->nmix * hcdim;
+        c->fn = rand_f((size_t)c->nmix * hcdim, -0.25f, 0.25f);
+    }
+    c->dX = dup_dev(c->X, sizeof(float) * T * hcdim);
+    c->df1 = dup_dev(c->f1, sizeof(float) * T * D);
+    c->df2 = dup_dev(c->f2, sizeof(float) * T * D);
+    c->dpost = dup_dev(NULL, sizeof(float) * T * nhc);
+    c->dcomb = dup_dev(NULL, sizeof(float) * T * nhc * nhc);
+    c->dscale = dup_dev(c->scale, sizeof(float) * 3);
+    c->dbase = dup_dev(c->base, sizeof(float) * c->nmix);
+    c->dnorm = dup_dev(c->norm_w, sizeof(float) * D);
+    c->dfn = dup_dev(c->fn, c->fn_bytes);
+    c->dXout = dup_dev(NULL, sizeof(float) * T * hcdim);
+    c->dpart = dup_dev(NULL, sizeof(float) * T * 16 * 32);
+    c->dpsq = dup_dev(NULL, sizeof(double) * T * 16);
+    c->dx = dup_dev(NULL, sizeof(float) * T * D);
+    c->dcnt = dup_dev(NULL, sizeof(int) * T);
+}
+static void hc_free(hc_case *c) {
+    free(c->X); free(c->f1); free(c->f2); free(c->post); free(c->comb); free(c->scale); free(c->base);
+    free(c->norm_w); free(c->fn);
+    cudaFree(c->dX); cudaFree(c->df1); cudaFree(c->df2); cudaFree(c->dpost); cudaFree(c->dcomb);
+    cudaFree(c->dscale); cudaFree(c->dbase); cudaFree(c->dnorm); cudaFree(c->dfn); cudaFree(c->dXout);
+    cudaFree(c->dpart); cudaFree(c->dpsq); cudaFree(c->dx); cudaFree(c->dcnt);
+}
+/* the inputs again, and the outputs filled with the same garbage */
+static void hc_reset(hc_case *c) {
+    int T = c->T, D = c->D, nhc = c->nhc;
+    CK(cudaMemcpy(c->dpost, c->post, sizeof(float) * T * nhc, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(c->dcomb, c->comb, sizeof(float) * T * nhc * nhc, cudaMemcpyHostToDevice));
+    CK(cudaMemset(c->dXout, 0x7F, sizeof(float) * T * D * nhc));
+    CK(cudaMemset(c->dpart, 0x7F, sizeof(float) * T * 16 * 32));
+    CK(cudaMemset(c->dpsq, 0x7F, sizeof(double) * T * 16));
+    CK(cudaMemset(c->dx, 0x7F, sizeof(float) * T * D));
+    CK(cudaMemset(c->dcnt, 0, sizeof(int) * T));
+}
+/* post_in/comb_in and post/comb are the same buffers, as in the engine */
+static void hc_launch(hc_case *c) {
+    cu_hc_pre_fused(c->dX, c->use_f1 ? c->df1 : NULL, c->use_f1 && c->use_f2 ? c->df2 : NULL, c->dpost, c->dcomb,
+                    c->dXout, c->T, c->D, c->nhc, c->dfn, c->fntype, c->nmix, c->dscale, c->dbase,
+                    c->use_norm ? c->dnorm : NULL, c->iters, c->hc_eps, c->rms_eps, c->head, c->dpart, c->dpsq,
+                    c->dcnt, c->dx, c->dpost, c->dcomb, 0);
+}
+static void hc_launch_v(void *p) { hc_launch((hc_case *)p); }
+/* the unfused reference: cu_hc_post into Xout, then cu_hc_pre on it */
+static void hc_launch_unfused(hc_case *c) {
+    const float *X = c->dX;
+    if (c->use_f1) {
+        cu_hc_post(c->dX, c->df1, c->use_f2 ? c->df2 : NULL, c->dpost, c->dcomb, c->T, c->D, c->nhc, c->dXout, 0);
+        X = c->dXout;
+    }
+    cu_hc_pre(X, c->T, c->D, c->nhc, c->dfn, c->fntype, c->nmix, c->dscale, c->dbase, c->use_norm ? c->dnorm : NULL,
+              c->iters, c->hc_eps, c->rms_eps, c->head, c->dpart, c->dpsq, c->dx, c->dpost, c->dcomb, 0);
+}
+static hc_out hc_fetch(hc_case *c) {
+    int T = c->T, D = c->D, nhc = c->nhc;
+    hc_out o;
+    o.Xout = to_host(c->dXout, sizeof(float) * T * D * nhc);
+    o.x = to_host(c->dx, sizeof(float) * T * D);
+    o.post = to_host(c->dpost, sizeof(float) * T * nhc);
+    o.comb = to_host(c->dcomb, sizeof(float) * T * nhc * nhc);
+    o.part = to_host(c->dpart, sizeof(float) * T * 16 * 32);
+    o.psq = to_host(c->dpsq, sizeof(double) * T * 16);
+    o.cnt = to_host(c->dcnt, sizeof(int) * T);
+    return o;
+}
+static void hc_out_free(hc_out *o) { free(o->Xout); free(o->x); free(o->post); free(o->comb); free(o->part); free(o->psq); free(o->cnt); }
+
+static int hc_compare(const char *what, hc_case *c, hc_out *a, hc_out *b, int with_scratch) {
+    int T = c->T, D = c->D, nhc = c->nhc, ok = 1;
+    ok &= same(what, "x", a->x, b->x, sizeof(float) * T * D);
+    ok &= same(what, "Xout", a->Xout, b->Xout, sizeof(float) * T * D * nhc);
+    ok &= same(what, "post", a->post, b->post, sizeof(float) * T * nhc);
+    ok &= same(what, "comb", a->comb, b->comb, sizeof(float) * T * nhc * nhc);
+    if (with_scratch) {
+        ok &= same(what, "partial", a->part, b->part, sizeof(float) * T * 16 * 32);
+        ok &= same(what, "psq", a->psq, b->psq, sizeof(double) * T * 16);
+        ok &= same(what, "ticket counters", a->cnt, b->cnt, sizeof(int) * T);
+    }
+    return ok;
+}
+
+static int hc_run(int T, int D, int nhc, int nmix, int head, int fntype, int use_f1, int use_f2, int use_norm,
+                  int timing) {
+    hc_case c;
+    memset(&c, 0, sizeof c);
+    c.T = T; c.D = D; c.nhc = nhc; c.nmix = nmix; c.iters = 20; c.head = head; c.fntype = fntype;
+    c.use_f1 = use_f1; c.use_f2 = use_f2; c.use_norm = use_norm; c.hc_eps = 1e-6f; c.rms_eps = 1e-6f;
+    hc_setup(&c);
+    char what[160];
+    snprintf(what, sizeof what, "hc_pre_fused T %d D %d nhc %d nmix %d head %d fn %s f1 %d f2 %d norm %d", T, D, nhc,
+             nmix, head, fntype == 1 ? "f16" : "f32", use_f1, use_f1 && use_f2, use_norm);
+    hc_reset(&c); cu_hc_use_v1(1); hc_launch(&c); hc_out o1 = hc_fetch(&c);
+    hc_reset(&c); cu_hc_use_v1(0); hc_launch(&c); hc_out o2 = hc_fetch(&c);
+    /* twice: the ticket counters must come back to zero and the result repeat */
+    hc_reset(&c); hc_launch(&c); hc_launch(&c); hc_out o3 = hc_fetch(&c);
+    hc_reset(&c); hc_launch_unfused(&c); hc_out o4 = hc_fetch(&c);
+    int ok = hc_compare(what, &c, &o1, &o2, 1);
+    /* the second launch re-reads post/comb, which the first overwrote: compare only its x when post/comb are not inputs */
+    if (!use_f1) ok &= same(what, "x of a repeated launch", o2.x, o3.x, sizeof(float) * T * D);
+    ok &= same(what, "ticket counters after two launches", o1.cnt, o3.cnt, sizeof(int) * T);
+    ok &= hc_compare(what, &c, &o1, &o4, 0);
+    double mx = 0;
+    for (int i = 0; i < T * D; i++) if (fabs(o2.x[i]) > mx) mx = fabs(o2.x[i]);
+    int finite = mx > 0 && isfinite(mx);
+    if (!finite) printf("FAIL %s: output not finite / all zero (max |x| %g)\n", what, mx);
+    ok &= finite;
+    printf("%s %s (v1 == v2 == unfused)\n", ok ? "ok  " : "FAIL", what);
+    if (timing) {
+        cu_hc_use_v1(1); float t1 = time_us(hc_launch_v, &c);
+        cu_hc_use_v1(0); float t2 = time_us(hc_launch_v, &c);
+        printf("time %s: v1 %.2f us  v2 %.2f us\n", what, t1, t2);
+    }
+    hc_out_free(&o1); hc_out_free(&o2); hc_out_free(&o3); hc_out_free(&o4);
+    hc_free(&c);
+    return ok;
+}
+
+/* ------------------------------------------------------------------ */
+/* router                                                              */
+
+typedef struct {
+    int T, E, K;
+    float scale;
+    float *dlog, *dbias;
+    int32_t *dtid, *dtok;
+    int *dsel, *dpairs, *dtstart, *dtcount, *dtexp, *dnt;
+    float *dw;
+    int hash, tiles;
+} rt_case;
+
+static void rt_reset(rt_case *r) {
+    int P = r->T * r->K;
+    CK(cudaMemset(r->dsel, 0x7F, sizeof(int) * P));
+    CK(cudaMemset(r->dw, 0x7F, sizeof(float) * P));
+    CK(cudaMemset(r->dpairs, 0x7F, sizeof(int) * P));
+    CK(cudaMemset(r->dtstart, 0x7F, sizeof(int) * P));
+    CK(cudaMemset(r->dtcount, 0x7F, sizeof(int) * P));
+    CK(cudaMemset(r->dtexp, 0x7F, sizeof(int) * P));
+    CK(cudaMemset(r->dnt, 0x7F, sizeof(int)));
+}
+static void rt_launch(void *p) {
+    rt_case *r = p;
+    const float *bias = r->hash ? NULL : r->dbias;
+    const int32_t *tid = r->hash ? r->dtid : NULL;
+    if (r->tiles)
+        cu_router_tiles1(r->dlog, bias, tid, r->dtok, r->T, r->E, r->K, r->scale, r->dsel, r->dw, r->dpairs, r->dtstart,
+                         r->dtcount, r->dtexp, r->dnt, 0);
+    else
+        cu_router(r->dlog, bias, tid, r->dtok, r->T, r->E, r->K, r->scale, r->dsel, r->dw, 0);
+}
+/* the v1 pair of launches that cu_router_tiles1 replaces */
+static void rt_launch_pair(void *p) {
+    rt_case *r = p;
+    cu_router(r->dlog, r->hash ? NULL : r->dbias, r->hash ? r->dtid : NULL, r->dtok, r->T, r->E, r->K, r->scale,
+              r->dsel, r->dw, 0);
+    cu_moe_tiles(r->dsel, r->T * r->K, r->E, 1, r->dpairs, r->dtstart, r->dtcount, r->dtexp, r->dnt, 0);
+}
+
+/* ties: logits on a coarse grid and a zero bias make many selection values equal */
+static int rt_run(int T, int E, int K, int hash, int ties, int timing) {
+    rt_case r;
+    memset(&r, 0, sizeof r);
+    r.T = T; r.E = E; r.K = K; r.scale = 1.5f; r.hash = hash;
+    int P = T * K, vocab = 1000;
+    float *lg = rand_f((size_t)T * E, -6.0f, 6.0f), *bias = rand_f(E, -0.5f, 0.5f);
+    if (ties) {
+        for (int i = 0; i < T * E; i++) lg[i] = floorf(lg[i] * 2.0f) * 0.5f;
+        for (int e = 0; e < E; e++) bias[e] = 0.0f;
+    }
+    int32_t *tid = malloc(sizeof(int32_t) * vocab * K), *tok = malloc(sizeof(int32_t) * T);
+    for (int i = 0; i < vocab * K; i++) tid[i] = (int32_t)(urand() % (uint32_t)E);
+    for (int t = 0; t < T; t++) tok[t] = (int32_t)(urand() % (uint32_t)vocab);
+    r.dlog = dup_dev(lg, sizeof(float) * T * E);
+    r.dbias = dup_dev(bias, sizeof(float) * E);
+    r.dtid = dup_dev(tid, sizeof(int32_t) * vocab * K);
+    r.dtok = dup_dev(tok, sizeof(int32_t) * T);
+    r.dsel = dup_dev(NULL, sizeof(int) * P); r.dw = dup_dev(NULL, sizeof(float) * P);
+    r.dpairs = dup_dev(NULL, sizeof(int) * P); r.dtstart = dup_dev(NULL, sizeof(int) * P);
+    r.dtcount = dup_dev(NULL, sizeof(int) * P); r.dtexp = dup_dev(NULL, sizeof(int) * P);
+    r.dnt = dup_dev(NULL, sizeof(int));
+    char what[128];
+    snprintf(what, sizeof what, "router T %d E %d K %d%s%s", T, E, K, hash ? " hash" : "", ties ? " ties" : "");
+    int ok = 1;
+    /* cu_router: v1 vs v2 */
+    r.tiles = 0;
+    rt_reset(&r); cu_moe_use_v1(1); rt_launch(&r);
+    int *s1 = to_host(r.dsel, sizeof(int) * P); float *w1 = to_host(r.dw, sizeof(float) * P);
+    rt_reset(&r); cu_moe_use_v1(0); rt_launch(&r);
+    int *s2 = to_host(r.dsel, sizeof(int) * P); float *w2 = to_host(r.dw, sizeof(float) * P);
+    ok &= same(what, "sel", s1, s2, sizeof(int) * P);
+    ok &= same(what, "weights", w1, w2, sizeof(float) * P);
+    /* the selection is K distinct experts per token (non-hash) */
+    for (int t = 0; t < T && !hash; t++)
+        for (int a = 0; a < K; a++)
+            for (int b = a + 1; b < K; b++)
+                if (s2[t * K + a] == s2[t * K + b] || s2[t * K + a] < 0 || s2[t * K + a] >= E) {
+                    if (ok) printf("FAIL %s: token %d selects expert %d twice or out of range\n", what, t, s2[t * K + a]);
+                    ok = 0;
+                }
+    /* cu_router_tiles1 (v2) vs cu_router + cu_moe_tiles (v1) */
+    int *outs1[5], *outs2[5];
+    int *dev[5] = {r.dsel, r.dpairs, r.dtstart, r.dtcount, r.dtexp};
+    const char *names[5] = {"tiles sel", "pairs", "tstart", "tcount", "texpert"};
+    rt_reset(&r); cu_moe_use_v1(1); rt_launch_pair(&r);
+    for (int i = 0; i < 5; i++) outs1[i] = to_host(dev[i], sizeof(int) * P);
+    float *tw1 = to_host(r.dw, sizeof(float) * P); int *nt1 = to_host(r.dnt, sizeof(int));
+    r.tiles = 1;
+    rt_reset(&r); cu_moe_use_v1(0); rt_launch(&r);
+    for (int i = 0; i < 5; i++) outs2[i] = to_host(dev[i], sizeof(int) * P);
+    float *tw2 = to_host(r.dw, sizeof(float) * P); int *nt2 = to_host(r.dnt, sizeof(int));
+    for (int i = 0; i < 5; i++) ok &= same(what, names[i], outs1[i], outs2[i], sizeof(int) * P);
+    ok &= same(what, "tiles weights", tw1, tw2, sizeof(float) * P);
+    ok &= same(what, "ntiles", nt1, nt2, sizeof(int));
+    printf("%s %s (cu_router v1 == v2; cu_router_tiles1 == cu_router + cu_moe_tiles)\n", ok ? "ok  " : "FAIL", what);
+    if (timing) {
+        r.tiles = 0;
+        cu_moe_use_v1(1); float t1 = time_us(rt_launch, &r);
+        cu_moe_use_v1(0); float t2 = time_us(rt_launch, &r);
+        cu_moe_use_v1(1); float t3 = time_us(rt_launch_pair, &r);
+        r.tiles = 1;
+        cu_moe_use_v1(0); float t4 = time_us(rt_launch, &r);
+        printf("time %s: router v1 %.2f us  v2 %.2f us;  router+tiles v1 %.2f us  fused v2 %.2f us\n", what, t1, t2, t3, t4);
+    }
+    for (int i = 0; i < 5; i++) { free(outs1[i]); free(outs2[i]); }
+    free(s1); free(s2); free(w1); free(w2); free(tw1); free(tw2); free(nt1); free(nt2);
+    free(lg); free(bias); free(tid); free(tok);
+    cudaFree(r.dlog); cudaFree(r.dbias); cudaFree(r.dtid); cudaFree(r.dtok); cudaFree(r.dsel); cudaFree(r.dw);
+    cudaFree(r.dpairs); cudaFree(r.dtstart); cudaFree(r.dtcount); cudaFree(r.dtexp); cudaFree(r.dnt);
+    return ok;
+}
+
+/* ------------------------------------------------------------------ */
+/* RMSNorm, SwiGLU, MoE sum                                            */
+
+typedef struct { const float *x, *w; int rows, n; float *y; } rms_ctx;
+static void rms_launch(void *p) { rms_ctx *c = p; cu_rmsnorm(c->x, c->w, c->rows, c->n, 1e-6f, c->y, 0); }
+
+static int rms_run(int rows, int n, int use_w, int inplace, int timing) {
+    float *x = rand_f((size_t)rows * n, -3.0f, 3.0f), *w = rand_f(n, 0.5f, 1.5f);
+    float *dx = dup_dev(x, sizeof(float) * rows * n), *dw = dup_dev(w, sizeof(float) * n);
+    float *dy = inplace ? dx : dup_dev(NULL, sizeof(float) * rows * n);
+    rms_ctx c = {dx, use_w ? dw : NULL, rows, n, dy};
+    char what[96];
+    snprintf(what, sizeof what, "rmsnorm rows %d n %d%s%s", rows, n, use_w ? "" : " no-weight", inplace ? " in-place" : "");
+    cu_ops_use_v1(1); rms_launch(&c);
+    float *y1 = to_host(dy, sizeof(float) * rows * n);
+    CK(cudaMemcpy(dx, x, sizeof(float) * rows * n, cudaMemcpyHostToDevice));
+    cu_ops_use_v1(0); rms_launch(&c);
+    float *y2 = to_host(dy, sizeof(float) * rows * n);
+    int ok = same(what, "y", y1, y2, sizeof(float) * rows * n);
+    printf("%s %s (v1 == v2)\n", ok ? "ok  " : "FAIL", what);
+    if (timing && !inplace) {
+        cu_ops_use_v1(1); float t1 = time_us(rms_launch, &c);
+        cu_ops_use_v1(0); float t2 = time_us(rms_launch, &c);
+        printf("time %s: v1 %.2f us  v2 %.2f us\n", what, t1, t2);
+    }
+    free(x); free(w); free(y1); free(y2);
+    cudaFree(dx); cudaFree(dw);
+    if (!inplace) cudaFree(dy);
+    return ok;
+}
+
+typedef struct { const float *g, *u, *w; int P, F; float limit; float *mid; } sw_ctx;
+static void sw_launch(void *p) { sw_ctx *c = p; cu_swiglu(c->g, c->u, c->w, c->P, c->F, c->limit, c->mid, 0); }
+
+static int swiglu_run(int P, int F, int use_w, float limit, int timing) {
+    float *g = rand_f((size_t)P * F, -12.0f, 12.0f), *u = rand_f((size_t)P * F, -12.0f, 12.0f);
+    float *w = rand_f(P, 0.0f, 1.0f);
+    float *dg = dup_dev(g, sizeof(float) * P * F), *du = dup_dev(u, sizeof(float) * P * F);
+    float *dw = dup_dev(w, sizeof(float) * P), *dm = dup_dev(NULL, sizeof(float) * P * F);
+    sw_ctx c = {dg, du, use_w ? dw : NULL, P, F, limit, dm};
+    char what[96];
+    snprintf(what, sizeof what, "swiglu P %d F %d%s limit %g", P, F, use_w ? " weighted" : "", limit);
+    cu_moe_use_v1(1); sw_launch(&c);
+    float *m1 = to_host(dm, sizeof(float) * P * F);
+    CK(cudaMemset(dm, 0x7F, sizeof(float) * P * F));
+    cu_moe_use_v1(0); sw_launch(&c);
+    float *m2 = to_host(dm, sizeof(float) * P * F);
+    int ok = same(what, "mid", m1, m2, sizeof(float) * P * F);
+    printf("%s %s (v1 == v2)\n", ok ? "ok  " : "FAIL", what);
+    if (timing) {
+        cu_moe_use_v1(1); float t1 = time_us(sw_launch, &c);
+        cu_moe_use_v1(0); float t2 = time_us(sw_launch, &c);
+        printf("time %s: v1 %.2f us  v2 %.2f us\n", what, t1, t2);
+    }
+    free(g); free(u); free(w); free(m1); free(m2);
+    cudaFree(dg); cudaFree(du); cudaFree(dw); cudaFree(dm);
+    return ok;
+}
+
+typedef struct { const float *o; int T, K, D; float *m; } ms_ctx;
+static void ms_launch(void *p) { ms_ctx *c = p; cu_moe_sum(c->o, c->T, c->K, c->D, c->m, 0); }
+
+static int moesum_run(int T, int K, int D, int timing) {
+    float *o = rand_f((size_t)T * K * D, -4.0f, 4.0f);
+    float *dO = dup_dev(o, sizeof(float) * T * K * D), *dm = dup_dev(NULL, sizeof(float) * T * D);
+    ms_ctx c = {dO, T, K, D, dm};
+    char what[96];
+    snprintf(what, sizeof what, "moe_sum T %d K %d D %d", T, K, D);
+    cu_moe_use_v1(1); ms_launch(&c);
+    float *m1 = to_host(dm, sizeof(float) * T * D);
+    CK(cudaMemset(dm, 0x7F, sizeof(float) * T * D));
+    cu_moe_use_v1(0); ms_launch(&c);
+    float *m2 = to_host(dm, sizeof(float) * T * D);
+    int ok = same(what, "sum", m1, m2, sizeof(float) * T * D);
+    printf("%s %s (v1 == v2)\n", ok ? "ok  " : "FAIL", what);
+    if (timing) {
+        cu_moe_use_v1(1); float t1 = time_us(ms_launch, &c);
+        cu_moe_use_v1(0); float t2 = time_us(ms_launch, &c);
+        printf("time %s: v1 %.2f us  v2 %.2f us\n", what, t1, t2);
+    }
+    free(o); free(m1); free(m2);
+    cudaFree(dO); cudaFree(dm);
+    return ok;
+}
+
+int main(int argc, char **argv) {
+    int timing = argc > 1 && !strcmp(argv[1], "--time");
+    int ok = 1;
+    CK(cudaFree(0));
+    static const int Ts[3] = {1, 2, 7};
+    for (int i = 0; i < 3; i++) {
+        int T = Ts[i], tm = timing && T != 7;
+        /* Flash: D 4096, 4 streams, 24 mixes, f16 weights; the sub-layer pre steps
+         * (pending post step with one or two inputs, or none) and the head */
+        ok &= hc_run(T, 4096, 4, 24, 0, 1, 1, 1, 1, tm);
+        ok &= hc_run(T, 4096, 4, 24, 0, 1, 1, 0, 1, 0);
+        ok &= hc_run(T, 4096, 4, 24, 0, 1, 0, 0, 1, tm && T == 1);
+        ok &= hc_run(T, 4096, 4, 4, 1, 1, 1, 1, 0, tm);
+        ok &= hc_run(T, 4096, 4, 4, 1, 1, 0, 0, 1, 0);
+    }
+    /* small shapes: the half2 path with one weight pair per lane, the generic path (chunk % 64 != 0), f32 weights */
+    ok &= hc_run(3, 256, 4, 24, 0, 1, 1, 1, 1, 0);
+    ok &= hc_run(2, 64, 4, 24, 0, 1, 1, 1, 1, 0);
+    ok &= hc_run(2, 512, 4, 24, 0, 0, 1, 1, 1, 0);
+    ok &= hc_run(1, 4096, 4, 24, 0, 0, 1, 1, 1, 0);
+    /* a shape v2 does not take (v1 both times) */
+    ok &= hc_run(1, 8192, 4, 24, 0, 1, 1, 1, 1, 0);
+
+    static const int rTs[4] = {1, 2, 7, 31};
+    for (int i = 0; i < 4; i++) {
+        int T = rTs[i], tm = timing && T <= 2;
+        ok &= rt_run(T, 256, 6, 0, 0, tm);
+        ok &= rt_run(T, 256, 6, 0, 1, 0);
+        ok &= rt_run(T, 256, 6, 1, 0, tm);
+    }
+    ok &= rt_run(3, 16, 4, 0, 1, 0);
+    ok &= rt_run(3, 72, 6, 0, 0, 0);
+    ok &= rt_run(2, 1024, 8, 0, 1, 0);
+
+    ok &= rms_run(1, 1024, 1, 0, timing);
+    ok &= rms_run(7, 1024, 1, 0, 0);
+    ok &= rms_run(1, 4096, 1, 1, 0);
+    ok &= rms_run(1, 4096, 1, 0, timing);
+    ok &= rms_run(2, 64, 0, 0, 0);
+    ok &= rms_run(1, 5000, 1, 0, 0);
+    ok &= swiglu_run(6, 2048, 1, 7.0f, timing);
+    ok &= swiglu_run(1, 2048, 0, 7.0f, timing);
+    ok &= swiglu_run(3, 100, 1, 0.0f, 0);
+    ok &= moesum_run(1, 6, 4096, timing);
+    ok &= moesum_run(7, 6, 4096, 0);
+    ok &= moesum_run(2, 9, 64, 0);
+    printf("%s\n", ok ? "hc_check: all ok" : "hc_check: FAIL");
+    return ok ? 0 : 1;
+}
