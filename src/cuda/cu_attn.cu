@@ -3,12 +3,45 @@
  * FP8 simulation), the raw-row ring store, and the f32 attention kernels
  * (decode with row splits + combine, prefill 8 heads per block); the
  * tensor-core prefill attention is cu_attn_tc.cu.
+ *
+ * The decode kernels have a current and a previous version (cu_dec.h,
+ * MINKE_CUDA_OLD_KERNELS): q head and kv finish are bit-identical, the split
+ * attention is not (other splits, see k_attn_dec).
  */
 #include <stdlib.h>
 
 #include "cuda/cu_common.cuh"
 #include "cuda/cu_numerics.cuh"
 #include "cuda/cu_ops.h"
+#include "cuda/cu_dec.h"
+
+static int dec_old_mask = -2;     /* -2: not read yet */
+void cu_dec_old_set(int mask) { dec_old_mask = mask; }
+int cu_dec_old(int bit) {
+    if (dec_old_mask == -2) {
+        const char *e = getenv("MINKE_CUDA_OLD_KERNELS");
+        dec_old_mask = e ? atoi(e) : 0;
+    }
+    return (dec_old_mask & bit) != 0;
+}
+
+/* The sum of squares of k_qhead / k_kv_finish, (double) x^2 summed by
+ * block_sum_d over 128 threads (thread v: dims v, v+128, ... in order, then
+ * the warp butterflies, then the 4 warp sums), computed by one warp: lane l
+ * stands for threads l, l+32, l+64, l+96. x(i) gives dim i. Every lane gets
+ * the bit-identical sum. */
+template <typename F>
+__device__ __forceinline__ double ss128_warp(int hd, int lane, F x) {
+    double ws[4];
+#pragma unroll
+    for (int m = 0; m < 4; m++) {
+        double p = 0.0;
+        for (int i = lane + 32 * m; i < hd; i += 128) { float a = x(i); p += (double)a * a; }
+        ws[m] = warp_sum_d(p);
+    }
+    double t = lane == 0 ? ws[0] : lane == 1 ? ws[1] : lane == 2 ? ws[2] : lane == 3 ? ws[3] : 0.0;
+    return warp_sum_d(t);
+}
 
 /* q: block per (head, token): unweighted RMSNorm then RoPE tail. */
 __global__ void k_qhead(float *q, int nh, int hd, int nrot, const float *inv_freq, const int *pos0p, float eps) {
@@ -27,8 +60,65 @@ __global__ void k_qhead(float *q, int nh, int hd, int nrot, const float *inv_fre
     __syncthreads();
     for (int i = threadIdx.x; i < hd; i += blockDim.x) v[i] = sh[i];
 }
+
+/* The same with a warp per head (no block barriers; the RoPE angles are
+ * computed while the head's loads are in flight); bit-identical to k_qhead.
+ * hd <= 512, a multiple of 32; nrot / 2 <= 64. */
+#define QH_WARPS 2
+__global__ void __launch_bounds__(QH_WARPS * 32)
+k_qhead_w(float *q, int nh, int hd, int nrot, const float *inv_freq, const int *pos0p, float eps) {
+    cu_pdl_enter();
+    __shared__ float sh[QH_WARPS][512];
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    int h = blockIdx.x * QH_WARPS + w, t = blockIdx.y;
+    if (h >= nh) return;
+    float *v = q + ((int64_t)t * nh + h) * hd;
+    float *x = sh[w];
+    int nv = hd / 32;
+#pragma unroll
+    for (int j = 0; j < 16; j++) if (j < nv) x[lane + 32 * j] = v[lane + 32 * j];
+    int pos = *pos0p + t;
+    float cs[2], sn[2];
+#pragma unroll
+    for (int u = 0; u < 2; u++) {
+        int k = lane + 32 * u;
+        cs[u] = 1.f; sn[u] = 0.f;
+        if (k < nrot / 2) {
+            float ang = (float)pos * inv_freq[k];
+            double sd, cd;
+            sincos((double)ang, &sd, &cd);
+            cs[u] = (float)cd; sn[u] = (float)sd;
+        }
+    }
+    __syncwarp();
+    double ss = ss128_warp(hd, lane, [&](int i) { return x[i]; });
+    float r = (float)(1.0 / sqrt(ss / hd + (double)eps));
+#pragma unroll
+    for (int j = 0; j < 16; j++) if (j < nv) x[lane + 32 * j] *= r;
+    __syncwarp();
+    int off = hd - nrot;
+#pragma unroll
+    for (int u = 0; u < 2; u++) {
+        int k = lane + 32 * u;
+        if (k < nrot / 2) {
+            float c = cs[u], s = sn[u];
+            float x0 = x[off + 2 * k], x1 = x[off + 2 * k + 1];
+            x[off + 2 * k] = x0 * c - x1 * s;
+            x[off + 2 * k + 1] = x0 * s + x1 * c;
+        }
+    }
+    __syncwarp();
+#pragma unroll
+    for (int j = 0; j < 16; j++) if (j < nv) v[lane + 32 * j] = x[lane + 32 * j];
+}
+
 void cu_qhead_norm_rope(float *q, int T, int nh, int hd, int nrot, const float *inv_freq,
                         const int *pos0p, float eps, cudaStream_t st) {
+    if (!cu_dec_old(CU_OLD_QHEAD) && hd <= 512 && hd % 32 == 0 && nrot / 2 <= 64 && nrot <= hd) {
+        cu_launch(k_qhead_w, dim3((nh + QH_WARPS - 1) / QH_WARPS, T), QH_WARPS * 32, 0, st,
+                  q, nh, hd, nrot, inv_freq, pos0p, eps);
+        return;
+    }
     cu_launch(k_qhead, dim3(nh, T), 128, hd * sizeof(float), st, q, nh, hd, nrot, inv_freq, pos0p, eps);
 }
 
@@ -51,9 +141,82 @@ __global__ void k_kv_finish(const float *kvp, const float *w, int hd, int nrot, 
     for (int i = threadIdx.x; i < hd; i += blockDim.x)
         out[(int64_t)t * hd + i] = f16round ? d_f16_round(sh[i]) : sh[i];
 }
+
+/* The same with a thread per dim: warp 0 sums the squares as k_kv_finish's
+ * 128 threads do (ss128_warp) while the RoPE threads compute their angles,
+ * and the FP8 blocks of 64 dims get a warp each in one round. With a ring
+ * (T == 1 only, see cu_kv_finish_ring) the row also goes to slot pos % W.
+ * Bit-identical to k_kv_finish. */
+__global__ void __launch_bounds__(512)
+k_kv_finish_w(const float *kvp, const float *w, int hd, int nrot, const float *inv_freq, const int *pos0p,
+              float eps, int sims, int f16round, float *out, int W, float *ring) {
+    cu_pdl_enter();
+    extern __shared__ float sh[];
+    __shared__ float r_sh;
+    int t = blockIdx.x, lane = threadIdx.x & 31;
+    const float *v = kvp + (int64_t)t * hd;
+    for (int i = threadIdx.x; i < hd; i += blockDim.x) sh[i] = v[i];
+    int pos = *pos0p + t;
+    float c = 1.f, s = 0.f;
+    int k = threadIdx.x;
+    if (k < nrot / 2) {
+        float ang = (float)pos * inv_freq[k];
+        double sd, cd;
+        sincos((double)ang, &sd, &cd);
+        c = (float)cd; s = (float)sd;
+    }
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        double ss = ss128_warp(hd, lane, [&](int i) { return sh[i]; });
+        if (lane == 0) r_sh = (float)(1.0 / sqrt(ss / hd + (double)eps));
+    }
+    __syncthreads();
+    float r = r_sh;
+    for (int i = threadIdx.x; i < hd; i += blockDim.x) sh[i] = sh[i] * r * w[i];
+    __syncthreads();
+    if (k < nrot / 2) {
+        int off = hd - nrot;
+        float x0 = sh[off + 2 * k], x1 = sh[off + 2 * k + 1];
+        sh[off + 2 * k] = x0 * c - x1 * s;
+        sh[off + 2 * k + 1] = x0 * s + x1 * c;
+    }
+    __syncthreads();
+    if (sims) d_fp8_sim_sh(sh, hd - nrot, nullptr);
+    float *ro = ring ? ring + (int64_t)(pos % W) * hd : nullptr;
+    for (int i = threadIdx.x; i < hd; i += blockDim.x) {
+        float y = f16round ? d_f16_round(sh[i]) : sh[i];
+        out[(int64_t)t * hd + i] = y;
+        if (ro) ro[i] = y;
+    }
+}
+
+static int kv_finish_w_ok(int hd, int nrot) { return !cu_dec_old(CU_OLD_KV_FINISH) && hd <= 1024 && nrot / 2 <= 512 && nrot <= hd; }
+static int kv_finish_threads(int hd) {
+    int n = (hd + 31) / 32 * 32;
+    if (n < 128) n = 128;
+    return n > 512 ? 512 : n;
+}
+
 void cu_kv_finish(const float *kvp, const float *w, int T, int hd, int nrot, const float *inv_freq,
                   const int *pos0p, float eps, int sims, int f16round, float *kv_out, cudaStream_t st) {
+    if (kv_finish_w_ok(hd, nrot)) {
+        cu_launch(k_kv_finish_w, T, kv_finish_threads(hd), hd * sizeof(float), st, kvp, w, hd, nrot, inv_freq,
+                  pos0p, eps, sims, f16round, kv_out, 1, (float *)nullptr);
+        return;
+    }
     cu_launch(k_kv_finish, T, 128, hd * sizeof(float), st, kvp, w, hd, nrot, inv_freq, pos0p, eps, sims, f16round, kv_out);
+}
+
+int cu_kv_finish_ring(const float *kvp, const float *w, int T, int hd, int nrot, const float *inv_freq,
+                      const int *pos0p, float eps, int sims, int f16round, float *kv_out, int W, float *ring,
+                      cudaStream_t st) {
+    if (T != 1 || !ring || W < 1 || !kv_finish_w_ok(hd, nrot)) {
+        cu_kv_finish(kvp, w, T, hd, nrot, inv_freq, pos0p, eps, sims, f16round, kv_out, st);
+        return 0;
+    }
+    cu_launch(k_kv_finish_w, T, kv_finish_threads(hd), hd * sizeof(float), st, kvp, w, hd, nrot, inv_freq,
+              pos0p, eps, sims, f16round, kv_out, W, ring);
+    return 1;
 }
 
 /* After attention: the last min(T, W) rows of the batch go to ring slot pos % W. */
@@ -196,6 +359,236 @@ __global__ void k_attn_combine(const float *part, const float *sinks, int nh, in
     __syncthreads();
     float *out = o + ((int64_t)t * nh + h) * hd;
     for (int d = threadIdx.x; d < hd; d += blockDim.x) out[d] = ov[d];
+}
+
+/* Decode attention with splits that follow the row count (k_attn_dec +
+ * k_attn_dec_combine; MINKE_CUDA_OLD_KERNELS bit 4 keeps k_attention +
+ * k_attn_combine).
+ *
+ * Splits: a token's n rows (window, then compressed or selected) are cut into
+ * S = clamp(ceil(n / min_rows), 1, nsplit) contiguous ranges, split sp taking
+ * rows [n sp / S, n (sp + 1) / S) (min_rows: MINKE_CUDA_ATT_MIN_ROWS,
+ * default 32; nsplit: the caller's partial buffer). Block (head group, token,
+ * split): HPB warps, one head each, stage the split's rows in shared memory
+ * (cp.async, ADEC_NST stages of ADEC_CH rows) so a row is read from L2 once
+ * per head group, not once per head. Each warp runs k_attention_heads' online
+ * softmax over its split's rows in order, 4 rows per step, and stores the
+ * unnormalised (M, L, acc). The combine (block per head and token) takes the
+ * splits in ascending order: Mt = max(sink, M_s), f_s = exp(M_s - Mt) (0 for
+ * an empty split), den = exp(sink - Mt) + L_0 f_0 + L_1 f_1 + ... (summed in
+ * split order), o_d = (acc_0d f_0 + acc_1d f_1 + ...) / den (in split order),
+ * then the inverse RoPE of the tail.
+ * Partial layout in `part`: acc [T][nh][nsplit][hd], then (M, L) [T][nh][nsplit]. */
+#define ADEC_CH 16
+#define ADEC_NST 3
+#define ADEC_MAXS 64
+#define ADEC_V4 4     /* float4 per lane: hd / 128 */
+
+__device__ __forceinline__ int adec_rows(int t, int pos0, int W, int ratio, const int *nsel) {
+    int qp = pos0 + t;
+    int nraw = qp + 1 < W ? qp + 1 : W;
+    int ncomp = 0;
+    if (ratio == 4) ncomp = nsel[t];
+    else if (ratio > 0) ncomp = (qp + 1) / ratio;
+    return nraw + ncomp;
+}
+__device__ __forceinline__ int adec_splits(int n, int nsplit, int min_rows) {
+    int s = (n + min_rows - 1) / min_rows;
+    if (s > nsplit) s = nsplit;
+    return s < 1 ? 1 : s;
+}
+__device__ __forceinline__ void cp_async16(void *smem, const void *gmem) {
+    unsigned sa = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(sa), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
+
+template <int HPB>
+__global__ void __launch_bounds__(HPB * 32)
+k_attn_dec(const float *q, const float *kv_batch, const float *ring, const float *comp, const int *sel,
+           const int *nsel, int topk, int nh, int hd, int W, int ratio, float scale, const int *pos0p,
+           int nsplit, int min_rows, float *part) {
+    cu_pdl_enter();
+    extern __shared__ __align__(16) float srow[];     /* ADEC_NST x ADEC_CH rows of hd */
+    int t = blockIdx.y, sp = blockIdx.z, T = gridDim.y;
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    int h = blockIdx.x * HPB + w;
+    int pos0 = *pos0p, qp = pos0 + t;
+    int nraw = qp + 1 < W ? qp + 1 : W;
+    int n = adec_rows(t, pos0, W, ratio, nsel);
+    int S = adec_splits(n, nsplit, min_rows);
+    if (sp >= S) return;
+    int i0 = (int)((int64_t)n * sp / S), i1 = (int)((int64_t)n * (sp + 1) / S);
+    const int *sel_t = sel ? sel + (int64_t)t * topk : nullptr;
+    int nv = hd / 128, per_row = hd / 4;
+    int nrows = i1 - i0, nchunk = (nrows + ADEC_CH - 1) / ADEC_CH;
+    /* stage chunk c into buffer c % ADEC_NST (always one commit group per call) */
+    auto issue = [&](int c) {
+        if (c < nchunk) {
+            int base = i0 + c * ADEC_CH, nr = min(ADEC_CH, i1 - base);
+            float *dst = srow + (c % ADEC_NST) * ADEC_CH * hd;
+            for (int idx = threadIdx.x; idx < nr * per_row; idx += blockDim.x) {
+                int r = idx / per_row, col = idx - r * per_row;
+                const float *row = att_row(base + r, nraw, qp, pos0, W, hd, ratio, kv_batch, ring, comp, sel_t);
+                cp_async16(dst + r * hd + 4 * col, row + 4 * col);
+            }
+        }
+        cp_async_commit();
+    };
+#pragma unroll
+    for (int c = 0; c < ADEC_NST - 1; c++) issue(c);
+    float4 qr[ADEC_V4], acc[ADEC_V4];
+    const float4 *qv = (const float4 *)(q + ((int64_t)t * nh + (h < nh ? h : 0)) * hd);
+#pragma unroll
+    for (int k = 0; k < ADEC_V4; k++) {
+        qr[k] = k < nv ? qv[k * 32 + lane] : make_float4(0.f, 0.f, 0.f, 0.f);
+        acc[k] = make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+    float M = -INFINITY, L = 0.f;
+    const bool b4 = lane & 16, b3 = lane & 8;
+    for (int c = 0; c < nchunk; c++) {
+        issue(c + ADEC_NST - 1);
+        cp_async_wait<ADEC_NST - 1>();
+        __syncthreads();
+        const float *buf = srow + (c % ADEC_NST) * ADEC_CH * hd;
+        int nr = min(ADEC_CH, i1 - (i0 + c * ADEC_CH));
+        if (h < nh)
+            for (int r = 0; r < nr; r += 4) {
+                float4 rv[4][ADEC_V4];
+                float sc[4];
+#pragma unroll
+                for (int u = 0; u < 4; u++) {
+                    const float4 *row = (const float4 *)(buf + (r + u < nr ? r + u : r) * hd);
+                    sc[u] = 0.f;
+#pragma unroll
+                    for (int k = 0; k < ADEC_V4; k++)
+                        if (k < nv) {
+                            float4 v = row[k * 32 + lane];
+                            rv[u][k] = v;
+                            sc[u] += qr[k].x * v.x + qr[k].y * v.y + qr[k].z * v.z + qr[k].w * v.w;
+                        }
+                }
+                float v0 = (b4 ? sc[2] : sc[0]) + __shfl_xor_sync(0xffffffffu, b4 ? sc[0] : sc[2], 16);
+                float v1 = (b4 ? sc[3] : sc[1]) + __shfl_xor_sync(0xffffffffu, b4 ? sc[1] : sc[3], 16);
+                float x = (b3 ? v1 : v0) + __shfl_xor_sync(0xffffffffu, b3 ? v0 : v1, 8);
+                x += __shfl_xor_sync(0xffffffffu, x, 4);
+                x += __shfl_xor_sync(0xffffffffu, x, 2);
+                x += __shfl_xor_sync(0xffffffffu, x, 1);
+                float Mn = M;
+#pragma unroll
+                for (int u = 0; u < 4; u++) {
+                    float d = __shfl_sync(0xffffffffu, x, 16 * (u >> 1) + 8 * (u & 1));
+                    sc[u] = r + u < nr ? d * scale : -INFINITY;
+                    Mn = fmaxf(Mn, sc[u]);
+                }
+                float corr = expf(M - Mn), p[4];
+#pragma unroll
+                for (int u = 0; u < 4; u++) p[u] = expf(sc[u] - Mn);
+                L = L * corr + ((p[0] + p[1]) + (p[2] + p[3]));
+#pragma unroll
+                for (int k = 0; k < ADEC_V4; k++)
+                    if (k < nv) {
+                        acc[k].x = acc[k].x * corr + p[0] * rv[0][k].x + p[1] * rv[1][k].x + p[2] * rv[2][k].x + p[3] * rv[3][k].x;
+                        acc[k].y = acc[k].y * corr + p[0] * rv[0][k].y + p[1] * rv[1][k].y + p[2] * rv[2][k].y + p[3] * rv[3][k].y;
+                        acc[k].z = acc[k].z * corr + p[0] * rv[0][k].z + p[1] * rv[1][k].z + p[2] * rv[2][k].z + p[3] * rv[3][k].z;
+                        acc[k].w = acc[k].w * corr + p[0] * rv[0][k].w + p[1] * rv[1][k].w + p[2] * rv[2][k].w + p[3] * rv[3][k].w;
+                    }
+                M = Mn;
+            }
+        __syncthreads();
+    }
+    cp_async_wait<0>();
+    if (h >= nh) return;
+    int64_t rec = ((int64_t)t * nh + h) * nsplit + sp;
+    float4 *pa = (float4 *)(part + rec * hd);
+#pragma unroll
+    for (int k = 0; k < ADEC_V4; k++)
+        if (k < nv) pa[k * 32 + lane] = acc[k];
+    if (lane == 0) {
+        float *ml = part + (int64_t)T * nh * nsplit * hd + rec * 2;
+        ml[0] = M; ml[1] = L;
+    }
+}
+
+/* block (head, token); thread = 4 dims (hd <= 4 x blockDim). See above for the order. */
+__global__ void __launch_bounds__(128)
+k_attn_dec_combine(const float *part, const float *sinks, const int *nsel, int nh, int hd, int W, int ratio,
+                   int nsplit, int min_rows, int nrot, const float *inv_freq, const int *pos0p, float *o) {
+    cu_pdl_enter();
+    __shared__ float fac[ADEC_MAXS];
+    __shared__ float inv_sh;
+    int h = blockIdx.x, t = blockIdx.y, T = gridDim.y, lane = threadIdx.x & 31;
+    int pos0 = *pos0p, qp = pos0 + t;
+    int n = adec_rows(t, pos0, W, ratio, nsel);
+    int S = adec_splits(n, nsplit, min_rows);
+    int64_t rec0 = ((int64_t)t * nh + h) * nsplit;
+    const float *ml = part + (int64_t)T * nh * nsplit * hd + rec0 * 2;
+    /* the RoPE angles of this thread's tail pairs, while the partials load */
+    int d0 = 4 * threadIdx.x, off = hd - nrot;
+    float cs[2] = {1.f, 1.f}, sn[2] = {0.f, 0.f};
+    bool rot = d0 < hd && d0 >= off;
+    if (rot) {
+#pragma unroll
+        for (int u = 0; u < 2; u++) {
+            int k = (d0 - off) / 2 + u;
+            float ang = (float)qp * inv_freq[k];
+            double sd, cd;
+            sincos((double)ang, &sd, &cd);
+            cs[u] = (float)cd; sn[u] = -(float)sd;
+        }
+    }
+    if (threadIdx.x < 32) {
+        float sink = sinks[h];
+        float m0 = lane < S ? ml[2 * lane] : -INFINITY, m1 = lane + 32 < S ? ml[2 * (lane + 32)] : -INFINITY;
+        float l0 = lane < S ? ml[2 * lane + 1] : 0.f, l1 = lane + 32 < S ? ml[2 * (lane + 32) + 1] : 0.f;
+        float Mt = fmaxf(sink, warp_max(fmaxf(m0, m1)));
+        float f0 = m0 == -INFINITY ? 0.f : expf(m0 - Mt), f1 = m1 == -INFINITY ? 0.f : expf(m1 - Mt);
+        if (lane < S) fac[lane] = f0;
+        if (lane + 32 < S) fac[lane + 32] = f1;
+        float lf0 = l0 * f0, lf1 = l1 * f1;
+        __syncwarp();
+        /* den in split order: lane 0 walks the products (lanes hold splits l, l + 32) */
+        float den = expf(sink - Mt);
+        for (int k = 0; k < S; k++) {
+            float v = __shfl_sync(0xffffffffu, k < 32 ? lf0 : lf1, k & 31);
+            den += v;
+        }
+        if (lane == 0) inv_sh = 1.0f / den;
+    }
+    __syncthreads();
+    if (d0 >= hd) return;
+    float inv = inv_sh;
+    const float *pa = part + rec0 * hd + d0;
+    float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+    int k = 0;
+    for (; k + 4 <= S; k += 4) {
+        float4 a[4];
+#pragma unroll
+        for (int u = 0; u < 4; u++) a[u] = *(const float4 *)(pa + (int64_t)(k + u) * hd);
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            float f = fac[k + u];
+            v.x += a[u].x * f; v.y += a[u].y * f; v.z += a[u].z * f; v.w += a[u].w * f;
+        }
+    }
+    for (; k < S; k++) {
+        float4 a = *(const float4 *)(pa + (int64_t)k * hd);
+        float f = fac[k];
+        v.x += a.x * f; v.y += a.y * f; v.z += a.z * f; v.w += a.w * f;
+    }
+    float y[4] = {v.x * inv, v.y * inv, v.z * inv, v.w * inv};
+    if (rot) {
+#pragma unroll
+        for (int u = 0; u < 2; u++) {
+            float c = cs[u], s = sn[u];
+            float x0 = y[2 * u], x1 = y[2 * u + 1];
+            y[2 * u] = x0 * c - x1 * s;
+            y[2 * u + 1] = x0 * s + x1 * c;
+        }
+    }
+    *(float4 *)(o + ((int64_t)t * nh + h) * hd + d0) = make_float4(y[0], y[1], y[2], y[3]);
 }
 
 /* Prefill attention: block (group of 8 heads, token), warp = head. All heads
@@ -362,9 +755,41 @@ void cu_attention(const float *q, const float *kv_batch, const float *ring, cons
             q, kv_batch, ring, comp, sel, nsel, topk, sinks, nh, hd, W, ratio, nrot, inv_freq, scale, pos0p, o);
         return;
     }
+    if (nsplit > 1 && hd % 128 == 0 && hd <= 512 && nrot % 4 == 0 && nrot <= hd && !cu_dec_old(CU_OLD_ATTENTION)) {
+        static int min_rows = -1, hpb_env = -1;
+        if (min_rows < 0) {
+            const char *e = getenv("MINKE_CUDA_ATT_MIN_ROWS");
+            min_rows = e && atoi(e) > 0 ? atoi(e) : 32;
+            e = getenv("MINKE_CUDA_ATT_HPB");
+            hpb_env = e ? atoi(e) : 0;
+        }
+        if (nsplit > ADEC_MAXS) nsplit = ADEC_MAXS;
+        /* 8 heads per block (rows read once per 8 heads) unless that leaves too few blocks */
+        int hpb = hpb_env == 4 || hpb_env == 8 ? hpb_env : ((nh + 7) / 8) * nsplit * T >= 128 ? 8 : 4;
+        size_t smem = (size_t)ADEC_NST * ADEC_CH * hd * sizeof(float);
+        static int attr_done = 0;
+        if (!attr_done) { cu_attn_init(); attr_done = 1; }
+        if (hpb == 8)
+            cu_launch(k_attn_dec<8>, dim3((nh + 7) / 8, T, nsplit), 8 * 32, smem, st, q, kv_batch, ring, comp, sel,
+                      nsel, topk, nh, hd, W, ratio, scale, pos0p, nsplit, min_rows, part);
+        else
+            cu_launch(k_attn_dec<4>, dim3((nh + 3) / 4, T, nsplit), 4 * 32, smem, st, q, kv_batch, ring, comp, sel,
+                      nsel, topk, nh, hd, W, ratio, scale, pos0p, nsplit, min_rows, part);
+        cu_launch(k_attn_dec_combine, dim3(nh, T), 128, 0, st, part, sinks, nsel, nh, hd, W, ratio, nsplit, min_rows,
+                  nrot, inv_freq, pos0p, o);
+        return;
+    }
     cu_launch(k_attention, dim3(nh, T, nsplit), ATT_WARPS * 32, 0, st, q, kv_batch, ring, comp, sel, nsel, topk, sinks, nh, hd,
                                                                 W, ratio, nrot, inv_freq, scale, pos0p, o, nsplit, part);
     if (nsplit > 1)
         cu_launch(k_attn_combine, dim3(nh, T), 128, 0, st, part, sinks, nh, hd, nsplit, nrot, inv_freq, pos0p, o);
+}
+
+int64_t cu_attention_part_floats(int T, int nh, int hd, int nsplit) { return (int64_t)T * nh * nsplit * (hd + 2); }
+
+void cu_attn_init(void) {
+    size_t smem = (size_t)ADEC_NST * ADEC_CH * 512 * sizeof(float);
+    cudaFuncSetAttribute(k_attn_dec<8>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    cudaFuncSetAttribute(k_attn_dec<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
 }
 

@@ -1,12 +1,14 @@
 /* cu_comp.cu: the KV compressors (spec model.md §6.5): rows emitted when a
  * window closes (pooled, normed, RoPE at the window's first position, FP8 /
  * FP4 simulations) and the streaming state carried between calls.
+ * The ratio-128 state has a parallel kernel and the previous one (cu_dec.h).
  */
 #include <stdlib.h>
 
 #include "cuda/cu_common.cuh"
 #include "cuda/cu_numerics.cuh"
 #include "cuda/cu_ops.h"
+#include "cuda/cu_dec.h"
 
 /* ------------------------------------------------------------------ */
 /* compressor (spec §8)                                                */
@@ -138,9 +140,43 @@ __global__ void k_comp_state(const float *a, const float *s, int T, const void *
         }
     }
 }
+
+/* The state of the m != 4 compressors (one window of slots, each slot on its
+ * own: no slot reads another) with a thread per (column, 4 slots) instead of
+ * per column: a ratio-128 decode step rewrites 128 slots of each column and
+ * a thread walking all of them was most of k_comp_state's time. Same values
+ * as k_comp_state. */
+#define CS_SLOTS 4
+__global__ void k_comp_state_slots(const float *a, const float *s, int T, const void *ape, int apetype, int m, int d,
+                                   float *Skv, float *Ssc, const int *pos0p) {
+    cu_pdl_enter();
+    int Wd = d;
+    int col = blockIdx.x * blockDim.x + threadIdx.x;
+    if (col >= Wd) return;
+    int pos0 = *pos0p, end = pos0 + T;
+    int open_end = (end / m) * m;
+#pragma unroll
+    for (int u = 0; u < CS_SLOTS; u++) {
+        int r = blockIdx.y * CS_SLOTS + u;
+        if (r >= m) break;
+        int p = open_end + r;
+        int64_t o = (int64_t)r * Wd + col;
+        float v, sc;
+        if (p >= end) { v = 0.f; sc = -INFINITY; }
+        else if (p >= pos0) comp_cand(p, col, pos0, a, s, ape, apetype, m, Wd, Skv, Ssc, &v, &sc);
+        else continue;
+        Skv[o] = v; Ssc[o] = sc;
+    }
+}
+
 void cu_comp_state(const float *a, const float *s, int T, const void *ape, int apetype, int m, int d,
                    float *Skv, float *Ssc, const int *pos0p, cudaStream_t st) {
     int Wd = (m == 4 ? 2 : 1) * d;
+    if (m != 4 && !cu_dec_old(CU_OLD_COMP_STATE)) {
+        cu_launch(k_comp_state_slots, dim3((Wd + 127) / 128, (m + CS_SLOTS - 1) / CS_SLOTS), 128, 0, st, a, s, T, ape,
+                  apetype, m, d, Skv, Ssc, pos0p);
+        return;
+    }
     cu_launch(k_comp_state, (Wd + 127) / 128, 128, 0, st, a, s, T, ape, apetype, m, d, Skv, Ssc, pos0p);
 }
 

@@ -1,12 +1,30 @@
 /* cu_indexer.cu: the lightning indexer (spec model.md §6.6): query prep
  * (RoPE, Hadamard, FP4 simulation), scores of the compressed index rows and
  * the deterministic top-k (lowest index wins ties).
+ *
+ * Each part has the current kernel and the previous one (cu_dec.h,
+ * MINKE_CUDA_OLD_KERNELS); both give bit-identical results.
  */
 #include <stdlib.h>
 
 #include "cuda/cu_common.cuh"
 #include "cuda/cu_numerics.cuh"
 #include "cuda/cu_ops.h"
+#include "cuda/cu_dec.h"
+
+static int num_sms(void) {
+    static int n = 0;
+    if (!n) {
+        int dev = 0;
+        if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n < 1)
+            n = 132;
+    }
+    return n;
+}
+static int env_int(const char *name, int dflt) {
+    const char *e = getenv(name);
+    return e ? atoi(e) : dflt;
+}
 
 /* ------------------------------------------------------------------ */
 /* indexer (spec §9)                                                   */
@@ -26,8 +44,77 @@ __global__ void k_idx_q_prep(float *qI, int nh, int hd, int nrot, const float *i
     }
     for (int i = threadIdx.x; i < hd; i += blockDim.x) v[i] = sh[i];
 }
+
+/* The same for hd == 128, a warp per head with no shared memory and no block
+ * barriers: lane l holds dims 4l..4l+3, so each RoPE pair of the tail sits in
+ * one lane, the Hadamard stages 1, 2 are in-lane and 4..64 pair lane l with
+ * l ^ (st / 4) (the lower index of a pair takes a + b, the upper a - b: the
+ * same double operations as d_hadamard128_sh), and an FP4 block of 32 dims is
+ * 8 lanes (the block max is order-free). Bit-identical to k_idx_q_prep. */
+#define QP_WARPS 4
+__global__ void __launch_bounds__(QP_WARPS * 32)
+k_idx_q_prep_w(float *qI, int nh, int hd, int nrot, const float *inv_freq, const int *pos0p, int sims) {
+    cu_pdl_enter();
+    int lane = threadIdx.x & 31, h = blockIdx.x * QP_WARPS + (threadIdx.x >> 5), t = blockIdx.y;
+    if (h >= nh) return;
+    int pos = *pos0p + t;
+    float4 *v4 = (float4 *)(qI + ((int64_t)t * nh + h) * 128);
+    float4 xv = v4[lane];
+    float x[4] = {xv.x, xv.y, xv.z, xv.w};
+    int off = 128 - nrot;
+    if (4 * lane >= off) {
+        int k0 = (4 * lane - off) / 2;
+#pragma unroll
+        for (int u = 0; u < 2; u++) {
+            int k = k0 + u;
+            float ang = (float)pos * inv_freq[k];
+            double sd, cd;
+            sincos((double)ang, &sd, &cd);
+            float c = (float)cd, s = (float)sd;
+            float x0 = x[2 * u], x1 = x[2 * u + 1];
+            x[2 * u] = x0 * c - x1 * s;
+            x[2 * u + 1] = x0 * s + x1 * c;
+        }
+    }
+    if (sims) {
+        double d[4];
+#pragma unroll
+        for (int j = 0; j < 4; j++) d[j] = x[j];
+        { double a = d[0], b = d[1]; d[0] = a + b; d[1] = a - b; a = d[2]; b = d[3]; d[2] = a + b; d[3] = a - b; }
+        { double a = d[0], b = d[2]; d[0] = a + b; d[2] = a - b; a = d[1]; b = d[3]; d[1] = a + b; d[3] = a - b; }
+#pragma unroll
+        for (int m = 1; m < 32; m <<= 1) {
+            int upper = lane & m;
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                double p = __shfl_xor_sync(0xffffffffu, d[j], m);
+                d[j] = upper ? p - d[j] : d[j] + p;
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < 4; j++) x[j] = (float)(d[j] * 0.08838834764831845);
+        float am = fmaxf(fmaxf(fabsf(x[0]), fabsf(x[1])), fmaxf(fabsf(x[2]), fabsf(x[3])));
+        am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, 1));
+        am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, 2));
+        am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, 4));
+        float amax = fmaxf(am, 7.052966104933725e-38f);
+        float s = d_pow2_ceil(amax * (1.0f / 6.0f));
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            float u = fminf(fmaxf(x[j] / s, -6.f), 6.f);
+            x[j] = d_e2m1_round(u) * s;
+        }
+    }
+    v4[lane] = make_float4(x[0], x[1], x[2], x[3]);
+}
+
 void cu_idx_q_prep(float *qI, int T, int nh, int hd, int nrot, const float *inv_freq, const int *pos0p,
                    int sims, cudaStream_t st) {
+    if (!cu_dec_old(CU_OLD_IDX_Q_PREP) && hd == 128 && nrot % 4 == 0 && nrot <= 128) {
+        cu_launch(k_idx_q_prep_w, dim3((nh + QP_WARPS - 1) / QP_WARPS, T), QP_WARPS * 32, 0, st,
+                  qI, nh, hd, nrot, inv_freq, pos0p, sims);
+        return;
+    }
     size_t shm = (size_t)(hd + 2) * sizeof(float) + 128 * sizeof(double);
     cu_launch(k_idx_q_prep, dim3(nh, T), 128, shm, st, qI, nh, hd, nrot, inv_freq, pos0p, sims);
 }
@@ -97,9 +184,120 @@ __global__ void __launch_bounds__(256) k_idx_scores(const float *qI, const float
         if (cr[j] < nI && g == 0) scores[(int64_t)t * sstride + cr[j]] = sc;
     }
 }
+
+/* The same scores spread over many blocks: a block of SLOTS x 8 threads takes
+ * SLOTS x rpt rows, rpt (1, 2 or 4 rows per thread) picked on the device
+ * from the row count so that a decode step's ~1024 rows still fill the GPU
+ * and 16k+ rows reuse the staged query for more rows (the grid is sized for
+ * rpt = 1 at max_rows; blocks past the rows return). Each score's arithmetic
+ * is k_idx_scores' (a thread's 8 heads in order, dots 4 dims at a time, the
+ * 8 head groups summed by the same xor shuffles), so results are
+ * bit-identical. */
+template <int SLOTS, int RPT>
+__device__ __forceinline__ void idx_scores_rows(const float *qs, const float *ws, const float *rows, int nh, int hd,
+                                                int qstride, int c0, int nI, float *srow) {
+    int g = threadIdx.x % 8;
+    int hpg = (nh + 7) / 8;
+    const float *kr[RPT];
+    int cr[RPT];
+#pragma unroll
+    for (int j = 0; j < RPT; j++) {
+        cr[j] = c0 + threadIdx.x / 8 + SLOTS * j;
+        kr[j] = rows + (int64_t)(cr[j] < nI ? cr[j] : c0) * hd;
+    }
+    float acc[RPT][8];
+#pragma unroll
+    for (int j = 0; j < RPT; j++)
+#pragma unroll
+        for (int k = 0; k < 8; k++) acc[j][k] = 0.f;
+    for (int d0 = 0; d0 < hd; d0 += 4) {
+        float4 kv[RPT];
+#pragma unroll
+        for (int j = 0; j < RPT; j++) kv[j] = *(const float4 *)(kr[j] + d0);
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            int h = g * hpg + k;
+            if (k < hpg && h < nh) {
+                float4 qq = *(const float4 *)(qs + h * qstride + d0);
+#pragma unroll
+                for (int j = 0; j < RPT; j++)
+                    acc[j][k] += qq.x * kv[j].x + qq.y * kv[j].y + qq.z * kv[j].z + qq.w * kv[j].w;
+            }
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < RPT; j++) {
+        float sc = 0.f;
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            int h = g * hpg + k;
+            if (k < hpg && h < nh && acc[j][k] > 0.f) sc += ws[h] * acc[j][k];
+        }
+        sc += __shfl_xor_sync(0xffffffffu, sc, 1);
+        sc += __shfl_xor_sync(0xffffffffu, sc, 2);
+        sc += __shfl_xor_sync(0xffffffffu, sc, 4);
+        if (cr[j] < nI && g == 0) srow[cr[j]] = sc;
+    }
+}
+
+/* rows per thread for nI rows: 4 or 2 once that still leaves >= 2 blocks per SM */
+__device__ __forceinline__ int idx_rpt(int nI, int slots, int nsm, int force) {
+    if (force == 1 || force == 2 || force == 4) return force;
+    if (nI >= slots * 4 * 2 * nsm) return 4;
+    if (nI >= slots * 2 * 2 * nsm) return 2;
+    return 1;
+}
+
+template <int SLOTS>
+__global__ void __launch_bounds__(SLOTS * 8)
+k_idx_scores_w(const float *qI, const float *wI, const float *rows, int nh, int hd, float wscale, int topk,
+               const int *pos0p, float *scores, int64_t sstride, int nsm, int force_rpt) {
+    cu_pdl_enter();
+    extern __shared__ float qs[];     /* nh*(hd+4) floats + nh */
+    int t = blockIdx.y;
+    int nI = (*pos0p + t + 1) / 4;
+    if (nI <= topk) return;
+    int rpt = idx_rpt(nI, SLOTS, nsm, force_rpt);
+    int c0 = blockIdx.x * SLOTS * rpt;
+    if (c0 >= nI) return;
+    int qstride = hd + 4;
+    const float *q = qI + (int64_t)t * nh * hd;
+    if (hd % 4 == 0) {
+        int hd4 = hd / 4;
+        for (int i = threadIdx.x; i < nh * hd4; i += blockDim.x) {
+            int h = i / hd4, d = i - h * hd4;
+            *(float4 *)(qs + h * qstride + 4 * d) = ((const float4 *)q)[i];
+        }
+    } else {
+        for (int i = threadIdx.x; i < nh * hd; i += blockDim.x) qs[(i / hd) * qstride + i % hd] = q[i];
+    }
+    float *ws = qs + nh * qstride;
+    for (int i = threadIdx.x; i < nh; i += blockDim.x) ws[i] = wI[(int64_t)t * nh + i] * wscale;
+    __syncthreads();
+    float *srow = scores + (int64_t)t * sstride;
+    if (rpt == 4) idx_scores_rows<SLOTS, 4>(qs, ws, rows, nh, hd, qstride, c0, nI, srow);
+    else if (rpt == 2) idx_scores_rows<SLOTS, 2>(qs, ws, rows, nh, hd, qstride, c0, nI, srow);
+    else idx_scores_rows<SLOTS, 1>(qs, ws, rows, nh, hd, qstride, c0, nI, srow);
+}
+
 void cu_idx_scores(const float *qI, const float *wI, const float *rows, int T, int nh, int hd, float wscale,
                    int topk, int max_rows, const int *pos0p, float *scores, int64_t score_stride, cudaStream_t st) {
     size_t shm = (size_t)(nh * (hd + 4) + nh) * sizeof(float);
+    if (!cu_dec_old(CU_OLD_IDX_SCORES) && hd % 4 == 0) {
+        /* 16 row slots (128 threads) while the rows fit ~4 blocks per SM, else 32 */
+        int nsm = num_sms(), force = env_int("MINKE_CUDA_IDX_RPT", 0);
+        int slots = env_int("MINKE_CUDA_IDX_SLOTS", max_rows <= 16 * 4 * nsm ? 16 : 32);
+        if (slots != 16) slots = 32;
+        int gx = (max_rows + slots - 1) / slots;
+        if (gx < 1) gx = 1;
+        if (slots == 16)
+            cu_launch(k_idx_scores_w<16>, dim3(gx, T), 16 * 8, shm, st, qI, wI, rows, nh, hd, wscale, topk, pos0p,
+                      scores, score_stride, nsm, force);
+        else
+            cu_launch(k_idx_scores_w<32>, dim3(gx, T), 32 * 8, shm, st, qI, wI, rows, nh, hd, wscale, topk, pos0p,
+                      scores, score_stride, nsm, force);
+        return;
+    }
     int gx = (max_rows + IDX_ROWS - 1) / IDX_ROWS;
     if (gx < 1) gx = 1;
     cu_launch(k_idx_scores, dim3(gx, T), 256, shm, st, qI, wI, rows, nh, hd, wscale, topk, pos0p, scores, score_stride);
@@ -205,12 +403,153 @@ __global__ void __launch_bounds__(TOPK_THREADS) k_idx_topk(const float *scores, 
     }
     if (threadIdx.x == 0) nsel[t] = topk;
 }
+
+/* The same selection with fewer block barriers and less atomic contention:
+ * the keys are read once into shared memory (up to TK_CACHE of them; more
+ * are re-read from global memory), the radix select takes 11 + 11 + 10 bits
+ * (2048-bin histograms, so the first pass spreads the keys of one binade
+ * over 4 bins instead of 1; it stops early once the threshold bin's keys are
+ * all taken), and the ordered compaction gives each warp a contiguous index
+ * range: one counting pass, one scan of the 32 warp counts, one writing
+ * pass (ballots keep index order inside a warp). The selected set is the
+ * unique top-k by (score desc, index asc) and the output is ascending, so the
+ * result is identical to k_idx_topk. */
+#define TK_CACHE 32768
+__global__ void __launch_bounds__(TOPK_THREADS) k_idx_topk_r(const float *scores, int64_t sstride, int topk,
+                                                            const int *pos0p, int *sel, int *nsel, int cache) {
+    cu_pdl_enter();
+    extern __shared__ uint32_t keys[];
+    __shared__ int hist[2048];
+    __shared__ int wsa[32], wsb[32];
+    __shared__ uint32_t prefix_sh, mask_sh;
+    __shared__ int need_sh, cnt_sh;
+    int t = blockIdx.x;
+    int nI = (*pos0p + t + 1) / 4;
+    int *out = sel + (int64_t)t * topk;
+    if (nI <= topk) {
+        for (int i = threadIdx.x; i < nI; i += blockDim.x) out[i] = i;
+        if (threadIdx.x == 0) nsel[t] = nI;
+        return;
+    }
+    const float *sc = scores + (int64_t)t * sstride;
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    const bool cached = nI <= cache;
+    if (cached)
+        for (int i = threadIdx.x; i < nI; i += TOPK_THREADS) keys[i] = f2key(sc[i]);
+#define TK_KEY(i) (cached ? keys[i] : f2key(sc[i]))
+    uint32_t prefix = 0, mask = 0;
+    int need = topk;
+    for (int pass = 0; pass < 3; pass++) {
+        int shift = pass == 0 ? 21 : pass == 1 ? 10 : 0;
+        int bits = pass == 2 ? 10 : 11, nb = 1 << bits;
+        uint32_t bmask = (uint32_t)nb - 1;
+        for (int i = threadIdx.x; i < nb; i += TOPK_THREADS) hist[i] = 0;
+        __syncthreads();
+        for (int i = threadIdx.x; i < nI; i += TOPK_THREADS) {
+            uint32_t k = TK_KEY(i);
+            if ((k & mask) == prefix) atomicAdd(&hist[(k >> shift) & bmask], 1);
+        }
+        __syncthreads();
+        /* thread i owns bins nb-1-bpt*i ... (descending); an inclusive scan over
+         * the threads finds the bin holding the need-th largest key */
+        int bpt = nb / TOPK_THREADS, cnt[2] = {0, 0}, tot = 0;
+#pragma unroll
+        for (int j = 0; j < 2; j++)
+            if (j < bpt) { cnt[j] = hist[nb - 1 - (bpt * threadIdx.x + j)]; tot += cnt[j]; }
+        int inc = tot;
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) { int v = __shfl_up_sync(0xffffffffu, inc, o); if (lane >= o) inc += v; }
+        if (lane == 31) wsa[w] = inc;
+        __syncthreads();
+        if (w == 0) {
+            int x = wsa[lane], y = x;
+#pragma unroll
+            for (int o = 1; o < 32; o <<= 1) { int v = __shfl_up_sync(0xffffffffu, y, o); if (lane >= o) y += v; }
+            wsb[lane] = y - x;
+        }
+        __syncthreads();
+        inc += wsb[w];
+        int exc = inc - tot;
+        if (exc < need && inc >= need) {
+            int acc = exc;
+#pragma unroll
+            for (int j = 0; j < 2; j++)
+                if (j < bpt) {
+                    if (acc + cnt[j] >= need) {
+                        int b = nb - 1 - (bpt * threadIdx.x + j);
+                        prefix_sh = prefix | ((uint32_t)b << shift);
+                        mask_sh = mask | (bmask << shift);
+                        need_sh = need - acc;
+                        cnt_sh = cnt[j];
+                        break;
+                    }
+                    acc += cnt[j];
+                }
+        }
+        __syncthreads();
+        prefix = prefix_sh; mask = mask_sh; need = need_sh;
+        int c = cnt_sh;
+        if (c == need) break;     /* every key of the threshold prefix is taken */
+    }
+    /* take: masked key above the prefix, or equal and among the first `need` equal ones */
+    int R = ((nI + 32 * 32 - 1) / (32 * 32)) * 32;
+    int start = w * R, end = min(start + R, nI);
+    unsigned lt = (1u << lane) - 1;
+    int ngt = 0, neq = 0;
+    for (int i0 = start; i0 < start + R; i0 += 32) {
+        int i = i0 + lane;
+        bool ok = i < end;
+        uint32_t km = ok ? (TK_KEY(i) & mask) : 0;
+        ngt += __popc(__ballot_sync(0xffffffffu, ok && km > prefix));
+        neq += __popc(__ballot_sync(0xffffffffu, ok && km == prefix));
+    }
+    if (lane == 0) { wsa[w] = ngt; wsb[w] = neq; }
+    __syncthreads();
+    if (w == 0) {
+        int a = wsa[lane], b = wsb[lane], ia = a, ib = b;
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            int va = __shfl_up_sync(0xffffffffu, ia, o), vb = __shfl_up_sync(0xffffffffu, ib, o);
+            if (lane >= o) { ia += va; ib += vb; }
+        }
+        __syncwarp();
+        wsa[lane] = ia - a; wsb[lane] = ib - b;
+    }
+    __syncthreads();
+    int eq_seen = wsb[w];
+    int pos = wsa[w] + min(eq_seen, need);
+    for (int i0 = start; i0 < start + R; i0 += 32) {
+        int i = i0 + lane;
+        bool ok = i < end;
+        uint32_t km = ok ? (TK_KEY(i) & mask) : 0;
+        bool eq = ok && km == prefix;
+        unsigned be = __ballot_sync(0xffffffffu, eq);
+        bool take = (ok && km > prefix) || (eq && eq_seen + __popc(be & lt) < need);
+        unsigned bt = __ballot_sync(0xffffffffu, take);
+        if (take) out[pos + __popc(bt & lt)] = i;
+        pos += __popc(bt);
+        eq_seen += __popc(be);
+    }
+#undef TK_KEY
+    if (threadIdx.x == 0) nsel[t] = topk;
+}
+
 void cu_idx_topk(const float *scores, int64_t score_stride, int T, int topk, const int *pos0p,
                  int *sel, int *nsel, cudaStream_t st) {
+    if (!cu_dec_old(CU_OLD_IDX_TOPK)) {
+        int cache = score_stride < TK_CACHE ? (int)score_stride : TK_CACHE;
+        cu_launch(k_idx_topk_r, T, TOPK_THREADS, (size_t)cache * 4, st, scores, score_stride, topk, pos0p, sel, nsel,
+                  cache);
+        return;
+    }
     cu_launch(k_idx_topk, T, TOPK_THREADS, 0, st, scores, score_stride, topk, pos0p, sel, nsel);
 }
 
 
 void cu_indexer_init(void) {
     cudaFuncSetAttribute(k_idx_scores, cudaFuncAttributeMaxDynamicSharedMemorySize, 160 * 1024);
+    cudaFuncSetAttribute(k_idx_scores_w<16>, cudaFuncAttributeMaxDynamicSharedMemorySize, 160 * 1024);
+    cudaFuncSetAttribute(k_idx_scores_w<32>, cudaFuncAttributeMaxDynamicSharedMemorySize, 160 * 1024);
+    cudaFuncSetAttribute(k_idx_topk_r, cudaFuncAttributeMaxDynamicSharedMemorySize, TK_CACHE * 4);
+    cu_attn_init();
 }
