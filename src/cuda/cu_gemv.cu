@@ -417,6 +417,464 @@ static void launch_type(const cu_gemv_args &g, int ntiles, cudaStream_t st) {
     else cu_launch(k_gemv<TYPE, 8, 4>, dim3(gx, ntiles), block, 0, st, g);
 }
 
+/* ------------------------------------------------------------------ */
+/* exact activations (cu_gemv_args.act_f32, MINKE_ACT_EXACT)          */
+/*
+ * The weights are decoded exactly (the values src/quant's dequant gives; the
+ * block scale is factored out of each item's sum) and multiplied with f32
+ * activations, f32 accumulation. Codes become floats without I2F: a byte put
+ * into the low mantissa byte of 2^23 reads 2^23 + byte, one FADD takes 2^23
+ * off (PRMT + FADD per element). K-quant codes are masked in place (c * 4^s,
+ * c * 16^h) and the power of two goes into the scale; their min term uses the
+ * sums of 16 activations computed once per block. IQ2_XXS reads a f16 copy of
+ * its grid from shared memory; the signs go onto the f16 sign bits, two
+ * elements per LOP3, the f16 -> f32 conversion is exact.
+ *
+ * A block stages the activation rows of its tile in shared memory as f32,
+ * through L1 (the next blocks on the SM find them there; the weights are
+ * loaded with L1::no_allocate so they do not push them out), in chunks of at
+ * most 32 KB. The layout is planes: float4 k of item it sits at
+ * [it / 32][k][it % 32], so the 32 lanes of a warp (consecutive items) read
+ * 32 consecutive float4, free of bank conflicts, at an immediate offset.
+ * Warps take RPW rows each (the activation loads are shared between them);
+ * with KS > 1 the KS warps of a row group split the items and add their
+ * partial sums through shared memory in a fixed order (small matrices: more
+ * blocks in flight).
+ */
+
+__device__ __forceinline__ uint4 ldw_v4(const uint8_t *p) {
+    uint4 v;
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    return v;
+}
+__device__ __forceinline__ uint2 ldw_v2(const uint8_t *p) {
+    uint2 v;
+    asm("ld.global.nc.L1::no_allocate.v2.u32 {%0,%1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
+    return v;
+}
+__device__ __forceinline__ uint32_t ldw_u32(const uint8_t *p) {
+    uint32_t v;
+    asm("ld.global.nc.L1::no_allocate.u32 %0, [%1];" : "=r"(v) : "l"(p));
+    return v;
+}
+__device__ __forceinline__ uint32_t ldw_u16(const uint8_t *p) {
+    unsigned short v;
+    asm("ld.global.nc.L1::no_allocate.u16 %0, [%1];" : "=h"(v) : "l"(p));
+    return v;
+}
+
+/* byte b of v as a float (0..255): 2^23 + byte, less 2^23 */
+__device__ __forceinline__ float xf_u8(uint32_t v, int b) {
+    return __uint_as_float(__byte_perm(v, 0x4B000000u, 0x7650u | (uint32_t)b)) - 8388608.0f;
+}
+/* byte b of v ^ 0x80808080 as the int8 it was: 2^23 + 128 + q, less 2^23 + 128 */
+__device__ __forceinline__ float xf_s8(uint32_t vx, int b) {
+    return __uint_as_float(__byte_perm(vx, 0x4B000000u, 0x7650u | (uint32_t)b)) - 8388736.0f;
+}
+
+/* shared tables of the decoders */
+struct XTabs { const uint4 *grid16; const uint8_t *signs; const float *kv; };
+
+/* A decoded item: dec8(l) gives elements 8l..8l+7 without the scale; the
+ * item's value is sum_h scale(h) * sum(elements of half h) - mscale(h) * sum(x of half h).
+ * HALVES = 2: two scales (Q2_K sub-blocks of 16: l = 0,1 and 2,3). */
+template <int TYPE> struct XW;
+
+struct XWQ8 {
+    static constexpr int HALVES = 1, MINS = 0;
+    uint32_t q[8]; float d;
+    __device__ __forceinline__ void dec8(int l, float *w, const XTabs &) const {
+        uint32_t a = q[2 * l] ^ 0x80808080u, b = q[2 * l + 1] ^ 0x80808080u;
+#pragma unroll
+        for (int j = 0; j < 4; j++) { w[j] = xf_s8(a, j); w[4 + j] = xf_s8(b, j); }
+    }
+    __device__ __forceinline__ float scale(int) const { return d; }
+    __device__ __forceinline__ float mscale(int) const { return 0.f; }
+};
+template <> struct XW<CU_TYPE_Q8_0R> : XWQ8 {
+    __device__ __forceinline__ void load(const uint8_t *row, int it, int nit) {
+        uint4 a0 = ldw_v4(row + (int64_t)it * 32), a1 = ldw_v4(row + (int64_t)it * 32 + 16);
+        q[0] = a0.x; q[1] = a0.y; q[2] = a0.z; q[3] = a0.w; q[4] = a1.x; q[5] = a1.y; q[6] = a1.z; q[7] = a1.w;
+        d = __half2float(__ushort_as_half((unsigned short)ldw_u16(row + (int64_t)nit * 32 + 2 * it)));
+    }
+};
+template <> struct XW<CU_TYPE_Q8_0> : XWQ8 {
+    __device__ __forceinline__ void load(const uint8_t *row, int it, int nit) {
+        const uint8_t *b = row + (int64_t)it * 34;
+        d = cu_h2f(*(const uint16_t *)b);
+#pragma unroll
+        for (int k = 0; k < 8; k++) q[k] = (uint32_t)ld_i32_u16(b + 2 + 4 * k);
+    }
+};
+
+/* E8M0 scale as src/quant's e8m0_half: 2^(e-128), denormal below */
+__device__ __forceinline__ float xf_e8m0_half(uint32_t e) {
+    return __uint_as_float(e < 2 ? 0x00200000u << e : (e - 1u) << 23);
+}
+template <> struct XW<CU_TYPE_MXFP4> {
+    static constexpr int HALVES = 1, MINS = 0;
+    uint32_t q[4]; float d;
+    __device__ __forceinline__ void load(const uint8_t *row, int it, int nit) {
+        const uint8_t *b = row + (int64_t)it * 17;
+        d = xf_e8m0_half(b[0]);
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+            q[k] = (uint32_t)b[1 + 4 * k] | ((uint32_t)b[2 + 4 * k] << 8) | ((uint32_t)b[3 + 4 * k] << 16) |
+                   ((uint32_t)b[4 + 4 * k] << 24);
+    }
+    /* elements 0..15 are the low nibbles of bytes 0..15, 16..31 the high ones */
+    __device__ __forceinline__ void dec8(int l, float *w, const XTabs &tb) const {
+        const int sh = l >= 2 ? 4 : 0;
+        uint32_t a = q[2 * (l & 1)], b = q[2 * (l & 1) + 1];
+#pragma unroll
+        for (int j = 0; j < 4; j++) { w[j] = tb.kv[(a >> (8 * j + sh)) & 15]; w[4 + j] = tb.kv[(b >> (8 * j + sh)) & 15]; }
+    }
+    __device__ __forceinline__ float scale(int) const { return d; }
+    __device__ __forceinline__ float mscale(int) const { return 0.f; }
+};
+
+/* Q2_K item (block, n, s): codes (qs[32n + l] >> 2s) & 3, read in place as c * 4^s. */
+template <> struct XW<CU_TYPE_Q2_K> {
+    static constexpr int HALVES = 2, MINS = 1;
+    uint32_t c[8]; float s0, s1, m0, m1;
+    __device__ __forceinline__ void load(const uint8_t *row, int it, int nit) {
+        int blk = it >> 3, n = (it >> 2) & 1, s = it & 3;
+        const uint8_t *b = row + (int64_t)blk * 84;
+        uint32_t mask = 0x03030303u << (2 * s);
+#pragma unroll
+        for (int k = 0; k < 8; k++) c[k] = ldw_u32(b + 16 + 32 * n + 4 * k) & mask;
+        uint32_t sc = ldw_u16(b + 8 * n + 2 * s);
+        uint32_t dd = ldw_u32(b + 80);
+        float d = cu_h2f((uint16_t)dd), dmin = cu_h2f((uint16_t)(dd >> 16));
+        float p = __uint_as_float((uint32_t)(127 - 2 * s) << 23);     /* 4^-s */
+        s0 = d * (float)(sc & 15) * p; s1 = d * (float)((sc >> 8) & 15) * p;
+        m0 = dmin * (float)((sc >> 4) & 15); m1 = dmin * (float)((sc >> 12) & 15);
+    }
+    __device__ __forceinline__ void dec8(int l, float *w, const XTabs &) const {
+#pragma unroll
+        for (int j = 0; j < 4; j++) { w[j] = xf_u8(c[2 * l], j); w[4 + j] = xf_u8(c[2 * l + 1], j); }
+    }
+    __device__ __forceinline__ float scale(int h) const { return h ? s1 : s0; }
+    __device__ __forceinline__ float mscale(int h) const { return h ? m1 : m0; }
+};
+
+/* Q4_K item (block, sub-block j): codes (qs[32(j/2) + l] >> 4(j&1)) & 15, read in place as c * 16^(j&1). */
+template <> struct XW<CU_TYPE_Q4_K> {
+    static constexpr int HALVES = 1, MINS = 1;
+    uint32_t c[8]; float s0, m0;
+    __device__ __forceinline__ void load(const uint8_t *row, int it, int nit) {
+        int blk = it >> 3, j = it & 7;
+        const uint8_t *b = row + (int64_t)blk * 144;
+        uint32_t mask = 0x0F0F0F0Fu << (4 * (j & 1));
+        uint4 a0 = ldw_v4(b + 16 + 32 * (j >> 1)), a1 = ldw_v4(b + 32 + 32 * (j >> 1));
+        c[0] = a0.x & mask; c[1] = a0.y & mask; c[2] = a0.z & mask; c[3] = a0.w & mask;
+        c[4] = a1.x & mask; c[5] = a1.y & mask; c[6] = a1.z & mask; c[7] = a1.w & mask;
+        uint32_t dd = ldw_u32(b), w0 = ldw_u32(b + 4), w1 = ldw_u32(b + 8), w2 = ldw_u32(b + 12);
+        uint32_t sc, m;
+        /* q4_K_scale_min: bytes 0..3 scales, 4..7 mins, 8..11 low nibbles of both for j >= 4 */
+        if (j < 4) { sc = (w0 >> (8 * j)) & 63; m = (w1 >> (8 * j)) & 63; }
+        else {
+            uint32_t qj4 = (w2 >> (8 * (j - 4))) & 255, qm4 = (w0 >> (8 * (j - 4))) & 255, qj = (w1 >> (8 * (j - 4))) & 255;
+            sc = (qj4 & 15) | ((qm4 >> 6) << 4); m = (qj4 >> 4) | ((qj >> 6) << 4);
+        }
+        float d = cu_h2f((uint16_t)dd), dmin = cu_h2f((uint16_t)(dd >> 16));
+        s0 = d * (float)sc * ((j & 1) ? 0.0625f : 1.0f);
+        m0 = dmin * (float)m;
+    }
+    __device__ __forceinline__ void dec8(int l, float *w, const XTabs &) const {
+#pragma unroll
+        for (int j = 0; j < 4; j++) { w[j] = xf_u8(c[2 * l], j); w[4 + j] = xf_u8(c[2 * l + 1], j); }
+    }
+    __device__ __forceinline__ float scale(int) const { return s0; }
+    __device__ __forceinline__ float mscale(int) const { return m0; }
+};
+
+/* IQ2_XXS group: a = 4 grid indices, w = 4 x 7 sign bits + 4-bit scale. */
+struct XWIQ2 {
+    static constexpr int HALVES = 1, MINS = 0;
+    uint32_t a, w; float dg;
+    __device__ __forceinline__ void dec8(int l, float *v, const XTabs &tb) const {
+        uint4 e = tb.grid16[(a >> (8 * l)) & 255];
+        uint32_t S = tb.signs[(w >> (7 * l)) & 127];
+        /* S * C puts sign bit 2i at bit 15 and 2i+1 at bit 31 (no carries) */
+        uint32_t h0 = e.x ^ ((S * 0x40008000u) & 0x80008000u), h1 = e.y ^ ((S * 0x10002000u) & 0x80008000u);
+        uint32_t h2 = e.z ^ ((S * 0x04000800u) & 0x80008000u), h3 = e.w ^ ((S * 0x01000200u) & 0x80008000u);
+        float2 f0 = __half22float2(*(const __half2 *)&h0), f1 = __half22float2(*(const __half2 *)&h1);
+        float2 f2 = __half22float2(*(const __half2 *)&h2), f3 = __half22float2(*(const __half2 *)&h3);
+        v[0] = f0.x; v[1] = f0.y; v[2] = f1.x; v[3] = f1.y; v[4] = f2.x; v[5] = f2.y; v[6] = f3.x; v[7] = f3.y;
+    }
+    /* the CPU's dg = d * (0.5 + ls) * 0.25 */
+    __device__ __forceinline__ void set_scale(float d) { dg = d * (0.5f + (float)(w >> 28)) * 0.25f; }
+    __device__ __forceinline__ float scale(int) const { return dg; }
+    __device__ __forceinline__ float mscale(int) const { return 0.f; }
+};
+template <> struct XW<CU_TYPE_IQ2R> : XWIQ2 {
+    __device__ __forceinline__ void load(const uint8_t *row, int it, int nit) {
+        int blk = it >> 3, g = it & 7;
+        uint2 q = ldw_v2(row + (int64_t)blk * 64 + g * 8);
+        a = q.x; w = q.y;
+        set_scale(__half2float(__ushort_as_half((unsigned short)ldw_u16(row + (int64_t)(nit >> 3) * 64 + 2 * blk))));
+    }
+};
+template <> struct XW<CU_TYPE_IQ2_XXS> : XWIQ2 {
+    __device__ __forceinline__ void load(const uint8_t *row, int it, int nit) {
+        int blk = it >> 3, g = it & 7;
+        const uint8_t *b = row + (int64_t)blk * 66;
+        const uint16_t *qs = (const uint16_t *)(b + 2 + 8 * g);
+        a = (uint32_t)qs[0] | ((uint32_t)qs[1] << 16);
+        w = (uint32_t)qs[2] | ((uint32_t)qs[3] << 16);
+        set_scale(cu_h2f(*(const uint16_t *)b));
+    }
+};
+
+/* activation chunk per block: 8192 floats of one token, 2048 of 4, 1024 of 8 (32 KB) */
+template <int NT> struct XChunk { static constexpr int K = NT == 1 ? 8192 : NT <= 4 ? 2048 : 1024; };
+
+__host__ __device__ constexpr int xf_is_iq2(int t) { return t == CU_TYPE_IQ2_XXS || t == CU_TYPE_IQ2R; }
+
+template <int TYPE, int NT, int RPW, int KS>
+__global__ void __launch_bounds__(GEMV_WARPS * 32)
+k_gemvf(cu_gemv_args g) {
+    extern __shared__ float4 xsh[];
+    __shared__ uint4 sgrid16[xf_is_iq2(TYPE) ? 256 : 1];
+    __shared__ uint8_t ssigns[xf_is_iq2(TYPE) ? 128 : 1];
+    __shared__ float skv[TYPE == CU_TYPE_MXFP4 ? 16 : 1];
+    __shared__ float sred[KS > 1 ? GEMV_WARPS * NT * RPW : 1];
+    typedef XW<TYPE> W;
+    constexpr int KC = XChunk<NT>::K, H = W::HALVES;
+    cu_pdl_enter();
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nthr = blockDim.x;
+    const int nwr = (blockDim.x >> 5) / KS, wr = warp / KS, ks = warp - wr * KS;
+    int bx = blockIdx.x;
+    const uint8_t *wbase = (const uint8_t *)g.w;
+    float *gout = g.out;
+    if (g.w2 && bx >= (int)(gridDim.x >> 1)) { bx -= gridDim.x >> 1; wbase = (const uint8_t *)g.w2; gout = g.out2; }
+    int ids[NT]; int nt = 0;
+    if (g.tile_pairs) {
+        int tile = blockIdx.y;
+        if (tile >= *g.n_tiles) return;
+        int start = g.tile_start[tile], cnt = g.tile_count[tile];
+        wbase += (int64_t)g.tile_expert[tile] * g.expert_bytes;
+#pragma unroll
+        for (int k = 0; k < NT; k++) ids[k] = k < cnt ? g.tile_pairs[start + k] : 0;
+        nt = cnt < NT ? cnt : NT;
+    } else {
+        int t0 = blockIdx.y * NT;
+#pragma unroll
+        for (int k = 0; k < NT; k++) ids[k] = t0 + k;
+        nt = g.ntok - t0 < NT ? g.ntok - t0 : NT;
+    }
+    if (nt <= 0) return;
+    XTabs tb;
+    tb.grid16 = sgrid16; tb.signs = ssigns; tb.kv = skv;
+    if (xf_is_iq2(TYPE)) {
+        for (int i = threadIdx.x; i < 256; i += nthr) {
+            uint64_t gv = cu_iq2xxs_grid[i];
+            uint32_t h[4];
+#pragma unroll
+            for (int p = 0; p < 4; p++) {
+                __half2 v = __floats2half2_rn((float)((gv >> (16 * p)) & 255), (float)((gv >> (16 * p + 8)) & 255));
+                h[p] = *(const uint32_t *)&v;
+            }
+            sgrid16[i] = make_uint4(h[0], h[1], h[2], h[3]);
+        }
+        for (int i = threadIdx.x; i < 128; i += nthr) ssigns[i] = cu_ksigns_iq2xs[i];
+    }
+    if (TYPE == CU_TYPE_MXFP4)
+        for (int i = threadIdx.x; i < 16; i += nthr) skv[i] = (float)cu_mxfp4_kvalues[i];
+    const int64_t rb0 = (int64_t)bx * nwr * RPW, r0 = rb0 + (int64_t)wr * RPW;
+    const bool active = r0 < g.rows;
+    /* grouped input: the launcher makes a block's rows lie in one group */
+    const int64_t aoff = g.group_rows ? (rb0 / g.group_rows) * g.group_act_bytes : 0;
+    const bool al16 = (((uintptr_t)g.act | (uintptr_t)g.act_stride | (uintptr_t)aoff) & 15) == 0;
+    const float *arow[NT];
+#pragma unroll
+    for (int k = 0; k < NT; k++)
+        arow[k] = (const float *)((const uint8_t *)g.act + (int64_t)(k < nt ? ids[k] / g.act_div : 0) * g.act_stride + aoff);
+    const uint8_t *row[RPW];
+#pragma unroll
+    for (int rr = 0; rr < RPW; rr++) {
+        int64_t r = r0 + rr < g.rows ? r0 + rr : g.rows - 1;
+        row[rr] = wbase + r * (int64_t)g.row_bytes;
+    }
+    float acc[NT][RPW];
+#pragma unroll
+    for (int k = 0; k < NT; k++)
+#pragma unroll
+        for (int rr = 0; rr < RPW; rr++) acc[k][rr] = 0.f;
+    const int in = (int)g.in, nitems = g.items;
+    for (int c0 = 0; c0 < in; c0 += KC) {
+        const int kc = in - c0 < KC ? in - c0 : KC, ni = kc >> 5, ts = ((ni + 31) >> 5) * 256;
+        __syncthreads();     /* the previous chunk has been read */
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            const float *src = arow[t] + c0;
+            for (int s = threadIdx.x; s < ts; s += nthr) {
+                int k = (s >> 5) & 7, it = ((s >> 8) << 5) | (s & 31);
+                float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+                if (t < nt && it < ni) {
+                    const float *p = src + it * 32 + k * 4;
+                    if (al16) v = __ldg((const float4 *)p);
+                    else v = make_float4(__ldg(p), __ldg(p + 1), __ldg(p + 2), __ldg(p + 3));
+                }
+                xsh[t * ts + s] = v;
+            }
+        }
+        float2 *xsum = (float2 *)(xsh + NT * ts);
+        if (W::MINS) {
+            __syncthreads();
+#pragma unroll
+            for (int t = 0; t < NT; t++)
+                for (int it = threadIdx.x; it < ni; it += nthr) {
+                    const float4 *b = xsh + t * ts + (it >> 5) * 256 + (it & 31);
+                    float lo = 0.f, hi = 0.f;
+#pragma unroll
+                    for (int k = 0; k < 4; k++) { float4 v = b[32 * k]; lo += (v.x + v.y) + (v.z + v.w); }
+#pragma unroll
+                    for (int k = 4; k < 8; k++) { float4 v = b[32 * k]; hi += (v.x + v.y) + (v.z + v.w); }
+                    xsum[t * ni + it] = make_float2(lo, hi);
+                }
+        }
+        __syncthreads();
+        if (active) {
+#pragma unroll 2
+            for (int it = ks * 32 + lane; it < ni; it += 32 * KS) {
+                W w[RPW];
+#pragma unroll
+                for (int rr = 0; rr < RPW; rr++) w[rr].load(row[rr], (c0 >> 5) + it, nitems);
+                const float4 *xb = xsh + (it >> 5) * 256 + (it & 31);
+                /* two partial sums per (token, row): the halves of a Q2_K item, else even / odd l */
+                float p[NT][RPW][2];
+#pragma unroll
+                for (int t = 0; t < NT; t++)
+#pragma unroll
+                    for (int rr = 0; rr < RPW; rr++) p[t][rr][0] = p[t][rr][1] = 0.f;
+#pragma unroll
+                for (int l = 0; l < 4; l++) {
+                    const int h = H == 2 ? l >> 1 : l & 1;
+                    float4 xa[NT], xc[NT];
+#pragma unroll
+                    for (int t = 0; t < NT; t++) { xa[t] = xb[t * ts + 64 * l]; xc[t] = xb[t * ts + 64 * l + 32]; }
+#pragma unroll
+                    for (int rr = 0; rr < RPW; rr++) {
+                        float v[8];
+                        w[rr].dec8(l, v, tb);
+#pragma unroll
+                        for (int t = 0; t < NT; t++) {
+                            float s = p[t][rr][h];
+                            s = fmaf(v[0], xa[t].x, s); s = fmaf(v[1], xa[t].y, s);
+                            s = fmaf(v[2], xa[t].z, s); s = fmaf(v[3], xa[t].w, s);
+                            s = fmaf(v[4], xc[t].x, s); s = fmaf(v[5], xc[t].y, s);
+                            s = fmaf(v[6], xc[t].z, s); s = fmaf(v[7], xc[t].w, s);
+                            p[t][rr][h] = s;
+                        }
+                    }
+                }
+#pragma unroll
+                for (int t = 0; t < NT; t++) {
+                    float2 xs = make_float2(0.f, 0.f);
+                    if (W::MINS) xs = xsum[t * ni + it];
+#pragma unroll
+                    for (int rr = 0; rr < RPW; rr++) {
+                        float a = acc[t][rr];
+                        if (H == 2) {
+                            a = fmaf(w[rr].scale(0), p[t][rr][0], a);
+                            a = fmaf(w[rr].scale(1), p[t][rr][1], a);
+                            if (W::MINS) { a = fmaf(-w[rr].mscale(0), xs.x, a); a = fmaf(-w[rr].mscale(1), xs.y, a); }
+                        } else {
+                            a = fmaf(w[rr].scale(0), p[t][rr][0] + p[t][rr][1], a);
+                            if (W::MINS) a = fmaf(-w[rr].mscale(0), xs.x + xs.y, a);
+                        }
+                        acc[t][rr] = a;
+                    }
+                }
+            }
+        }
+    }
+    if (KS == 1) {
+        if (!active) return;
+#pragma unroll
+        for (int t = 0; t < NT; t++)
+#pragma unroll
+            for (int rr = 0; rr < RPW; rr++) {
+                float s = warp_sum(acc[t][rr]);
+                if (lane == 0 && t < nt && r0 + rr < g.rows) {
+                    float *o = gout + (int64_t)ids[t] * g.out_stride + r0 + rr;
+                    if (g.accumulate) *o += s; else *o = s;
+                }
+            }
+    } else {
+#pragma unroll
+        for (int t = 0; t < NT; t++)
+#pragma unroll
+            for (int rr = 0; rr < RPW; rr++) {
+                float s = warp_sum(acc[t][rr]);
+                if (lane == 0) sred[warp * NT * RPW + t * RPW + rr] = s;
+            }
+        __syncthreads();
+        if (ks == 0 && active && lane < NT * RPW) {
+            int t = lane / RPW, rr = lane - t * RPW;
+            float s = 0.f;
+#pragma unroll
+            for (int k = 0; k < KS; k++) s += sred[(warp + k) * NT * RPW + lane];
+            int id = 0;
+#pragma unroll
+            for (int k = 0; k < NT; k++) if (k == t) id = ids[k];
+            if (t < nt && r0 + rr < g.rows) {
+                float *o = gout + (int64_t)id * g.out_stride + r0 + rr;
+                if (g.accumulate) *o += s; else *o = s;
+            }
+        }
+    }
+}
+
+static int xf_num_sms(void) {
+    static int n = 0;
+    if (!n) {
+        int dev = 0;
+        cudaGetDevice(&dev);
+        if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n <= 0) n = 132;
+    }
+    return n;
+}
+
+template <int TYPE, int NT, int RPW, int KS>
+static void launch_f(const cu_gemv_args &g, int nwarps, int ntiles, cudaStream_t st) {
+    constexpr int KC = XChunk<NT>::K;
+    int64_t rpb = (int64_t)(nwarps / KS) * RPW;
+    int gx = (int)((g.rows + rpb - 1) / rpb);
+    if (g.w2) gx *= 2;
+    int kc = g.in < KC ? (int)g.in : KC, ni = kc / 32;
+    size_t smem = (size_t)NT * ((ni + 31) / 32) * 256 * sizeof(float4);
+    if (XW<TYPE>::MINS) smem += (size_t)NT * ni * sizeof(float2);
+    cu_launch(k_gemvf<TYPE, NT, RPW, KS>, dim3(gx, ntiles), dim3(nwarps * 32), smem, st, g);
+}
+
+/* The shape of the launch: rows per warp (RPW) and the item split (KS) so
+ * that enough blocks are in flight; with grouped input a block's rows must lie
+ * in one group (fewer rows per block, at worst one warp of one row). */
+template <int TYPE>
+static void launch_type_f(const cu_gemv_args &g, int ntiles, cudaStream_t st) {
+    const int64_t gr = g.group_rows;
+    const int64_t want = 4 * (int64_t)xf_num_sms();
+    const int pairs = g.w2 ? 2 : 1;
+    auto blocks = [&](int64_t rpb) { return (g.rows + rpb - 1) / rpb * pairs * ntiles; };
+    auto fits = [&](int64_t rpb) { return !gr || gr % rpb == 0; };
+    if (g.nt_hint <= 1) {
+        if (fits(32) && blocks(32) >= want) { launch_f<TYPE, 1, 4, 1>(g, 8, ntiles, st); return; }
+        if (fits(16) && blocks(16) >= want) { launch_f<TYPE, 1, 2, 1>(g, 8, ntiles, st); return; }
+        if (fits(2) && blocks(8) < want / 2 && g.items >= 128) { launch_f<TYPE, 1, 1, 4>(g, 8, ntiles, st); return; }
+        if (fits(8)) { launch_f<TYPE, 1, 1, 1>(g, 8, ntiles, st); return; }
+        launch_f<TYPE, 1, 1, 1>(g, 1, ntiles, st);
+    } else if (g.nt_hint <= 4) {
+        if (fits(16)) launch_f<TYPE, 4, 2, 1>(g, 8, ntiles, st);
+        else if (fits(8)) launch_f<TYPE, 4, 1, 1>(g, 8, ntiles, st);
+        else launch_f<TYPE, 4, 1, 1>(g, 1, ntiles, st);
+    } else {
+        launch_f<TYPE, 8, 1, 1>(g, fits(8) ? 8 : 1, ntiles, st);
+    }
+}
+
 int cu_gemv_items(int type, int64_t in) {
     switch (type) {
     case CU_TYPE_F32: return (int)(in / 4);
@@ -452,6 +910,18 @@ void cu_gemv(const cu_gemv_args *ga, int ntiles, cudaStream_t st) {
     g.items = cu_gemv_items(g.wtype, g.in);
     if (g.nt_hint > 8) g.nt_hint = 8;     /* callers size the grid for tiles of 1, 4 or 8 */
     if (g.act_div <= 0) g.act_div = 1;
+    if (g.act_f32) {
+        switch (g.wtype) {
+        case CU_TYPE_Q8_0: launch_type_f<CU_TYPE_Q8_0>(g, ntiles, st); return;
+        case CU_TYPE_Q8_0R: launch_type_f<CU_TYPE_Q8_0R>(g, ntiles, st); return;
+        case CU_TYPE_MXFP4: launch_type_f<CU_TYPE_MXFP4>(g, ntiles, st); return;
+        case CU_TYPE_Q2_K: launch_type_f<CU_TYPE_Q2_K>(g, ntiles, st); return;
+        case CU_TYPE_Q4_K: launch_type_f<CU_TYPE_Q4_K>(g, ntiles, st); return;
+        case CU_TYPE_IQ2_XXS: launch_type_f<CU_TYPE_IQ2_XXS>(g, ntiles, st); return;
+        case CU_TYPE_IQ2R: launch_type_f<CU_TYPE_IQ2R>(g, ntiles, st); return;
+        default: break;     /* plain floats: the kernel below already takes f32 rows */
+        }
+    }
     switch (g.wtype) {
     case CU_TYPE_Q8_0: launch_type<CU_TYPE_Q8_0>(g, ntiles, st); break;
     case CU_TYPE_Q8_0R: launch_type<CU_TYPE_Q8_0R>(g, ntiles, st); break;

@@ -276,6 +276,258 @@ static void time_mmq(int type, int64_t rows, int64_t in) {
     cudaFree(dW); cudaFree(dact); cudaFree(dy); cudaFree(dx);
 }
 
+/* ---- exact activations (act_f32) ---- */
+
+/* y = dequant(W) . x in double: the values src/quant's dequant gives, an
+ * exact dot; the GPU differs by its f32 summation only. */
+static void ref_rows(const float *wd, int64_t rows, int64_t in, const float *x, double *y) {
+    for (int64_t r = 0; r < rows; r++) {
+        double s = 0;
+        for (int64_t i = 0; i < in; i++) s += (double)wd[r * in + i] * x[i];
+        y[r] = s;
+    }
+}
+
+static int f32_compare(const char *what, const double *ref, const float *got, int64_t n) {
+    double md = 0, mr = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (fabs(ref[i]) > mr) mr = fabs(ref[i]);
+        double d = fabs(ref[i] - got[i]);
+        if (!(d <= md)) md = isnan(d) ? INFINITY : d;
+    }
+    double rel = md / (mr > 0 ? mr : 1);
+    int bad = !(rel <= 3e-6);
+    printf("%s gemvf %s: rel err %.2e\n", bad ? "FAIL" : "ok  ", what, rel);
+    return bad;
+}
+
+/* One product with act_f32 = 1 against the double reference, then the same
+ * launch paired (w2/out2: both halves bit-identical to it) and accumulating
+ * (out = before + the same result, bit for bit). */
+static int run_f32(const char *what, cu_gemv_args g, int ntiles, const double *ref, int64_t nout) {
+    float *dy2, *y = malloc(sizeof(float) * nout), *y1 = malloc(sizeof(float) * nout), *y2 = malloc(sizeof(float) * nout);
+    CK(cudaMalloc((void **)&dy2, sizeof(float) * nout));
+    CK(cudaMemset(g.out, 0xFF, sizeof(float) * nout));
+    cu_gemv(&g, ntiles, 0);
+    CK(cudaGetLastError());
+    CK(cudaMemcpy(y, g.out, sizeof(float) * nout, cudaMemcpyDeviceToHost));
+    int fail = f32_compare(what, ref, y, nout);
+    /* rows the product does not write keep the 0xFF fill: the reference has NaN-free values everywhere */
+    cu_gemv_args p = g;
+    p.w2 = g.w; p.out2 = dy2;
+    CK(cudaMemset(g.out, 0xFF, sizeof(float) * nout));
+    CK(cudaMemset(dy2, 0xFF, sizeof(float) * nout));
+    cu_gemv(&p, ntiles, 0);
+    CK(cudaGetLastError());
+    CK(cudaMemcpy(y1, g.out, sizeof(float) * nout, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(y2, dy2, sizeof(float) * nout, cudaMemcpyDeviceToHost));
+    if (memcmp(y1, y, sizeof(float) * nout) || memcmp(y2, y, sizeof(float) * nout)) {
+        printf("FAIL gemvf %s: the paired launch differs from the single one\n", what);
+        fail = 1;
+    }
+    for (int64_t i = 0; i < nout; i++) y1[i] = (float)(i % 17) - 8.0f;
+    CK(cudaMemcpy(g.out, y1, sizeof(float) * nout, cudaMemcpyHostToDevice));
+    cu_gemv_args a = g;
+    a.accumulate = 1;
+    cu_gemv(&a, ntiles, 0);
+    CK(cudaGetLastError());
+    CK(cudaMemcpy(y2, g.out, sizeof(float) * nout, cudaMemcpyDeviceToHost));
+    int ab = 0;
+    for (int64_t i = 0; i < nout; i++) {
+        float want = y1[i] + y[i];
+        if (memcmp(&want, &y2[i], 4)) ab = 1;
+    }
+    if (ab) { printf("FAIL gemvf %s: accumulate is not out + the product\n", what); fail = 1; }
+    cudaFree(dy2); free(y); free(y1); free(y2);
+    return fail;
+}
+
+/* Random weights of `type` (E experts of rows x in, or one matrix), random x.
+ * mode 0: dense T tokens; E > 0: MoE tiles of T*K (token, expert) pairs built
+ * by cu_moe_tiles; G > 0: grouped input, G groups of grows rows, row r reads
+ * in floats at (r / grows) * in of an activation row of G * in. Every tile
+ * size (1, 4, 8); Q8_0 and IQ2_XXS also repacked (108, 116) where the rows allow. */
+static int check_f32(int type, int64_t rows, int64_t in, int T, int E, int K, int G, int64_t grows) {
+    const quant_traits *tr = quant_get(type);
+    uint64_t rb = quant_row_bytes(type, in);
+    int ne = E > 0 ? E : 1, P = E > 0 ? T * K : T;
+    if (G > 0) rows = G * grows;
+    int64_t xin = G > 0 ? G * in : in;
+    float *wf = malloc(sizeof(float) * in), *x = malloc(sizeof(float) * T * xin), *wd = malloc(sizeof(float) * rows * ne * in);
+    uint8_t *W = malloc(rb * rows * ne);
+    for (int64_t r = 0; r < rows * ne; r++) {
+        for (int64_t i = 0; i < in; i++) wf[i] = frand() * (1.0f + (r % 7));
+        tr->quant(wf, W + r * rb, in);
+        tr->dequant(W + r * rb, wd + r * in, in);
+    }
+    for (int64_t i = 0; i < T * xin; i++) x[i] = frand() * (i % 13 == 0 ? 10.0f : 1.0f);
+    int *sel = malloc(sizeof(int) * P);
+    for (int p = 0; p < P; p++) sel[p] = E > 0 ? (p * 5 + p / 3 + (p % 7 == 0 ? 1 : 0)) % E : 0;
+    double *ref = malloc(sizeof(double) * P * rows);
+    for (int p = 0; p < P; p++) {
+        if (G > 0) {
+            for (int gi = 0; gi < G; gi++)
+                ref_rows(wd + gi * grows * in, grows, in, x + (int64_t)p * xin + gi * in, ref + (int64_t)p * rows + gi * grows);
+        } else {
+            ref_rows(wd + (int64_t)sel[p] * rows * in, rows, in, x + (int64_t)(E > 0 ? p / K : p) * xin, ref + (int64_t)p * rows);
+        }
+    }
+    void *dW; float *dx, *dy; int *dsel, *dt;
+    int maxt = P + ne + 1;
+    CK(cudaMalloc(&dW, rb * rows * ne)); CK(cudaMalloc((void **)&dx, sizeof(float) * T * xin));
+    CK(cudaMalloc((void **)&dy, sizeof(float) * P * rows));
+    CK(cudaMalloc((void **)&dsel, sizeof(int) * P)); CK(cudaMalloc((void **)&dt, sizeof(int) * (P + 4 * maxt + 1)));
+    CK(cudaMemcpy(dx, x, sizeof(float) * T * xin, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dsel, sel, sizeof(int) * P, cudaMemcpyHostToDevice));
+    int fail = 0;
+    int repackable = type == GGML_TYPE_Q8_0 || type == GGML_TYPE_IQ2_XXS;
+    for (int rp = 0; rp < (repackable ? 2 : 1); rp++) {
+        CK(cudaMemcpy(dW, W, rb * rows * ne, cudaMemcpyHostToDevice));
+        int wt = type;
+        const char *tn = tr->name;
+        if (rp) {
+            if (type == GGML_TYPE_Q8_0) { if (!cu_repack_q8_0(dW, rows * ne, in, rb, 0)) break; wt = 108; tn = "q8_0r"; }
+            else { if (!cu_repack_iq2_xxs(dW, rows * ne, in, rb, 0)) break; wt = 116; tn = "iq2r"; }
+        }
+        static const int nts[3] = {1, 4, 8};
+        for (int ni = 0; ni < 3; ni++) {
+            int nt = nts[ni];
+            cu_gemv_args g;
+            memset(&g, 0, sizeof g);
+            g.w = dW; g.wtype = wt; g.rows = rows; g.in = in; g.row_bytes = rb; g.act = dx; g.act_f32 = 1;
+            g.act_stride = xin * 4; g.act_div = 1; g.out = dy; g.out_stride = rows; g.ntok = T; g.nt_hint = nt;
+            int ntiles = (T + nt - 1) / nt;
+            if (E > 0) {
+                int *pairs = dt, *ts = dt + P, *tc = ts + maxt, *tx = tc + maxt, *ntp = tx + maxt;
+                cu_moe_tiles(dsel, P, E, nt, pairs, ts, tc, tx, ntp, 0);
+                g.tile_pairs = pairs; g.tile_start = ts; g.tile_count = tc; g.tile_expert = tx; g.n_tiles = ntp;
+                g.expert_bytes = rb * rows; g.act_div = K;
+                ntiles = (P + nt - 1) / nt + (E < P ? E : P);
+            }
+            if (G > 0) { g.group_rows = grows; g.group_act_bytes = in * 4; }
+            char what[160];
+            snprintf(what, sizeof what, "%-8s rows %5lld in %5lld T %2d tile %d%s", tn, (long long)rows, (long long)in, T, nt,
+                     E > 0 ? " moe" : G > 0 ? " grouped" : "");
+            if (E > 0) snprintf(what + strlen(what), sizeof what - strlen(what), " (E %d K %d)", E, K);
+            if (G > 0) snprintf(what + strlen(what), sizeof what - strlen(what), " (%d x %lld rows)", G, (long long)grows);
+            fail |= run_f32(what, g, ntiles, ref, (int64_t)P * rows);
+        }
+    }
+    cudaFree(dW); cudaFree(dx); cudaFree(dy); cudaFree(dsel); cudaFree(dt);
+    free(wf); free(x); free(wd); free(W); free(sel); free(ref);
+    return fail;
+}
+
+static int cmp_float(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Decode-shaped timing (T = 1) of the exact-activation GEMV next to the q8
+ * one on the same weights: E experts (MoE tiles of the E pairs of one token,
+ * E = 0: a dense matrix), optionally gate+up paired. The weights are rotated
+ * over a pool far larger than L2; median of 20 launches. */
+static void time_f32(int type, int64_t rows, int64_t in, int E, int paired, int down) {
+    uint64_t rb = quant_row_bytes(type, in);
+    int ne = E > 0 ? E : 1;
+    int64_t set = (int64_t)rb * rows * ne * (paired ? 2 : 1);
+    int nsets = (int)((768ll << 20) / set);
+    if (nsets < 4) nsets = 4;
+    void *pool;
+    if (cudaMalloc(&pool, set * nsets) != cudaSuccess) { printf("skip time gemvf: no memory\n"); return; }
+    cu_synth_fill(pool, type, set * nsets / rb * in, 4321, 0.01f, 0);
+    int wt = type;
+    if (type == GGML_TYPE_Q8_0 && cu_repack_q8_0(pool, set * nsets / rb, in, rb, 0)) wt = 108;
+    if (type == GGML_TYPE_IQ2_XXS && cu_repack_iq2_xxs(pool, set * nsets / rb, in, rb, 0)) wt = 116;
+    int P = E > 0 ? E : 1, nin = down ? P : 1;
+    float *dx, *dy, *dy2; void *dq; int *dsel, *dt;
+    int at = cu_act_type(wt);
+    int64_t arb = cu_act_row_bytes(at, in);
+    CK(cudaMalloc((void **)&dx, sizeof(float) * nin * in)); CK(cudaMalloc(&dq, arb * nin + 64));
+    CK(cudaMalloc((void **)&dy, sizeof(float) * P * rows)); CK(cudaMalloc((void **)&dy2, sizeof(float) * P * rows));
+    CK(cudaMalloc((void **)&dsel, sizeof(int) * P)); CK(cudaMalloc((void **)&dt, sizeof(int) * (P + 4 * (2 * P + 1) + 1)));
+    cu_synth_fill(dx, GGML_TYPE_F32, nin * in, 77, 1.0f, 0);
+    cu_quantize_act(at, dx, dq, nin, in, 0);
+    int sel[64];
+    for (int p = 0; p < P; p++) sel[p] = p;
+    CK(cudaMemcpy(dsel, sel, sizeof(int) * P, cudaMemcpyHostToDevice));
+    cu_gemv_args g;
+    memset(&g, 0, sizeof g);
+    g.wtype = wt; g.rows = rows; g.in = in; g.row_bytes = rb; g.act_div = 1; g.out = dy; g.out_stride = rows;
+    g.ntok = 1; g.nt_hint = 1;
+    int ntiles = 1;
+    if (E > 0) {
+        int maxt = 2 * P + 1;
+        int *pairs = dt, *ts = dt + P, *tc = ts + maxt, *tx = tc + maxt, *ntp = tx + maxt;
+        cu_moe_tiles(dsel, P, E, 1, pairs, ts, tc, tx, ntp, 0);
+        g.tile_pairs = pairs; g.tile_start = ts; g.tile_count = tc; g.tile_expert = tx; g.n_tiles = ntp;
+        g.expert_bytes = rb * rows; g.act_div = down ? 1 : E;
+        ntiles = P + (E < P ? E : P);
+    }
+    if (paired) g.out2 = dy2;
+    cudaEvent_t ev[21];
+    for (int i = 0; i < 21; i++) cudaEventCreate(&ev[i]);
+    float med[2];
+    for (int f32 = 0; f32 < 2; f32++) {
+        g.act_f32 = f32;
+        g.act = f32 ? (const void *)dx : dq;
+        g.act_stride = f32 ? in * 4 : arb;
+        float ms[20];
+        for (int i = -2; i < 20; i++) {
+            int s = (i + 2) % nsets;
+            g.w = (const uint8_t *)pool + (int64_t)s * set;
+            if (paired) g.w2 = (const uint8_t *)g.w + set / 2;
+            if (i >= 0) cudaEventRecord(ev[i], 0);
+            cu_gemv(&g, ntiles, 0);
+            if (i >= 0) cudaEventRecord(ev[i + 1], 0);
+        }
+        CK(cudaGetLastError());
+        cudaEventSynchronize(ev[20]);
+        for (int i = 0; i < 20; i++) cudaEventElapsedTime(&ms[i], ev[i], ev[i + 1]);
+        qsort(ms, 20, sizeof(float), cmp_float);
+        med[f32] = (ms[9] + ms[10]) / 2;
+    }
+    char shape[96];
+    if (E > 0) snprintf(shape, sizeof shape, "%d x %lld x %lld%s", E, (long long)rows, (long long)in, paired ? " gate+up" : "");
+    else snprintf(shape, sizeof shape, "%lld x %lld", (long long)rows, (long long)in);
+    printf("time gemvf %-8s %-26s %6.2f MB: q8 %.2f us (%.0f GB/s), f32 %.2f us (%.0f GB/s)\n", quant_get(type)->name, shape,
+           set / 1e6, med[0] * 1e3, set / (med[0] * 1e-3) / 1e9, med[1] * 1e3, set / (med[1] * 1e-3) / 1e9);
+    for (int i = 0; i < 21; i++) cudaEventDestroy(ev[i]);
+    cudaFree(pool); cudaFree(dx); cudaFree(dq); cudaFree(dy); cudaFree(dy2); cudaFree(dsel); cudaFree(dt);
+}
+
+static int check_f32_all(int timing) {
+    int types[] = {GGML_TYPE_Q8_0, GGML_TYPE_IQ2_XXS, GGML_TYPE_Q2_K, GGML_TYPE_Q4_K, GGML_TYPE_MXFP4};
+    int fail = 0;
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        int t = types[i];
+        if (!quant_get(t)) continue;
+        fail |= check_f32(t, 300, 1024, 5, 0, 0, 0, 0);       /* 8 rows a block */
+        fail |= check_f32(t, 77, 4096, 9, 0, 0, 0, 0);        /* T = 1: 4 warps split the items; chunks of 2048 and 1024 */
+        fail |= check_f32(t, 4133, 256, 5, 0, 0, 0, 0);       /* T = 1: 4 rows a warp */
+        fail |= check_f32(t, 2000, 512, 5, 0, 0, 0, 0);       /* T = 1: 2 rows a warp */
+        fail |= check_f32(t, 40, 9216, 2, 0, 0, 0, 0);        /* two chunks of 8192 + 1024 */
+        fail |= check_f32(t, 200, 1024, 7, 5, 3, 0, 0);       /* MoE tiles */
+        fail |= check_f32(t, 2048, 256, 1, 6, 6, 0, 0);       /* MoE decode: 6 experts of one token */
+        fail |= check_f32(t, 0, 512, 3, 0, 0, 4, 64);         /* grouped */
+        fail |= check_f32(t, 0, 256, 6, 0, 0, 3, 24);         /* grouped, 24-row groups */
+        fail |= check_f32(t, 0, 256, 3, 0, 0, 3, 5);          /* grouped, 5-row groups: one-warp blocks */
+        fail |= check_f32(t, 0, 4096, 2, 0, 0, 2, 10);        /* grouped, split items */
+    }
+    if (timing) {
+        time_f32(GGML_TYPE_Q8_0, 4096, 4096, 0, 0, 0);
+        time_f32(GGML_TYPE_Q8_0, 32768, 1024, 0, 0, 0);
+        time_f32(GGML_TYPE_Q8_0, 1024, 4096, 0, 0, 0);
+        time_f32(GGML_TYPE_Q8_0, 4096, 8192, 0, 0, 0);
+        time_f32(GGML_TYPE_IQ2_XXS, 2048, 4096, 6, 1, 0);
+        time_f32(GGML_TYPE_Q2_K, 4096, 2048, 6, 0, 1);
+        time_f32(GGML_TYPE_Q2_K, 2048, 4096, 6, 1, 0);
+        time_f32(GGML_TYPE_Q4_K, 2048, 4096, 6, 1, 0);
+        time_f32(GGML_TYPE_MXFP4, 2048, 4096, 6, 1, 0);
+    }
+    return fail;
+}
+
 /* Prefill attention on the f16 tensor cores (cu_attention_tc) against the f32
  * kernel (cu_attention without tc) on random rows: Flash shape (64 heads of
  * 512, window 128, indexer-selected or every-128th compressed rows, ring rows
@@ -371,6 +623,7 @@ int main(int argc, char **argv) {
             fail |= check_type(types[i], 512, 128, 24, 0);
         fail |= check_type(types[i], 77, 4096, 9, timing);
     }
+    fail |= check_f32_all(timing);
     int mq_types[] = {GGML_TYPE_Q8_0, GGML_TYPE_IQ2_XXS, GGML_TYPE_Q2_K};
     for (int i = 0; i < 3; i++) {
         fail |= check_mmq(mq_types[i], 300, 1024, 100, 0, 1);
