@@ -427,14 +427,23 @@ k_hc_pre_fused2(const float *X, const float *f1, const float *f2, const float *p
         for (int k = 0; k < HC2_MAXHC; k++) xv[i][k] = d < D && k < nhc ? __ldcg(&xin[(int64_t)k * D + d]) : 0.f;
     }
     if (w == HC2_SPLIT_WARP) {
-        double sq = 0.0;
-        for (int k = 0; k < HC_SPLIT; k++) sq += __ldcg(&psq[t * HC_SPLIT + k]);
-        float r = (float)(1.0 / sqrt(sq / hcdim + (double)rms_eps));
-        if (lane < nmix) {
-            float a = 0.f;
-            for (int k = 0; k < HC_SPLIT; k++) a += __ldcg(&partial[((int64_t)t * HC_SPLIT + k) * HC_MAXMIX + lane]);
-            s_mix[lane] = a * r;
+        /* all 16 + 16 loads in flight before the double math */
+        float pv[HC_SPLIT];
+        double qv[HC_SPLIT];
+        int ml = lane < nmix ? lane : 0;
+#pragma unroll
+        for (int k = 0; k < HC_SPLIT; k++) {
+            pv[k] = __ldcg(&partial[((int64_t)t * HC_SPLIT + k) * HC_MAXMIX + ml]);
+            qv[k] = __ldcg(&psq[t * HC_SPLIT + k]);
         }
+        double sq = 0.0;
+#pragma unroll
+        for (int k = 0; k < HC_SPLIT; k++) sq += qv[k];
+        float r = (float)(1.0 / sqrt(sq / hcdim + (double)rms_eps));
+        float a = 0.f;
+#pragma unroll
+        for (int k = 0; k < HC_SPLIT; k++) a += pv[k];
+        if (lane < nmix) s_mix[lane] = a * r;
         __syncwarp();
         if (lane < nhc) s_wpre[lane] = sigmoid_stable(s_mix[lane] * s_scale[0] + s_base[lane]) + hc_eps;
         __syncwarp();
