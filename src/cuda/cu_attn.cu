@@ -562,21 +562,17 @@ k_attn_dec_combine(const float *part, const float *sinks, const int *nsel, int n
     float inv = inv_sh;
     const float *pa = part + rec0 * hd + d0;
     float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-    int k = 0;
-    for (; k + 4 <= S; k += 4) {
-        float4 a[4];
+    for (int k = 0; k < S; k += 8) {      /* 8 loads in flight, then the products in split order */
+        float4 a[8];
 #pragma unroll
-        for (int u = 0; u < 4; u++) a[u] = *(const float4 *)(pa + (int64_t)(k + u) * hd);
+        for (int u = 0; u < 8; u++)
+            if (k + u < S) a[u] = *(const float4 *)(pa + (int64_t)(k + u) * hd);
 #pragma unroll
-        for (int u = 0; u < 4; u++) {
-            float f = fac[k + u];
-            v.x += a[u].x * f; v.y += a[u].y * f; v.z += a[u].z * f; v.w += a[u].w * f;
-        }
-    }
-    for (; k < S; k++) {
-        float4 a = *(const float4 *)(pa + (int64_t)k * hd);
-        float f = fac[k];
-        v.x += a.x * f; v.y += a.y * f; v.z += a.z * f; v.w += a.w * f;
+        for (int u = 0; u < 8; u++)
+            if (k + u < S) {
+                float f = fac[k + u];
+                v.x += a[u].x * f; v.y += a[u].y * f; v.z += a[u].z * f; v.w += a[u].w * f;
+            }
     }
     float y[4] = {v.x * inv, v.y * inv, v.z * inv, v.w * inv};
     if (rot) {
