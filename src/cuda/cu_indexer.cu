@@ -240,11 +240,14 @@ __device__ __forceinline__ void idx_scores_rows(const float *qs, const float *ws
     }
 }
 
-/* rows per thread for nI rows: 4 or 2 once that still leaves >= 2 blocks per SM */
-__device__ __forceinline__ int idx_rpt(int nI, int slots, int nsm, int force) {
+/* rows per thread for nI rows of each of T tokens: 4 or 2 once that still
+ * leaves >= 2 blocks per SM (prefill batches: 4, the query staged once per
+ * 128 rows as in k_idx_scores) */
+__device__ __forceinline__ int idx_rpt(int nI, int T, int slots, int nsm, int force) {
     if (force == 1 || force == 2 || force == 4) return force;
-    if (nI >= slots * 4 * 2 * nsm) return 4;
-    if (nI >= slots * 2 * 2 * nsm) return 2;
+    int64_t rows = (int64_t)nI * T;
+    if (rows >= (int64_t)slots * 4 * 2 * nsm) return 4;
+    if (rows >= (int64_t)slots * 2 * 2 * nsm) return 2;
     return 1;
 }
 
@@ -257,7 +260,7 @@ k_idx_scores_w(const float *qI, const float *wI, const float *rows, int nh, int 
     int t = blockIdx.y;
     int nI = (*pos0p + t + 1) / 4;
     if (nI <= topk) return;
-    int rpt = idx_rpt(nI, SLOTS, nsm, force_rpt);
+    int rpt = idx_rpt(nI, gridDim.y, SLOTS, nsm, force_rpt);
     int c0 = blockIdx.x * SLOTS * rpt;
     if (c0 >= nI) return;
     int qstride = hd + 4;
@@ -284,9 +287,9 @@ void cu_idx_scores(const float *qI, const float *wI, const float *rows, int T, i
                    int topk, int max_rows, const int *pos0p, float *scores, int64_t score_stride, cudaStream_t st) {
     size_t shm = (size_t)(nh * (hd + 4) + nh) * sizeof(float);
     if (!cu_dec_old(CU_OLD_IDX_SCORES) && hd % 4 == 0) {
-        /* 16 row slots (128 threads) while the rows fit ~4 blocks per SM, else 32 */
+        /* decode: 16 row slots (128 threads) while the rows fit ~4 blocks per SM, else 32 */
         int nsm = num_sms(), force = env_int("MINKE_CUDA_IDX_RPT", 0);
-        int slots = env_int("MINKE_CUDA_IDX_SLOTS", max_rows <= 16 * 4 * nsm ? 16 : 32);
+        int slots = env_int("MINKE_CUDA_IDX_SLOTS", T == 1 && max_rows <= 16 * 4 * nsm ? 16 : 32);
         if (slots != 16) slots = 32;
         int gx = (max_rows + slots - 1) / slots;
         if (gx < 1) gx = 1;
