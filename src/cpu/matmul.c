@@ -2,8 +2,8 @@
  *
  * Two numerics for quantized weights (minke_model_params.act):
  *   - exact (the default, spec model.md §16.3): each thread decodes a block
- *     of weight rows to f32 with the format's dequant and multiplies it with
- *     the f32 activations through the F32 kernels, the very code an F32
+ *     of weight rows to f32 (the format's dequant values, by the AVX2 kernels
+ *     of dequant_fast.c) and multiplies it with the f32 activations through the F32 kernels, the very code an F32
  *     weight takes. A quantized file therefore gives logits bit-identical to
  *     its dequantized F32 twin (docs/numerics.md);
  *   - q8 (ds4's numerics, §16.1): the f32 activation row is quantized once to
@@ -84,7 +84,6 @@ static float *scratch_floats(size_t n) {
  * values (one token: the F32 traits dot per row; several: the F32
  * multi-token kernel, bit-identical to it). */
 static void mm_task_exact(mm_job *j, int64_t i0, int64_t i1) {
-    const quant_traits *tr = quant_get(j->type);
     float *rows = scratch_floats((size_t)j->cols * MM_BLOCK);
     if (!rows) {   /* out of memory: make it visible rather than wrong */
         for (int t = 0; t < j->T; t++)
@@ -94,7 +93,7 @@ static void mm_task_exact(mm_job *j, int64_t i0, int64_t i1) {
     size_t f32_row = (size_t)j->cols * sizeof(float);
     for (int64_t r = i0; r < i1; r += MM_BLOCK) {
         int64_t nr = i1 - r < MM_BLOCK ? i1 - r : MM_BLOCK;
-        for (int64_t k = 0; k < nr; k++) tr->dequant(j->w + (uint64_t)(r + k) * j->row_bytes, rows + k * j->cols, j->cols);
+        for (int64_t k = 0; k < nr; k++) quant_dequant_exact(j->type, j->w + (uint64_t)(r + k) * j->row_bytes, rows + k * j->cols, j->cols);
         if (j->T == 1)
             quant_matvec_prequant(GGML_TYPE_F32, rows, nr, j->cols, j->x, j->y + r);
         else

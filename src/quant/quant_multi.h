@@ -33,4 +33,12 @@ extern int quant_multi_use_avx512;
  * and benchmarks. */
 int quant_matmul_has_kernel(int type);
 
+/* dst = quant_get(type)->dequant(src, dst, n), bit for bit, with AVX2
+ * kernels where this build has them (src/quant/dequant_fast.c): the exact-
+ * activation products decode every weight they read, so this is their
+ * decoding speed. Falls back to the traits' dequant (any type it knows). */
+void quant_dequant_exact(int type, const void *src, float *dst, int64_t n);
+/* Whether quant_dequant_exact has a fast (verified) kernel for `type` on the current path. */
+int quant_dequant_exact_is_fast(int type);
+
 #endif
