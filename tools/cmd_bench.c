@@ -51,6 +51,8 @@ static void usage(FILE *f) {
             "  --csv FILE           CSV output (default stdout)\n"
             "  --plot FILE.svg      plot prefill and decode tok/s against the frontier\n"
             "  --sims on|off        FP8/FP4 simulations (default on)\n"
+            "  --act exact|q8       quantized-weight products: exact f32 activations (default)\n"
+            "                       or ds4's int8 activation quantization (docs/numerics.md)\n"
             "  -t, --threads N      CPU threads\n");
 }
 
@@ -105,7 +107,7 @@ static dsv4_tensor *tensor_for(dsv4_weights *w, int kind, int layer) {
 }
 #endif
 
-static minke_model *synthetic_model(const char *which, int sims) {
+static minke_model *synthetic_model(const char *which, int sims, int act) {
 #ifdef MINKE_CUDA
     int gu, dn;
     if (!strcmp(which, "flash-q2")) { gu = GGML_TYPE_IQ2_XXS; dn = GGML_TYPE_Q2_K; }
@@ -117,6 +119,7 @@ static minke_model *synthetic_model(const char *which, int sims) {
     minke_model_params_default(&m->params);
     m->params.backend = MINKE_BACKEND_CUDA;
     m->params.sims = sims;
+    m->params.act = act;
     m->params.progress = 1;
     if (dsv4_config_preset(&m->w.cfg, "flash") != 0) { fprintf(stderr, "minke bench: no flash preset\n"); free(m); return NULL; }
     dsv4_tensor_spec *specs = NULL;
@@ -149,7 +152,7 @@ static minke_model *synthetic_model(const char *which, int sims) {
     }
     return m;
 #else
-    (void)which; (void)sims;
+    (void)which; (void)sims; (void)act;
     fprintf(stderr, "minke bench: --synthetic needs a CUDA build (make cuda)\n");
     return NULL;
 #endif
@@ -294,6 +297,12 @@ int cmd_bench(int argc, char **argv) {
         else if (!strcmp(a, "--csv")) { NEED(); csv_path = v; }
         else if (!strcmp(a, "--plot")) { NEED(); plot = v; }
         else if (!strcmp(a, "--sims")) { NEED(); mp.sims = strcmp(v, "off") != 0; }
+        else if (!strcmp(a, "--act")) {
+            NEED();
+            if (!strcmp(v, "exact")) mp.act = MINKE_ACT_EXACT;
+            else if (!strcmp(v, "q8")) mp.act = MINKE_ACT_Q8;
+            else { fprintf(stderr, "minke bench: --act takes exact or q8, not '%s'\n", v); return 2; }
+        }
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { NEED(); mp.n_threads = atoi(v); }
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
         else { fprintf(stderr, "minke bench: unknown option '%s'\n", a); usage(stderr); return 2; }
@@ -307,7 +316,7 @@ int cmd_bench(int argc, char **argv) {
     if (!ctx_alloc) ctx_alloc = ctx_max + gen + 1;
 
     double t_load = now_s();
-    minke_model *m = synthetic ? synthetic_model(synthetic, mp.sims) : minke_model_open(&mp);
+    minke_model *m = synthetic ? synthetic_model(synthetic, mp.sims, mp.act) : minke_model_open(&mp);
     if (!m) { if (!synthetic) fprintf(stderr, "minke bench: %s\n", minke_last_error()); return 1; }
     t_load = now_s() - t_load;
     const dsv4_config *c = &m->w.cfg;

@@ -27,6 +27,8 @@ static void usage(FILE *out) {
             "  --backend cpu|cuda          compute backend (default cpu)\n"
             "  -t, --threads N             CPU threads (default: all cores)\n"
             "  --gpus N                    cuda: number of GPUs (default 1)\n"
+            "  --act exact|q8              quantized-weight products: exact f32 activations\n"
+            "                              (default) or ds4's int8 activations (docs/numerics.md)\n"
             "  --model-id ID               id reported by /v1/models (default deepseek-v4-flash)\n"
             "  --accept-any-model          accept any model name in requests (else 404)\n"
             "  --prefill-chunk N           tokens per prefill step (default 2048)\n"
@@ -66,6 +68,7 @@ int cmd_serve(int argc, char **argv) {
     cfg.max_body_bytes = 64ull << 20;
     cfg.default_max_tokens = 393216;
     cfg.backend = MINKE_BACKEND_CPU;
+    cfg.act = MINKE_ACT_EXACT;
     cfg.model_id = "deepseek-v4-flash";
     cfg.prefill_chunk = 2048;
     cfg.keepalive_ms = 1000;
@@ -96,6 +99,12 @@ int cmd_serve(int argc, char **argv) {
             if (!strcmp(b, "cpu")) cfg.backend = MINKE_BACKEND_CPU;
             else if (!strcmp(b, "cuda")) cfg.backend = MINKE_BACKEND_CUDA;
             else { fprintf(stderr, "minke serve: unknown backend '%s' (cpu or cuda)\n", b); return 2; }
+        }
+        else if (!strcmp(a, "--act") && has_val) {
+            const char *b = argv[++i];
+            if (!strcmp(b, "exact")) cfg.act = MINKE_ACT_EXACT;
+            else if (!strcmp(b, "q8")) cfg.act = MINKE_ACT_Q8;
+            else { fprintf(stderr, "minke serve: --act takes exact or q8, not '%s'\n", b); return 2; }
         }
         else if (!strcmp(a, "--cpu")) cfg.backend = MINKE_BACKEND_CPU;
         else if (!strcmp(a, "--cuda")) cfg.backend = MINKE_BACKEND_CUDA;

@@ -46,6 +46,7 @@ void cli_opts_default(cli_opts *o) {
     o->ctx = 32768;
     o->max_tokens = 50000;
     o->sims = 1;
+    o->act = MINKE_ACT_EXACT;
     o->sp = sampler_params_default();
     o->mode = CHAT_MODE_THINKING;
     o->system = NULL;
@@ -67,6 +68,8 @@ void cli_print_common_help(FILE *f) {
             "  --temp F --top-p F --top-k N --min-p F --seed N --greedy   sampling (thinking modes\n"
             "                       use the model's defaults: temp 1, top-p 1, min-p 0.05)\n"
             "  --chunk N            prefill chunk size   --sims on|off   --no-color\n"
+            "  --act exact|q8       quantized-weight products: exact f32 activations (default)\n"
+            "                       or ds4's int8 activation quantization (docs/numerics.md)\n"
             "  --mtp FILE           MTP GGUF: exact speculative decoding with --greedy (CPU backend)\n"
             "  --mtp-draft N        MTP drafts per step (default 3)   --mtp-pairing prev|same\n");
 }
@@ -94,7 +97,7 @@ int cli_parse_common(int *i, int argc, char **argv, cli_opts *o, const char *cmd
     static const char *with_value[] = {"-m", "--model", "--backend", "-t", "--threads", "-c", "--ctx",
                                        "-n", "--max-tokens", "-sys", "--system", "--temp", "--top-p",
                                        "--top-k", "--min-p", "--seed", "--chunk", "--sims", "--mtp",
-                                       "--mtp-draft", "--mtp-pairing", NULL};
+                                       "--mtp-draft", "--mtp-pairing", "--act", NULL};
     int takes = 0;
     for (int k = 0; with_value[k]; k++)
         if (!strcmp(a, with_value[k])) takes = 1;
@@ -122,6 +125,11 @@ int cli_parse_common(int *i, int argc, char **argv, cli_opts *o, const char *cmd
         else bad = 1;
     }
     else if (!strcmp(a, "-sys") || !strcmp(a, "--system")) o->system = v;
+    else if (!strcmp(a, "--act")) {
+        if (!strcmp(v, "exact")) o->act = MINKE_ACT_EXACT;
+        else if (!strcmp(v, "q8")) o->act = MINKE_ACT_Q8;
+        else bad = 1;
+    }
     else if (!strcmp(a, "--sims")) {
         if (!strcmp(v, "on")) o->sims = 1;
         else if (!strcmp(v, "off")) o->sims = 0;
@@ -272,6 +280,7 @@ convo *convo_open(const cli_opts *o) {
     mp.backend = o->backend;
     mp.n_threads = o->threads;
     mp.sims = o->sims;
+    mp.act = o->act;
     mp.progress = 1;
     mp.mtp_path = o->mtp;
     mp.mtp_pairing = o->mtp_pairing;

@@ -28,6 +28,7 @@ typedef struct cli_opts {
     int max_tokens;          /* per answer */
     int chunk;               /* prefill chunk */
     int sims;
+    int act;                 /* --act exact|q8: minke_model_params.act (MINKE_ACT_*) */
     sampler_params sp;
     chat_mode mode;
     const char *system;      /* NULL or "" = no system message */

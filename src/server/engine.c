@@ -26,6 +26,7 @@ int engine_open(const server_config *cfg) {
     p.backend = cfg->backend;
     p.n_threads = cfg->n_threads;
     p.n_gpus = cfg->n_gpus;
+    p.act = cfg->act;
     p.progress = 1;
     g_model = minke_model_open(&p);
     if (!g_model) {

@@ -56,6 +56,7 @@ typedef struct server_config {
     minke_backend backend;
     int n_threads;
     int n_gpus;
+    int act;                  /* minke_model_params.act: MINKE_ACT_EXACT (default) or _Q8 */
     const char *model_id;     /* id reported by /v1/models */
     int accept_any_model;
     int prefill_chunk;        /* tokens per prefill call (keepalive/cancel granularity) */
