@@ -311,6 +311,346 @@ __global__ void __launch_bounds__(MQ_THREADS, MINB) k_mmq(cu_gemv_args g) {
 }
 
 /* ------------------------------------------------------------------ */
+/* Exact activations (cu_gemv_args.act_f32: MINKE_ACT_EXACT). The f32
+ * activation rows are split into P int8 pieces while the tile is staged in
+ * shared memory: per scale group (an item of 32 elements; Q2_K: its block of
+ * 256), amax over the group and D = amax / (127 * 256);
+ *   P = 2: q = rint(x / D) in [-32512, 32512] = 256 hi + lo, hi in [-127, 127],
+ *          lo in [-128, 127]; x = D q within D / 2 (16 bits of the group's amax);
+ *   P = 3: q = rint(256 x / D) (24 bits) = 65536 top + 256 mid + lo.
+ * Each piece is one more s8 mma against the same weight codes. Per item the
+ * dots of the two high pieces are combined exactly in int32, 256 dot_hi +
+ * dot_lo (|.| <= 32 * 127 * 32512 < 2^31), and scaled once by d_w D, so the
+ * epilogue keeps one scale per item; the third piece's dot (P = 3) is added in
+ * float with D / 256. Q2_K keeps its per-block integer sums (<= 256 * 45 *
+ * 32767 < 2^31) and per-block epilogue, which is why its activation scale is
+ * per block of 256 there.
+ *
+ * Every block that stages an activation row computes the same pieces with
+ * the same instructions, so results do not depend on the grid, and there is
+ * no extra launch or scratch buffer. Loads are coalesced: the 8 threads of a
+ * row each read one float4 of each of the stage's 8 items (one 128-byte line
+ * per 8 threads), and the group amax is 3 shuffles within those 8 threads. */
+#define MX_LDS (MQ_BN * MQ_LDI)   /* ints of one activation piece in shared memory */
+
+/* dynamic shared memory of k_mmqx (over the 48 KB of static shared memory) */
+static constexpr size_t mx_smem_bytes(int P) {
+    return (size_t)(MQ_BM * MQ_LDI + P * MX_LDS) * 4 + (size_t)(MQ_BM + MQ_BN) * MQ_KI * 4 + 256 * 8 + MQ_BN * 8 +
+           MQ_BM * 16 + MQ_BN * 4;
+}
+
+/* Split 4 activations (one float4 of an item) into P int8 words, piece 0 the
+ * most significant; idv = 32512 / amax (P = 2) or 8323072 / amax (P = 3). */
+template <int P>
+__device__ __forceinline__ void mx_split4(float4 v, float idv, int (&pc)[P]) {
+    uint32_t b0, b1, b2, b3;
+    if (P == 2) {
+        /* x / D + 1.5 * 2^23 + 128 rounds once to an integer float whose low 16 bits
+         * are q + 128 (two's complement): byte 1 = hi, byte 0 ^ 0x80 = lo */
+        b0 = __float_as_uint(__fmaf_rn(v.x, idv, 12583040.f));
+        b1 = __float_as_uint(__fmaf_rn(v.y, idv, 12583040.f));
+        b2 = __float_as_uint(__fmaf_rn(v.z, idv, 12583040.f));
+        b3 = __float_as_uint(__fmaf_rn(v.w, idv, 12583040.f));
+    } else {
+        /* q + 128 * 257: byte 2 = top, bytes 1 and 0 ^ 0x80 = mid and lo */
+        b0 = (uint32_t)(__float2int_rn(v.x * idv) + 32896);
+        b1 = (uint32_t)(__float2int_rn(v.y * idv) + 32896);
+        b2 = (uint32_t)(__float2int_rn(v.z * idv) + 32896);
+        b3 = (uint32_t)(__float2int_rn(v.w * idv) + 32896);
+    }
+    uint32_t A = __byte_perm(b0, b1, 0x5140), B = __byte_perm(b2, b3, 0x5140);
+    uint32_t lo = __byte_perm(A, B, 0x5410) ^ 0x80808080u, hi = __byte_perm(A, B, 0x7632);
+    if (P == 2) {
+        pc[0] = (int)hi;
+        pc[P - 1] = (int)lo;
+    } else {
+        uint32_t C = __byte_perm(b0, b1, 0x62), E = __byte_perm(b2, b3, 0x62);
+        pc[0] = (int)__byte_perm(C, E, 0x5410);
+        pc[1] = (int)(hi ^ 0x80808080u);
+        pc[P - 1] = (int)lo;
+    }
+}
+
+/* 1 / (the scale of piece P - 1) for a group of amax m: q = rint(x idv). The
+ * kernels store D = m / 32512 (P = 2: x = D q; P = 3: x = D q / 256); 3 pieces
+ * take the correctly rounded reciprocal of D (within 1.5e-7 of amax instead of
+ * 2e-7). Groups under 1e-30 (denormal scales) become zeros. */
+template <int P>
+__device__ __forceinline__ float mx_inv_scale(float m) {
+    if (!(m > 1e-30f)) return 0.f;
+    return P == 2 ? __fdividef(32512.f, m) : __frcp_rn(m * (1.f / 32512.f)) * 256.f;
+}
+
+template <int TYPE, int MINB, int P>
+__global__ void __launch_bounds__(MQ_THREADS, MINB) k_mmqx(cu_gemv_args g) {
+    cu_pdl_enter();
+    constexpr bool Q2K = TYPE == CU_TYPE_Q2_K;
+    constexpr bool IQ2 = TYPE == CU_TYPE_IQ2R || TYPE == CU_TYPE_IQ2_XXS;
+    extern __shared__ __align__(16) int mx_smem[];
+    int *sw = mx_smem;
+    int *sa = sw + MQ_BM * MQ_LDI;                          /* P pieces of MX_LDS ints */
+    float *sws = (float *)(sa + P * MX_LDS);                /* per item; Q2_K: [0] = d, [1] = dmin */
+    float *sas = sws + MQ_BM * MQ_KI;                       /* D per item */
+    uint64_t *sgrid = (uint64_t *)(sas + MQ_BN * MQ_KI);
+    int64_t *soff = (int64_t *)(sgrid + 256);               /* byte offset of each slot's activation row */
+    uint8_t *smin = (uint8_t *)(soff + MQ_BN);
+    int *sid = (int *)(smin + MQ_BM * 16);
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int gq = lane >> 2, tq = lane & 3;
+    const int wm = (warp & 1) * 32, wn = (warp >> 1) * 32;
+    const int64_t r0 = (int64_t)blockIdx.x * MQ_BM;
+    const uint8_t *wbase = (const uint8_t *)g.w;
+    int nt;
+    if (g.tile_pairs) {
+        int tile = blockIdx.y;
+        if (tile >= *g.n_tiles) return;
+        int start = g.tile_start[tile];
+        nt = g.tile_count[tile];
+        wbase += (int64_t)g.tile_expert[tile] * g.expert_bytes;
+        for (int k = tid; k < MQ_BN; k += MQ_THREADS) sid[k] = g.tile_pairs[start + (k < nt ? k : 0)];
+    } else {
+        int t0 = blockIdx.y * MQ_BN;
+        nt = g.ntok - t0 < MQ_BN ? g.ntok - t0 : MQ_BN;
+        for (int k = tid; k < MQ_BN; k += MQ_THREADS) sid[k] = t0 + (k < nt ? k : 0);
+    }
+    const uint64_t *tab = sgrid;
+    if (IQ2)
+        for (int i = tid; i < 256; i += MQ_THREADS) sgrid[i] = cu_mmq_grid[i];
+    __syncthreads();
+    const int nit = g.items;
+    /* rows this thread stages: r = tid / 8 + 16 j; weights: item tid % 8; activations:
+     * float4 tid % 8 of each of the stage's 8 items */
+    constexpr int NJ = MQ_BM * MQ_KI / MQ_THREADS;
+    const int li = tid & 7;
+    const uint8_t *wrow[NJ];
+    {
+        int64_t aoff = g.group_rows ? (r0 / g.group_rows) * g.group_act_bytes : 0;
+        for (int k = tid; k < MQ_BN; k += MQ_THREADS) soff[k] = (int64_t)(sid[k] / g.act_div) * g.act_stride + aoff;
+    }
+#pragma unroll
+    for (int j = 0; j < NJ; j++) {
+        int r = (tid >> 3) + 16 * j;
+        int64_t row = r0 + r < g.rows ? r0 + r : g.rows - 1;
+        wrow[j] = wbase + row * (int64_t)g.row_bytes;
+    }
+    /* the activation rows' addresses come from shared memory each stage (registers for the cap) */
+    const uint8_t *abase = (const uint8_t *)g.act + li * 16;
+    __syncthreads();
+    float acc[2][4][4];
+#pragma unroll
+    for (int a = 0; a < 2; a++)
+#pragma unroll
+        for (int b = 0; b < 4; b++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) acc[a][b][c] = 0.f;
+
+    for (int it0 = 0; it0 < nit; it0 += MQ_KI) {
+        const int it = it0 + li;
+#pragma unroll
+        for (int j = 0; j < NJ; j++) {
+            int r = (tid >> 3) + 16 * j;
+            int q[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+            float s = 0.f;
+            if (it < nit) mq_wload<TYPE>(wrow[j], it, nit, tab, q, s);
+            const uint8_t *arow = abase + soff[r] + (int64_t)it0 * 128;
+            int4 *d = (int4 *)&sw[r * MQ_LDI + li * 8];
+            d[0] = make_int4(q[0], q[1], q[2], q[3]);
+            d[1] = make_int4(q[4], q[5], q[6], q[7]);
+            if (Q2K) {
+                if (li == 0) {
+                    const uint8_t *b = wrow[j] + (int64_t)(it0 >> 3) * 84;
+                    sws[r * MQ_KI + 0] = cu_h2f(*(const uint16_t *)(b + 80));
+                    sws[r * MQ_KI + 1] = cu_h2f(*(const uint16_t *)(b + 82));
+                } else if (li == 1) {
+                    const uint8_t *b = wrow[j] + (int64_t)(it0 >> 3) * 84;
+#pragma unroll
+                    for (int k = 0; k < 16; k++) smin[r * 16 + k] = b[k] >> 4;
+                }
+            } else {
+                sws[r * MQ_KI + li] = s;
+            }
+            /* activations of token slot r: the stage's 8 items, float4 li of each */
+            if (Q2K) {
+                /* one scale per block of 256 (the stage) */
+                float4 v[MQ_KI];
+                float m = 0.f;
+#pragma unroll
+                for (int i = 0; i < MQ_KI; i++) {
+                    v[i] = __ldg((const float4 *)(arow + i * 128));
+                    m = fmaxf(m, fmaxf(fmaxf(fabsf(v[i].x), fabsf(v[i].y)), fmaxf(fabsf(v[i].z), fabsf(v[i].w))));
+                }
+#pragma unroll
+                for (int o = 1; o < 8; o <<= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+                float idv = mx_inv_scale<P>(m);
+#pragma unroll
+                for (int i = 0; i < MQ_KI; i++) {
+                    int pc[P];
+                    mx_split4<P>(v[i], idv, pc);
+#pragma unroll
+                    for (int p = 0; p < P; p++) sa[p * MX_LDS + r * MQ_LDI + i * 8 + li] = pc[p];
+                }
+                if (li == 0) sas[r * MQ_KI] = m * (1.f / 32512.f);
+            } else {
+                /* one scale per item */
+#pragma unroll
+                for (int i = 0; i < MQ_KI; i++) {
+                    float4 v = it0 + i < nit ? __ldg((const float4 *)(arow + i * 128))
+                                             : make_float4(0.f, 0.f, 0.f, 0.f);
+                    float m = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+#pragma unroll
+                    for (int o = 1; o < 8; o <<= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+                    float idv = mx_inv_scale<P>(m);
+                    int pc[P];
+                    mx_split4<P>(v, idv, pc);
+#pragma unroll
+                    for (int p = 0; p < P; p++) sa[p * MX_LDS + r * MQ_LDI + i * 8 + li] = pc[p];
+                    if (li == 0) sas[r * MQ_KI + i] = m * (1.f / 32512.f);
+                }
+            }
+        }
+        __syncthreads();
+        if (Q2K) {
+            int ci[2][4][4], cm[2][4][4];
+#pragma unroll
+            for (int a = 0; a < 2; a++)
+#pragma unroll
+                for (int b = 0; b < 4; b++)
+#pragma unroll
+                    for (int c = 0; c < 4; c++) { ci[a][b][c] = 0; cm[a][b][c] = 0; }
+            /* piece by piece over the block: ci = 256 (hi dots) + (lo dots), exact in int32
+             * with no temporaries (the register cap) */
+#pragma unroll 1
+            for (int p = 0; p < P; p++) {
+                if (p == 1) {
+#pragma unroll
+                    for (int a = 0; a < 2; a++)
+#pragma unroll
+                        for (int b = 0; b < 4; b++)
+#pragma unroll
+                            for (int c = 0; c < 4; c++) { ci[a][b][c] *= 256; cm[a][b][c] *= 256; }
+                }
+#pragma unroll
+                for (int i = 0; i < MQ_KI; i++) {
+                    int bf[4][2];
+#pragma unroll
+                    for (int n4 = 0; n4 < 4; n4++) {
+                        int rb = p * MX_LDS + (wn + n4 * 8 + gq) * MQ_LDI + i * 8 + tq;
+                        bf[n4][0] = sa[rb]; bf[n4][1] = sa[rb + 4];
+                    }
+#pragma unroll
+                    for (int mt = 0; mt < 2; mt++) {
+                        int rw = wm + mt * 16 + gq;
+                        int ra = rw * MQ_LDI + i * 8 + tq;
+                        int a0 = sw[ra], a1 = sw[ra + 8 * MQ_LDI], a2 = sw[ra + 4], a3 = sw[ra + 8 * MQ_LDI + 4];
+                        int m0 = (int)(smin[rw * 16 + 2 * i] * 0x01010101u);
+                        int m1 = (int)(smin[(rw + 8) * 16 + 2 * i] * 0x01010101u);
+                        int m2 = (int)(smin[rw * 16 + 2 * i + 1] * 0x01010101u);
+                        int m3 = (int)(smin[(rw + 8) * 16 + 2 * i + 1] * 0x01010101u);
+                        if (p < 2) {
+#pragma unroll
+                            for (int n4 = 0; n4 < 4; n4++) {
+                                mma_s8(ci[mt][n4], a0, a1, a2, a3, bf[n4][0], bf[n4][1]);
+                                mma_s8(cm[mt][n4], m0, m1, m2, m3, bf[n4][0], bf[n4][1]);
+                            }
+                        } else {
+                            /* the third piece (P = 3) in float, scale D / 256 */
+                            float d0 = sws[rw * MQ_KI] * (1.f / 256.f), dm0 = sws[rw * MQ_KI + 1] * (1.f / 256.f);
+                            float d1 = sws[(rw + 8) * MQ_KI] * (1.f / 256.f), dm1 = sws[(rw + 8) * MQ_KI + 1] * (1.f / 256.f);
+#pragma unroll
+                            for (int n4 = 0; n4 < 4; n4++) {
+                                int l[4] = {0, 0, 0, 0}, lm[4] = {0, 0, 0, 0};
+                                mma_s8(l, a0, a1, a2, a3, bf[n4][0], bf[n4][1]);
+                                mma_s8(lm, m0, m1, m2, m3, bf[n4][0], bf[n4][1]);
+                                int tk = wn + n4 * 8 + 2 * tq;
+                                float ad0 = sas[tk * MQ_KI], ad1 = sas[(tk + 1) * MQ_KI];
+                                acc[mt][n4][0] += ad0 * d0 * (float)l[0] - ad0 * dm0 * (float)lm[0];
+                                acc[mt][n4][1] += ad1 * d0 * (float)l[1] - ad1 * dm0 * (float)lm[1];
+                                acc[mt][n4][2] += ad0 * d1 * (float)l[2] - ad0 * dm1 * (float)lm[2];
+                                acc[mt][n4][3] += ad1 * d1 * (float)l[3] - ad1 * dm1 * (float)lm[3];
+                            }
+                        }
+                    }
+                }
+            }
+#pragma unroll
+            for (int mt = 0; mt < 2; mt++) {
+                int rw = wm + mt * 16 + gq;
+                float d0 = sws[rw * MQ_KI], dm0 = sws[rw * MQ_KI + 1];
+                float d1 = sws[(rw + 8) * MQ_KI], dm1 = sws[(rw + 8) * MQ_KI + 1];
+#pragma unroll
+                for (int n4 = 0; n4 < 4; n4++) {
+                    int tk = wn + n4 * 8 + 2 * tq;
+                    float ad0 = sas[tk * MQ_KI], ad1 = sas[(tk + 1) * MQ_KI];
+                    acc[mt][n4][0] += ad0 * d0 * (float)ci[mt][n4][0] - ad0 * dm0 * (float)cm[mt][n4][0];
+                    acc[mt][n4][1] += ad1 * d0 * (float)ci[mt][n4][1] - ad1 * dm0 * (float)cm[mt][n4][1];
+                    acc[mt][n4][2] += ad0 * d1 * (float)ci[mt][n4][2] - ad0 * dm1 * (float)cm[mt][n4][2];
+                    acc[mt][n4][3] += ad1 * d1 * (float)ci[mt][n4][3] - ad1 * dm1 * (float)cm[mt][n4][3];
+                }
+            }
+        } else {
+#pragma unroll
+            for (int i = 0; i < MQ_KI; i++) {
+                /* weight fragments of both row tiles, then token tile by token tile
+                 * (fewer live fragments than k_mmq's order: the register cap) */
+                int af[2][4];
+                float wsc[2][2];
+#pragma unroll
+                for (int mt = 0; mt < 2; mt++) {
+                    int rw = wm + mt * 16 + gq;
+                    int ra = rw * MQ_LDI + i * 8 + tq;
+                    af[mt][0] = sw[ra]; af[mt][1] = sw[ra + 8 * MQ_LDI]; af[mt][2] = sw[ra + 4]; af[mt][3] = sw[ra + 8 * MQ_LDI + 4];
+                    wsc[mt][0] = sws[rw * MQ_KI + i]; wsc[mt][1] = sws[(rw + 8) * MQ_KI + i];
+                }
+#pragma unroll
+                for (int n4 = 0; n4 < 4; n4++) {
+                    int bf[P][2];
+                    int rb = (wn + n4 * 8 + gq) * MQ_LDI + i * 8 + tq;
+#pragma unroll
+                    for (int p = 0; p < P; p++) { bf[p][0] = sa[p * MX_LDS + rb]; bf[p][1] = sa[p * MX_LDS + rb + 4]; }
+                    int tc = wn + n4 * 8 + 2 * tq;
+                    float as0 = sas[tc * MQ_KI + i], as1 = sas[(tc + 1) * MQ_KI + i];
+#pragma unroll
+                    for (int mt = 0; mt < 2; mt++) {
+                        int c[4] = {0, 0, 0, 0};
+                        mma_s8(c, af[mt][0], af[mt][1], af[mt][2], af[mt][3], bf[0][0], bf[0][1]);
+#pragma unroll
+                        for (int k = 0; k < 4; k++) c[k] *= 256;
+                        mma_s8(c, af[mt][0], af[mt][1], af[mt][2], af[mt][3], bf[1][0], bf[1][1]);
+                        float s0 = wsc[mt][0] * as0, s1 = wsc[mt][0] * as1, s2 = wsc[mt][1] * as0, s3 = wsc[mt][1] * as1;
+                        acc[mt][n4][0] += (float)c[0] * s0;
+                        acc[mt][n4][1] += (float)c[1] * s1;
+                        acc[mt][n4][2] += (float)c[2] * s2;
+                        acc[mt][n4][3] += (float)c[3] * s3;
+                        if (P == 3) {
+                            int l[4] = {0, 0, 0, 0};
+                            mma_s8(l, af[mt][0], af[mt][1], af[mt][2], af[mt][3], bf[P - 1][0], bf[P - 1][1]);
+                            acc[mt][n4][0] += (float)l[0] * (s0 * (1.f / 256.f));
+                            acc[mt][n4][1] += (float)l[1] * (s1 * (1.f / 256.f));
+                            acc[mt][n4][2] += (float)l[2] * (s2 * (1.f / 256.f));
+                            acc[mt][n4][3] += (float)l[3] * (s3 * (1.f / 256.f));
+                        }
+                    }
+                }
+            }
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+        for (int n4 = 0; n4 < 4; n4++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) {
+                int64_t row = r0 + wm + mt * 16 + gq + (c >> 1) * 8;
+                int n = wn + n4 * 8 + 2 * tq + (c & 1);
+                if (row < g.rows && n < nt) {
+                    float *o = g.out + (int64_t)sid[n] * g.out_stride + row;
+                    if (g.accumulate) *o += acc[mt][n4][c]; else *o = acc[mt][n4][c];
+                }
+            }
+}
+
+/* ------------------------------------------------------------------ */
 /* F16 weights x f32 activations on the f16 tensor cores (m16n8k16, f32
  * accumulate). The activation is split into hi = f16(x) and lo = f16(x - hi)
  * and both are multiplied (the f16 x f16 products are exact in f32), so the
@@ -434,6 +774,47 @@ extern "C" int cu_mmq_supported(const cu_gemv_args *g) {
     }
     if (g->in % 32) return 0;
     if (g->group_rows && g->group_rows % MQ_BM) return 0;
+    /* exact activations: float4 loads (the backend's f32 rows: cudaMalloc'd, in % 32 == 0) */
+    if (g->act_f32 && (((uintptr_t)g->act & 15) || g->act_stride % 16 || g->group_act_bytes % 16)) return 0;
+    return 1;
+}
+
+/* Pieces of the exact-activation kernels: MINKE_CUDA_MMQ_PIECES=2 (default) or 3. */
+static int mx_pieces(void) {
+    static int p = 0;
+    if (!p) { const char *e = getenv("MINKE_CUDA_MMQ_PIECES"); p = e && atoi(e) == 3 ? 3 : 2; }
+    return p;
+}
+
+/* k_mmqx needs more than the 48 KB of static shared memory: opt in once per
+ * instantiation, and ask for the largest carveout so 3 blocks fit per SM. */
+template <int T, int MINB, int P>
+static void mx_launch(dim3 grid, cudaStream_t st, const cu_gemv_args &g) {
+    static bool ready = false;
+    if (!ready) {
+        cudaFuncSetAttribute(k_mmqx<T, MINB, P>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)mx_smem_bytes(P));
+        cudaFuncSetAttribute(k_mmqx<T, MINB, P>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                             (int)cudaSharedmemCarveoutMaxShared);
+        ready = true;
+    }
+    cu_launch(k_mmqx<T, MINB, P>, grid, MQ_THREADS, mx_smem_bytes(P), st, g);
+}
+
+/* The exact-activation kernel for g.wtype: 2 pieces under the same register
+ * cap as k_mmq (3 blocks per SM: 58 KB of shared memory each); 3 pieces take
+ * 76 KB, so 2 blocks per SM and no cap. 0 when the type has none. */
+static int mx_run(const cu_gemv_args &g, dim3 grid, cudaStream_t st) {
+    int three = mx_pieces() == 3;
+#define MX_LAUNCH(T) (three ? mx_launch<T, 2, 3>(grid, st, g) : mx_launch<T, MQ_OCC_DEFAULT, 2>(grid, st, g))
+    switch (g.wtype) {
+    case CU_TYPE_Q8_0: MX_LAUNCH(CU_TYPE_Q8_0); break;
+    case CU_TYPE_Q8_0R: MX_LAUNCH(CU_TYPE_Q8_0R); break;
+    case CU_TYPE_IQ2R: MX_LAUNCH(CU_TYPE_IQ2R); break;
+    case CU_TYPE_IQ2_XXS: MX_LAUNCH(CU_TYPE_IQ2_XXS); break;
+    case CU_TYPE_Q2_K: MX_LAUNCH(CU_TYPE_Q2_K); break;
+    default: return 0;
+    }
+#undef MX_LAUNCH
     return 1;
 }
 
@@ -443,6 +824,7 @@ extern "C" int cu_mmq(const cu_gemv_args *ga, int ntiles, cudaStream_t st) {
     g.items = (int)(g.in / 32);
     if (g.act_div <= 0) g.act_div = 1;
     dim3 grid((unsigned)((g.rows + MQ_BM - 1) / MQ_BM), (unsigned)ntiles);
+    if (g.act_f32 && g.wtype != CU_TYPE_F16) return mx_run(g, grid, st);
     static int occ = -1;
     if (occ < 0) { const char *e = getenv("MINKE_CUDA_MMQ_OCC"); occ = e ? atoi(e) : MQ_OCC_DEFAULT; if (occ != 3 && occ != 4) occ = 1; }
 #define MQ_LAUNCH(T) (occ == 4 ? cu_launch(k_mmq<T, 4>, grid, MQ_THREADS, 0, st, g) : \

@@ -1,0 +1,333 @@
+/* mmq_exact.c: the exact-activation tensor-core products (cu_mmq with
+ * cu_gemv_args.act_f32 = 1: f32 activations split into int8 pieces in
+ * k_mmqx, src/cuda/cu_mmq.cu) against a CPU reference that multiplies the
+ * dequantized weights with the f32 activations in double.
+ *
+ * Every int8 weight type (Q8_0 as stored and repacked, IQ2_XXS as stored and
+ * repacked, Q2_K) in dense, grouped-input and MoE-tile mode, on activation rows
+ * of several kinds (plain, a large dynamic range inside an item, all zero,
+ * zero items with spikes, tiny and huge scales). Prints one ok/FAIL line per
+ * case with max|err| / max|y| (all outputs) and the worst row's ratio; MoE
+ * outputs must also equal the dense launch on the same expert bit for bit
+ * (the pieces do not depend on the grid). Limits: 2e-5 of max|y| with 2
+ * pieces, 1e-6 with 3 (float accumulation is then the larger part).
+ *
+ * The number of pieces is read once per process (MINKE_CUDA_MMQ_PIECES), so
+ * without that variable the program runs itself twice, with 2 and with 3.
+ * --time adds prefill-shaped timings: the q8 kernel against the exact one on
+ * 4096 x 4096 weights at T = 512 and on Flash's MoE shapes (4096 tokens x 6
+ * experts of 256: IQ2_XXS gate 2048 x 4096, Q2_K down 4096 x 2048).
+ * Run on a GPU machine: build/cuda/tests/cuda/mmq_exact [--time].
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cuda_runtime_api.h>
+
+#include "quant/quant.h"
+#include "cuda/cu_ops.h"
+
+#define TYPE_Q8_0R 108
+#define TYPE_IQ2R 116
+
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+static double urand(void) {   /* [0, 1) */
+    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+    return (double)(rng >> 11) * (1.0 / 9007199254740992.0);
+}
+static float frand(void) { return (float)(urand() * 2.0 - 1.0); }
+
+#define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("FAIL cuda %s: %s\n", #x, cudaGetErrorString(e_)); exit(1); } } while (0)
+
+static int pieces;
+
+/* The decoders' tables as the backend uploads them: the IQ2_XXS grid read
+ * back from the CPU decoder (scale 1.0 x 0.875), signs with parity, MXFP4 x 2. */
+static void tables(void) {
+    uint64_t grid[256]; uint8_t signs[128]; int8_t kv[16];
+    const quant_traits *iq = quant_get(GGML_TYPE_IQ2_XXS);
+    for (int k = 0; k < 256; k++) {
+        uint8_t blk[66] = {0}; float out[256];
+        blk[1] = 0x3C; blk[2] = (uint8_t)k; blk[9] = 0x30;
+        iq->dequant(blk, out, 256);
+        uint64_t v = 0;
+        for (int j = 0; j < 8; j++) v |= (uint64_t)(uint8_t)lrintf(out[j] / 0.875f) << (8 * j);
+        grid[k] = v;
+    }
+    for (int i = 0; i < 128; i++) signs[i] = (uint8_t)(i | ((__builtin_popcount(i) & 1) << 7));
+    const quant_traits *mx = quant_get(GGML_TYPE_MXFP4);
+    for (int i = 0; i < 16; i++) {
+        uint8_t blk[17] = {0}; float out[32];
+        blk[0] = 128; blk[1] = (uint8_t)i;
+        mx->dequant(blk, out, 32);
+        kv[i] = (int8_t)lrintf(out[0]);
+    }
+    if (cu_tables_init(grid, signs, kv)) { printf("FAIL tables\n"); exit(1); }
+}
+
+/* Activation row t of n elements; the kind cycles with t. */
+static void act_row(float *x, int64_t n, int t) {
+    switch (t % 6) {
+    case 0: for (int64_t i = 0; i < n; i++) x[i] = frand(); break;
+    case 1: /* magnitudes 1e-3 .. 1e3 inside every item */
+        for (int64_t i = 0; i < n; i++) x[i] = frand() * (float)pow(10.0, 6.0 * urand() - 3.0);
+        break;
+    case 2: memset(x, 0, sizeof(float) * n); break;
+    case 3: /* every third item zero, spikes of 100 */
+        for (int64_t i = 0; i < n; i++) x[i] = (i / 32) % 3 == 0 ? 0.f : frand() * (i % 29 == 0 ? 100.f : 1.f);
+        break;
+    case 4: for (int64_t i = 0; i < n; i++) x[i] = frand() * 1e-3f; break;
+    default: for (int64_t i = 0; i < n; i++) x[i] = frand() * (i % 13 == 0 ? 1e4f : 1e3f); break;
+    }
+}
+
+static const char *tname(int wt) {
+    switch (wt) {
+    case TYPE_Q8_0R: return "q8_0r";
+    case TYPE_IQ2R: return "iq2r";
+    default: return quant_get(wt)->name;
+    }
+}
+
+/* One case. E > 0: MoE tiles of (token, expert) pairs, K per token, built on
+ * the device by cu_moe_tiles; ngroups > 1: grouped input (weight row r reads
+ * the in-wide slice r / (rows / ngroups) of a wider activation row). repack:
+ * run the device layout (Q8_0 -> 108, IQ2_XXS -> 116). */
+static int check(int type, int repack, int64_t rows, int64_t in, int T, int E, int K, int ngroups) {
+    const quant_traits *tr = quant_get(type);
+    uint64_t rb = quant_row_bytes(type, in);
+    int ne = E > 0 ? E : 1, P = E > 0 ? T * K : T;
+    int64_t arow = in * ngroups;          /* floats per activation row */
+    float *wf = malloc(sizeof(float) * in), *x = malloc(sizeof(float) * T * arow);
+    float *wd = malloc(sizeof(float) * rows * ne * in);
+    uint8_t *W = malloc(rb * rows * ne);
+    for (int64_t r = 0; r < rows * ne; r++) {
+        for (int64_t i = 0; i < in; i++) wf[i] = frand() * (1.0f + (r % 7));
+        tr->quant(wf, W + r * rb, in);
+        tr->dequant(W + r * rb, wd + r * in, in);
+    }
+    for (int t = 0; t < T; t++) act_row(x + (int64_t)t * arow, arow, t);
+    int *sel = malloc(sizeof(int) * (P > 0 ? P : 1));
+    for (int p = 0; p < P; p++) sel[p] = E > 0 ? (p * 5 + p / 3 + (p % 7 == 0 ? 1 : 0)) % E : 0;
+    /* reference in double: row r of expert sel[p] . activation row p / K */
+    double *yref = malloc(sizeof(double) * P * rows);
+    int64_t grows = rows / ngroups;
+    for (int p = 0; p < P; p++) {
+        const float *xa = x + (int64_t)(E > 0 ? p / K : p) * arow;
+        for (int64_t r = 0; r < rows; r++) {
+            const float *w = wd + ((int64_t)sel[p] * rows + r) * in;
+            const float *xr = xa + (ngroups > 1 ? (r / grows) * in : 0);
+            double s = 0;
+            for (int64_t i = 0; i < in; i++) s += (double)w[i] * xr[i];
+            yref[(int64_t)p * rows + r] = s;
+        }
+    }
+    void *dW; float *dx, *dy, *dyd; int *dsel, *dt;
+    int maxt = P / 64 + 1 + ne;
+    CK(cudaMalloc(&dW, rb * rows * ne)); CK(cudaMalloc((void **)&dx, sizeof(float) * T * arow));
+    CK(cudaMalloc((void **)&dy, sizeof(float) * P * rows)); CK(cudaMalloc((void **)&dyd, sizeof(float) * T * rows));
+    CK(cudaMalloc((void **)&dsel, sizeof(int) * P)); CK(cudaMalloc((void **)&dt, sizeof(int) * (P + 4 * maxt + 1)));
+    CK(cudaMemcpy(dW, W, rb * rows * ne, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dx, x, sizeof(float) * T * arow, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dsel, sel, sizeof(int) * P, cudaMemcpyHostToDevice));
+    int wt = type;
+    if (repack && type == GGML_TYPE_Q8_0 && cu_repack_q8_0(dW, rows * ne, in, rb, 0)) wt = TYPE_Q8_0R;
+    if (repack && type == GGML_TYPE_IQ2_XXS && cu_repack_iq2_xxs(dW, rows * ne, in, rb, 0)) wt = TYPE_IQ2R;
+    cu_gemv_args g;
+    memset(&g, 0, sizeof g);
+    g.w = dW; g.wtype = wt; g.rows = rows; g.in = in; g.row_bytes = rb; g.act = dx; g.act_f32 = 1;
+    g.act_stride = arow * 4; g.act_div = 1; g.out = dy; g.out_stride = rows; g.ntok = T;
+    if (ngroups > 1) { g.group_rows = grows; g.group_act_bytes = in * 4; }
+    cu_gemv_args gd = g;           /* dense launch over the same tokens (MoE: per expert) */
+    gd.out = dyd;
+    int ntiles = (T + 63) / 64;
+    if (E > 0) {
+        int *pairs = dt, *ts = dt + P, *tc = ts + maxt, *tx = tc + maxt, *nt = tx + maxt;
+        cu_moe_tiles(dsel, P, E, 64, pairs, ts, tc, tx, nt, 0);
+        g.tile_pairs = pairs; g.tile_start = ts; g.tile_count = tc; g.tile_expert = tx; g.n_tiles = nt;
+        g.expert_bytes = rb * rows; g.act_div = K; g.ntok = 0;
+        ntiles = maxt;
+    }
+    char what[160];
+    snprintf(what, sizeof what, "%-6s rows %4lld in %5lld T %3d%s%s", tname(wt), (long long)rows, (long long)in, T,
+             E > 0 ? " moe" : ngroups > 1 ? " grouped" : " dense", "");
+    if (E > 0) snprintf(what + strlen(what), sizeof what - strlen(what), " E %d K %d", E, K);
+    if (ngroups > 1) snprintf(what + strlen(what), sizeof what - strlen(what), " groups %d", ngroups);
+    int fail = 0;
+    float *ygpu = malloc(sizeof(float) * P * rows);
+    if (!cu_mmq_supported(&g)) { printf("FAIL mmq exact %s: not supported\n", what); fail = 1; goto done; }
+    CK(cudaMemset(dy, 0xFF, sizeof(float) * P * rows));
+    if (!cu_mmq(&g, ntiles, 0)) { printf("FAIL mmq exact %s: cu_mmq refused\n", what); fail = 1; goto done; }
+    CK(cudaGetLastError());
+    CK(cudaMemcpy(ygpu, dy, sizeof(float) * P * rows, cudaMemcpyDeviceToHost));
+    {
+        double md = 0, mr = 0, worst_row = 0;
+        for (int p = 0; p < P; p++) {
+            double rmd = 0, rmr = 0;
+            for (int64_t r = 0; r < rows; r++) {
+                double ref = yref[(int64_t)p * rows + r], d = fabs(ref - ygpu[(int64_t)p * rows + r]);
+                if (!(d <= rmd)) rmd = isnan(d) ? INFINITY : d;
+                if (fabs(ref) > rmr) rmr = fabs(ref);
+            }
+            if (rmr > 0 && rmd / rmr > worst_row) worst_row = rmd / rmr;
+            if (rmr == 0 && rmd > 0) worst_row = INFINITY;     /* a zero row must give exact zeros */
+            if (!(rmd <= md)) md = rmd;
+            if (rmr > mr) mr = rmr;
+        }
+        double rel = md / (mr > 0 ? mr : 1);
+        double lim = pieces == 3 ? 1e-6 : 2e-5;
+        int bad = !(rel <= lim) || !(worst_row <= 10 * lim);
+        printf("%s mmq exact %d pieces %s: max|err|/max|y| %.2e, worst row %.2e\n", bad ? "FAIL" : "ok  ", pieces, what,
+               rel, worst_row);
+        fail |= bad;
+    }
+    if (E > 0) {
+        /* the dense launch on each expert gives the MoE outputs bit for bit */
+        float *yd = malloc(sizeof(float) * T * rows);
+        int diff = 0;
+        for (int e = 0; e < E && !diff; e++) {
+            gd.w = (const uint8_t *)dW + (uint64_t)e * rb * rows;
+            CK(cudaMemset(dyd, 0xFF, sizeof(float) * T * rows));
+            cu_mmq(&gd, (T + 63) / 64, 0);
+            CK(cudaMemcpy(yd, dyd, sizeof(float) * T * rows, cudaMemcpyDeviceToHost));
+            for (int p = 0; p < P; p++)
+                if (sel[p] == e && memcmp(yd + (int64_t)(p / K) * rows, ygpu + (int64_t)p * rows, sizeof(float) * rows))
+                    diff = 1;
+        }
+        printf("%s mmq exact %d pieces %s: MoE tiles %s the dense launch\n", diff ? "FAIL" : "ok  ", pieces, what,
+               diff ? "differ from" : "equal");
+        fail |= diff;
+        free(yd);
+    }
+done:
+    cudaFree(dW); cudaFree(dx); cudaFree(dy); cudaFree(dyd); cudaFree(dsel); cudaFree(dt);
+    free(wf); free(x); free(wd); free(W); free(sel); free(yref); free(ygpu);
+    return fail;
+}
+
+/* ms per launch of cu_mmq(g) (median-free mean of reps after one warm-up) */
+static float time_launch(const cu_gemv_args *g, int ntiles, int reps) {
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0); cudaEventCreate(&e1);
+    cu_mmq(g, ntiles, 0);
+    cudaEventRecord(e0, 0);
+    for (int i = 0; i < reps; i++) cu_mmq(g, ntiles, 0);
+    cudaEventRecord(e1, 0);
+    CK(cudaEventSynchronize(e1));
+    CK(cudaGetLastError());
+    float ms; cudaEventElapsedTime(&ms, e0, e1);
+    cudaEventDestroy(e0); cudaEventDestroy(e1);
+    return ms / reps;
+}
+
+/* Dense T = 512 on rows x in weights (E = 0), or Flash's MoE shape: T tokens,
+ * K experts each of E, (rows x in) per expert; act rows per token (gate) or per
+ * pair (down, act_div 1). Prints the q8 kernel and the exact one. */
+static void time_case(int type, int64_t rows, int64_t in, int T, int E, int K, int per_pair) {
+    uint64_t rb = quant_row_bytes(type, in);
+    int ne = E > 0 ? E : 1, P = E > 0 ? T * K : T;
+    int nact = per_pair ? P : T;
+    void *dW, *dq; float *dx, *dy; int *dsel = NULL, *dt = NULL;
+    int at = cu_act_type(type);
+    int64_t qrb = cu_act_row_bytes(at, in);
+    if (cudaMalloc(&dW, rb * rows * ne) != cudaSuccess) { printf("skip time (memory)\n"); cudaGetLastError(); return; }
+    CK(cudaMalloc((void **)&dx, sizeof(float) * nact * in)); CK(cudaMalloc(&dq, qrb * nact));
+    CK(cudaMalloc((void **)&dy, sizeof(float) * P * rows));
+    cu_synth_fill(dW, type, rows * ne * in, 99, 0.01f, 0);
+    cu_synth_fill(dx, GGML_TYPE_F32, (int64_t)nact * in, 7, 1.0f, 0);
+    cu_quantize_act(at, dx, dq, nact, in, 0);
+    int wt = type;
+    if (type == GGML_TYPE_Q8_0 && cu_repack_q8_0(dW, rows * ne, in, rb, 0)) wt = TYPE_Q8_0R;
+    if (type == GGML_TYPE_IQ2_XXS && cu_repack_iq2_xxs(dW, rows * ne, in, rb, 0)) wt = TYPE_IQ2R;
+    cu_gemv_args g;
+    memset(&g, 0, sizeof g);
+    g.w = dW; g.wtype = wt; g.rows = rows; g.in = in; g.row_bytes = rb; g.act_div = 1;
+    g.out = dy; g.out_stride = rows; g.ntok = T;
+    int ntiles = (T + 63) / 64;
+    if (E > 0) {
+        int *sel = malloc(sizeof(int) * P);
+        for (int t = 0; t < T; t++)
+            for (int k = 0; k < K; k++) {
+                int e, dup;
+                do {    /* K distinct experts per token, uniform */
+                    e = (int)(urand() * E);
+                    dup = 0;
+                    for (int j = 0; j < k; j++) dup |= sel[t * K + j] == e;
+                } while (dup);
+                sel[t * K + k] = e;
+            }
+        int maxt = P / 64 + 1 + E;
+        CK(cudaMalloc((void **)&dsel, sizeof(int) * P)); CK(cudaMalloc((void **)&dt, sizeof(int) * (P + 4 * maxt + 1)));
+        CK(cudaMemcpy(dsel, sel, sizeof(int) * P, cudaMemcpyHostToDevice));
+        int *pairs = dt, *ts = dt + P, *tc = ts + maxt, *tx = tc + maxt, *nt = tx + maxt;
+        cu_moe_tiles(dsel, P, E, 64, pairs, ts, tc, tx, nt, 0);
+        g.tile_pairs = pairs; g.tile_start = ts; g.tile_count = tc; g.tile_expert = tx; g.n_tiles = nt;
+        g.expert_bytes = rb * rows; g.act_div = per_pair ? 1 : K; g.ntok = 0;
+        ntiles = maxt;
+        free(sel);
+    }
+    cu_gemv_args q8 = g, ex = g;
+    q8.act = dq; q8.act_stride = qrb; q8.act_f32 = 0;
+    ex.act = dx; ex.act_stride = in * 4; ex.act_f32 = 1;
+    int reps = E > 0 ? 3 : 10;
+    float tq = time_launch(&q8, ntiles, reps), te = time_launch(&ex, ntiles, reps);
+    double ops = 2.0 * rows * in * P;
+    char shape[96];
+    if (E > 0) snprintf(shape, sizeof shape, "moe %lld x %lld, %d tokens x %d of %d experts", (long long)rows, (long long)in, T, K, E);
+    else snprintf(shape, sizeof shape, "%lld x %lld, T %d", (long long)rows, (long long)in, T);
+    printf("time mmq %-6s %s: q8 %.3f ms (%.1f TOPS), exact %d pieces %.3f ms (%.1f TOPS), x%.2f\n", tname(wt), shape, tq,
+           ops / tq / 1e9, pieces, te, ops / te / 1e9, te / tq);
+    cudaFree(dW); cudaFree(dx); cudaFree(dq); cudaFree(dy);
+    if (dsel) cudaFree(dsel);
+    if (dt) cudaFree(dt);
+}
+
+int main(int argc, char **argv) {
+    int timing = argc > 1 && !strcmp(argv[1], "--time");
+    const char *pe = getenv("MINKE_CUDA_MMQ_PIECES");
+    if (!pe) {
+        /* one child per piece count (the kernels read it once per process) */
+        char cmd[4096];
+        int rc = 0;
+        for (int p = 2; p <= 3; p++) {
+            snprintf(cmd, sizeof cmd, "MINKE_CUDA_MMQ_PIECES=%d '%s'%s", p, argv[0], timing ? " --time" : "");
+            fflush(stdout);
+            int r = system(cmd);
+            if (r != 0) rc = 1;
+        }
+        printf("%s\n", rc ? "mmq_exact: FAILED" : "mmq_exact: all ok");
+        return rc;
+    }
+    pieces = atoi(pe) == 3 ? 3 : 2;
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess || n < 1) { printf("SKIP no CUDA device\n"); return 0; }
+    tables();
+    int fail = 0;
+    /* Q8_0 */
+    fail |= check(GGML_TYPE_Q8_0, 1, 300, 1024, 100, 0, 1, 1);
+    fail |= check(GGML_TYPE_Q8_0, 0, 300, 1024, 100, 0, 1, 1);
+    fail |= check(GGML_TYPE_Q8_0, 1, 64, 96, 37, 0, 1, 1);          /* 3 items: a partial stage */
+    fail |= check(GGML_TYPE_Q8_0, 1, 256, 512, 70, 0, 1, 2);        /* grouped (out_a) */
+    fail |= check(GGML_TYPE_Q8_0, 1, 200, 1024, 90, 5, 3, 1);
+    /* IQ2_XXS */
+    fail |= check(GGML_TYPE_IQ2_XXS, 1, 300, 1024, 100, 0, 1, 1);
+    fail |= check(GGML_TYPE_IQ2_XXS, 0, 96, 512, 70, 0, 1, 1);      /* 512 wide: stays unrepacked */
+    fail |= check(GGML_TYPE_IQ2_XXS, 1, 200, 1024, 90, 5, 3, 1);
+    fail |= check(GGML_TYPE_IQ2_XXS, 0, 96, 512, 70, 3, 2, 1);
+    fail |= check(GGML_TYPE_IQ2_XXS, 1, 256, 512, 40, 0, 1, 2);
+    /* Q2_K */
+    fail |= check(GGML_TYPE_Q2_K, 0, 300, 1024, 100, 0, 1, 1);
+    fail |= check(GGML_TYPE_Q2_K, 0, 64, 256, 37, 0, 1, 1);
+    fail |= check(GGML_TYPE_Q2_K, 0, 200, 1024, 90, 5, 3, 1);
+    fail |= check(GGML_TYPE_Q2_K, 0, 128, 512, 33, 0, 1, 2);
+    if (timing) {
+        time_case(GGML_TYPE_Q8_0, 4096, 4096, 512, 0, 0, 0);
+        time_case(GGML_TYPE_IQ2_XXS, 4096, 4096, 512, 0, 0, 0);
+        time_case(GGML_TYPE_Q2_K, 4096, 4096, 512, 0, 0, 0);
+        time_case(GGML_TYPE_IQ2_XXS, 2048, 4096, 4096, 256, 6, 0);  /* MoE gate (and up): token activations */
+        time_case(GGML_TYPE_Q2_K, 4096, 2048, 4096, 256, 6, 1);     /* MoE down: one activation row per pair */
+    }
+    printf("%s (%d pieces)\n", fail ? "mmq_exact: FAILED" : "mmq_exact: all ok", pieces);
+    return fail;
+}
