@@ -366,9 +366,11 @@ __global__ void k_attn_combine(const float *part, const float *sinks, int nh, in
  * k_attn_combine).
  *
  * Splits: a token's n rows (window, then compressed or selected) are cut into
- * S = clamp(ceil(n / min_rows), 1, nsplit) contiguous ranges, split sp taking
- * rows [n sp / S, n (sp + 1) / S) (min_rows: MINKE_CUDA_ATT_MIN_ROWS,
- * default 32; nsplit: the caller's partial buffer). Block (head group, token,
+ * S = clamp(min(ceil(n / min_rows), fill), 1, nsplit) contiguous ranges,
+ * split sp taking rows [n sp / S, n (sp + 1) / S) (min_rows:
+ * MINKE_CUDA_ATT_MIN_ROWS, default 16; fill = SMs / (head groups x T), so
+ * the splits grow with the rows until every SM has a block, x
+ * MINKE_CUDA_ATT_FILL; nsplit: the caller's partial buffer). Block (head group, token,
  * split): HPB warps, one head each, stage the split's rows in shared memory
  * (cp.async, ADEC_NST stages of ADEC_CH rows) so a row is read from L2 once
  * per head group, not once per head. Each warp runs k_attention_heads' online
@@ -392,8 +394,9 @@ __device__ __forceinline__ int adec_rows(int t, int pos0, int W, int ratio, cons
     else if (ratio > 0) ncomp = (qp + 1) / ratio;
     return nraw + ncomp;
 }
-__device__ __forceinline__ int adec_splits(int n, int nsplit, int min_rows) {
+__device__ __forceinline__ int adec_splits(int n, int nsplit, int min_rows, int fill) {
     int s = (n + min_rows - 1) / min_rows;
+    if (s > fill) s = fill;
     if (s > nsplit) s = nsplit;
     return s < 1 ? 1 : s;
 }
@@ -409,7 +412,7 @@ template <int HPB>
 __global__ void __launch_bounds__(HPB * 32)
 k_attn_dec(const float *q, const float *kv_batch, const float *ring, const float *comp, const int *sel,
            const int *nsel, int topk, int nh, int hd, int W, int ratio, float scale, const int *pos0p,
-           int nsplit, int min_rows, float *part) {
+           int nsplit, int min_rows, int fill, float *part) {
     cu_pdl_enter();
     extern __shared__ __align__(16) float srow[];     /* ADEC_NST x ADEC_CH rows of hd */
     int t = blockIdx.y, sp = blockIdx.z, T = gridDim.y;
@@ -418,7 +421,7 @@ k_attn_dec(const float *q, const float *kv_batch, const float *ring, const float
     int pos0 = *pos0p, qp = pos0 + t;
     int nraw = qp + 1 < W ? qp + 1 : W;
     int n = adec_rows(t, pos0, W, ratio, nsel);
-    int S = adec_splits(n, nsplit, min_rows);
+    int S = adec_splits(n, nsplit, min_rows, fill);
     if (sp >= S) return;
     int i0 = (int)((int64_t)n * sp / S), i1 = (int)((int64_t)n * (sp + 1) / S);
     const int *sel_t = sel ? sel + (int64_t)t * topk : nullptr;
@@ -515,14 +518,14 @@ k_attn_dec(const float *q, const float *kv_batch, const float *ring, const float
 /* block (head, token); thread = 4 dims (hd <= 4 x blockDim). See above for the order. */
 __global__ void __launch_bounds__(128)
 k_attn_dec_combine(const float *part, const float *sinks, const int *nsel, int nh, int hd, int W, int ratio,
-                   int nsplit, int min_rows, int nrot, const float *inv_freq, const int *pos0p, float *o) {
+                   int nsplit, int min_rows, int fill, int nrot, const float *inv_freq, const int *pos0p, float *o) {
     cu_pdl_enter();
     __shared__ float fac[ADEC_MAXS];
     __shared__ float inv_sh;
     int h = blockIdx.x, t = blockIdx.y, T = gridDim.y, lane = threadIdx.x & 31;
     int pos0 = *pos0p, qp = pos0 + t;
     int n = adec_rows(t, pos0, W, ratio, nsel);
-    int S = adec_splits(n, nsplit, min_rows);
+    int S = adec_splits(n, nsplit, min_rows, fill);
     int64_t rec0 = ((int64_t)t * nh + h) * nsplit;
     const float *ml = part + (int64_t)T * nh * nsplit * hd + rec0 * 2;
     /* the RoPE angles of this thread's tail pairs, while the partials load */
@@ -752,26 +755,35 @@ void cu_attention(const float *q, const float *kv_batch, const float *ring, cons
         return;
     }
     if (nsplit > 1 && hd % 128 == 0 && hd <= 512 && nrot % 4 == 0 && nrot <= hd && !cu_dec_old(CU_OLD_ATTENTION)) {
-        static int min_rows = -1, hpb_env = -1;
+        static int min_rows = -1, hpb_env = -1, fill_mult = 1, nsm = 0;
         if (min_rows < 0) {
             const char *e = getenv("MINKE_CUDA_ATT_MIN_ROWS");
-            min_rows = e && atoi(e) > 0 ? atoi(e) : 32;
+            min_rows = e && atoi(e) > 0 ? atoi(e) : 16;
             e = getenv("MINKE_CUDA_ATT_HPB");
             hpb_env = e ? atoi(e) : 0;
+            e = getenv("MINKE_CUDA_ATT_FILL");
+            fill_mult = e && atoi(e) > 0 ? atoi(e) : 1;
+            int dev = 0;
+            if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || nsm < 1)
+                nsm = 132;
         }
         if (nsplit > ADEC_MAXS) nsplit = ADEC_MAXS;
-        /* 8 heads per block (rows read once per 8 heads) unless that leaves too few blocks */
-        int hpb = hpb_env == 4 || hpb_env == 8 ? hpb_env : ((nh + 7) / 8) * nsplit * T >= 128 ? 8 : 4;
+        /* 8 heads per block (a row read from L2 once per 8 heads, 2 warps per
+         * scheduler) when the splits can still give every SM a block, else 4 */
+        int hg8 = (nh + 7) / 8;
+        int hpb = hpb_env == 4 || hpb_env == 8 ? hpb_env : 4 * nsplit * hg8 * T >= 3 * nsm ? 8 : 4;
+        int fill = fill_mult * nsm / (((nh + hpb - 1) / hpb) * T);
+        if (fill < 1) fill = 1;
         size_t smem = (size_t)ADEC_NST * ADEC_CH * hd * sizeof(float);
         static int attr_done = 0;
         if (!attr_done) { cu_attn_init(); attr_done = 1; }
         if (hpb == 8)
             cu_launch(k_attn_dec<8>, dim3((nh + 7) / 8, T, nsplit), 8 * 32, smem, st, q, kv_batch, ring, comp, sel,
-                      nsel, topk, nh, hd, W, ratio, scale, pos0p, nsplit, min_rows, part);
+                      nsel, topk, nh, hd, W, ratio, scale, pos0p, nsplit, min_rows, fill, part);
         else
             cu_launch(k_attn_dec<4>, dim3((nh + 3) / 4, T, nsplit), 4 * 32, smem, st, q, kv_batch, ring, comp, sel,
-                      nsel, topk, nh, hd, W, ratio, scale, pos0p, nsplit, min_rows, part);
-        cu_launch(k_attn_dec_combine, dim3(nh, T), 128, 0, st, part, sinks, nsel, nh, hd, W, ratio, nsplit, min_rows,
+                      nsel, topk, nh, hd, W, ratio, scale, pos0p, nsplit, min_rows, fill, part);
+        cu_launch(k_attn_dec_combine, dim3(nh, T), 128, 0, st, part, sinks, nsel, nh, hd, W, ratio, nsplit, min_rows, fill,
                   nrot, inv_freq, pos0p, o);
         return;
     }
