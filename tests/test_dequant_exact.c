@@ -11,7 +11,8 @@
  * scales (every code, every sub-block scale), several rows of uneven block
  * counts, on the AVX2 path (where each type must really have its fast kernel,
  * or decoding silently falls back to the slow scalar traits) and with
- * quant_use_simd = 0.
+ * quant_use_simd = 0; and the fused one-token Q8_0 kernel (quant_matvec_exact)
+ * against decoding followed by the F32 dot.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -84,6 +85,27 @@ int main(void) {
                 free(row); free(src); free(want); free(got);
             }
         }
+    }
+    /* the fused one-token kernel (Q8_0) equals decoding then the F32 dot */
+    for (int simd = 1; simd >= 0; simd--) {
+        quant_use_simd = simd;
+        const int64_t cols = 32 * 37, rows = 5;
+        size_t rb = (size_t)quant_row_bytes(GGML_TYPE_Q8_0, cols);
+        uint8_t *w = malloc(rb * rows);
+        float *x = malloc(sizeof(float) * cols), *row = malloc(sizeof(float) * cols), y[5], want[5];
+        for (int64_t i = 0; i < cols; i++) x[i] = test_randf() - 0.5f;
+        random_row(GGML_TYPE_Q8_0, w, rb * rows, quant_get(GGML_TYPE_Q8_0)->bytes);
+        for (int64_t r = 0; r < rows; r++) {
+            quant_dequant_exact(GGML_TYPE_Q8_0, w + r * rb, row, cols);
+            quant_matvec_prequant(GGML_TYPE_F32, row, 1, cols, x, &want[r]);
+        }
+        int rc = quant_matvec_exact(GGML_TYPE_Q8_0, w, rb, rows, cols, x, y);
+#ifdef __AVX2__
+        if (simd) CHECK(rc == 0, "q8_0: no fused one-token exact kernel on the AVX2 path");
+#endif
+        if (rc == 0) CHECK(memcmp(y, want, sizeof y) == 0, "q8_0 fused exact matvec (%s) differs from decode + F32 dot: "
+                           "%.9g vs %.9g", simd ? "simd" : "scalar", y[0], want[0]);
+        free(w); free(x); free(row);
     }
     return test_finish("test_dequant_exact");
 }

@@ -82,8 +82,12 @@ static float *scratch_floats(size_t n) {
 /* Exact mode: rows [i0, i1) decoded MM_BLOCK at a time into f32 and
  * multiplied by the F32 kernels, exactly as if the file held those f32
  * values (one token: the F32 traits dot per row; several: the F32
- * multi-token kernel, bit-identical to it). */
+ * multi-token kernel, bit-identical to it). One token of a type with a
+ * fused kernel (Q8_0) skips the stored copy. */
 static void mm_task_exact(mm_job *j, int64_t i0, int64_t i1) {
+    if (j->T == 1 && quant_matvec_exact(j->type, j->w + (uint64_t)i0 * j->row_bytes, j->row_bytes, i1 - i0, j->cols,
+                                        j->x, j->y + i0) == 0)
+        return;   /* decoded in registers (Q8_0: the LM head and dense products of a decode step) */
     float *rows = scratch_floats((size_t)j->cols * MM_BLOCK);
     if (!rows) {   /* out of memory: make it visible rather than wrong */
         for (int t = 0; t < j->T; t++)

@@ -378,6 +378,24 @@ ALWAYS_INLINE float one_bf16(const void *w, int64_t i) { return bf16_to_f32(((co
     }
 FLOAT_KERNEL(f32)
 FLOAT_KERNEL(bf16)
+
+/* Q8_0 decoded on the fly (d * q, exact: the values dequant_q8_0 gives) into
+ * the f32 kernel's two vectors: the same products and sums as the F32 kernel
+ * on the dequantized row, without storing it (quant_matvec_exact). */
+ALWAYS_INLINE void load16_q8_0x(const void *w, int64_t i, __m256 *w0, __m256 *w1)
+{
+    const block_q8_0 *b = (const block_q8_0 *)w + (i >> 5);
+    __m256 d = _mm256_set1_ps(half_to_float(b->d));
+    const int8_t *q = b->q + (i & 31);
+    *w0 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)q))));
+    *w1 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(q + 8)))));
+}
+ALWAYS_INLINE float one_q8_0x(const void *w, int64_t i)
+{
+    const block_q8_0 *b = (const block_q8_0 *)w + (i >> 5);
+    return half_to_float(b->d) * b->q[i & 31];
+}
+FLOAT_KERNEL(q8_0x)
 #ifdef __F16C__
 FLOAT_KERNEL(f16)
 #endif
@@ -745,6 +763,20 @@ static int pick_kernels(int type, kernel_set *k)
     default: return 0;
     }
 #undef PICK_SCALAR
+}
+
+int quant_matvec_exact(int type, const void *W, size_t row_bytes, int64_t rows, int64_t cols, const float *x, float *y)
+{
+#ifdef __AVX2__
+    if (quant_use_simd && type == GGML_TYPE_Q8_0 && cols % 32 == 0) {
+        probe_fp_fused();
+        const uint8_t *a[1] = {(const uint8_t *)x};
+        for (int64_t r = 0; r < rows; r++) q8_0x_kernel(cols, (const uint8_t *)W + (size_t)r * row_bytes, a, 1, &y[r]);
+        return 0;
+    }
+#endif
+    (void)W; (void)row_bytes; (void)rows; (void)cols; (void)x; (void)y; (void)type;
+    return -1;
 }
 
 int quant_matmul_has_kernel(int type)

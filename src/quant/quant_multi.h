@@ -33,6 +33,12 @@ extern int quant_multi_use_avx512;
  * and benchmarks. */
 int quant_matmul_has_kernel(int type);
 
+/* One token, exact numerics: y[r] = the F32 dot of x with row r of W
+ * decoded to f32 (dequant), bit for bit, without storing the decoded row.
+ * Returns 0, or -1 (nothing written) where `type` has no such kernel on the
+ * current path: then decode (quant_dequant_exact) and take the F32 dot. */
+int quant_matvec_exact(int type, const void *W, size_t row_bytes, int64_t rows, int64_t cols, const float *x, float *y);
+
 /* dst = quant_get(type)->dequant(src, dst, n), bit for bit, with AVX2
  * kernels where this build has them (src/quant/dequant_fast.c): the exact-
  * activation products decode every weight they read, so this is their
