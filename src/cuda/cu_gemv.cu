@@ -473,6 +473,9 @@ __device__ __forceinline__ float xf_s8(uint32_t vx, int b) {
 }
 
 /* shared tables of the decoders */
+/* grid16: this lane's copy of the IQ2_XXS grid as f16 (entry e at grid16[8 e]): eight
+ * copies, copy c in bank quad c only, so the 8 lanes of an LDS.128 phase (lane & 7 = c)
+ * never conflict however random their entries are. */
 struct XTabs { const uint4 *grid16; const uint8_t *signs; const float *kv; };
 
 /* A decoded item: dec8(l) gives elements 8l..8l+7 without the scale; the
@@ -594,7 +597,7 @@ struct XWIQ2 {
     static constexpr int HALVES = 1, MINS = 0;
     uint32_t a, w; float dg;
     __device__ __forceinline__ void dec8(int l, float *v, const XTabs &tb) const {
-        uint4 e = tb.grid16[(a >> (8 * l)) & 255];
+        uint4 e = tb.grid16[((a >> (8 * l)) & 255) * 8];
         uint32_t S = tb.signs[(w >> (7 * l)) & 127];
         /* S * C puts sign bit 2i at bit 15 and 2i+1 at bit 31 (no carries) */
         uint32_t h0 = e.x ^ ((S * 0x40008000u) & 0x80008000u), h1 = e.y ^ ((S * 0x10002000u) & 0x80008000u);
@@ -632,11 +635,18 @@ template <int NT> struct XChunk { static constexpr int K = NT == 1 ? 8192 : NT <
 
 __host__ __device__ constexpr int xf_is_iq2(int t) { return t == CU_TYPE_IQ2_XXS || t == CU_TYPE_IQ2R; }
 
+/* dynamic shared memory: the activation planes of the largest chunk, the
+ * sums of 16 (K-quants), then (IQ2_XXS) the grid copies; in 16-byte units */
+template <int NT> __host__ __device__ inline int xf_grid_off(int64_t in, int mins) {
+    int kc = in < XChunk<NT>::K ? (int)in : XChunk<NT>::K, ni = kc / 32;
+    return NT * ((ni + 31) / 32) * 256 + (mins ? (NT * ni + 1) / 2 : 0);
+}
+
 template <int TYPE, int NT, int RPW, int KS>
-__global__ void __launch_bounds__(GEMV_WARPS * 32)
+__global__ void __launch_bounds__(GEMV_WARPS * 32, 2)
 k_gemvf(cu_gemv_args g) {
-    extern __shared__ float4 xsh[];
-    __shared__ uint4 sgrid16[xf_is_iq2(TYPE) ? 256 : 1];
+    extern __shared__ uint4 xsh_raw[];
+    float4 *xsh = (float4 *)xsh_raw;
     __shared__ uint8_t ssigns[xf_is_iq2(TYPE) ? 128 : 1];
     __shared__ float skv[TYPE == CU_TYPE_MXFP4 ? 16 : 1];
     __shared__ float sred[KS > 1 ? GEMV_WARPS * NT * RPW : 1];
@@ -666,17 +676,19 @@ k_gemvf(cu_gemv_args g) {
     }
     if (nt <= 0) return;
     XTabs tb;
-    tb.grid16 = sgrid16; tb.signs = ssigns; tb.kv = skv;
+    tb.signs = ssigns; tb.kv = skv;
+    tb.grid16 = xsh_raw + xf_grid_off<NT>(g.in, W::MINS) + (lane & 7);
     if (xf_is_iq2(TYPE)) {
-        for (int i = threadIdx.x; i < 256; i += nthr) {
-            uint64_t gv = cu_iq2xxs_grid[i];
+        uint4 *sg = xsh_raw + xf_grid_off<NT>(g.in, W::MINS);
+        for (int i = threadIdx.x; i < 256 * 8; i += nthr) {
+            uint64_t gv = cu_iq2xxs_grid[i >> 3];
             uint32_t h[4];
 #pragma unroll
             for (int p = 0; p < 4; p++) {
                 __half2 v = __floats2half2_rn((float)((gv >> (16 * p)) & 255), (float)((gv >> (16 * p + 8)) & 255));
                 h[p] = *(const uint32_t *)&v;
             }
-            sgrid16[i] = make_uint4(h[0], h[1], h[2], h[3]);
+            sg[i] = make_uint4(h[0], h[1], h[2], h[3]);
         }
         for (int i = threadIdx.x; i < 128; i += nthr) ssigns[i] = cu_ksigns_iq2xs[i];
     }
@@ -709,15 +721,18 @@ k_gemvf(cu_gemv_args g) {
 #pragma unroll
         for (int t = 0; t < NT; t++) {
             const float *src = arow[t] + c0;
+            /* 32 threads take float4 k0..k0+3 of 8 items: 8 lines a load, and the 8
+             * stores of a phase (one k, 8 consecutive items) hit 8 bank quads */
             for (int s = threadIdx.x; s < ts; s += nthr) {
-                int k = (s >> 5) & 7, it = ((s >> 8) << 5) | (s & 31);
-                float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+                int u = s & 31, v = s >> 5;
+                int it = ((v >> 1) << 3) | (u & 7), k = ((v & 1) << 2) | (u >> 3);
+                float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
                 if (t < nt && it < ni) {
                     const float *p = src + it * 32 + k * 4;
-                    if (al16) v = __ldg((const float4 *)p);
-                    else v = make_float4(__ldg(p), __ldg(p + 1), __ldg(p + 2), __ldg(p + 3));
+                    if (al16) x = __ldg((const float4 *)p);
+                    else x = make_float4(__ldg(p), __ldg(p + 1), __ldg(p + 2), __ldg(p + 3));
                 }
-                xsh[t * ts + s] = v;
+                xsh[t * ts + ((it >> 5) << 8) + (k << 5) + (it & 31)] = x;
             }
         }
         float2 *xsum = (float2 *)(xsh + NT * ts);
@@ -736,12 +751,16 @@ k_gemvf(cu_gemv_args g) {
                 }
         }
         __syncthreads();
-        if (active) {
-#pragma unroll 2
-            for (int it = ks * 32 + lane; it < ni; it += 32 * KS) {
-                W w[RPW];
+        if (active && ks * 32 + lane < ni) {
+            /* the next item's weights are loaded before this one is used */
+            W w[RPW], wn[RPW];
 #pragma unroll
-                for (int rr = 0; rr < RPW; rr++) w[rr].load(row[rr], (c0 >> 5) + it, nitems);
+            for (int rr = 0; rr < RPW; rr++) w[rr].load(row[rr], (c0 >> 5) + ks * 32 + lane, nitems);
+            for (int it = ks * 32 + lane; it < ni; it += 32 * KS) {
+                if (it + 32 * KS < ni) {
+#pragma unroll
+                    for (int rr = 0; rr < RPW; rr++) wn[rr].load(row[rr], (c0 >> 5) + it + 32 * KS, nitems);
+                }
                 const float4 *xb = xsh + (it >> 5) * 256 + (it & 31);
                 /* two partial sums per (token, row): the halves of a Q2_K item, else even / odd l */
                 float p[NT][RPW][2];
@@ -788,6 +807,8 @@ k_gemvf(cu_gemv_args g) {
                         acc[t][rr] = a;
                     }
                 }
+#pragma unroll
+                for (int rr = 0; rr < RPW; rr++) w[rr] = wn[rr];
             }
         }
     }
@@ -840,13 +861,16 @@ static int xf_num_sms(void) {
 
 template <int TYPE, int NT, int RPW, int KS>
 static void launch_f(const cu_gemv_args &g, int nwarps, int ntiles, cudaStream_t st) {
-    constexpr int KC = XChunk<NT>::K;
     int64_t rpb = (int64_t)(nwarps / KS) * RPW;
     int gx = (int)((g.rows + rpb - 1) / rpb);
     if (g.w2) gx *= 2;
-    int kc = g.in < KC ? (int)g.in : KC, ni = kc / 32;
-    size_t smem = (size_t)NT * ((ni + 31) / 32) * 256 * sizeof(float4);
-    if (XW<TYPE>::MINS) smem += (size_t)NT * ni * sizeof(float2);
+    size_t smem = (size_t)xf_grid_off<NT>(g.in, XW<TYPE>::MINS) * 16;
+    if (xf_is_iq2(TYPE)) smem += 256 * 8 * 16;
+    static size_t smem_set = 48 << 10;     /* per instantiation: the opt-in above 48 KB, once per size */
+    if (smem > smem_set) {
+        cudaFuncSetAttribute(k_gemvf<TYPE, NT, RPW, KS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        smem_set = smem;
+    }
     cu_launch(k_gemvf<TYPE, NT, RPW, KS>, dim3(gx, ntiles), dim3(nwarps * 32), smem, st, g);
 }
 
