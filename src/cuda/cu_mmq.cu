@@ -381,7 +381,59 @@ __device__ __forceinline__ float mx_inv_scale(float m) {
     return P == 2 ? __fdividef(32512.f, m) : __frcp_rn(m * (1.f / 32512.f)) * 256.f;
 }
 
-template <int TYPE, int MINB, int P>
+/* The pieces of one activation row over one stage of 8 items, by the 8
+ * threads li = 0..7 of an aligned group of 8 lanes: thread li reads float4 li
+ * of each item (arow points at item 0's float4 li), so each item is one
+ * 128-byte line per group and its amax 3 shuffles. Piece p's word li of item
+ * i goes to dst[p * pstride + i * istride + li], D to dsc[i] (BLK: one scale
+ * for the 8 items, Q2_K's block; nvalid items of the 8 exist, the rest are 0).
+ * k_mmqx stages into shared memory with it and k_mmq_split writes pre-split
+ * rows with it: the same instructions, the same pieces. */
+template <bool BLK, int P>
+__device__ __forceinline__ void mx_split_stage(const uint8_t *arow, int nvalid, int nstore, int li, int *dst,
+                                               int pstride, int istride, float *dsc) {
+    if (BLK) {
+        float4 v[MQ_KI];
+        float m = 0.f;
+#pragma unroll
+        for (int i = 0; i < MQ_KI; i++) {
+            v[i] = i < nvalid ? __ldg((const float4 *)(arow + i * 128)) : make_float4(0.f, 0.f, 0.f, 0.f);
+            m = fmaxf(m, fmaxf(fmaxf(fabsf(v[i].x), fabsf(v[i].y)), fmaxf(fabsf(v[i].z), fabsf(v[i].w))));
+        }
+#pragma unroll
+        for (int o = 1; o < 8; o <<= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+        float idv = mx_inv_scale<P>(m), D = m * (1.f / 32512.f);
+#pragma unroll
+        for (int i = 0; i < MQ_KI; i++) {
+            int pc[P];
+            mx_split4<P>(v[i], idv, pc);
+            if (i < nstore) {
+#pragma unroll
+                for (int p = 0; p < P; p++) dst[p * pstride + i * istride + li] = pc[p];
+                if (li == 0) dsc[i] = D;
+            }
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < MQ_KI; i++) {
+            float4 v = i < nvalid ? __ldg((const float4 *)(arow + i * 128)) : make_float4(0.f, 0.f, 0.f, 0.f);
+            float m = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+#pragma unroll
+            for (int o = 1; o < 8; o <<= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+            float idv = mx_inv_scale<P>(m);
+            int pc[P];
+            mx_split4<P>(v, idv, pc);
+            if (i < nstore) {
+#pragma unroll
+                for (int p = 0; p < P; p++) dst[p * pstride + i * istride + li] = pc[p];
+                if (li == 0) dsc[i] = m * (1.f / 32512.f);
+            }
+        }
+    }
+}
+
+/* PRE: the activations are pre-split rows (k_mmq_split, cu_mmq_presplit) instead of f32. */
+template <int TYPE, int MINB, int P, bool PRE>
 __global__ void __launch_bounds__(MQ_THREADS, MINB) k_mmqx(cu_gemv_args g) {
     cu_pdl_enter();
     constexpr bool Q2K = TYPE == CU_TYPE_Q2_K;
@@ -423,10 +475,12 @@ __global__ void __launch_bounds__(MQ_THREADS, MINB) k_mmqx(cu_gemv_args g) {
     constexpr int NJ = MQ_BM * MQ_KI / MQ_THREADS;
     const int li = tid & 7;
     const uint8_t *wrow[NJ];
-    {
-        int64_t aoff = g.group_rows ? (r0 / g.group_rows) * g.group_act_bytes : 0;
-        for (int k = tid; k < MQ_BN; k += MQ_THREADS) soff[k] = (int64_t)(sid[k] / g.act_div) * g.act_stride + aoff;
-    }
+    /* grouped input: the group's first element; pre-split rows address it in items */
+    const int64_t aoff = g.group_rows ? (r0 / g.group_rows) * g.group_act_bytes : 0;
+    for (int k = tid; k < MQ_BN; k += MQ_THREADS) soff[k] = (int64_t)(sid[k] / g.act_div) * g.act_stride + (PRE ? 0 : aoff);
+    const int gitem = PRE ? (int)(aoff / 128) : 0;
+    const int64_t sc_off = PRE ? g.act_stride / (32 * P + 4) * 32 * P : 0;   /* scales after the row's pieces */
+    const uint8_t *act = (const uint8_t *)g.act;
 #pragma unroll
     for (int j = 0; j < NJ; j++) {
         int r = (tid >> 3) + 16 * j;
@@ -434,7 +488,6 @@ __global__ void __launch_bounds__(MQ_THREADS, MINB) k_mmqx(cu_gemv_args g) {
         wrow[j] = wbase + row * (int64_t)g.row_bytes;
     }
     /* the activation rows' addresses come from shared memory each stage (registers for the cap) */
-    const uint8_t *abase = (const uint8_t *)g.act + li * 16;
     __syncthreads();
     float acc[2][4][4];
 #pragma unroll
@@ -452,7 +505,6 @@ __global__ void __launch_bounds__(MQ_THREADS, MINB) k_mmqx(cu_gemv_args g) {
             int q[8] = {0, 0, 0, 0, 0, 0, 0, 0};
             float s = 0.f;
             if (it < nit) mq_wload<TYPE>(wrow[j], it, nit, tab, q, s);
-            const uint8_t *arow = abase + soff[r] + (int64_t)it0 * 128;
             int4 *d = (int4 *)&sw[r * MQ_LDI + li * 8];
             d[0] = make_int4(q[0], q[1], q[2], q[3]);
             d[1] = make_int4(q[4], q[5], q[6], q[7]);
@@ -469,43 +521,34 @@ __global__ void __launch_bounds__(MQ_THREADS, MINB) k_mmqx(cu_gemv_args g) {
             } else {
                 sws[r * MQ_KI + li] = s;
             }
-            /* activations of token slot r: the stage's 8 items, float4 li of each */
-            if (Q2K) {
-                /* one scale per block of 256 (the stage) */
-                float4 v[MQ_KI];
-                float m = 0.f;
+            if (!PRE)
+                /* f32 row: the stage's 8 items, float4 li of each */
+                mx_split_stage<Q2K, P>(act + soff[r] + li * 16 + (int64_t)it0 * 128, nit - it0, MQ_KI, li, sa + r * MQ_LDI,
+                                       MX_LDS, 8, sas + r * MQ_KI);
+        }
+        if (PRE) {
 #pragma unroll
-                for (int i = 0; i < MQ_KI; i++) {
-                    v[i] = __ldg((const float4 *)(arow + i * 128));
-                    m = fmaxf(m, fmaxf(fmaxf(fabsf(v[i].x), fabsf(v[i].y)), fmaxf(fabsf(v[i].z), fabsf(v[i].w))));
+            for (int j = 0; j < NJ; j++) {
+                int r = (tid >> 3) + 16 * j;
+                /* pre-split row: P pieces of 32 bytes per item, then a float D per item */
+                int4 x[P][2];
+                float D = 0.f;
+                if (it < nit) {
+                    const uint8_t *pr = act + soff[r];
+                    const int4 *q4 = (const int4 *)(pr + (int64_t)(gitem + it) * 32 * P);
+#pragma unroll
+                    for (int p = 0; p < P; p++) { x[p][0] = q4[2 * p]; x[p][1] = q4[2 * p + 1]; }
+                    D = ((const float *)(pr + sc_off))[gitem + it];
+                } else {
+#pragma unroll
+                    for (int p = 0; p < P; p++) { x[p][0] = make_int4(0, 0, 0, 0); x[p][1] = x[p][0]; }
                 }
 #pragma unroll
-                for (int o = 1; o < 8; o <<= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-                float idv = mx_inv_scale<P>(m);
-#pragma unroll
-                for (int i = 0; i < MQ_KI; i++) {
-                    int pc[P];
-                    mx_split4<P>(v[i], idv, pc);
-#pragma unroll
-                    for (int p = 0; p < P; p++) sa[p * MX_LDS + r * MQ_LDI + i * 8 + li] = pc[p];
+                for (int p = 0; p < P; p++) {
+                    int4 *e = (int4 *)&sa[p * MX_LDS + r * MQ_LDI + li * 8];
+                    e[0] = x[p][0]; e[1] = x[p][1];
                 }
-                if (li == 0) sas[r * MQ_KI] = m * (1.f / 32512.f);
-            } else {
-                /* one scale per item */
-#pragma unroll
-                for (int i = 0; i < MQ_KI; i++) {
-                    float4 v = it0 + i < nit ? __ldg((const float4 *)(arow + i * 128))
-                                             : make_float4(0.f, 0.f, 0.f, 0.f);
-                    float m = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
-#pragma unroll
-                    for (int o = 1; o < 8; o <<= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-                    float idv = mx_inv_scale<P>(m);
-                    int pc[P];
-                    mx_split4<P>(v, idv, pc);
-#pragma unroll
-                    for (int p = 0; p < P; p++) sa[p * MX_LDS + r * MQ_LDI + i * 8 + li] = pc[p];
-                    if (li == 0) sas[r * MQ_KI + i] = m * (1.f / 32512.f);
-                }
+                sas[r * MQ_KI + li] = D;
             }
         }
         __syncthreads();
@@ -650,6 +693,27 @@ __global__ void __launch_bounds__(MQ_THREADS, MINB) k_mmqx(cu_gemv_args g) {
             }
 }
 
+/* Pre-split activation rows for cu_mmq_presplit: per row of n elements
+ * (items = n / 32), the items' pieces (P x 32 bytes each, piece 0 first), then
+ * one float D per item, the row padded to 16 bytes. A group of 8 threads per
+ * (row, stage of 8 items) runs mx_split_stage as k_mmqx's staging does, so the
+ * pieces are the ones k_mmqx computes on the fly (groups past the end redo the
+ * last group's work and store the same values). */
+template <bool BLK, int P>
+__global__ void __launch_bounds__(256) k_mmq_split(const float *x, int64_t nrows, int items, int64_t xstride,
+                                                   uint8_t *out, int64_t ostride) {
+    cu_pdl_enter();
+    const int stages = (items + MQ_KI - 1) / MQ_KI, li = threadIdx.x & 7;
+    int64_t grp = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 3;
+    if (grp >= nrows * stages) grp = nrows * stages - 1;     /* every lane takes part in the shuffles */
+    const int64_t row = grp / stages;
+    const int it0 = (int)(grp % stages) * MQ_KI;
+    uint8_t *o = out + row * ostride;
+    int nvalid = items - it0 < MQ_KI ? items - it0 : MQ_KI;
+    mx_split_stage<BLK, P>((const uint8_t *)x + row * xstride + li * 16 + (int64_t)it0 * 128, nvalid, nvalid, li,
+                           (int *)(o + (int64_t)it0 * 32 * P), 8, 8 * P, (float *)(o + (int64_t)items * 32 * P) + it0);
+}
+
 /* ------------------------------------------------------------------ */
 /* F16 weights x f32 activations on the f16 tensor cores (m16n8k16, f32
  * accumulate). The activation is split into hi = f16(x) and lo = f16(x - hi)
@@ -788,24 +852,25 @@ static int mx_pieces(void) {
 
 /* k_mmqx needs more than the 48 KB of static shared memory: opt in once per
  * instantiation, and ask for the largest carveout so 3 blocks fit per SM. */
-template <int T, int MINB, int P>
+template <int T, int MINB, int P, bool PRE>
 static void mx_launch(dim3 grid, cudaStream_t st, const cu_gemv_args &g) {
     static bool ready = false;
     if (!ready) {
-        cudaFuncSetAttribute(k_mmqx<T, MINB, P>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)mx_smem_bytes(P));
-        cudaFuncSetAttribute(k_mmqx<T, MINB, P>, cudaFuncAttributePreferredSharedMemoryCarveout,
+        cudaFuncSetAttribute(k_mmqx<T, MINB, P, PRE>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)mx_smem_bytes(P));
+        cudaFuncSetAttribute(k_mmqx<T, MINB, P, PRE>, cudaFuncAttributePreferredSharedMemoryCarveout,
                              (int)cudaSharedmemCarveoutMaxShared);
         ready = true;
     }
-    cu_launch(k_mmqx<T, MINB, P>, grid, MQ_THREADS, mx_smem_bytes(P), st, g);
+    cu_launch(k_mmqx<T, MINB, P, PRE>, grid, MQ_THREADS, mx_smem_bytes(P), st, g);
 }
 
 /* The exact-activation kernel for g.wtype: 2 pieces under the same register
  * cap as k_mmq (3 blocks per SM: 58 KB of shared memory each); 3 pieces take
  * 76 KB, so 2 blocks per SM and no cap. 0 when the type has none. */
+template <bool PRE>
 static int mx_run(const cu_gemv_args &g, dim3 grid, cudaStream_t st) {
     int three = mx_pieces() == 3;
-#define MX_LAUNCH(T) (three ? mx_launch<T, 2, 3>(grid, st, g) : mx_launch<T, MQ_OCC_DEFAULT, 2>(grid, st, g))
+#define MX_LAUNCH(T) (three ? mx_launch<T, 2, 3, PRE>(grid, st, g) : mx_launch<T, MQ_OCC_DEFAULT, 2, PRE>(grid, st, g))
     switch (g.wtype) {
     case CU_TYPE_Q8_0: MX_LAUNCH(CU_TYPE_Q8_0); break;
     case CU_TYPE_Q8_0R: MX_LAUNCH(CU_TYPE_Q8_0R); break;
@@ -824,7 +889,7 @@ extern "C" int cu_mmq(const cu_gemv_args *ga, int ntiles, cudaStream_t st) {
     g.items = (int)(g.in / 32);
     if (g.act_div <= 0) g.act_div = 1;
     dim3 grid((unsigned)((g.rows + MQ_BM - 1) / MQ_BM), (unsigned)ntiles);
-    if (g.act_f32 && g.wtype != CU_TYPE_F16) return mx_run(g, grid, st);
+    if (g.act_f32 && g.wtype != CU_TYPE_F16) return mx_run<false>(g, grid, st);
     static int occ = -1;
     if (occ < 0) { const char *e = getenv("MINKE_CUDA_MMQ_OCC"); occ = e ? atoi(e) : MQ_OCC_DEFAULT; if (occ != 3 && occ != 4) occ = 1; }
 #define MQ_LAUNCH(T) (occ == 4 ? cu_launch(k_mmq<T, 4>, grid, MQ_THREADS, 0, st, g) : \
@@ -840,6 +905,53 @@ extern "C" int cu_mmq(const cu_gemv_args *ga, int ntiles, cudaStream_t st) {
     }
 #undef MQ_LAUNCH
     return 1;
+}
+
+/* ---- pre-split activations: a split launch into a caller's buffer, then the
+ * product reading pieces instead of f32 (about half the bytes per element and
+ * no split work per block; the same pieces and results as act_f32). Declared
+ * here until cu_ops.h takes them:
+ *   int64_t cu_mmq_split_row_bytes(int64_t n);
+ *   int cu_mmq_split_act(int wtype, const float *x, int64_t nrows, int64_t n, int64_t xstride, void *out, cudaStream_t st);
+ *   int cu_mmq_presplit(const cu_gemv_args *g, int ntiles, cudaStream_t st);
+ * split_act: nrows f32 rows of n elements, xstride bytes apart, into rows of
+ * cu_mmq_split_row_bytes(n) bytes (wtype: the weights they will meet; Q2_K
+ * has one scale per 256). presplit: cu_mmq with act = those rows, act_stride =
+ * cu_mmq_split_row_bytes(n), act_f32 ignored; grouped input as for f32 rows
+ * (group_act_bytes in bytes of the f32 row, a multiple of 128). */
+extern "C" int64_t cu_mmq_split_row_bytes(int64_t n) {
+    int64_t items = n / 32;
+    return (items * (32 * mx_pieces() + 4) + 15) & ~(int64_t)15;
+}
+
+extern "C" int cu_mmq_split_act(int wtype, const float *x, int64_t nrows, int64_t n, int64_t xstride, void *out,
+                                cudaStream_t st) {
+    int blk = wtype == CU_TYPE_Q2_K;
+    if (nrows <= 0 || n % (blk ? 256 : 32) || ((uintptr_t)x & 15) || xstride % 16 || ((uintptr_t)out & 15)) return 0;
+    int items = (int)(n / 32), stages = (items + MQ_KI - 1) / MQ_KI;
+    int64_t threads = nrows * stages * 8;
+    dim3 grid((unsigned)((threads + 255) / 256));
+    int64_t os = cu_mmq_split_row_bytes(n);
+    uint8_t *o = (uint8_t *)out;
+    if (mx_pieces() == 3) {
+        if (blk) cu_launch(k_mmq_split<true, 3>, grid, 256, 0, st, x, nrows, items, xstride, o, os);
+        else cu_launch(k_mmq_split<false, 3>, grid, 256, 0, st, x, nrows, items, xstride, o, os);
+    } else {
+        if (blk) cu_launch(k_mmq_split<true, 2>, grid, 256, 0, st, x, nrows, items, xstride, o, os);
+        else cu_launch(k_mmq_split<false, 2>, grid, 256, 0, st, x, nrows, items, xstride, o, os);
+    }
+    return 1;
+}
+
+extern "C" int cu_mmq_presplit(const cu_gemv_args *ga, int ntiles, cudaStream_t st) {
+    cu_gemv_args g = *ga;
+    g.act_f32 = 0;
+    if (g.wtype == CU_TYPE_F16 || !cu_mmq_supported(&g)) return 0;
+    if (((uintptr_t)g.act & 15) || g.act_stride % 16 || g.group_act_bytes % 128) return 0;
+    g.items = (int)(g.in / 32);
+    if (g.act_div <= 0) g.act_div = 1;
+    dim3 grid((unsigned)((g.rows + MQ_BM - 1) / MQ_BM), (unsigned)ntiles);
+    return mx_run<true>(g, grid, st);
 }
 
 extern "C" int cu_mmq_tables_init(const uint64_t *grid) {

@@ -9,12 +9,14 @@
  * zero items with spikes, tiny and huge scales). Prints one ok/FAIL line per
  * case with max|err| / max|y| (all outputs) and the worst row's ratio; MoE
  * outputs must also equal the dense launch on the same expert bit for bit
- * (the pieces do not depend on the grid). Limits: 2e-5 of max|y| with 2
+ * (the pieces do not depend on the grid), and the pre-split path (a split
+ * launch into a buffer, then cu_mmq_presplit) must give the same bits. Limits: 2e-5 of max|y| with 2
  * pieces, 1e-6 with 3 (float accumulation is then the larger part).
  *
  * The number of pieces is read once per process (MINKE_CUDA_MMQ_PIECES), so
  * without that variable the program runs itself twice, with 2 and with 3.
- * --time adds prefill-shaped timings: the q8 kernel against the exact one on
+ * --time adds prefill-shaped timings: the q8 kernel against the exact ones
+ * (on the fly; pre-split: split launch + product) on
  * 4096 x 4096 weights at T = 512 and on Flash's MoE shapes (4096 tokens x 6
  * experts of 256: IQ2_XXS gate 2048 x 4096, Q2_K down 4096 x 2048).
  * Run on a GPU machine: build/cuda/tests/cuda/mmq_exact [--time].
@@ -27,6 +29,11 @@
 
 #include "quant/quant.h"
 #include "cuda/cu_ops.h"
+
+/* cu_mmq.cu's pre-split path (not in cu_ops.h yet) */
+int64_t cu_mmq_split_row_bytes(int64_t n);
+int cu_mmq_split_act(int wtype, const float *x, int64_t nrows, int64_t n, int64_t xstride, void *out, cudaStream_t st);
+int cu_mmq_presplit(const cu_gemv_args *g, int ntiles, cudaStream_t st);
 
 #define TYPE_Q8_0R 108
 #define TYPE_IQ2R 116
@@ -182,6 +189,24 @@ static int check(int type, int repack, int64_t rows, int64_t in, int T, int E, i
                rel, worst_row);
         fail |= bad;
     }
+    {
+        /* pre-split rows (a split launch, then the product on pieces): the same bits */
+        int64_t sb = cu_mmq_split_row_bytes(arow);
+        void *dsp;
+        float *ys = malloc(sizeof(float) * P * rows);
+        CK(cudaMalloc(&dsp, sb * T));
+        cu_gemv_args gs = g;
+        gs.act = dsp; gs.act_stride = sb;
+        CK(cudaMemset(dy, 0xFF, sizeof(float) * P * rows));
+        int ran = cu_mmq_split_act(wt, dx, T, arow, arow * 4, dsp, 0) && cu_mmq_presplit(&gs, ntiles, 0);
+        CK(cudaGetLastError());
+        CK(cudaMemcpy(ys, dy, sizeof(float) * P * rows, cudaMemcpyDeviceToHost));
+        int same = ran && !memcmp(ys, ygpu, sizeof(float) * P * rows);
+        printf("%s mmq exact %d pieces %s: pre-split rows %s\n", same ? "ok  " : "FAIL", pieces, what,
+               !ran ? "refused" : same ? "give the same bits" : "differ");
+        fail |= !same;
+        cudaFree(dsp); free(ys);
+    }
     if (E > 0) {
         /* the dense launch on each expert gives the MoE outputs bit for bit */
         float *yd = malloc(sizeof(float) * T * rows);
@@ -206,13 +231,13 @@ done:
     return fail;
 }
 
-/* ms per launch of cu_mmq(g) (median-free mean of reps after one warm-up) */
-static float time_launch(const cu_gemv_args *g, int ntiles, int reps) {
+/* ms per launch of cu_mmq(g) or cu_mmq_presplit(g): mean of reps after one warm-up */
+static float time_launch(const cu_gemv_args *g, int ntiles, int reps, int presplit) {
     cudaEvent_t e0, e1;
     cudaEventCreate(&e0); cudaEventCreate(&e1);
-    cu_mmq(g, ntiles, 0);
+    if (presplit) cu_mmq_presplit(g, ntiles, 0); else cu_mmq(g, ntiles, 0);
     cudaEventRecord(e0, 0);
-    for (int i = 0; i < reps; i++) cu_mmq(g, ntiles, 0);
+    for (int i = 0; i < reps; i++) { if (presplit) cu_mmq_presplit(g, ntiles, 0); else cu_mmq(g, ntiles, 0); }
     cudaEventRecord(e1, 0);
     CK(cudaEventSynchronize(e1));
     CK(cudaGetLastError());
@@ -271,13 +296,35 @@ static void time_case(int type, int64_t rows, int64_t in, int T, int E, int K, i
     q8.act = dq; q8.act_stride = qrb; q8.act_f32 = 0;
     ex.act = dx; ex.act_stride = in * 4; ex.act_f32 = 1;
     int reps = E > 0 ? 3 : 10;
-    float tq = time_launch(&q8, ntiles, reps), te = time_launch(&ex, ntiles, reps);
+    float tq = time_launch(&q8, ntiles, reps, 0), te = time_launch(&ex, ntiles, reps, 0);
+    /* pre-split: the split launch and the product on pieces */
+    int64_t sb = cu_mmq_split_row_bytes(in);
+    void *dsp = NULL;
+    float tsplit = -1, tpre = -1;
+    if (cudaMalloc(&dsp, sb * nact) == cudaSuccess) {
+        cudaEvent_t e0, e1;
+        cudaEventCreate(&e0); cudaEventCreate(&e1);
+        cu_mmq_split_act(wt, dx, nact, in, in * 4, dsp, 0);
+        cudaEventRecord(e0, 0);
+        for (int i = 0; i < reps; i++) cu_mmq_split_act(wt, dx, nact, in, in * 4, dsp, 0);
+        cudaEventRecord(e1, 0);
+        CK(cudaEventSynchronize(e1));
+        cudaEventElapsedTime(&tsplit, e0, e1);
+        tsplit /= reps;
+        cudaEventDestroy(e0); cudaEventDestroy(e1);
+        cu_gemv_args ps = ex;
+        ps.act = dsp; ps.act_stride = sb;
+        tpre = time_launch(&ps, ntiles, reps, 1);
+    } else {
+        cudaGetLastError();
+    }
     double ops = 2.0 * rows * in * P;
     char shape[96];
     if (E > 0) snprintf(shape, sizeof shape, "moe %lld x %lld, %d tokens x %d of %d experts", (long long)rows, (long long)in, T, K, E);
     else snprintf(shape, sizeof shape, "%lld x %lld, T %d", (long long)rows, (long long)in, T);
-    printf("time mmq %-6s %s: q8 %.3f ms (%.1f TOPS), exact %d pieces %.3f ms (%.1f TOPS), x%.2f\n", tname(wt), shape, tq,
-           ops / tq / 1e9, pieces, te, ops / te / 1e9, te / tq);
+    printf("time mmq %-6s %s: q8 %.3f ms (%.1f TOPS); exact %d pieces: on the fly %.3f ms (x%.2f), pre-split %.3f + %.3f ms "
+           "split (x%.2f)\n", tname(wt), shape, tq, ops / tq / 1e9, pieces, te, te / tq, tpre, tsplit, (tpre + tsplit) / tq);
+    if (dsp) cudaFree(dsp);
     cudaFree(dW); cudaFree(dx); cudaFree(dq); cudaFree(dy);
     if (dsel) cudaFree(dsel);
     if (dt) cudaFree(dt);
