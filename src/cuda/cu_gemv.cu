@@ -694,157 +694,180 @@ k_gemvf(cu_gemv_args g) {
     }
     if (TYPE == CU_TYPE_MXFP4)
         for (int i = threadIdx.x; i < 16; i += nthr) skv[i] = (float)cu_mxfp4_kvalues[i];
-    const int64_t rb0 = (int64_t)bx * nwr * RPW, r0 = rb0 + (int64_t)wr * RPW;
-    const bool active = r0 < g.rows;
-    /* grouped input: the launcher makes a block's rows lie in one group */
-    const int64_t aoff = g.group_rows ? (rb0 / g.group_rows) * g.group_act_bytes : 0;
-    const bool al16 = (((uintptr_t)g.act | (uintptr_t)g.act_stride | (uintptr_t)aoff) & 15) == 0;
-    const float *arow[NT];
+    /* row groups (nwr * RPW rows): block bx takes bx, bx + gx, ...; with one chunk the
+     * staged activations serve them all (unless a grouped input moves to another group) */
+    const int64_t rpb = (int64_t)nwr * RPW;
+    const int nrg = (int)((g.rows + rpb - 1) / rpb);
+    const int gxh = g.w2 ? (int)(gridDim.x >> 1) : (int)gridDim.x;
+    const int in = (int)g.in, nitems = g.items, nchunks = (in + KC - 1) / KC;
+    const int it0 = ks * 32 + lane;
+    int64_t staged_aoff = -1;
+    for (int rg = bx; rg < nrg; rg += gxh) {
+        const int64_t rb0 = (int64_t)rg * rpb, r0 = rb0 + (int64_t)wr * RPW;
+        const bool active = r0 < g.rows;
+        /* grouped input: the launcher makes a block's rows lie in one group */
+        const int64_t aoff = g.group_rows ? (rb0 / g.group_rows) * g.group_act_bytes : 0;
+        const bool al16 = (((uintptr_t)g.act | (uintptr_t)g.act_stride | (uintptr_t)aoff) & 15) == 0;
+        const float *arow[NT];
 #pragma unroll
-    for (int k = 0; k < NT; k++)
-        arow[k] = (const float *)((const uint8_t *)g.act + (int64_t)(k < nt ? ids[k] / g.act_div : 0) * g.act_stride + aoff);
-    const uint8_t *row[RPW];
+        for (int k = 0; k < NT; k++)
+            arow[k] = (const float *)((const uint8_t *)g.act + (int64_t)(k < nt ? ids[k] / g.act_div : 0) * g.act_stride + aoff);
+        const uint8_t *row[RPW];
 #pragma unroll
-    for (int rr = 0; rr < RPW; rr++) {
-        int64_t r = r0 + rr < g.rows ? r0 + rr : g.rows - 1;
-        row[rr] = wbase + r * (int64_t)g.row_bytes;
-    }
-    float acc[NT][RPW];
+        for (int rr = 0; rr < RPW; rr++) {
+            int64_t r = r0 + rr < g.rows ? r0 + rr : g.rows - 1;
+            row[rr] = wbase + r * (int64_t)g.row_bytes;
+        }
+        float acc[NT][RPW];
 #pragma unroll
-    for (int k = 0; k < NT; k++)
+        for (int k = 0; k < NT; k++)
 #pragma unroll
-        for (int rr = 0; rr < RPW; rr++) acc[k][rr] = 0.f;
-    const int in = (int)g.in, nitems = g.items;
-    for (int c0 = 0; c0 < in; c0 += KC) {
-        const int kc = in - c0 < KC ? in - c0 : KC, ni = kc >> 5, ts = ((ni + 31) >> 5) * 256;
-        __syncthreads();     /* the previous chunk has been read */
+            for (int rr = 0; rr < RPW; rr++) acc[k][rr] = 0.f;
+        W w[RPW], wn[RPW];
+        /* the first item's weights are requested before the staging: their latency overlaps it */
+        if (active && it0 < ((in < KC ? in : KC) >> 5)) {
 #pragma unroll
-        for (int t = 0; t < NT; t++) {
-            const float *src = arow[t] + c0;
-            /* 32 threads take float4 k0..k0+3 of 8 items: 8 lines a load, and the 8
-             * stores of a phase (one k, 8 consecutive items) hit 8 bank quads */
-            for (int s = threadIdx.x; s < ts; s += nthr) {
-                int u = s & 31, v = s >> 5;
-                int it = ((v >> 1) << 3) | (u & 7), k = ((v & 1) << 2) | (u >> 3);
-                float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
-                if (t < nt && it < ni) {
-                    const float *p = src + it * 32 + k * 4;
-                    if (al16) x = __ldg((const float4 *)p);
-                    else x = make_float4(__ldg(p), __ldg(p + 1), __ldg(p + 2), __ldg(p + 3));
+            for (int rr = 0; rr < RPW; rr++) w[rr].load(row[rr], it0, nitems);
+        }
+        for (int c0 = 0; c0 < in; c0 += KC) {
+            const int kc = in - c0 < KC ? in - c0 : KC, ni = kc >> 5, ts = ((ni + 31) >> 5) * 256;
+            if (nchunks > 1 || aoff != staged_aoff) {
+                __syncthreads();     /* the previous chunk has been read */
+#pragma unroll
+                for (int t = 0; t < NT; t++) {
+                    const float *src = arow[t] + c0;
+                    /* 32 threads take float4 k0..k0+3 of 8 items: 8 lines a load, and the 8
+                     * stores of a phase (one k, 8 consecutive items) hit 8 bank quads */
+                    for (int s = threadIdx.x; s < ts; s += nthr) {
+                        int u = s & 31, v = s >> 5;
+                        int it = ((v >> 1) << 3) | (u & 7), k = ((v & 1) << 2) | (u >> 3);
+                        float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
+                        if (t < nt && it < ni) {
+                            const float *p = src + it * 32 + k * 4;
+                            if (al16) x = __ldg((const float4 *)p);
+                            else x = make_float4(__ldg(p), __ldg(p + 1), __ldg(p + 2), __ldg(p + 3));
+                        }
+                        xsh[t * ts + ((it >> 5) << 8) + (k << 5) + (it & 31)] = x;
+                    }
                 }
-                xsh[t * ts + ((it >> 5) << 8) + (k << 5) + (it & 31)] = x;
+                if (W::MINS) {
+                    float2 *xsum = (float2 *)(xsh + NT * ts);
+                    __syncthreads();
+#pragma unroll
+                    for (int t = 0; t < NT; t++)
+                        for (int it = threadIdx.x; it < ni; it += nthr) {
+                            const float4 *b = xsh + t * ts + (it >> 5) * 256 + (it & 31);
+                            float lo = 0.f, hi = 0.f;
+#pragma unroll
+                            for (int k = 0; k < 4; k++) { float4 v = b[32 * k]; lo += (v.x + v.y) + (v.z + v.w); }
+#pragma unroll
+                            for (int k = 4; k < 8; k++) { float4 v = b[32 * k]; hi += (v.x + v.y) + (v.z + v.w); }
+                            xsum[t * ni + it] = make_float2(lo, hi);
+                        }
+                }
+                __syncthreads();
+                staged_aoff = aoff;
+            }
+            const float2 *xsum = (const float2 *)(xsh + NT * ts);
+            if (active && it0 < ni) {
+                if (c0 > 0) {
+#pragma unroll
+                    for (int rr = 0; rr < RPW; rr++) w[rr].load(row[rr], (c0 >> 5) + it0, nitems);
+                }
+                /* the next item's weights are loaded before this one is used */
+                for (int it = it0; it < ni; it += 32 * KS) {
+                    if (it + 32 * KS < ni) {
+#pragma unroll
+                        for (int rr = 0; rr < RPW; rr++) wn[rr].load(row[rr], (c0 >> 5) + it + 32 * KS, nitems);
+                    }
+                    const float4 *xb = xsh + (it >> 5) * 256 + (it & 31);
+                    /* two partial sums per (token, row): the halves of a Q2_K item, else even / odd l */
+                    float p[NT][RPW][2];
+#pragma unroll
+                    for (int t = 0; t < NT; t++)
+#pragma unroll
+                        for (int rr = 0; rr < RPW; rr++) p[t][rr][0] = p[t][rr][1] = 0.f;
+#pragma unroll
+                    for (int l = 0; l < 4; l++) {
+                        const int h = H == 2 ? l >> 1 : l & 1;
+                        float4 xa[NT], xc[NT];
+#pragma unroll
+                        for (int t = 0; t < NT; t++) { xa[t] = xb[t * ts + 64 * l]; xc[t] = xb[t * ts + 64 * l + 32]; }
+#pragma unroll
+                        for (int rr = 0; rr < RPW; rr++) {
+                            float v[8];
+                            w[rr].dec8(l, v, tb);
+#pragma unroll
+                            for (int t = 0; t < NT; t++) {
+                                float s = p[t][rr][h];
+                                s = fmaf(v[0], xa[t].x, s); s = fmaf(v[1], xa[t].y, s);
+                                s = fmaf(v[2], xa[t].z, s); s = fmaf(v[3], xa[t].w, s);
+                                s = fmaf(v[4], xc[t].x, s); s = fmaf(v[5], xc[t].y, s);
+                                s = fmaf(v[6], xc[t].z, s); s = fmaf(v[7], xc[t].w, s);
+                                p[t][rr][h] = s;
+                            }
+                        }
+                    }
+#pragma unroll
+                    for (int t = 0; t < NT; t++) {
+                        float2 xs = make_float2(0.f, 0.f);
+                        if (W::MINS) xs = xsum[t * ni + it];
+#pragma unroll
+                        for (int rr = 0; rr < RPW; rr++) {
+                            float a = acc[t][rr];
+                            if (H == 2) {
+                                a = fmaf(w[rr].scale(0), p[t][rr][0], a);
+                                a = fmaf(w[rr].scale(1), p[t][rr][1], a);
+                                if (W::MINS) { a = fmaf(-w[rr].mscale(0), xs.x, a); a = fmaf(-w[rr].mscale(1), xs.y, a); }
+                            } else {
+                                a = fmaf(w[rr].scale(0), p[t][rr][0] + p[t][rr][1], a);
+                                if (W::MINS) a = fmaf(-w[rr].mscale(0), xs.x + xs.y, a);
+                            }
+                            acc[t][rr] = a;
+                        }
+                    }
+#pragma unroll
+                    for (int rr = 0; rr < RPW; rr++) w[rr] = wn[rr];
+                }
             }
         }
-        float2 *xsum = (float2 *)(xsh + NT * ts);
-        if (W::MINS) {
-            __syncthreads();
-#pragma unroll
-            for (int t = 0; t < NT; t++)
-                for (int it = threadIdx.x; it < ni; it += nthr) {
-                    const float4 *b = xsh + t * ts + (it >> 5) * 256 + (it & 31);
-                    float lo = 0.f, hi = 0.f;
-#pragma unroll
-                    for (int k = 0; k < 4; k++) { float4 v = b[32 * k]; lo += (v.x + v.y) + (v.z + v.w); }
-#pragma unroll
-                    for (int k = 4; k < 8; k++) { float4 v = b[32 * k]; hi += (v.x + v.y) + (v.z + v.w); }
-                    xsum[t * ni + it] = make_float2(lo, hi);
-                }
-        }
-        __syncthreads();
-        if (active && ks * 32 + lane < ni) {
-            /* the next item's weights are loaded before this one is used */
-            W w[RPW], wn[RPW];
-#pragma unroll
-            for (int rr = 0; rr < RPW; rr++) w[rr].load(row[rr], (c0 >> 5) + ks * 32 + lane, nitems);
-            for (int it = ks * 32 + lane; it < ni; it += 32 * KS) {
-                if (it + 32 * KS < ni) {
-#pragma unroll
-                    for (int rr = 0; rr < RPW; rr++) wn[rr].load(row[rr], (c0 >> 5) + it + 32 * KS, nitems);
-                }
-                const float4 *xb = xsh + (it >> 5) * 256 + (it & 31);
-                /* two partial sums per (token, row): the halves of a Q2_K item, else even / odd l */
-                float p[NT][RPW][2];
+        if (KS == 1) {
+            if (active) {
 #pragma unroll
                 for (int t = 0; t < NT; t++)
 #pragma unroll
-                    for (int rr = 0; rr < RPW; rr++) p[t][rr][0] = p[t][rr][1] = 0.f;
-#pragma unroll
-                for (int l = 0; l < 4; l++) {
-                    const int h = H == 2 ? l >> 1 : l & 1;
-                    float4 xa[NT], xc[NT];
-#pragma unroll
-                    for (int t = 0; t < NT; t++) { xa[t] = xb[t * ts + 64 * l]; xc[t] = xb[t * ts + 64 * l + 32]; }
-#pragma unroll
                     for (int rr = 0; rr < RPW; rr++) {
-                        float v[8];
-                        w[rr].dec8(l, v, tb);
-#pragma unroll
-                        for (int t = 0; t < NT; t++) {
-                            float s = p[t][rr][h];
-                            s = fmaf(v[0], xa[t].x, s); s = fmaf(v[1], xa[t].y, s);
-                            s = fmaf(v[2], xa[t].z, s); s = fmaf(v[3], xa[t].w, s);
-                            s = fmaf(v[4], xc[t].x, s); s = fmaf(v[5], xc[t].y, s);
-                            s = fmaf(v[6], xc[t].z, s); s = fmaf(v[7], xc[t].w, s);
-                            p[t][rr][h] = s;
+                        float s = warp_sum(acc[t][rr]);
+                        if (lane == 0 && t < nt && r0 + rr < g.rows) {
+                            float *o = gout + (int64_t)ids[t] * g.out_stride + r0 + rr;
+                            if (g.accumulate) *o += s; else *o = s;
                         }
                     }
-                }
-#pragma unroll
-                for (int t = 0; t < NT; t++) {
-                    float2 xs = make_float2(0.f, 0.f);
-                    if (W::MINS) xs = xsum[t * ni + it];
-#pragma unroll
-                    for (int rr = 0; rr < RPW; rr++) {
-                        float a = acc[t][rr];
-                        if (H == 2) {
-                            a = fmaf(w[rr].scale(0), p[t][rr][0], a);
-                            a = fmaf(w[rr].scale(1), p[t][rr][1], a);
-                            if (W::MINS) { a = fmaf(-w[rr].mscale(0), xs.x, a); a = fmaf(-w[rr].mscale(1), xs.y, a); }
-                        } else {
-                            a = fmaf(w[rr].scale(0), p[t][rr][0] + p[t][rr][1], a);
-                            if (W::MINS) a = fmaf(-w[rr].mscale(0), xs.x + xs.y, a);
-                        }
-                        acc[t][rr] = a;
-                    }
-                }
-#pragma unroll
-                for (int rr = 0; rr < RPW; rr++) w[rr] = wn[rr];
             }
-        }
-    }
-    if (KS == 1) {
-        if (!active) return;
+        } else {
+            /* the KS warps of a row group add their sums in warp order */
 #pragma unroll
-        for (int t = 0; t < NT; t++)
+            for (int t = 0; t < NT; t++)
 #pragma unroll
-            for (int rr = 0; rr < RPW; rr++) {
-                float s = warp_sum(acc[t][rr]);
-                if (lane == 0 && t < nt && r0 + rr < g.rows) {
-                    float *o = gout + (int64_t)ids[t] * g.out_stride + r0 + rr;
+                for (int rr = 0; rr < RPW; rr++) {
+                    float s = warp_sum(acc[t][rr]);
+                    if (lane == 0) sred[warp * NT * RPW + t * RPW + rr] = s;
+                }
+            __syncthreads();
+            if (ks == 0 && active && lane < NT * RPW) {
+                int t = lane / RPW, rr = lane - t * RPW;
+                float s = 0.f;
+#pragma unroll
+                for (int k = 0; k < KS; k++) s += sred[(warp + k) * NT * RPW + lane];
+                int id = 0;
+#pragma unroll
+                for (int k = 0; k < NT; k++) if (k == t) id = ids[k];
+                if (t < nt && r0 + rr < g.rows) {
+                    float *o = gout + (int64_t)id * g.out_stride + r0 + rr;
                     if (g.accumulate) *o += s; else *o = s;
                 }
             }
-    } else {
-#pragma unroll
-        for (int t = 0; t < NT; t++)
-#pragma unroll
-            for (int rr = 0; rr < RPW; rr++) {
-                float s = warp_sum(acc[t][rr]);
-                if (lane == 0) sred[warp * NT * RPW + t * RPW + rr] = s;
-            }
-        __syncthreads();
-        if (ks == 0 && active && lane < NT * RPW) {
-            int t = lane / RPW, rr = lane - t * RPW;
-            float s = 0.f;
-#pragma unroll
-            for (int k = 0; k < KS; k++) s += sred[(warp + k) * NT * RPW + lane];
-            int id = 0;
-#pragma unroll
-            for (int k = 0; k < NT; k++) if (k == t) id = ids[k];
-            if (t < nt && r0 + rr < g.rows) {
-                float *o = gout + (int64_t)id * g.out_stride + r0 + rr;
-                if (g.accumulate) *o += s; else *o = s;
-            }
+            __syncthreads();     /* sred is written again by the next row group */
         }
     }
 }
@@ -863,7 +886,6 @@ template <int TYPE, int NT, int RPW, int KS>
 static void launch_f(const cu_gemv_args &g, int nwarps, int ntiles, cudaStream_t st) {
     int64_t rpb = (int64_t)(nwarps / KS) * RPW;
     int gx = (int)((g.rows + rpb - 1) / rpb);
-    if (g.w2) gx *= 2;
     size_t smem = (size_t)xf_grid_off<NT>(g.in, XW<TYPE>::MINS) * 16;
     if (xf_is_iq2(TYPE)) smem += 256 * 8 * 16;
     static size_t smem_set = 48 << 10;     /* per instantiation: the opt-in above 48 KB, once per size */
@@ -871,6 +893,29 @@ static void launch_f(const cu_gemv_args &g, int nwarps, int ntiles, cudaStream_t
         cudaFuncSetAttribute(k_gemvf<TYPE, NT, RPW, KS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         smem_set = smem;
     }
+    /* More row groups than blocks that fit on the GPU at once: each block takes
+     * several (one activation staging and, for IQ2_XXS, one grid table for them
+     * all, and no tail wave), when the activations fit in one chunk. Half the
+     * MoE tiles of a launch are taken as empty (the grid is sized for the most). */
+    if (g.in <= XChunk<NT>::K) {
+        static size_t occ_smem = 0;
+        static int occ_blocks = 0, occ_threads = 0;
+        if (occ_smem != smem || occ_threads != nwarps * 32) {
+            int nb = 0;
+            if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, k_gemvf<TYPE, NT, RPW, KS>, nwarps * 32, smem) != cudaSuccess)
+                nb = 0;
+            occ_smem = smem; occ_threads = nwarps * 32; occ_blocks = nb;
+        }
+        int64_t cap = (int64_t)occ_blocks * xf_num_sms();
+        int64_t eff_tiles = g.tile_pairs ? (ntiles + 1) / 2 : ntiles;
+        int64_t total = (int64_t)gx * (g.w2 ? 2 : 1) * (eff_tiles > 0 ? eff_tiles : 1);
+        if (cap > 0 && total > cap) {
+            int64_t loops = (total + cap - 1) / cap;
+            if (loops > 8) loops = 8;
+            gx = (int)((gx + loops - 1) / loops);
+        }
+    }
+    if (g.w2) gx *= 2;
     cu_launch(k_gemvf<TYPE, NT, RPW, KS>, dim3(gx, ntiles), dim3(nwarps * 32), smem, st, g);
 }
 
@@ -884,8 +929,10 @@ static void launch_type_f(const cu_gemv_args &g, int ntiles, cudaStream_t st) {
     const int pairs = g.w2 ? 2 : 1;
     auto blocks = [&](int64_t rpb) { return (g.rows + rpb - 1) / rpb * pairs * ntiles; };
     auto fits = [&](int64_t rpb) { return !gr || gr % rpb == 0; };
+    /* 4 rows a warp where a row's item state is small (K-quants and MXFP4 would spill) */
+    constexpr int R4 = xf_is_iq2(TYPE) || TYPE == CU_TYPE_Q8_0R || TYPE == CU_TYPE_Q8_0 ? 4 : 2;
     if (g.nt_hint <= 1) {
-        if (fits(32) && blocks(32) >= want) { launch_f<TYPE, 1, 4, 1>(g, 8, ntiles, st); return; }
+        if (R4 == 4 && fits(32) && blocks(32) >= want) { launch_f<TYPE, 1, R4, 1>(g, 8, ntiles, st); return; }
         if (fits(16) && blocks(16) >= want) { launch_f<TYPE, 1, 2, 1>(g, 8, ntiles, st); return; }
         if (fits(2) && blocks(8) < want / 2 && g.items >= 128) { launch_f<TYPE, 1, 1, 4>(g, 8, ntiles, st); return; }
         if (fits(8)) { launch_f<TYPE, 1, 1, 1>(g, 8, ntiles, st); return; }

@@ -513,6 +513,7 @@ static int check_f32_all(int timing) {
         fail |= check_f32(t, 0, 256, 6, 0, 0, 3, 24);         /* grouped, 24-row groups */
         fail |= check_f32(t, 0, 256, 3, 0, 0, 3, 5);          /* grouped, 5-row groups: one-warp blocks */
         fail |= check_f32(t, 0, 4096, 2, 0, 0, 2, 10);        /* grouped, split items */
+        fail |= check_f32(t, 0, 256, 2, 0, 0, 8, 512);        /* grouped, blocks looping over row groups of several groups */
     }
     if (timing) {
         time_f32(GGML_TYPE_Q8_0, 4096, 4096, 0, 0, 0);
