@@ -1,7 +1,9 @@
 /* cu_moe.cu: routing and MoE glue (spec model.md §6.10-§6.11): router
  * (sqrt-softplus, selection-only bias, top-k, normalise, scale; hash
  * routing), pairs grouped into per-expert tiles, SwiGLU with the asymmetric
- * clamp, and the sum over a token's experts.
+ * clamp, and the sum over a token's experts. The router, SwiGLU and sum
+ * have faster v2 schedules with bit-identical results; env MINKE_CUDA_MOE_V1=1
+ * (or cu_moe_use_v1(1)) runs the v1 kernels (tests/cuda/hc_check compares).
  */
 #include <stdint.h>
 #include <stdlib.h>

@@ -7,6 +7,8 @@
  * All kernels take T tokens at positions *pos0p + t, so prefill chunks and
  * single-token decode run the same code, and the position is device data
  * (one captured graph per step shape). Arithmetic follows src/cpu/numerics.c.
+ * RMSNorm has a v2 schedule with bit-identical results (env MINKE_CUDA_OPS_V1=1
+ * or cu_ops_use_v1(1): the v1 kernel).
  */
 #include <stdlib.h>
 
