@@ -10,8 +10,12 @@
  * case with max|err| / max|y| (all outputs) and the worst row's ratio; MoE
  * outputs must also equal the dense launch on the same expert bit for bit
  * (the pieces do not depend on the grid), and the pre-split path (a split
- * launch into a buffer, then cu_mmq_presplit) must give the same bits. Limits: 2e-5 of max|y| with 2
- * pieces, 1e-6 with 3 (float accumulation is then the larger part).
+ * launch into a buffer, then cu_mmq_presplit) must give the same bits.
+ * Limits (all outputs / worst row): 1e-4 / 3e-4 with 2 pieces, 2e-6 / 6e-6
+ * with 3. Two pieces are 16 bits of each item's amax: a CPU transcription of
+ * the kernel's arithmetic gives ~1.5-2e-5 of max|y| on uniform rows and 3-6e-5
+ * on heavy-tailed ones (spikes, 6 decades inside an item); three pieces give
+ * 2-3e-7, float scales and sums being then the larger part.
  *
  * The number of pieces is read once per process (MINKE_CUDA_MMQ_PIECES), so
  * without that variable the program runs itself twice, with 2 and with 3.
@@ -183,8 +187,8 @@ static int check(int type, int repack, int64_t rows, int64_t in, int T, int E, i
             if (rmr > mr) mr = rmr;
         }
         double rel = md / (mr > 0 ? mr : 1);
-        double lim = pieces == 3 ? 1e-6 : 2e-5;
-        int bad = !(rel <= lim) || !(worst_row <= 10 * lim);
+        double lim = pieces == 3 ? 2e-6 : 1e-4;
+        int bad = !(rel <= lim) || !(worst_row <= 3 * lim);
         printf("%s mmq exact %d pieces %s: max|err|/max|y| %.2e, worst row %.2e\n", bad ? "FAIL" : "ok  ", pieces, what,
                rel, worst_row);
         fail |= bad;
