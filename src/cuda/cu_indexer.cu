@@ -189,22 +189,34 @@ __global__ void __launch_bounds__(256) k_idx_scores(const float *qI, const float
  * SLOTS x rpt rows, rpt (1, 2 or 4 rows per thread) picked on the device
  * from the row count so that a decode step's ~1024 rows still fill the GPU
  * and 16k+ rows reuse the staged query for more rows (the grid is sized for
- * rpt = 1 at max_rows; blocks past the rows return). Each score's arithmetic
- * is k_idx_scores' (a thread's 8 heads in order, dots 4 dims at a time, the
- * 8 head groups summed by the same xor shuffles), so results are
+ * rpt = 1 at max_rows; blocks past the rows return). The query and the
+ * block's rows are staged in shared memory with one round of cp.async; head
+ * h starts at h hd + 4 (h / hpg) and row r at r (hd + 4), so the 8 head
+ * groups of a warp (and its 4 row slots) read distinct banks. Each score's
+ * arithmetic is k_idx_scores' (a thread's 8 heads in order, dots 4 dims at a
+ * time, the 8 head groups summed by the same xor shuffles), so results are
  * bit-identical. */
+#define IDXW_MAXRPT 4
+#define IDXW_SMEM_MAX (200 * 1024)
+__device__ __forceinline__ void cp_async16_idx(void *smem, const void *gmem) {
+    unsigned sa = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(sa), "l"(gmem) : "memory");
+}
+__host__ __device__ __forceinline__ int idxw_q_floats(int nh, int hd) { return nh * hd + 4 * nh; }
+
 template <int SLOTS, int RPT>
-__device__ __forceinline__ void idx_scores_rows(const float *qs, const float *ws, const float *rows, int nh, int hd,
-                                                int qstride, int c0, int nI, float *srow) {
-    int g = threadIdx.x % 8;
+__device__ __forceinline__ void idx_scores_rows(const float *qs, const float *ws, const float *rs, int nh, int hd,
+                                                int c0, int nI, float *srow) {
+    int g = threadIdx.x % 8, slot = threadIdx.x / 8;
     int hpg = (nh + 7) / 8;
     const float *kr[RPT];
     int cr[RPT];
 #pragma unroll
     for (int j = 0; j < RPT; j++) {
-        cr[j] = c0 + threadIdx.x / 8 + SLOTS * j;
-        kr[j] = rows + (int64_t)(cr[j] < nI ? cr[j] : c0) * hd;
+        cr[j] = c0 + slot + SLOTS * j;
+        kr[j] = rs + (int64_t)(cr[j] < nI ? slot + SLOTS * j : 0) * (hd + 4);
     }
+    const float *qg = qs + (int64_t)g * hpg * hd + 4 * g;     /* head g hpg + k at qg + k hd */
     float acc[RPT][8];
 #pragma unroll
     for (int j = 0; j < RPT; j++)
@@ -218,7 +230,7 @@ __device__ __forceinline__ void idx_scores_rows(const float *qs, const float *ws
         for (int k = 0; k < 8; k++) {
             int h = g * hpg + k;
             if (k < hpg && h < nh) {
-                float4 qq = *(const float4 *)(qs + h * qstride + d0);
+                float4 qq = *(const float4 *)(qg + k * hd + d0);
 #pragma unroll
                 for (int j = 0; j < RPT; j++)
                     acc[j][k] += qq.x * kv[j].x + qq.y * kv[j].y + qq.z * kv[j].z + qq.w * kv[j].w;
@@ -251,55 +263,66 @@ __device__ __forceinline__ int idx_rpt(int nI, int T, int slots, int nsm, int fo
     return 1;
 }
 
+/* needs hd % 4 == 0 and nh <= 64 (8 heads per group, as k_idx_scores) */
 template <int SLOTS>
 __global__ void __launch_bounds__(SLOTS * 8)
 k_idx_scores_w(const float *qI, const float *wI, const float *rows, int nh, int hd, float wscale, int topk,
                const int *pos0p, float *scores, int64_t sstride, int nsm, int force_rpt) {
     cu_pdl_enter();
-    extern __shared__ float qs[];     /* nh*(hd+4) floats + nh */
+    extern __shared__ __align__(16) float qs[];   /* query (idxw_q_floats), nh weights (padded to 4), rows */
     int t = blockIdx.y;
     int nI = (*pos0p + t + 1) / 4;
     if (nI <= topk) return;
     int rpt = idx_rpt(nI, gridDim.y, SLOTS, nsm, force_rpt);
     int c0 = blockIdx.x * SLOTS * rpt;
     if (c0 >= nI) return;
-    int qstride = hd + 4;
+    int hpg = (nh + 7) / 8, hd4 = hd / 4;
+    float *ws = qs + idxw_q_floats(nh, hd);
+    float *rs = ws + ((nh + 3) & ~3);
     const float *q = qI + (int64_t)t * nh * hd;
-    if (hd % 4 == 0) {
-        int hd4 = hd / 4;
-        for (int i = threadIdx.x; i < nh * hd4; i += blockDim.x) {
-            int h = i / hd4, d = i - h * hd4;
-            *(float4 *)(qs + h * qstride + 4 * d) = ((const float4 *)q)[i];
-        }
-    } else {
-        for (int i = threadIdx.x; i < nh * hd; i += blockDim.x) qs[(i / hd) * qstride + i % hd] = q[i];
+    for (int i = threadIdx.x; i < nh * hd4; i += blockDim.x) {
+        int h = i / hd4, d = i - h * hd4;
+        cp_async16_idx(qs + (int64_t)h * hd + 4 * (h / hpg) + 4 * d, q + 4 * i);
     }
-    float *ws = qs + nh * qstride;
+    int nr = min(SLOTS * rpt, nI - c0);
+    const float *src = rows + (int64_t)c0 * hd;
+    for (int i = threadIdx.x; i < nr * hd4; i += blockDim.x) {
+        int r = i / hd4, d = i - r * hd4;
+        cp_async16_idx(rs + r * (hd + 4) + 4 * d, src + 4 * i);
+    }
+    asm volatile("cp.async.commit_group;" ::: "memory");
     for (int i = threadIdx.x; i < nh; i += blockDim.x) ws[i] = wI[(int64_t)t * nh + i] * wscale;
+    asm volatile("cp.async.wait_group 0;" ::: "memory");
     __syncthreads();
     float *srow = scores + (int64_t)t * sstride;
-    if (rpt == 4) idx_scores_rows<SLOTS, 4>(qs, ws, rows, nh, hd, qstride, c0, nI, srow);
-    else if (rpt == 2) idx_scores_rows<SLOTS, 2>(qs, ws, rows, nh, hd, qstride, c0, nI, srow);
-    else idx_scores_rows<SLOTS, 1>(qs, ws, rows, nh, hd, qstride, c0, nI, srow);
+    if (rpt == 4) idx_scores_rows<SLOTS, 4>(qs, ws, rs, nh, hd, c0, nI, srow);
+    else if (rpt == 2) idx_scores_rows<SLOTS, 2>(qs, ws, rs, nh, hd, c0, nI, srow);
+    else idx_scores_rows<SLOTS, 1>(qs, ws, rs, nh, hd, c0, nI, srow);
+}
+static size_t idxw_smem(int slots, int nh, int hd) {
+    return sizeof(float) * ((size_t)idxw_q_floats(nh, hd) + ((nh + 3) & ~3) + (size_t)slots * IDXW_MAXRPT * (hd + 4));
 }
 
 void cu_idx_scores(const float *qI, const float *wI, const float *rows, int T, int nh, int hd, float wscale,
                    int topk, int max_rows, const int *pos0p, float *scores, int64_t score_stride, cudaStream_t st) {
     size_t shm = (size_t)(nh * (hd + 4) + nh) * sizeof(float);
-    if (!cu_dec_old(CU_OLD_IDX_SCORES) && hd % 4 == 0) {
+    if (!cu_dec_old(CU_OLD_IDX_SCORES) && hd % 4 == 0 && nh <= 64) {
         /* decode: 16 row slots (128 threads) while the rows fit ~4 blocks per SM, else 32 */
         int nsm = num_sms(), force = env_int("MINKE_CUDA_IDX_RPT", 0);
         int slots = env_int("MINKE_CUDA_IDX_SLOTS", T == 1 && max_rows <= 16 * 4 * nsm ? 16 : 32);
         if (slots != 16) slots = 32;
         int gx = (max_rows + slots - 1) / slots;
         if (gx < 1) gx = 1;
-        if (slots == 16)
-            cu_launch(k_idx_scores_w<16>, dim3(gx, T), 16 * 8, shm, st, qI, wI, rows, nh, hd, wscale, topk, pos0p,
-                      scores, score_stride, nsm, force);
-        else
-            cu_launch(k_idx_scores_w<32>, dim3(gx, T), 32 * 8, shm, st, qI, wI, rows, nh, hd, wscale, topk, pos0p,
-                      scores, score_stride, nsm, force);
-        return;
+        size_t wsh = idxw_smem(slots, nh, hd);
+        if (wsh <= IDXW_SMEM_MAX) {
+            if (slots == 16)
+                cu_launch(k_idx_scores_w<16>, dim3(gx, T), 16 * 8, wsh, st, qI, wI, rows, nh, hd, wscale, topk, pos0p,
+                          scores, score_stride, nsm, force);
+            else
+                cu_launch(k_idx_scores_w<32>, dim3(gx, T), 32 * 8, wsh, st, qI, wI, rows, nh, hd, wscale, topk, pos0p,
+                          scores, score_stride, nsm, force);
+            return;
+        }
     }
     int gx = (max_rows + IDX_ROWS - 1) / IDX_ROWS;
     if (gx < 1) gx = 1;
@@ -551,8 +574,8 @@ void cu_idx_topk(const float *scores, int64_t score_stride, int T, int topk, con
 
 void cu_indexer_init(void) {
     cudaFuncSetAttribute(k_idx_scores, cudaFuncAttributeMaxDynamicSharedMemorySize, 160 * 1024);
-    cudaFuncSetAttribute(k_idx_scores_w<16>, cudaFuncAttributeMaxDynamicSharedMemorySize, 160 * 1024);
-    cudaFuncSetAttribute(k_idx_scores_w<32>, cudaFuncAttributeMaxDynamicSharedMemorySize, 160 * 1024);
+    cudaFuncSetAttribute(k_idx_scores_w<16>, cudaFuncAttributeMaxDynamicSharedMemorySize, IDXW_SMEM_MAX);
+    cudaFuncSetAttribute(k_idx_scores_w<32>, cudaFuncAttributeMaxDynamicSharedMemorySize, IDXW_SMEM_MAX);
     cudaFuncSetAttribute(k_idx_topk_r, cudaFuncAttributeMaxDynamicSharedMemorySize, TK_CACHE * 4);
     cu_attn_init();
 }
