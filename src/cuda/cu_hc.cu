@@ -258,9 +258,9 @@ k_hc_pre_fused(const float *X, const float *f1, const float *f2, const float *po
  *  - one fence + ticket by thread 0 (the cooperative-groups grid-sync
  *    pattern) instead of a fence on every thread;
  *  - in the last block, warp 31 computes the mixes and the pre weights,
- *    publishes them (bar.arrive) and then runs Sinkhorn alone, while the
- *    other warps, whose stream rows were loaded right after the ticket, do
- *    the weighted sum; the RMS double sum is taken by threads 0..255 over
+ *    publishes them (bar.arrive) and then runs Sinkhorn alone (~1.6 us of
+ *    shuffles and divisions, the longest path), while the other warps load
+ *    the stream rows (64 KB from L2) and do the weighted sum; the RMS double sum is taken by threads 0..255 over
  *    the staged sums in v1's order (thread j: d = j, j+256, ...) and the
  *    8-warp tree; normalised outputs are written from registers.
  * Shapes: nhc <= 4, nmix <= 32, chunk = D*nhc/16 <= 1024, D <= 4096 (Flash:
@@ -305,6 +305,16 @@ __device__ __forceinline__ void hc_sinkhorn_warp(const float *mix, const float *
         c /= (s3 + hc_eps);
     }
     if (lane < nn) comb_out[t * nn + lane] = c;
+}
+
+__device__ __forceinline__ void hc2_load_rows(float (&xv)[HC2_DPT][HC2_MAXHC], const float *xin, int tid, int D,
+                                              int nhc) {
+#pragma unroll
+    for (int i = 0; i < HC2_DPT; i++) {
+        int d = tid + HC2_THREADS * i;
+#pragma unroll
+        for (int k = 0; k < HC2_MAXHC; k++) xv[i][k] = d < D && k < nhc ? __ldcg(&xin[(int64_t)k * D + d]) : 0.f;
+    }
 }
 
 __global__ void __launch_bounds__(HC2_THREADS, 1)
@@ -417,15 +427,12 @@ k_hc_pre_fused2(const float *X, const float *f1, const float *f2, const float *p
     __syncthreads();
     if (!is_last) return;
 
-    /* this thread's stream elements (L2: other blocks wrote Xout) */
+    /* this thread's stream elements (L2: other blocks wrote Xout): warp 31
+     * loads them after its partials; the other warps only once the pre
+     * weights are out, so that warp 31's loads, which start Sinkhorn (the
+     * longest path), do not queue behind these 64 KB */
     const float *xin = (f1 ? Xout : X) + (int64_t)t * hcdim;
     float xv[HC2_DPT][HC2_MAXHC];
-#pragma unroll
-    for (int i = 0; i < HC2_DPT; i++) {
-        int d = tid + HC2_THREADS * i;
-#pragma unroll
-        for (int k = 0; k < HC2_MAXHC; k++) xv[i][k] = d < D && k < nhc ? __ldcg(&xin[(int64_t)k * D + d]) : 0.f;
-    }
     if (w == HC2_SPLIT_WARP) {
         /* all 16 + 16 loads in flight before the double math */
         float pv[HC_SPLIT];
@@ -436,6 +443,7 @@ k_hc_pre_fused2(const float *X, const float *f1, const float *f2, const float *p
             pv[k] = __ldcg(&partial[((int64_t)t * HC_SPLIT + k) * HC_MAXMIX + ml]);
             qv[k] = __ldcg(&psq[t * HC_SPLIT + k]);
         }
+        hc2_load_rows(xv, xin, tid, D, nhc);
         double sq = 0.0;
 #pragma unroll
         for (int k = 0; k < HC_SPLIT; k++) sq += qv[k];
@@ -450,6 +458,7 @@ k_hc_pre_fused2(const float *X, const float *f1, const float *f2, const float *p
         hc_bar_arrive(2, HC2_THREADS);
     } else {
         hc_bar_sync(2, HC2_THREADS);
+        hc2_load_rows(xv, xin, tid, D, nhc);
     }
     float wp[HC2_MAXHC];
 #pragma unroll
