@@ -680,15 +680,18 @@ k_gemvf(cu_gemv_args g) {
     tb.grid16 = xsh_raw + xf_grid_off<NT>(g.in, W::MINS) + (lane & 7);
     if (xf_is_iq2(TYPE)) {
         uint4 *sg = xsh_raw + xf_grid_off<NT>(g.in, W::MINS);
-        for (int i = threadIdx.x; i < 256 * 8; i += nthr) {
-            uint64_t gv = cu_iq2xxs_grid[i >> 3];
+        for (int e = threadIdx.x; e < 256; e += nthr) {
+            uint64_t gv = cu_iq2xxs_grid[e];
             uint32_t h[4];
 #pragma unroll
             for (int p = 0; p < 4; p++) {
                 __half2 v = __floats2half2_rn((float)((gv >> (16 * p)) & 255), (float)((gv >> (16 * p + 8)) & 255));
                 h[p] = *(const uint32_t *)&v;
             }
-            sg[i] = make_uint4(h[0], h[1], h[2], h[3]);
+            uint4 v = make_uint4(h[0], h[1], h[2], h[3]);
+            /* copy (c + e) & 7 at step c: the 8 lanes of a store phase hit 8 bank quads */
+#pragma unroll
+            for (int c = 0; c < 8; c++) sg[e * 8 + ((c + e) & 7)] = v;
         }
         for (int i = threadIdx.x; i < 128; i += nthr) ssigns[i] = cu_ksigns_iq2xs[i];
     }
