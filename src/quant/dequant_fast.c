@@ -46,10 +46,23 @@ static void dq_q8_0(const void *src, float *dst, int64_t n)
     }
 }
 
+/* Per 7-bit sign index: the 8 f32 sign-bit masks of its 8 elements (the
+ * eighth sign is the parity bit, as ksigns_iq2xs_data has it); built here,
+ * not from that table, so no constructor order matters (the probe check
+ * compares the result with the traits anyway). */
+static uint32_t iq2_sign_masks[128][8] __attribute__((aligned(32)));
+
+__attribute__((constructor)) static void iq2_sign_masks_init(void)
+{
+    for (int i = 0; i < 128; i++) {
+        int s = i | ((__builtin_popcount((unsigned)i) & 1) << 7);
+        for (int j = 0; j < 8; j++) iq2_sign_masks[i][j] = (s >> j) & 1 ? 0x80000000u : 0;
+    }
+}
+
 static void dq_iq2_xxs(const void *src, float *dst, int64_t n)
 {
     const block_iq2_xxs *b = src;
-    const __m256i bit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
     for (int64_t i = 0; i < n / 256; i++) {
         float d = half_f32(b[i].d);
         const uint8_t *q = (const uint8_t *)b[i].qs;
@@ -60,10 +73,9 @@ static void dq_iq2_xxs(const void *src, float *dst, int64_t n)
             for (int l = 0; l < 4; l++) {
                 __m128i mag = _mm_cvtsi64_si128((long long)iq2xxs_grid_data[gq[l]]);
                 __m256 v = scaled(_mm256_cvtepu8_epi32(mag), dg);
-                __m256i s = _mm256_and_si256(_mm256_set1_epi32(ksigns_iq2xs_data[(w >> (7 * l)) & 127]), bit);
                 /* times -1.0f where the sign bit is set: an exact sign flip */
-                __m256i neg = _mm256_slli_epi32(_mm256_cmpeq_epi32(s, bit), 31);
-                _mm256_storeu_ps(dst + 256 * i + 32 * g + 8 * l, _mm256_xor_ps(v, _mm256_castsi256_ps(neg)));
+                __m256 neg = _mm256_load_ps((const float *)iq2_sign_masks[(w >> (7 * l)) & 127]);
+                _mm256_storeu_ps(dst + 256 * i + 32 * g + 8 * l, _mm256_xor_ps(v, neg));
             }
         }
     }
