@@ -339,6 +339,21 @@ static constexpr size_t mx_smem_bytes(int P) {
            MQ_BM * 16 + MQ_BN * 4;
 }
 
+/* d = A.B + c (the same c in all four accumulators, no copy into them first). */
+__device__ __forceinline__ void mma_s8_c(int (&d)[4], int a0, int a1, int a2, int a3, int b0, int b1, int c) {
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%10,%10,%10};\n"
+                 : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "r"(c));
+}
+
+/* The int32 -> float conversion of a piece's dot without I2F (a quarter-rate
+ * instruction): the mma starts from the bits of 1.5 * 2^23, so its result read
+ * as a float is 1.5 * 2^23 + dot exactly (|dot| <= 32 * 127 * 128 < 2^22), and
+ * one FADD removes the offset, exactly. */
+#define MX_MAGIC_BITS 0x4B400000
+#define MX_MAGIC 12582912.f
+__device__ __forceinline__ float mx_dot_f(int bits) { return __int_as_float(bits) - MX_MAGIC; }
+
 /* Split 4 activations (one float4 of an item) into P int8 words, piece 0 the
  * most significant; idv = 32512 / amax (P = 2) or 8323072 / amax (P = 3). */
 template <int P>
@@ -636,13 +651,11 @@ __global__ void __launch_bounds__(MQ_THREADS, MINB) k_mmqx(cu_gemv_args g) {
                 /* weight fragments of both row tiles, then token tile by token tile
                  * (fewer live fragments than k_mmq's order: the register cap) */
                 int af[2][4];
-                float wsc[2][2];
 #pragma unroll
                 for (int mt = 0; mt < 2; mt++) {
                     int rw = wm + mt * 16 + gq;
                     int ra = rw * MQ_LDI + i * 8 + tq;
                     af[mt][0] = sw[ra]; af[mt][1] = sw[ra + 8 * MQ_LDI]; af[mt][2] = sw[ra + 4]; af[mt][3] = sw[ra + 8 * MQ_LDI + 4];
-                    wsc[mt][0] = sws[rw * MQ_KI + i]; wsc[mt][1] = sws[(rw + 8) * MQ_KI + i];
                 }
 #pragma unroll
                 for (int n4 = 0; n4 < 4; n4++) {
@@ -654,23 +667,21 @@ __global__ void __launch_bounds__(MQ_THREADS, MINB) k_mmqx(cu_gemv_args g) {
                     float as0 = sas[tc * MQ_KI + i], as1 = sas[(tc + 1) * MQ_KI + i];
 #pragma unroll
                     for (int mt = 0; mt < 2; mt++) {
-                        int c[4] = {0, 0, 0, 0};
-                        mma_s8(c, af[mt][0], af[mt][1], af[mt][2], af[mt][3], bf[0][0], bf[0][1]);
+                        /* dot = 256 dot_hi + dot_lo (+ dot_3 / 256), each piece's dot exact in
+                         * float, one rounding for the sum, one scale per item */
+                        int h[4], l[4], l3[4];
+                        mma_s8_c(h, af[mt][0], af[mt][1], af[mt][2], af[mt][3], bf[0][0], bf[0][1], MX_MAGIC_BITS);
+                        mma_s8_c(l, af[mt][0], af[mt][1], af[mt][2], af[mt][3], bf[1][0], bf[1][1], MX_MAGIC_BITS);
+                        if (P == 3)
+                            mma_s8_c(l3, af[mt][0], af[mt][1], af[mt][2], af[mt][3], bf[P - 1][0], bf[P - 1][1], MX_MAGIC_BITS);
+                        const int rw = wm + mt * 16 + gq;
+                        const float w0 = sws[rw * MQ_KI + i], w1 = sws[(rw + 8) * MQ_KI + i];
+                        float s[4] = {w0 * as0, w0 * as1, w1 * as0, w1 * as1};
 #pragma unroll
-                        for (int k = 0; k < 4; k++) c[k] *= 256;
-                        mma_s8(c, af[mt][0], af[mt][1], af[mt][2], af[mt][3], bf[1][0], bf[1][1]);
-                        float s0 = wsc[mt][0] * as0, s1 = wsc[mt][0] * as1, s2 = wsc[mt][1] * as0, s3 = wsc[mt][1] * as1;
-                        acc[mt][n4][0] += (float)c[0] * s0;
-                        acc[mt][n4][1] += (float)c[1] * s1;
-                        acc[mt][n4][2] += (float)c[2] * s2;
-                        acc[mt][n4][3] += (float)c[3] * s3;
-                        if (P == 3) {
-                            int l[4] = {0, 0, 0, 0};
-                            mma_s8(l, af[mt][0], af[mt][1], af[mt][2], af[mt][3], bf[P - 1][0], bf[P - 1][1]);
-                            acc[mt][n4][0] += (float)l[0] * (s0 * (1.f / 256.f));
-                            acc[mt][n4][1] += (float)l[1] * (s1 * (1.f / 256.f));
-                            acc[mt][n4][2] += (float)l[2] * (s2 * (1.f / 256.f));
-                            acc[mt][n4][3] += (float)l[3] * (s3 * (1.f / 256.f));
+                        for (int k = 0; k < 4; k++) {
+                            float dot = __fmaf_rn(mx_dot_f(h[k]), 256.f, mx_dot_f(l[k]));
+                            if (P == 3) dot = __fmaf_rn(mx_dot_f(l3[k]), 1.f / 256.f, dot);
+                            acc[mt][n4][k] = __fmaf_rn(dot, s[k], acc[mt][n4][k]);
                         }
                     }
                 }
