@@ -14,6 +14,13 @@
  * memory with one float scale per item (Q2_K: scale bytes folded into the
  * codes, d/dmin per block, the min term as a second mma against the same
  * activations), activations are copied as int8 with their scales.
+ *
+ * Exact activations (cu_gemv_args.act_f32, MINKE_ACT_EXACT): k_mmqx takes the
+ * f32 rows and splits each item into 2 int8 pieces (16 bits of its amax; 3
+ * with MINKE_CUDA_MMQ_PIECES=3) while staging, one more mma per piece, the
+ * piece dots combined exactly; cu_mmq_split_act + cu_mmq_presplit do the same
+ * with the split in a launch of its own. F16 weights run k_mmf16 (f16 hi + lo
+ * split of the f32 activations) in both modes.
  */
 #include <stdlib.h>
 
@@ -318,17 +325,19 @@ __global__ void __launch_bounds__(MQ_THREADS, MINB) k_mmq(cu_gemv_args g) {
  *   P = 2: q = rint(x / D) in [-32512, 32512] = 256 hi + lo, hi in [-127, 127],
  *          lo in [-128, 127]; x = D q within D / 2 (16 bits of the group's amax);
  *   P = 3: q = rint(256 x / D) (24 bits) = 65536 top + 256 mid + lo.
- * Each piece is one more s8 mma against the same weight codes. Per item the
- * dots of the two high pieces are combined exactly in int32, 256 dot_hi +
- * dot_lo (|.| <= 32 * 127 * 32512 < 2^31), and scaled once by d_w D, so the
- * epilogue keeps one scale per item; the third piece's dot (P = 3) is added in
- * float with D / 256. Q2_K keeps its per-block integer sums (<= 256 * 45 *
- * 32767 < 2^31) and per-block epilogue, which is why its activation scale is
- * per block of 256 there.
+ * Each piece is one more s8 mma against the same weight codes. Per item each
+ * piece's dot is an exact integer (< 2^22, read as a float without I2F:
+ * mx_dot_f), dot = 256 dot_hi + dot_lo (+ dot_3 / 256) in one FFMA (one
+ * rounding) and scaled once by d_w D, so the epilogue keeps one scale per
+ * item. Q2_K keeps its per-block integer sums, 256 (hi dots) + (lo dots)
+ * (<= 256 * 45 * 32512 < 2^31; P = 3: the third piece per item in float), and
+ * its per-block epilogue, which is why its activation scale is per block of
+ * 256 there.
  *
  * Every block that stages an activation row computes the same pieces with
  * the same instructions, so results do not depend on the grid, and there is
- * no extra launch or scratch buffer. Loads are coalesced: the 8 threads of a
+ * no extra launch or scratch buffer (cu_mmq_presplit below: the alternative
+ * with a split launch into a buffer). Loads are coalesced: the 8 threads of a
  * row each read one float4 of each of the stage's 8 items (one 128-byte line
  * per 8 threads), and the group amax is 3 shuffles within those 8 threads. */
 #define MX_LDS (MQ_BN * MQ_LDI)   /* ints of one activation piece in shared memory */
