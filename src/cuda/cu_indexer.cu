@@ -21,6 +21,11 @@ static int num_sms(void) {
     }
     return n;
 }
+/* kernel attributes (cu_indexer_init) also when the caller skipped cu_ops_init */
+static void idx_attrs_once(void) {
+    static int done = 0;
+    if (!done) { done = 1; cu_indexer_init(); }
+}
 static int env_int(const char *name, int dflt) {
     const char *e = getenv(name);
     return e ? atoi(e) : dflt;
@@ -315,6 +320,7 @@ void cu_idx_scores(const float *qI, const float *wI, const float *rows, int T, i
         if (gx < 1) gx = 1;
         size_t wsh = idxw_smem(slots, nh, hd);
         if (wsh <= IDXW_SMEM_MAX) {
+            idx_attrs_once();
             if (slots == 16)
                 cu_launch(k_idx_scores_w<16>, dim3(gx, T), 16 * 8, wsh, st, qI, wI, rows, nh, hd, wscale, topk, pos0p,
                           scores, score_stride, nsm, force);
@@ -564,6 +570,7 @@ void cu_idx_topk(const float *scores, int64_t score_stride, int T, int topk, con
                  int *sel, int *nsel, cudaStream_t st) {
     if (!cu_dec_old(CU_OLD_IDX_TOPK)) {
         int cache = score_stride < TK_CACHE ? (int)score_stride : TK_CACHE;
+        idx_attrs_once();
         cu_launch(k_idx_topk_r, T, TOPK_THREADS, (size_t)cache * 4, st, scores, score_stride, topk, pos0p, sel, nsel,
                   cache);
         return;
