@@ -5,7 +5,9 @@
  * the activation quantized to Q8_0_F32 (f32 scale per 32), the k-quants and
  * IQ2_XXS take Q8_K (per 256, bsums), plain-float weights take f32. The
  * integer parts of every dot are the same as the CPU's; only the order of
- * the float sums differs.
+ * the float sums differs. With cu_gemv_args.act_f32 (MINKE_ACT_EXACT) the
+ * quantized weights are decoded exactly and multiplied with the f32
+ * activations instead (k_gemvf, below).
  *
  * Layout of the work: one warp per output row; a row is cut into "items" of
  * 32 elements (4 or 8 for plain floats) that the lanes stride over; each
@@ -711,10 +713,6 @@ k_gemvf(cu_gemv_args g) {
         /* grouped input: the launcher makes a block's rows lie in one group */
         const int64_t aoff = g.group_rows ? (rb0 / g.group_rows) * g.group_act_bytes : 0;
         const bool al16 = (((uintptr_t)g.act | (uintptr_t)g.act_stride | (uintptr_t)aoff) & 15) == 0;
-        const float *arow[NT];
-#pragma unroll
-        for (int k = 0; k < NT; k++)
-            arow[k] = (const float *)((const uint8_t *)g.act + (int64_t)(k < nt ? ids[k] / g.act_div : 0) * g.act_stride + aoff);
         const uint8_t *row[RPW];
 #pragma unroll
         for (int rr = 0; rr < RPW; rr++) {
@@ -738,7 +736,8 @@ k_gemvf(cu_gemv_args g) {
                 __syncthreads();     /* the previous chunk has been read */
 #pragma unroll
                 for (int t = 0; t < NT; t++) {
-                    const float *src = arow[t] + c0;
+                    const float *src = (const float *)((const uint8_t *)g.act +
+                                                       (int64_t)(t < nt ? ids[t] / g.act_div : 0) * g.act_stride + aoff) + c0;
                     /* 32 threads take float4 k0..k0+3 of 8 items: 8 lines a load, and the 8
                      * stores of a phase (one k, 8 consecutive items) hit 8 bank quads */
                     for (int s = threadIdx.x; s < ts; s += nthr) {
@@ -928,7 +927,7 @@ static void launch_f(const cu_gemv_args &g, int nwarps, int ntiles, cudaStream_t
 template <int TYPE>
 static void launch_type_f(const cu_gemv_args &g, int ntiles, cudaStream_t st) {
     const int64_t gr = g.group_rows;
-    const int64_t want = 4 * (int64_t)xf_num_sms();
+    const int64_t want = 4 * (int64_t)xf_num_sms();    /* 2 rows a warp from 1.5 blocks an SM */
     const int pairs = g.w2 ? 2 : 1;
     auto blocks = [&](int64_t rpb) { return (g.rows + rpb - 1) / rpb * pairs * ntiles; };
     auto fits = [&](int64_t rpb) { return !gr || gr % rpb == 0; };
@@ -936,7 +935,7 @@ static void launch_type_f(const cu_gemv_args &g, int ntiles, cudaStream_t st) {
     constexpr int R4 = xf_is_iq2(TYPE) || TYPE == CU_TYPE_Q8_0R || TYPE == CU_TYPE_Q8_0 ? 4 : 2;
     if (g.nt_hint <= 1) {
         if (R4 == 4 && fits(32) && blocks(32) >= want) { launch_f<TYPE, 1, R4, 1>(g, 8, ntiles, st); return; }
-        if (fits(16) && blocks(16) >= want) { launch_f<TYPE, 1, 2, 1>(g, 8, ntiles, st); return; }
+        if (fits(16) && blocks(16) >= want * 3 / 8) { launch_f<TYPE, 1, 2, 1>(g, 8, ntiles, st); return; }
         if (fits(2) && blocks(8) < want / 2 && g.items >= 128) { launch_f<TYPE, 1, 1, 4>(g, 8, ntiles, st); return; }
         if (fits(8)) { launch_f<TYPE, 1, 1, 1>(g, 8, ntiles, st); return; }
         launch_f<TYPE, 1, 1, 1>(g, 1, ntiles, st);
