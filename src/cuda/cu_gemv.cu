@@ -890,7 +890,9 @@ static void launch_f(const cu_gemv_args &g, int nwarps, int ntiles, cudaStream_t
     int gx = (int)((g.rows + rpb - 1) / rpb);
     size_t smem = (size_t)xf_grid_off<NT>(g.in, XW<TYPE>::MINS) * 16;
     if (xf_is_iq2(TYPE)) smem += 256 * 8 * 16;
-    static size_t smem_set = 48 << 10;     /* per instantiation: the opt-in above 48 KB, once per size */
+    /* per instantiation, once per larger size: the opt-in for dynamic shared memory
+     * (its default limit is 48 KB less the static part) */
+    static size_t smem_set = 0;
     if (smem > smem_set) {
         cudaFuncSetAttribute(k_gemvf<TYPE, NT, RPW, KS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         smem_set = smem;
