@@ -304,6 +304,18 @@ k_idx_scores_w(const float *qI, const float *wI, const float *rows, int nh, int 
     else if (rpt == 2) idx_scores_rows<SLOTS, 2>(qs, ws, rs, nh, hd, c0, nI, srow);
     else idx_scores_rows<SLOTS, 1>(qs, ws, rs, nh, hd, c0, nI, srow);
 }
+/* the dynamic shared memory k_idx_scores_w may take: 200 KB or the device's opt-in limit */
+static int idxw_smem_max(void) {
+    static int mx = 0;
+    if (!mx) {
+        int dev = 0, optin = 0;
+        if (cudaGetDevice(&dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess || optin < 1)
+            optin = 48 * 1024;
+        mx = optin < IDXW_SMEM_MAX ? optin : IDXW_SMEM_MAX;
+    }
+    return mx;
+}
 static size_t idxw_smem(int slots, int nh, int hd) {
     return sizeof(float) * ((size_t)idxw_q_floats(nh, hd) + ((nh + 3) & ~3) + (size_t)slots * IDXW_MAXRPT * (hd + 4));
 }
@@ -319,7 +331,7 @@ void cu_idx_scores(const float *qI, const float *wI, const float *rows, int T, i
         int gx = (max_rows + slots - 1) / slots;
         if (gx < 1) gx = 1;
         size_t wsh = idxw_smem(slots, nh, hd);
-        if (wsh <= IDXW_SMEM_MAX) {
+        if (wsh <= (size_t)idxw_smem_max()) {
             idx_attrs_once();
             if (slots == 16)
                 cu_launch(k_idx_scores_w<16>, dim3(gx, T), 16 * 8, wsh, st, qI, wI, rows, nh, hd, wscale, topk, pos0p,
@@ -569,7 +581,11 @@ __global__ void __launch_bounds__(TOPK_THREADS) k_idx_topk_r(const float *scores
 void cu_idx_topk(const float *scores, int64_t score_stride, int T, int topk, const int *pos0p,
                  int *sel, int *nsel, cudaStream_t st) {
     if (!cu_dec_old(CU_OLD_IDX_TOPK)) {
-        int cache = score_stride < TK_CACHE ? (int)score_stride : TK_CACHE;
+        /* keys cached in shared memory: TK_CACHE, less on devices with less (static arrays: ~9 KB) */
+        int cmax = (idxw_smem_max() - 16 * 1024) / 4;
+        if (cmax > TK_CACHE) cmax = TK_CACHE;
+        if (cmax < 0) cmax = 0;
+        int cache = score_stride < cmax ? (int)score_stride : cmax;
         idx_attrs_once();
         cu_launch(k_idx_topk_r, T, TOPK_THREADS, (size_t)cache * 4, st, scores, score_stride, topk, pos0p, sel, nsel,
                   cache);
@@ -581,8 +597,11 @@ void cu_idx_topk(const float *scores, int64_t score_stride, int T, int topk, con
 
 void cu_indexer_init(void) {
     cudaFuncSetAttribute(k_idx_scores, cudaFuncAttributeMaxDynamicSharedMemorySize, 160 * 1024);
-    cudaFuncSetAttribute(k_idx_scores_w<16>, cudaFuncAttributeMaxDynamicSharedMemorySize, IDXW_SMEM_MAX);
-    cudaFuncSetAttribute(k_idx_scores_w<32>, cudaFuncAttributeMaxDynamicSharedMemorySize, IDXW_SMEM_MAX);
-    cudaFuncSetAttribute(k_idx_topk_r, cudaFuncAttributeMaxDynamicSharedMemorySize, TK_CACHE * 4);
+    cudaFuncSetAttribute(k_idx_scores_w<16>, cudaFuncAttributeMaxDynamicSharedMemorySize, idxw_smem_max());
+    cudaFuncSetAttribute(k_idx_scores_w<32>, cudaFuncAttributeMaxDynamicSharedMemorySize, idxw_smem_max());
+    {
+        int cmax = (idxw_smem_max() - 16 * 1024) / 4;
+        cudaFuncSetAttribute(k_idx_topk_r, cudaFuncAttributeMaxDynamicSharedMemorySize, 4 * (cmax < TK_CACHE ? cmax : TK_CACHE));
+    }
     cu_attn_init();
 }
