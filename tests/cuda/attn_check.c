@@ -495,7 +495,7 @@ int main(int argc, char **argv) {
     int ndev = 0;
     if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1) { printf("FAIL no CUDA device\n"); return 1; }
     cu_ops_init();
-    CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    CK(cudaStreamCreate(&st));     /* blocking: ordered with the cudaMemcpy / cudaMemset of the checks */
     setvbuf(stdout, NULL, _IOLBF, 0);
     for (int T = 1; T <= 2; T++) {
         check_indexer(T, 1024);
