@@ -5,8 +5,9 @@
  * is decoded to f32 first, so the scalar traits' dequant (IQ2_XXS: a grid
  * look-up and a sign branch per element) would dominate decoding. These
  * kernels give the very floats the traits' dequant gives: every product they
- * form is exact (an f16 scale has 11 significant bits, a sub-block scale at
- * most 6, a quant at most 6, so d*sc*q fits in f32's 24 bits), leaving the
+ * form is exact (an f16 scale has 11 significant bits, a sub-block scale
+ * times a quant at most 11 more: Q8_0 7, Q4_K 6+4, IQ2_XXS 5+6, Q2_K 4+2,
+ * MXFP4 4 times a power of two; so d*sc*q fits in f32's 24 bits), leaving the
  * one rounding the C code also has (the K-quants' "- dmin*m", which is the
  * same whether the compiler fuses it into an FMA or not). A type's kernel is
  * still compared with the traits' dequant once, on a pseudo-random probe
