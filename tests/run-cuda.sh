@@ -2,21 +2,19 @@
 # run-cuda.sh: the CUDA backend's checks, run on a machine with an NVIDIA GPU
 # (make test-cuda, or directly with MINKE_BIN = a CUDA build of minke and
 # MINKE_BUILD = its build dir holding tests/cuda/*):
-#   1. gemv_check: every quantized matmul kernel against src/quant;
+#   1. the kernel checks: gemv_check (every GEMV / tensor-core product against
+#      src/quant), and mmq_exact, hc_check, attn_check where built;
 #   2. tiny-a (tests/fixtures/oracle) converted to F32 and to the default q2
 #      policy, simulations on and off, one prefill, uneven chunks and
-#      token-by-token decode (CUDA graphs):
-#      F32: CUDA vs CPU logits, same argmax at every position and
-#        max|diff| <= 1e-3 x max|logit|;
-#      q2: chunks of 64 vs the CUDA prefill within 1e-4 (same argmax: both
-#        run the tensor-core kernels of cu_mmq.cu, which give every token the
-#        same arithmetic whatever its batch), chunks of 7 and decode (GEMV
-#        kernels: the same integer dots, another float summation order) and
-#        CUDA vs CPU no further apart than the CPU's own two numerics (its
-#        quantized activations vs --f32-act; see cmp_f32.c --noise): the
-#        int8 activations turn rounding-order differences into different
-#        rounding decisions that this random tiny model amplifies;
-#   3. compute-sanitizer memcheck of a CUDA run on the tiny model (a chunk
+#      token-by-token decode (CUDA graphs), default numerics (exact
+#      activations, docs/numerics.md): CUDA vs CPU logits, same argmax at
+#      every position and max|diff| <= 1e-3 x max|logit|; chunks of 64 equal
+#      the CUDA prefill within 1e-4 (every token gets the same arithmetic);
+#   3. ds4 numerics (--act q8, int8 activations) for q2: CUDA vs CPU no
+#      further apart than the CPU's own q8-vs-exact difference (cmp_f32.c
+#      --noise): int8 activations turn rounding-order differences into
+#      different rounding decisions that this random tiny model amplifies;
+#   4. compute-sanitizer memcheck of a CUDA run on the tiny model (a chunk
 #      of 33 tokens on the tensor cores, then 7 on the GEMV kernels; decode).
 # Set CUDA_TEST_QUICK=1 to skip the sanitizer.
 cd "$(dirname "$0")/.." || exit 1
@@ -33,8 +31,11 @@ if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; t
 fi
 nvidia-smi -L
 
-if "$B/tests/cuda/gemv_check" ${GEMV_TIME:+--time} > "$T/gemv.log" 2>&1; then ok gemv_check; else bad gemv_check; fi
-grep -E '^(FAIL|time)' "$T/gemv.log"
+for k in gemv_check mmq_exact hc_check attn_check; do
+    [ -x "$B/tests/cuda/$k" ] || continue
+    if "$B/tests/cuda/$k" ${GEMV_TIME:+--time} > "$T/$k.log" 2>&1; then ok $k; else bad $k; fi
+    grep -E '^(FAIL|time)' "$T/$k.log"
+done
 
 FIX=tests/fixtures/oracle/tiny-a
 TOK=$FIX/tokens.i32
@@ -50,11 +51,6 @@ for model in f32 q2; do
             bad "cpu-logits-$model-$sims"; cat "$T/cpu-$model-$sims.log"; continue
         fi
         V=$(( $(wc -c < "$R") / 4 / NTOK ))
-        noise=""
-        if [ $model = q2 ]; then
-            "$M" logits -m "$G" --tokens "$TOK" --out "$T/cpu-$model-$sims-f32act.f32" --backend cpu --sims $sims --f32-act \
-                > /dev/null 2>&1 && noise="--noise $T/cpu-$model-$sims-f32act.f32"
-        fi
         for mode in prefill chunk7 chunk64 decode; do
             case $mode in
                 prefill) opt="" ;;
@@ -67,21 +63,32 @@ for model in f32 q2; do
             if ! "$M" logits -m "$G" --tokens "$TOK" --out "$O" --backend cuda --sims $sims $opt > "$T/$name.log" 2>&1; then
                 bad "$name"; tail -5 "$T/$name.log"; continue
             fi
-            if "$B/tests/cuda/cmp_f32" "$R" "$O" "$V" 1e-3 --argmax --label "$name" $noise; then ok "$name"; else bad "$name"; fi
-            if [ $mode != prefill ]; then
+            if "$B/tests/cuda/cmp_f32" "$R" "$O" "$V" 1e-3 --argmax --label "$name"; then ok "$name"; else bad "$name"; fi
+            # chunks of 64 run the same per-token arithmetic as one prefill
+            if [ $mode = chunk64 ]; then
                 P="$T/cuda-$model-$sims-prefill.f32"
-                # decode splits attention rows over blocks (another summation order): it
-                # gets the CPU tolerance (q2: the noise bound); chunked prefills run the
-                # same per-token arithmetic as one prefill and must match within 1e-4,
-                # except q2 in chunks of 7: below 32 tokens the GEMV kernels replace the
-                # tensor-core ones (same integer dots, other float order), so the noise bound
-                pn=""; tl=1e-4
-                [ $mode = decode ] && tl=1e-3 && [ $model = q2 ] && pn="$noise"
-                [ $mode = chunk7 ] && [ $model = q2 ] && tl=1e-3 && pn="$noise"
-                if "$B/tests/cuda/cmp_f32" "$P" "$O" "$V" $tl --argmax --label "$name-vs-cuda-prefill" $pn; then
+                if "$B/tests/cuda/cmp_f32" "$P" "$O" "$V" 1e-4 --argmax --label "$name-vs-cuda-prefill"; then
                     ok "$name-vs-cuda-prefill"; else bad "$name-vs-cuda-prefill"; fi
             fi
         done
+    done
+done
+
+# ds4 numerics (--act q8) on q2: held to the noise bound of the CPU's q8-vs-exact difference
+for sims in on off; do
+    G="$T/tiny-q2.gguf"
+    R="$T/cpu-q2-$sims-q8.f32"
+    "$M" logits -m "$G" --tokens "$TOK" --out "$R" --backend cpu --sims $sims --act q8 > /dev/null 2>&1 || { bad "cpu-q8-$sims"; continue; }
+    V=$(( $(wc -c < "$R") / 4 / NTOK ))
+    for mode in prefill decode; do
+        opt=""; [ $mode = decode ] && opt="--decode"
+        name="tiny-q2-act-q8-sims$sims-$mode"
+        O="$T/cuda-q2-$sims-q8-$mode.f32"
+        if ! "$M" logits -m "$G" --tokens "$TOK" --out "$O" --backend cuda --sims $sims --act q8 $opt > "$T/$name.log" 2>&1; then
+            bad "$name"; tail -5 "$T/$name.log"; continue
+        fi
+        if "$B/tests/cuda/cmp_f32" "$R" "$O" "$V" 1e-3 --argmax --label "$name" --noise "$T/cpu-q2-$sims.f32"; then
+            ok "$name"; else bad "$name"; fi
     done
 done
 
@@ -92,11 +99,9 @@ done
 for model in f32 q2; do
     for sims in on off; do
         O="$T/cuda-$model-$sims-atttc.f32"
-        noise=""
-        [ $model = q2 ] && noise="--noise $T/cpu-$model-$sims-f32act.f32"
         MINKE_CUDA_ATT_TC=2 MINKE_CUDA_ATT_TC_MIN=5 "$M" logits -m "$T/tiny-$model.gguf" --tokens "$TOK" --out "$O" \
             --backend cuda --sims $sims > /dev/null 2>&1 && "$B/tests/cuda/cmp_f32" "$T/cpu-$model-$sims.f32" "$O" \
-            $(( $(wc -c < "$O") / 4 / NTOK )) 1e-3 --argmax --label "info-tiny-$model-sims$sims-att-tc-forced" $noise | sed 's/^/INFO /'
+            $(( $(wc -c < "$O") / 4 / NTOK )) 1e-3 --argmax --label "info-tiny-$model-sims$sims-att-tc-forced" | sed 's/^/INFO /'
     done
 done
 

@@ -19,6 +19,7 @@
 #include "cuda/cu_common.cuh"
 #include "cuda/cu_ops.h"
 #include "cuda/cu_backend.h"
+#include "cuda/cu_dec.h"
 
 extern "C" {
 #include "engine/backend.h"
@@ -55,8 +56,11 @@ typedef struct cu_layer {
 typedef struct cu_model {
     int dev;
     cudaStream_t st;
-    cudaStream_t st2;               /* compressor/indexer branch, parallel to the q path */
-    cudaEvent_t ev_fork, ev_join;
+    cudaStream_t st2;               /* compressor/indexer branch, parallel to the q path; the
+                                       shared expert, parallel to the routed experts */
+    cudaStream_t st3;               /* the kv row, parallel to the q path */
+    cudaEvent_t ev_fork, ev_join, ev_fork3, ev_join3;
+    int act_f32;                    /* MINKE_ACT_EXACT: quantized products take f32 activations */
     GLOBAL_FIELDS(DECL)
 #undef DECL
     cu_layer *layers;
@@ -77,7 +81,7 @@ typedef struct cu_lcache {
     int comp_cap, index_cap, crows, cwidth, irows, iwidth;
 } cu_lcache;
 
-#define ATT_SPLIT 8          /* row splits of decode attention */
+#define ATT_SPLIT 16         /* row splits of decode attention (at most; cu_attn.cu picks by rows and SMs) */
 #define ATT_SPLIT_MAX_T 4
 
 typedef struct cu_graph { cudaGraphExec_t exec; int T; int with_logits; } cu_graph;
@@ -101,6 +105,8 @@ struct cu_session {
     void *act;                      /* quantized activations */
     void *act2;                     /* the same for the side branch */
     void *actx;                     /* x quantized once for every projection of x */
+    void *asplit, *asplit2, *asplit3; /* exact activations split into int8 pieces for the tensor
+                                       cores (cu_mmq_split_act), per stream: main, st2, st3 */
     uint64_t act_bytes;
     int64_t score_stride;
     int *d_argmax;
@@ -217,6 +223,9 @@ static void cu_model_free(minke_model *m) {
     if (cm->st2) cudaStreamDestroy(cm->st2);
     if (cm->ev_fork) cudaEventDestroy(cm->ev_fork);
     if (cm->ev_join) cudaEventDestroy(cm->ev_join);
+    if (cm->st3) cudaStreamDestroy(cm->st3);
+    if (cm->ev_fork3) cudaEventDestroy(cm->ev_fork3);
+    if (cm->ev_join3) cudaEventDestroy(cm->ev_join3);
     free(cm);
     m->be = NULL;
 }
@@ -249,8 +258,6 @@ static int cu_model_init(minke_model *m) {
                         "(use --sims off for this model)");
         return -1;
     }
-    if (m->params.act == MINKE_ACT_EXACT)   /* interim: the exact-activation kernels are being written */
-        fprintf(stderr, "cuda backend: exact activations not implemented yet; using the q8 activation kernels\n");
     if (m->params.n_gpus > 1)
         fprintf(stderr, "cuda backend: using one GPU (multi-GPU is not implemented)\n");
     int ndev = 0;
@@ -261,6 +268,7 @@ static int cu_model_init(minke_model *m) {
     cm = (cu_model *)calloc(1, sizeof *cm);
     if (!cm) { minke_set_error("out of memory"); return -1; }
     m->be = cm;
+    cm->act_f32 = m->params.act != MINKE_ACT_Q8;
     cm->layers = (cu_layer *)calloc(c->n_layer, sizeof(cu_layer));
     jobs = (upload_job *)calloc(6 + (size_t)c->n_layer * 40, sizeof(upload_job));
     if (!cm->layers || !jobs) { minke_set_error("out of memory"); goto fail; }
@@ -269,6 +277,9 @@ static int cu_model_init(minke_model *m) {
     CK(cudaStreamCreateWithFlags(&cm->st2, cudaStreamNonBlocking));
     CK(cudaEventCreateWithFlags(&cm->ev_fork, cudaEventDisableTiming));
     CK(cudaEventCreateWithFlags(&cm->ev_join, cudaEventDisableTiming));
+    CK(cudaStreamCreateWithFlags(&cm->st3, cudaStreamNonBlocking));
+    CK(cudaEventCreateWithFlags(&cm->ev_fork3, cudaEventDisableTiming));
+    CK(cudaEventCreateWithFlags(&cm->ev_join3, cudaEventDisableTiming));
 
     /* tables */
     {
@@ -477,7 +488,7 @@ static void cu_session_free(minke_model *m, void *bs) {
                     s->kvp, s->kvb, s->ca, s->cg, s->ia, s->ig, s->qi, s->wi, s->scores, s->o, s->z, s->a, s->sel,
                     s->nsel, s->rlog, s->rw, s->rsel, s->tpairs, s->tstart, s->tcount, s->texp, s->ntiles, s->eg,
                     s->eu, s->emid, s->eout, s->mo, s->sg, s->su, s->smid, s->so, s->hy, s->logits, s->act, s->d_argmax,
-                    s->attn_part, s->act2, s->actx};
+                    s->attn_part, s->act2, s->actx, s->asplit, s->asplit2, s->asplit3};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cudaFree(bufs[i]);
     cudaFreeHost(s->h_pos); cudaFreeHost(s->h_tok); cudaFreeHost(s->h_logits);
     free(s);
@@ -587,6 +598,14 @@ static void *cu_session_alloc(minke_model *m, int n_ctx) {
         int64_t side_in = c->n_embd > c->q_lora_rank ? c->n_embd : c->q_lora_rank;
         AL(s->act2, T * side_in / 32 * 37 + 4096);
         AL(s->actx, T * (int64_t)c->n_embd / 32 * 37 + 4096);
+        if (cm->act_f32 && cu_mmq_min_rows() && T >= cu_mmq_min_rows()) {
+            /* 3 pieces: (3 * 32 + 4) bytes per 32 elements, rows padded to 16 */
+            int64_t main_el = T * mx > TK * F ? T * mx : TK * F;
+            int64_t side_el = T * (side_in > SF ? side_in : SF);
+            AL(s->asplit, main_el / 32 * 100 + rows * 16 + 4096);
+            AL(s->asplit2, side_el / 32 * 100 + T * 16 + 4096);
+            AL(s->asplit3, T * D / 32 * 100 + T * 16 + 4096);
+        }
     }
     AL(s->d_argmax, 4);
     AL(s->attn_part, (int64_t)ATT_SPLIT_MAX_T * c->n_head * ATT_SPLIT * (Dh + 2) * 4);
@@ -614,6 +633,7 @@ typedef struct fwd {
     int pos0_host;     /* valid when taps */
     const int32_t *tok_host;
     void *act;         /* quantization buffer of the stream in use */
+    void *asplit;      /* exact-activation split buffer of the stream in use (NULL: none) */
     int side;          /* run the compressor/indexer branch on cm->st2 */
     int xq_type;       /* activation type s->actx holds for the current x (0: none) */
     const float *pend_f1, *pend_f2;   /* post step of the previous sub-layer, not yet applied */
@@ -628,11 +648,13 @@ static int use_mmq(int T) { int mq = cu_mmq_min_rows(); return mq && T >= mq; }
 static int tile_rows(int T) { return T >= 8 ? 8 : T >= 4 ? 4 : 1; }
 
 /* The activation rows for a product with weights of type wtype: x itself
- * for float weights, else x quantized as the CPU does (*astride: bytes per row). */
-static const void *act_rows(fwd *f, int wtype, const float *x, int64_t in, int T, int64_t *astride) {
+ * for float weights and with exact activations (*f32 = 1 then), else x
+ * quantized as ds4 does, MINKE_ACT_Q8 (*astride: bytes per row). */
+static const void *act_rows(fwd *f, int wtype, const float *x, int64_t in, int T, int64_t *astride, int *f32) {
     int at = cu_act_type(wtype);
     *astride = in * 4;
-    if (at == CU_TYPE_F32) return x;
+    *f32 = at != CU_TYPE_F32 && f->cm->act_f32;
+    if (at == CU_TYPE_F32 || *f32) return x;
     *astride = cu_act_row_bytes(at, in);
     if (x == f->s->x && f->act == f->s->act) {
         /* x feeds several projections: quantize it once per type */
@@ -644,18 +666,35 @@ static const void *act_rows(fwd *f, int wtype, const float *x, int64_t in, int T
     return f->act;
 }
 
+/* A tensor-core product with exact activations: x (nrows f32 rows of g->in,
+ * g->act_stride bytes apart) split into int8 pieces in the stream's buffer by
+ * one launch, then the pre-split kernel (cu_mmq.cu; faster than splitting
+ * while staging, which every block would redo). 0 when it does not apply. */
+static int mmq_exact(fwd *f, cu_gemv_args *g, const float *x, int64_t nrows, int ntiles) {
+    if (!g->act_f32 || !f->asplit || g->wtype == CU_TYPE_F16 || !cu_mmq_supported(g)) return 0;
+    int64_t n = g->act_stride / 4;     /* the whole f32 row (grouped input: every group) */
+    if (!cu_mmq_split_act(g->wtype, x, nrows, n, g->act_stride, f->asplit, f->st)) return 0;
+    cu_gemv_args q = *g;
+    q.act = f->asplit;
+    q.act_stride = cu_mmq_split_row_bytes(n);
+    return cu_mmq_presplit(&q, ntiles, f->st);
+}
+
 /* y[T][rows] = W . x[T][in] with the activation quantized as the CPU does. */
 static void matmul(fwd *f, const cu_t *W, const float *x, int64_t in, int64_t rows, float *y, int64_t ystride,
                    int T, int64_t row0 = 0) {
     int64_t astride;
-    const void *act = act_rows(f, W->type, x, in, T, &astride);
+    int f32;
+    const void *act = act_rows(f, W->type, x, in, T, &astride, &f32);
     cu_gemv_args g;
     memset(&g, 0, sizeof g);
+    g.act_f32 = f32;
     g.w = (const uint8_t *)W->d + row0 * W->row_bytes;
     g.wtype = W->type; g.rows = rows; g.in = in; g.row_bytes = W->row_bytes;
     g.act = act; g.act_stride = astride; g.act_div = 1;
     g.out = y; g.out_stride = ystride; g.ntok = T;
     g.nt_hint = tile_rows(T);
+    if (use_mmq(T) && mmq_exact(f, &g, x, T, (T + CU_MMQ_TILE - 1) / CU_MMQ_TILE)) return;
     if (use_mmq(T) && cu_mmq(&g, (T + CU_MMQ_TILE - 1) / CU_MMQ_TILE, f->st)) return;
     cu_gemv(&g, (T + g.nt_hint - 1) / g.nt_hint, f->st);
 }
@@ -676,9 +715,11 @@ static void matmul2(fwd *f, const cu_t *W1, const cu_t *W2, const float *x, int6
         return;
     }
     int64_t astride;
-    const void *act = act_rows(f, W1->type, x, in, T, &astride);
+    int f32;
+    const void *act = act_rows(f, W1->type, x, in, T, &astride, &f32);
     cu_gemv_args g;
     memset(&g, 0, sizeof g);
+    g.act_f32 = f32;
     g.w = W1->d; g.w2 = W2->d;
     g.wtype = W1->type; g.rows = rows; g.in = in; g.row_bytes = W1->row_bytes;
     g.act = act; g.act_stride = astride; g.act_div = 1;
@@ -759,7 +800,7 @@ static void attention_layer(fwd *f, int il) {
     if (ratio && f->side) {
         CK_ASYNC(cudaEventRecord(f->cm->ev_fork, st));
         CK_ASYNC(cudaStreamWaitEvent(f->cm->st2, f->cm->ev_fork, 0));
-        f->st = f->cm->st2; f->act = s->act2;
+        f->st = f->cm->st2; f->act = s->act2; f->asplit = s->asplit2;
     }
     if (ratio) {
         cudaStream_t sb = f->st;
@@ -780,7 +821,24 @@ static void attention_layer(fwd *f, int il) {
     }
     if (ratio && f->side) {
         CK_ASYNC(cudaEventRecord(f->cm->ev_join, f->cm->st2));
-        f->st = st; f->act = s->act;
+        f->st = st; f->act = s->act; f->asplit = s->asplit;
+    }
+    /* the kv row reads only x: a third branch while the q path runs (exact
+     * activations only: with q8 activations x's quantization is shared) */
+    int kv_side = f->side && f->cm->act_f32;
+    int ring_done = 0;
+    if (kv_side) {
+        CK_ASYNC(cudaEventRecord(f->cm->ev_fork3, st));
+        CK_ASYNC(cudaStreamWaitEvent(f->cm->st3, f->cm->ev_fork3, 0));
+        f->st = f->cm->st3; f->asplit = s->asplit3;
+        matmul(f, &L->kv, s->x, D, Dh, s->kvp, Dh, T);
+        /* one token: its ring slot holds position pos - W, which its attention
+         * no longer reads, so the store may precede the attention (done by
+         * cu_kv_finish_ring for T == 1) */
+        ring_done = cu_kv_finish_ring(s->kvp, (const float *)L->kv_norm.d, T, Dh, nrot, rope, s->d_pos, c->rms_eps,
+                                      sims, 0, s->kvb, W, lc->ring, f->cm->st3);
+        CK_ASYNC(cudaEventRecord(f->cm->ev_join3, f->cm->st3));
+        f->st = st; f->asplit = s->asplit;
     }
     PROF(f, "q_a+q_b");
     matmul(f, &L->q_a, s->x, D, ql, s->ql, ql, T);
@@ -789,9 +847,14 @@ static void attention_layer(fwd *f, int il) {
     PROF(f, "q_norm_rope");
     cu_qhead_norm_rope(s->q, T, H, Dh, nrot, rope, s->d_pos, c->rms_eps, st);
     tapv(f, "blk.%d.q", il, s->q, (int64_t)H * Dh);
-    PROF(f, "kv");
-    matmul(f, &L->kv, s->x, D, Dh, s->kvp, Dh, T);
-    cu_kv_finish(s->kvp, (const float *)L->kv_norm.d, T, Dh, nrot, rope, s->d_pos, c->rms_eps, sims, 0, s->kvb, st);
+    if (kv_side) {
+        CK_ASYNC(cudaStreamWaitEvent(st, f->cm->ev_join3, 0));
+    } else {
+        PROF(f, "kv");
+        matmul(f, &L->kv, s->x, D, Dh, s->kvp, Dh, T);
+        ring_done = cu_kv_finish_ring(s->kvp, (const float *)L->kv_norm.d, T, Dh, nrot, rope, s->d_pos, c->rms_eps,
+                                      sims, 0, s->kvb, W, lc->ring, st);
+    }
     tapv(f, "blk.%d.kv", il, s->kvb, Dh);
     if (ratio && f->side) CK_ASYNC(cudaStreamWaitEvent(st, f->cm->ev_join, 0));
     if (ratio == 4) {
@@ -808,7 +871,7 @@ static void attention_layer(fwd *f, int il) {
     cu_attention(s->q, s->kvb, lc->ring, lc->comp, ratio == 4 ? s->sel : NULL, s->nsel, (int)c->indexer_top_k,
                  (const float *)L->sinks.d, T, H, Dh, W, ratio, nrot, rope, c->attn_scale, s->d_pos, s->o,
                  s->attn_part, T <= ATT_SPLIT_MAX_T ? ATT_SPLIT : 1, L->q_b.type != CU_TYPE_F32, st);
-    cu_raw_store(s->kvb, T, Dh, W, s->d_pos, lc->ring, st);
+    if (!ring_done) cu_raw_store(s->kvb, T, Dh, W, s->d_pos, lc->ring, st);
     tapv(f, "blk.%d.attn_o", il, s->o, (int64_t)H * Dh);
     PROF(f, "out_a");
     /* grouped output A: row r of out_a reads group r / o_lora of o */
@@ -819,7 +882,8 @@ static void attention_layer(fwd *f, int il) {
         int64_t in_all = (int64_t)H * Dh;
         const void *act = s->o;
         int64_t astride = in_all * 4, gbytes = (int64_t)gin * 4;
-        if (at != CU_TYPE_F32) {
+        int f32 = at != CU_TYPE_F32 && f->cm->act_f32;
+        if (at != CU_TYPE_F32 && !f32) {
             cu_quantize_act(at, s->o, s->act, T, in_all, st);
             act = s->act;
             astride = cu_act_row_bytes(at, in_all);
@@ -827,11 +891,13 @@ static void attention_layer(fwd *f, int il) {
         }
         cu_gemv_args g;
         memset(&g, 0, sizeof g);
+        g.act_f32 = f32;
         g.w = Wa->d; g.wtype = Wa->type; g.rows = (int64_t)G * ol; g.in = gin; g.row_bytes = Wa->row_bytes;
         g.act = act; g.act_stride = astride; g.act_div = 1; g.out = s->z; g.out_stride = c->o_dim; g.ntok = T;
         g.group_rows = ol; g.group_act_bytes = gbytes;
         g.nt_hint = tile_rows(T);
-        if (!use_mmq(T) || !cu_mmq(&g, (T + CU_MMQ_TILE - 1) / CU_MMQ_TILE, st))
+        int ntl = (T + CU_MMQ_TILE - 1) / CU_MMQ_TILE;
+        if (!use_mmq(T) || (!mmq_exact(f, &g, s->o, T, ntl) && !cu_mmq(&g, ntl, st)))
             cu_gemv(&g, (T + g.nt_hint - 1) / g.nt_hint, st);
     }
     PROF(f, "out_b");
@@ -841,13 +907,22 @@ static void attention_layer(fwd *f, int il) {
     hc_post(f, s->a, NULL);
 }
 
+/* The shared expert on f->st: so = down(swiglu(gate x, up x)). */
+static void shared_expert(fwd *f, const cu_layer *L, float clamp) {
+    cu_session *s = f->s;
+    int T = f->T, D = (int)f->c->n_embd, SF = (int)f->c->shexp_ff;
+    matmul2(f, &L->gate_shexp, &L->up_shexp, s->x, D, SF, s->sg, s->su, SF, T);
+    cu_swiglu(s->sg, s->su, NULL, T, SF, clamp, s->smid, f->st);
+    matmul(f, &L->down_shexp, s->smid, SF, D, s->so, D, T);
+}
+
 static void ffn_layer(fwd *f, int il) {
     const dsv4_config *c = f->c;
     cu_layer *L = &f->cm->layers[il];
     cu_session *s = f->s;
     cudaStream_t st = f->st;
     int T = f->T, D = (int)c->n_embd, E = (int)c->n_expert, K = (int)c->n_expert_used, F = (int)c->expert_ff;
-    int SF = (int)c->shexp_ff, P = T * K;
+    int P = T * K;
     float clamp = c->swiglu_clamp[il];
 
     PROF(f, "hc_pre");
@@ -855,31 +930,50 @@ static void ffn_layer(fwd *f, int il) {
            (const float *)L->hc_ffn_base.d, (const float *)L->ffn_norm.d, (int)c->hc_sinkhorn_iters, 0, s->x);
     f->xq_type = 0;
     tapv(f, "blk.%d.ffn_norm", il, s->x, D);
-    PROF(f, "router");
-    matmul(f, &L->gate_inp, s->x, D, E, s->rlog, E, T);
-    int hash = (uint32_t)il < c->n_hash_layer;
-    cu_router(s->rlog, hash ? NULL : (const float *)L->exp_bias.d, hash ? (const int32_t *)L->tid2eid.d : NULL,
-              s->d_tok, T, E, K, c->expert_weights_scale, s->rsel, s->rw, st);
-    PROF(f, "moe_tiles");
+    /* the shared expert reads only x: on the side stream while the routed
+     * experts run (joined before the post step) */
+    if (f->side) {
+        CK_ASYNC(cudaEventRecord(f->cm->ev_fork, st));
+        CK_ASYNC(cudaStreamWaitEvent(f->cm->st2, f->cm->ev_fork, 0));
+        f->st = f->cm->st2; f->act = s->act2; f->asplit = s->asplit2;
+        shared_expert(f, L, clamp);
+        CK_ASYNC(cudaEventRecord(f->cm->ev_join, f->cm->st2));
+        f->st = st; f->act = s->act; f->asplit = s->asplit;
+    }
     const cu_t *Wg = &L->gate_exps, *Wu = &L->up_exps, *Wd = &L->down_exps;
     /* tensor cores when gate, up and down all have an int8 mma kernel (tiles of 64 pairs) */
     int mmq = 0;
     if (use_mmq(T)) {
         cu_gemv_args q;
         memset(&q, 0, sizeof q);
+        q.act_f32 = f->cm->act_f32;
         q.wtype = Wg->type; q.in = D; mmq = cu_mmq_supported(&q);
         q.wtype = Wu->type; mmq = mmq && Wu->type == Wg->type && cu_mmq_supported(&q);
         q.wtype = Wd->type; q.in = F; mmq = mmq && cu_mmq_supported(&q);
     }
     int nt = mmq ? CU_MMQ_TILE : P >= 64 ? 8 : P >= 16 ? 4 : 1;
-    cu_moe_tiles(s->rsel, P, E, nt, s->tpairs, s->tstart, s->tcount, s->texp, s->ntiles, st);
+    PROF(f, "router");
+    matmul(f, &L->gate_inp, s->x, D, E, s->rlog, E, T);
+    int hash = (uint32_t)il < c->n_hash_layer;
+    const float *rbias = hash ? NULL : (const float *)L->exp_bias.d;
+    const int32_t *rtid = hash ? (const int32_t *)L->tid2eid.d : NULL;
+    if (nt == 1) {
+        /* one launch: routing and the one-pair tiles of a small batch */
+        cu_router_tiles1(s->rlog, rbias, rtid, s->d_tok, T, E, K, c->expert_weights_scale, s->rsel, s->rw,
+                         s->tpairs, s->tstart, s->tcount, s->texp, s->ntiles, st);
+    } else {
+        cu_router(s->rlog, rbias, rtid, s->d_tok, T, E, K, c->expert_weights_scale, s->rsel, s->rw, st);
+        PROF(f, "moe_tiles");
+        cu_moe_tiles(s->rsel, P, E, nt, s->tpairs, s->tstart, s->tcount, s->texp, s->ntiles, st);
+    }
     int max_tiles = (P + nt - 1) / nt + (E < P ? E : P);
     /* gate and up over the token activations (act row = pair / K) */
     PROF(f, "moe_gate_up");
     int at = cu_act_type(Wg->type);
     const void *act = s->x;
     int64_t astride = (int64_t)D * 4;
-    if (at != CU_TYPE_F32) {
+    int gf32 = at != CU_TYPE_F32 && f->cm->act_f32;
+    if (at != CU_TYPE_F32 && !gf32) {
         cu_quantize_act(at, s->x, s->act, T, D, st);
         act = s->act;
         astride = cu_act_row_bytes(at, D);
@@ -887,6 +981,7 @@ static void ffn_layer(fwd *f, int il) {
     f->xq_type = 0;
     cu_gemv_args g;
     memset(&g, 0, sizeof g);
+    g.act_f32 = gf32;
     g.wtype = Wg->type; g.rows = F; g.in = D; g.row_bytes = Wg->row_bytes; g.expert_bytes = Wg->row_bytes * F;
     g.act = act; g.act_stride = astride; g.act_div = K; g.out_stride = F; g.nt_hint = nt;
     g.tile_pairs = s->tpairs; g.tile_start = s->tstart; g.tile_count = s->tcount; g.tile_expert = s->texp;
@@ -897,33 +992,40 @@ static void ffn_layer(fwd *f, int il) {
         cu_gemv(&g, max_tiles, st);
         g.w2 = NULL; g.out2 = NULL;
     } else {
-        if (mmq) cu_mmq(&g, max_tiles, st); else cu_gemv(&g, max_tiles, st);
+        if (mmq) { if (!mmq_exact(f, &g, s->x, T, max_tiles)) cu_mmq(&g, max_tiles, st); }
+        else cu_gemv(&g, max_tiles, st);
         g.w = Wu->d; g.wtype = Wu->type; g.row_bytes = Wu->row_bytes; g.expert_bytes = Wu->row_bytes * F; g.out = s->eu;
         if (cu_act_type(Wu->type) != at) {   /* different formats for gate and up are refused by the binder; stay safe */
             g.act = s->x; g.act_stride = (int64_t)D * 4;
+            g.act_f32 = cu_act_type(Wu->type) != CU_TYPE_F32;
         }
-        if (mmq) cu_mmq(&g, max_tiles, st); else cu_gemv(&g, max_tiles, st);
+        if (mmq) { if (!mmq_exact(f, &g, s->x, T, max_tiles)) cu_mmq(&g, max_tiles, st); }
+        else cu_gemv(&g, max_tiles, st);
     }
     PROF(f, "moe_down");
     cu_swiglu(s->eg, s->eu, s->rw, P, F, clamp, s->emid, st);
     int atd = cu_act_type(Wd->type);
     const void *actd = s->emid;
     int64_t adstride = (int64_t)F * 4;
-    if (atd != CU_TYPE_F32) {
+    int df32 = atd != CU_TYPE_F32 && f->cm->act_f32;
+    g.act_f32 = df32;
+    if (atd != CU_TYPE_F32 && !df32) {
         cu_quantize_act(atd, s->emid, s->act, P, F, st);
         actd = s->act;
         adstride = cu_act_row_bytes(atd, F);
     }
     g.w = Wd->d; g.wtype = Wd->type; g.rows = D; g.in = F; g.row_bytes = Wd->row_bytes; g.expert_bytes = Wd->row_bytes * D;
     g.act = actd; g.act_stride = adstride; g.act_div = 1; g.out = s->eout; g.out_stride = D;
-    if (mmq) cu_mmq(&g, max_tiles, st); else cu_gemv(&g, max_tiles, st);
+    if (mmq) { if (!mmq_exact(f, &g, s->emid, P, max_tiles)) cu_mmq(&g, max_tiles, st); }
+    else cu_gemv(&g, max_tiles, st);
     cu_moe_sum(s->eout, T, K, D, s->mo, st);
     tapv(f, "blk.%d.moe_out", il, s->mo, D);
-    /* shared expert */
-    PROF(f, "shared");
-    matmul2(f, &L->gate_shexp, &L->up_shexp, s->x, D, SF, s->sg, s->su, SF, T);
-    cu_swiglu(s->sg, s->su, NULL, T, SF, clamp, s->smid, st);
-    matmul(f, &L->down_shexp, s->smid, SF, D, s->so, D, T);
+    if (f->side) {
+        CK_ASYNC(cudaStreamWaitEvent(st, f->cm->ev_join, 0));
+    } else {
+        PROF(f, "shared");
+        shared_expert(f, L, clamp);
+    }
     tapv(f, "blk.%d.shexp_out", il, s->so, D);
     PROF(f, "hc_post");
     hc_post(f, s->mo, s->so);
@@ -988,6 +1090,7 @@ static int run_chunk(minke_model *m, cu_session *s, const int32_t *tokens, int T
         f.m = m; f.cm = cm; f.s = s; f.c = c; f.st = st; f.T = T; f.taps = taps; f.pos0_host = pos0;
         f.tok_host = tokens;
         f.act = s->act;
+        f.asplit = s->asplit;
         f.side = !taps && prof_on != 1 && !getenv("MINKE_CUDA_NO_SIDE");
         int use_graph = !taps && T == 1 && !getenv("MINKE_CUDA_NO_GRAPH") && prof_on != 1;
         if (use_graph) {

@@ -884,6 +884,13 @@ static int xf_num_sms(void) {
     return n;
 }
 
+/* MINKE_CUDA_GEMVF_LOOPS: the most row groups a block takes in turn (default 8; 1 = a block per group) */
+static int gemvf_max_loops(void) {
+    static int n = 0;
+    if (!n) { const char *e = getenv("MINKE_CUDA_GEMVF_LOOPS"); n = e && atoi(e) > 0 ? atoi(e) : 8; }
+    return n;
+}
+
 template <int TYPE, int NT, int RPW, int KS>
 static void launch_f(const cu_gemv_args &g, int nwarps, int ntiles, cudaStream_t st) {
     int64_t rpb = (int64_t)(nwarps / KS) * RPW;
@@ -915,7 +922,7 @@ static void launch_f(const cu_gemv_args &g, int nwarps, int ntiles, cudaStream_t
         int64_t total = (int64_t)gx * (g.w2 ? 2 : 1) * (eff_tiles > 0 ? eff_tiles : 1);
         if (cap > 0 && total > cap) {
             int64_t loops = (total + cap - 1) / cap;
-            if (loops > 8) loops = 8;
+            if (loops > gemvf_max_loops()) loops = gemvf_max_loops();
             gx = (int)((gx + loops - 1) / loops);
         }
     }

@@ -69,6 +69,14 @@ int cu_mmq_supported(const cu_gemv_args *g);
 int cu_mmq(const cu_gemv_args *g, int ntiles, cudaStream_t st);
 int cu_mmq_tables_init(const uint64_t *grid);
 #define CU_MMQ_TILE 64
+/* Exact activations split into int8 pieces by a launch of their own, then the
+ * product on those rows (cu_mmq.cu): split_row_bytes(n) bytes per row of n f32;
+ * split_act: nrows rows xstride bytes apart (wtype: the weights they meet);
+ * presplit: cu_mmq with act = the split rows, act_stride = split_row_bytes(whole
+ * row), grouped input as for f32 rows. Both return 0 when they do not apply. */
+int64_t cu_mmq_split_row_bytes(int64_t n);
+int cu_mmq_split_act(int wtype, const float *x, int64_t nrows, int64_t n, int64_t xstride, void *out, cudaStream_t st);
+int cu_mmq_presplit(const cu_gemv_args *g, int ntiles, cudaStream_t st);
 
 /* ---- cu_ops.cu ---- */
 void cu_ops_init(void);   /* kernel attributes, once per process */
@@ -135,6 +143,10 @@ int cu_attention_tc(const float *q, const float *kv_batch, const float *ring, co
 /* router + MoE */
 void cu_router(const float *logits, const float *bias, const int32_t *tid2eid, const int32_t *tokens,
                int T, int E, int K, float route_scale, int *sel, float *w, cudaStream_t st);
+/* cu_router + cu_moe_tiles with nt = 1 in one launch, the same outputs (cu_moe.cu) */
+void cu_router_tiles1(const float *logits, const float *bias, const int32_t *tid2eid, const int32_t *tokens,
+                      int T, int E, int K, float route_scale, int *sel, float *w, int *pairs, int *tstart,
+                      int *tcount, int *texpert, int *ntiles, cudaStream_t st);
 void cu_moe_tiles(const int *sel, int P, int E, int nt, int *pairs, int *tstart, int *tcount, int *texpert,
                   int *ntiles, cudaStream_t st);
 void cu_swiglu(const float *g, const float *u, const float *w, int P, int F, float limit, float *mid,
