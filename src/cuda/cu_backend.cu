@@ -843,6 +843,18 @@ static void attention_layer(fwd *f, int il) {
     PROF(f, "q_a+q_b");
     matmul(f, &L->q_a, s->x, D, ql, s->ql, ql, T);
     cu_rmsnorm(s->ql, (const float *)L->q_a_norm.d, T, ql, c->rms_eps, s->qn, st);
+    /* the indexer's queries read only qn: on the kv branch (after the kv row)
+     * while q_b runs */
+    int idxq_side = kv_side && ratio == 4;
+    if (idxq_side) {
+        CK_ASYNC(cudaEventRecord(f->cm->ev_fork3, st));
+        CK_ASYNC(cudaStreamWaitEvent(f->cm->st3, f->cm->ev_fork3, 0));
+        f->st = f->cm->st3; f->asplit = s->asplit3;
+        matmul(f, &L->idx_q_b, s->qn, ql, (int64_t)nih * ihd, s->qi, (int64_t)nih * ihd, T);
+        cu_idx_q_prep(s->qi, T, nih, ihd, nrot, rope, s->d_pos, sims, f->cm->st3);
+        CK_ASYNC(cudaEventRecord(f->cm->ev_join3, f->cm->st3));
+        f->st = st; f->asplit = s->asplit;
+    }
     matmul(f, &L->q_b, s->qn, ql, (int64_t)H * Dh, s->q, (int64_t)H * Dh, T);
     PROF(f, "q_norm_rope");
     cu_qhead_norm_rope(s->q, T, H, Dh, nrot, rope, s->d_pos, c->rms_eps, st);
@@ -859,8 +871,10 @@ static void attention_layer(fwd *f, int il) {
     if (ratio && f->side) CK_ASYNC(cudaStreamWaitEvent(st, f->cm->ev_join, 0));
     if (ratio == 4) {
         PROF(f, "idx_q");
-        matmul(f, &L->idx_q_b, s->qn, ql, (int64_t)nih * ihd, s->qi, (int64_t)nih * ihd, T);
-        cu_idx_q_prep(s->qi, T, nih, ihd, nrot, rope, s->d_pos, sims, st);
+        if (!idxq_side) {
+            matmul(f, &L->idx_q_b, s->qn, ql, (int64_t)nih * ihd, s->qi, (int64_t)nih * ihd, T);
+            cu_idx_q_prep(s->qi, T, nih, ihd, nrot, rope, s->d_pos, sims, st);
+        }
         PROF(f, "idx_score");
         cu_idx_scores(s->qi, s->wi, lc->index, T, nih, ihd, c->indexer_scale, (int)c->indexer_top_k,
                       lc->index_cap, s->d_pos, s->scores, s->score_stride, st);

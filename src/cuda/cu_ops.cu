@@ -119,29 +119,58 @@ void cu_add(const float *a, const float *b, float *y, int64_t n, cudaStream_t st
 /* ------------------------------------------------------------------ */
 /* argmax (greedy bench decode) and synthetic weights                  */
 
-__global__ void k_argmax(const float *x, int64_t n, int skip, int *out) {
-    cu_pdl_enter();
-    __shared__ float bv[1024];
-    __shared__ int bi[1024];
-    float best = -INFINITY; int idx = 0x7fffffff;
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-        if (i == skip) continue;
-        float v = x[i];
-        if (v > best || (v == best && i < idx)) { best = v; idx = (int)i; }
-    }
-    bv[threadIdx.x] = best; bi[threadIdx.x] = idx;
-    __syncthreads();
-    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
-        if (threadIdx.x < s) {
-            float ov = bv[threadIdx.x + s]; int oi = bi[threadIdx.x + s];
-            if (ov > bv[threadIdx.x] || (ov == bv[threadIdx.x] && oi < bi[threadIdx.x])) { bv[threadIdx.x] = ov; bi[threadIdx.x] = oi; }
-        }
-        __syncthreads();
-    }
-    if (threadIdx.x == 0) *out = bi[0];
+/* Argmax (lowest index wins exact ties, `skip` excluded) in two launches:
+ * AM_BLOCKS blocks each reduce a slice (4 independent loads in flight per
+ * thread), then one warp reduces the partials. One reduction at a time per
+ * device (the partials are static device memory): the bench's greedy loop. */
+#define AM_BLOCKS 128
+__device__ float am_part_v[AM_BLOCKS];
+__device__ int am_part_i[AM_BLOCKS];
+
+__device__ __forceinline__ void am_take(float &bv, int &bi, float v, int i) {
+    if (v > bv || (v == bv && i < bi)) { bv = v; bi = i; }
 }
+
+__global__ void __launch_bounds__(256) k_argmax_part(const float *x, int64_t n, int skip) {
+    cu_pdl_enter();
+    __shared__ float sv[8];
+    __shared__ int si[8];
+    int64_t per = (n + AM_BLOCKS - 1) / AM_BLOCKS;
+    int64_t lo = blockIdx.x * per, hi = lo + per < n ? lo + per : n;
+    float best = -INFINITY; int idx = 0x7fffffff;
+    for (int64_t i0 = lo + threadIdx.x; i0 < hi; i0 += 4 * 256) {
+        float v[4];
+#pragma unroll
+        for (int k = 0; k < 4; k++) { int64_t i = i0 + k * 256; v[k] = i < hi && i != skip ? x[i] : -INFINITY; }
+#pragma unroll
+        for (int k = 0; k < 4; k++) { int64_t i = i0 + k * 256; if (i < hi && i != skip) am_take(best, idx, v[k], (int)i); }
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        float ov = __shfl_down_sync(0xffffffffu, best, o); int oi = __shfl_down_sync(0xffffffffu, idx, o);
+        am_take(best, idx, ov, oi);
+    }
+    if ((threadIdx.x & 31) == 0) { sv[threadIdx.x >> 5] = best; si[threadIdx.x >> 5] = idx; }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int w = 1; w < 8; w++) am_take(best, idx, sv[w], si[w]);
+        am_part_v[blockIdx.x] = best; am_part_i[blockIdx.x] = idx;
+    }
+}
+
+__global__ void k_argmax_final(int *out) {
+    cu_pdl_enter();
+    float best = -INFINITY; int idx = 0x7fffffff;
+    for (int b = threadIdx.x; b < AM_BLOCKS; b += 32) am_take(best, idx, am_part_v[b], am_part_i[b]);
+    for (int o = 16; o > 0; o >>= 1) {
+        float ov = __shfl_down_sync(0xffffffffu, best, o); int oi = __shfl_down_sync(0xffffffffu, idx, o);
+        am_take(best, idx, ov, oi);
+    }
+    if (threadIdx.x == 0) *out = idx;
+}
+
 void cu_argmax(const float *x, int64_t n, int skip, int *out, cudaStream_t st) {
-    cu_launch(k_argmax, 1, 1024, 0, st, x, n, skip, out);
+    cu_launch(k_argmax_part, AM_BLOCKS, 256, 0, st, x, n, skip);
+    cu_launch(k_argmax_final, 1, 32, 0, st, out);
 }
 
 __device__ __forceinline__ uint32_t hash32(uint64_t x) {
