@@ -644,23 +644,150 @@ template <int NT> __host__ __device__ inline int xf_grid_off(int64_t in, int min
     return NT * ((ni + 31) / 32) * 256 + (mins ? (NT * ni + 1) / 2 : 0);
 }
 
-template <int TYPE, int NT, int RPW, int KS>
+/* Knobs of the T = 1 pipeline (MINKE_CUDA_GEMVF_V, see gemvf_opts): early: a dense
+ * launch requests its first row group's weights before cu_pdl_enter() (weights are
+ * never written during a step; activations and tiles are read only after it), and
+ * a block requests the next row group's weights before the warp sums of the
+ * current one; l2ahead: row groups a block prefetches into L2 ahead of use. */
+struct xf_opts { int early, l2ahead; };
+
+/* Prefetch bytes [p, p + n) into L2, spread over the block's threads; the range is
+ * shrunk to 16-byte bounds (no byte outside it is touched). */
+__device__ __forceinline__ void xf_l2_prefetch(const uint8_t *p, uint64_t n) {
+    size_t a = (__cvta_generic_to_global(p) + 15) & ~(size_t)15, e = (__cvta_generic_to_global(p) + n) & ~(size_t)15;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    const size_t CH = 4096;
+    for (size_t q = a + (size_t)threadIdx.x * CH; q < e; q += (size_t)blockDim.x * CH) {
+        uint32_t sz = (uint32_t)(e - q < CH ? e - q : CH);
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(q), "r"(sz));
+    }
+#else
+    for (size_t q = (a & ~(size_t)127) + (size_t)threadIdx.x * 128; q < e; q += (size_t)blockDim.x * 128)
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(q));
+#endif
+}
+
+/* the weight rows of row group rg (rows past the end repeat the last one) */
+template <int RPW>
+__device__ __forceinline__ void xf_rows(const cu_gemv_args &g, const uint8_t *wbase, int64_t r0, const uint8_t *(&row)[RPW]) {
+#pragma unroll
+    for (int rr = 0; rr < RPW; rr++) {
+        int64_t r = r0 + rr < g.rows ? r0 + rr : g.rows - 1;
+        row[rr] = wbase + r * (int64_t)g.row_bytes;
+    }
+}
+
+/* the ring's D items it0 + d S of the chunk starting at item cit (those below ni) */
+template <typename W, int D, int RPW>
+__device__ __forceinline__ void xf_ring_load(W (&w)[D][RPW], const uint8_t *const (&row)[RPW], int cit, int it0, int S,
+                                             int ni, int nitems) {
+#pragma unroll
+    for (int d = 0; d < D; d++)
+        if (it0 + d * S < ni) {
+#pragma unroll
+            for (int rr = 0; rr < RPW; rr++) w[d][rr].load(row[rr], cit + it0 + d * S, nitems);
+        }
+}
+
+/* one item into the sums: acc[t][rr] += scales x (decoded item . activations) */
+template <int TYPE, int NT, int RPW>
+__device__ __forceinline__ void xf_item(float (&acc)[NT][RPW], const XW<TYPE> (&w)[RPW], const float4 *xsh, const float2 *xsum,
+                                        int it, int ts, int ni, const XTabs &tb) {
+    typedef XW<TYPE> W;
+    constexpr int H = W::HALVES;
+    const float4 *xb = xsh + (it >> 5) * 256 + (it & 31);
+    /* two partial sums per (token, row): the halves of a Q2_K item, else even / odd l */
+    float p[NT][RPW][2];
+#pragma unroll
+    for (int t = 0; t < NT; t++)
+#pragma unroll
+        for (int rr = 0; rr < RPW; rr++) p[t][rr][0] = p[t][rr][1] = 0.f;
+#pragma unroll
+    for (int l = 0; l < 4; l++) {
+        const int h = H == 2 ? l >> 1 : l & 1;
+        float4 xa[NT], xc[NT];
+#pragma unroll
+        for (int t = 0; t < NT; t++) { xa[t] = xb[t * ts + 64 * l]; xc[t] = xb[t * ts + 64 * l + 32]; }
+#pragma unroll
+        for (int rr = 0; rr < RPW; rr++) {
+            float v[8];
+            w[rr].dec8(l, v, tb);
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+                float s = p[t][rr][h];
+                s = fmaf(v[0], xa[t].x, s); s = fmaf(v[1], xa[t].y, s);
+                s = fmaf(v[2], xa[t].z, s); s = fmaf(v[3], xa[t].w, s);
+                s = fmaf(v[4], xc[t].x, s); s = fmaf(v[5], xc[t].y, s);
+                s = fmaf(v[6], xc[t].z, s); s = fmaf(v[7], xc[t].w, s);
+                p[t][rr][h] = s;
+            }
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        float2 xs = make_float2(0.f, 0.f);
+        if (W::MINS) xs = xsum[t * ni + it];
+#pragma unroll
+        for (int rr = 0; rr < RPW; rr++) {
+            float a = acc[t][rr];
+            if (H == 2) {
+                a = fmaf(w[rr].scale(0), p[t][rr][0], a);
+                a = fmaf(w[rr].scale(1), p[t][rr][1], a);
+                if (W::MINS) { a = fmaf(-w[rr].mscale(0), xs.x, a); a = fmaf(-w[rr].mscale(1), xs.y, a); }
+            } else {
+                a = fmaf(w[rr].scale(0), p[t][rr][0] + p[t][rr][1], a);
+                if (W::MINS) a = fmaf(-w[rr].mscale(0), xs.x + xs.y, a);
+            }
+            acc[t][rr] = a;
+        }
+    }
+}
+
+/* D: the items of a row a lane has in flight (a ring of D loaded items; each is
+ * refilled with the item D steps on as soon as it has been used). The items of a
+ * row are summed in the same order whatever D is. */
+template <int TYPE, int NT, int RPW, int KS, int D>
 __global__ void __launch_bounds__(GEMV_WARPS * 32, 2)
-k_gemvf(cu_gemv_args g) {
+k_gemvf(cu_gemv_args g, xf_opts xo) {
     extern __shared__ uint4 xsh_raw[];
     float4 *xsh = (float4 *)xsh_raw;
     __shared__ uint8_t ssigns[xf_is_iq2(TYPE) ? 128 : 1];
     __shared__ float skv[TYPE == CU_TYPE_MXFP4 ? 16 : 1];
     __shared__ float sred[KS > 1 ? GEMV_WARPS * NT * RPW : 1];
     typedef XW<TYPE> W;
-    constexpr int KC = XChunk<NT>::K, H = W::HALVES;
-    cu_pdl_enter();
+    constexpr int KC = XChunk<NT>::K;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nthr = blockDim.x;
     const int nwr = (blockDim.x >> 5) / KS, wr = warp / KS, ks = warp - wr * KS;
     int bx = blockIdx.x;
     const uint8_t *wbase = (const uint8_t *)g.w;
     float *gout = g.out;
     if (g.w2 && bx >= (int)(gridDim.x >> 1)) { bx -= gridDim.x >> 1; wbase = (const uint8_t *)g.w2; gout = g.out2; }
+    /* row groups (nwr * RPW rows): block bx takes bx, bx + gx, ...; with one chunk the
+     * staged activations serve them all (unless a grouped input moves to another group) */
+    const int64_t rpb = (int64_t)nwr * RPW;
+    const int nrg = (int)((g.rows + rpb - 1) / rpb);
+    const int gxh = g.w2 ? (int)(gridDim.x >> 1) : (int)gridDim.x;
+    const int in = (int)g.in, nitems = g.items, nchunks = (in + KC - 1) / KC;
+    const int ni0 = (in < KC ? in : KC) >> 5;
+    const int S = 32 * KS, it0 = ks * 32 + lane;
+    W w[D][RPW];
+    /* the row group whose weights are already requested (-1: none) */
+    int loaded_rg = -1;
+    if (xo.early && !g.tile_pairs && bx < nrg) {
+        /* dense: rows and weights do not depend on earlier kernels */
+        const int64_t r0 = (int64_t)bx * rpb + (int64_t)wr * RPW;
+        if (r0 < g.rows) {
+            const uint8_t *row[RPW];
+            xf_rows<RPW>(g, wbase, r0, row);
+            xf_ring_load<W, D, RPW>(w, row, 0, it0, S, ni0, nitems);
+        }
+        loaded_rg = bx;
+        for (int j = D * S >= ni0 && nchunks == 1; j < xo.l2ahead; j++) {
+            int64_t rb = (int64_t)(bx + j * gxh) * rpb;
+            if (rb < g.rows) xf_l2_prefetch(wbase + rb * (int64_t)g.row_bytes, (uint64_t)((g.rows - rb < rpb ? g.rows - rb : rpb) * (int64_t)g.row_bytes));
+        }
+    }
+    cu_pdl_enter();
     int ids[NT]; int nt = 0;
     if (g.tile_pairs) {
         int tile = blockIdx.y;
@@ -677,6 +804,11 @@ k_gemvf(cu_gemv_args g) {
         nt = g.ntok - t0 < NT ? g.ntok - t0 : NT;
     }
     if (nt <= 0) return;
+    if (loaded_rg < 0 && xo.l2ahead)
+        for (int j = D * S >= ni0 && nchunks == 1; j < xo.l2ahead; j++) {
+            int64_t rb = (int64_t)(bx + j * gxh) * rpb;
+            if (rb < g.rows) xf_l2_prefetch(wbase + rb * (int64_t)g.row_bytes, (uint64_t)((g.rows - rb < rpb ? g.rows - rb : rpb) * (int64_t)g.row_bytes));
+        }
     XTabs tb;
     tb.signs = ssigns; tb.kv = skv;
     tb.grid16 = xsh_raw + xf_grid_off<NT>(g.in, W::MINS) + (lane & 7);
@@ -699,13 +831,6 @@ k_gemvf(cu_gemv_args g) {
     }
     if (TYPE == CU_TYPE_MXFP4)
         for (int i = threadIdx.x; i < 16; i += nthr) skv[i] = (float)cu_mxfp4_kvalues[i];
-    /* row groups (nwr * RPW rows): block bx takes bx, bx + gx, ...; with one chunk the
-     * staged activations serve them all (unless a grouped input moves to another group) */
-    const int64_t rpb = (int64_t)nwr * RPW;
-    const int nrg = (int)((g.rows + rpb - 1) / rpb);
-    const int gxh = g.w2 ? (int)(gridDim.x >> 1) : (int)gridDim.x;
-    const int in = (int)g.in, nitems = g.items, nchunks = (in + KC - 1) / KC;
-    const int it0 = ks * 32 + lane;
     int64_t staged_aoff = -1;
     for (int rg = bx; rg < nrg; rg += gxh) {
         const int64_t rb0 = (int64_t)rg * rpb, r0 = rb0 + (int64_t)wr * RPW;
@@ -714,22 +839,18 @@ k_gemvf(cu_gemv_args g) {
         const int64_t aoff = g.group_rows ? (rb0 / g.group_rows) * g.group_act_bytes : 0;
         const bool al16 = (((uintptr_t)g.act | (uintptr_t)g.act_stride | (uintptr_t)aoff) & 15) == 0;
         const uint8_t *row[RPW];
-#pragma unroll
-        for (int rr = 0; rr < RPW; rr++) {
-            int64_t r = r0 + rr < g.rows ? r0 + rr : g.rows - 1;
-            row[rr] = wbase + r * (int64_t)g.row_bytes;
+        xf_rows<RPW>(g, wbase, r0, row);
+        if (xo.l2ahead) {
+            int64_t rb = (int64_t)(rg + xo.l2ahead * gxh) * rpb;
+            if (rb < g.rows) xf_l2_prefetch(wbase + rb * (int64_t)g.row_bytes, (uint64_t)((g.rows - rb < rpb ? g.rows - rb : rpb) * (int64_t)g.row_bytes));
         }
         float acc[NT][RPW];
 #pragma unroll
         for (int k = 0; k < NT; k++)
 #pragma unroll
             for (int rr = 0; rr < RPW; rr++) acc[k][rr] = 0.f;
-        W w[RPW], wn[RPW];
-        /* the first item's weights are requested before the staging: their latency overlaps it */
-        if (active && it0 < ((in < KC ? in : KC) >> 5)) {
-#pragma unroll
-            for (int rr = 0; rr < RPW; rr++) w[rr].load(row[rr], it0, nitems);
-        }
+        /* the first items' weights are requested before the staging: their latency overlaps it */
+        if (active && loaded_rg != rg) xf_ring_load<W, D, RPW>(w, row, 0, it0, S, ni0, nitems);
         for (int c0 = 0; c0 < in; c0 += KC) {
             const int kc = in - c0 < KC ? in - c0 : KC, ni = kc >> 5, ts = ((ni + 31) >> 5) * 256;
             if (nchunks > 1 || aoff != staged_aoff) {
@@ -739,17 +860,29 @@ k_gemvf(cu_gemv_args g) {
                     const float *src = (const float *)((const uint8_t *)g.act +
                                                        (int64_t)(t < nt ? ids[t] / g.act_div : 0) * g.act_stride + aoff) + c0;
                     /* 32 threads take float4 k0..k0+3 of 8 items: 8 lines a load, and the 8
-                     * stores of a phase (one k, 8 consecutive items) hit 8 bank quads */
-                    for (int s = threadIdx.x; s < ts; s += nthr) {
-                        int u = s & 31, v = s >> 5;
-                        int it = ((v >> 1) << 3) | (u & 7), k = ((v & 1) << 2) | (u >> 3);
-                        float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
-                        if (t < nt && it < ni) {
-                            const float *p = src + it * 32 + k * 4;
-                            if (al16) x = __ldg((const float4 *)p);
-                            else x = make_float4(__ldg(p), __ldg(p + 1), __ldg(p + 2), __ldg(p + 3));
+                     * stores of a phase (one k, 8 consecutive items) hit 8 bank quads;
+                     * four loads are in flight before their stores */
+                    for (int s0 = threadIdx.x; s0 < ts; s0 += 4 * nthr) {
+                        float4 x[4];
+#pragma unroll
+                        for (int u4 = 0; u4 < 4; u4++) {
+                            const int s = s0 + u4 * nthr;
+                            int u = s & 31, v = s >> 5;
+                            int it = ((v >> 1) << 3) | (u & 7), k = ((v & 1) << 2) | (u >> 3);
+                            x[u4] = make_float4(0.f, 0.f, 0.f, 0.f);
+                            if (s < ts && t < nt && it < ni) {
+                                const float *p = src + it * 32 + k * 4;
+                                if (al16) x[u4] = __ldg((const float4 *)p);
+                                else x[u4] = make_float4(__ldg(p), __ldg(p + 1), __ldg(p + 2), __ldg(p + 3));
+                            }
                         }
-                        xsh[t * ts + ((it >> 5) << 8) + (k << 5) + (it & 31)] = x;
+#pragma unroll
+                        for (int u4 = 0; u4 < 4; u4++) {
+                            const int s = s0 + u4 * nthr;
+                            int u = s & 31, v = s >> 5;
+                            int it = ((v >> 1) << 3) | (u & 7), k = ((v & 1) << 2) | (u >> 3);
+                            if (s < ts) xsh[t * ts + ((it >> 5) << 8) + (k << 5) + (it & 31)] = x[u4];
+                        }
                     }
                 }
                 if (W::MINS) {
@@ -771,67 +904,33 @@ k_gemvf(cu_gemv_args g) {
                 staged_aoff = aoff;
             }
             const float2 *xsum = (const float2 *)(xsh + NT * ts);
-            if (active && it0 < ni) {
-                if (c0 > 0) {
+            if (active) {
+                if (c0 > 0) xf_ring_load<W, D, RPW>(w, row, c0 >> 5, it0, S, ni, nitems);
+                for (int it = it0; it < ni; it += D * S) {
 #pragma unroll
-                    for (int rr = 0; rr < RPW; rr++) w[rr].load(row[rr], (c0 >> 5) + it0, nitems);
-                }
-                /* the next item's weights are loaded before this one is used */
-                for (int it = it0; it < ni; it += 32 * KS) {
-                    if (it + 32 * KS < ni) {
+                    for (int d = 0; d < D; d++) {
+                        const int itd = it + d * S;
+                        if (itd < ni) {
+                            xf_item<TYPE, NT, RPW>(acc, w[d], xsh, xsum, itd, ts, ni, tb);
+                            if (itd + D * S < ni) {
 #pragma unroll
-                        for (int rr = 0; rr < RPW; rr++) wn[rr].load(row[rr], (c0 >> 5) + it + 32 * KS, nitems);
-                    }
-                    const float4 *xb = xsh + (it >> 5) * 256 + (it & 31);
-                    /* two partial sums per (token, row): the halves of a Q2_K item, else even / odd l */
-                    float p[NT][RPW][2];
-#pragma unroll
-                    for (int t = 0; t < NT; t++)
-#pragma unroll
-                        for (int rr = 0; rr < RPW; rr++) p[t][rr][0] = p[t][rr][1] = 0.f;
-#pragma unroll
-                    for (int l = 0; l < 4; l++) {
-                        const int h = H == 2 ? l >> 1 : l & 1;
-                        float4 xa[NT], xc[NT];
-#pragma unroll
-                        for (int t = 0; t < NT; t++) { xa[t] = xb[t * ts + 64 * l]; xc[t] = xb[t * ts + 64 * l + 32]; }
-#pragma unroll
-                        for (int rr = 0; rr < RPW; rr++) {
-                            float v[8];
-                            w[rr].dec8(l, v, tb);
-#pragma unroll
-                            for (int t = 0; t < NT; t++) {
-                                float s = p[t][rr][h];
-                                s = fmaf(v[0], xa[t].x, s); s = fmaf(v[1], xa[t].y, s);
-                                s = fmaf(v[2], xa[t].z, s); s = fmaf(v[3], xa[t].w, s);
-                                s = fmaf(v[4], xc[t].x, s); s = fmaf(v[5], xc[t].y, s);
-                                s = fmaf(v[6], xc[t].z, s); s = fmaf(v[7], xc[t].w, s);
-                                p[t][rr][h] = s;
+                                for (int rr = 0; rr < RPW; rr++) w[d][rr].load(row[rr], (c0 >> 5) + itd + D * S, nitems);
                             }
                         }
                     }
-#pragma unroll
-                    for (int t = 0; t < NT; t++) {
-                        float2 xs = make_float2(0.f, 0.f);
-                        if (W::MINS) xs = xsum[t * ni + it];
-#pragma unroll
-                        for (int rr = 0; rr < RPW; rr++) {
-                            float a = acc[t][rr];
-                            if (H == 2) {
-                                a = fmaf(w[rr].scale(0), p[t][rr][0], a);
-                                a = fmaf(w[rr].scale(1), p[t][rr][1], a);
-                                if (W::MINS) { a = fmaf(-w[rr].mscale(0), xs.x, a); a = fmaf(-w[rr].mscale(1), xs.y, a); }
-                            } else {
-                                a = fmaf(w[rr].scale(0), p[t][rr][0] + p[t][rr][1], a);
-                                if (W::MINS) a = fmaf(-w[rr].mscale(0), xs.x + xs.y, a);
-                            }
-                            acc[t][rr] = a;
-                        }
-                    }
-#pragma unroll
-                    for (int rr = 0; rr < RPW; rr++) w[rr] = wn[rr];
                 }
             }
+        }
+        /* the next row group's first items are requested before this one's sums */
+        loaded_rg = -1;
+        if (xo.early && nchunks == 1 && rg + gxh < nrg) {
+            const int64_t rn = (int64_t)(rg + gxh) * rpb + (int64_t)wr * RPW;
+            if (rn < g.rows) {
+                const uint8_t *rown[RPW];
+                xf_rows<RPW>(g, wbase, rn, rown);
+                xf_ring_load<W, D, RPW>(w, rown, 0, it0, S, ni0, nitems);
+            }
+            loaded_rg = rg + gxh;
         }
         if (KS == 1) {
             if (active) {
@@ -891,8 +990,35 @@ static int gemvf_max_loops(void) {
     return n;
 }
 
-template <int TYPE, int NT, int RPW, int KS>
-static void launch_f(const cu_gemv_args &g, int nwarps, int ntiles, cudaStream_t st) {
+/* MINKE_CUDA_GEMVF_V: the T = 1 pipeline (default 2):
+ *   0: two items a row in flight, nothing before cu_pdl_enter() (the schedule before the knob)
+ *   1: deep ring (xf_deep) + early weight requests (before cu_pdl_enter() for dense
+ *      launches, before the warp sums for a block's next row group)
+ *   2: 1 + L2 prefetch of a block's next row group
+ *   3: 1 + L2 prefetch two row groups ahead
+ *   4: 2 without the deep ring
+ * Every variant sums each output in the same order (the same bits). */
+struct xf_variant { int deep; xf_opts o; };
+static int gemvf_v = -1;
+extern "C" void cu_gemvf_set_variant(int v) { gemvf_v = v; }
+static xf_variant gemvf_variant(void) {
+    if (gemvf_v < 0) { const char *e = getenv("MINKE_CUDA_GEMVF_V"); gemvf_v = e && *e ? atoi(e) : 2; }
+    xf_variant v;
+    v.deep = gemvf_v >= 1 && gemvf_v <= 3;
+    v.o.early = gemvf_v >= 1;
+    v.o.l2ahead = gemvf_v == 2 || gemvf_v == 4 ? 1 : gemvf_v == 3 ? 2 : 0;
+    return v;
+}
+
+/* items a row in the deep ring: as many as the registers allow under the
+ * 128 of two blocks an SM (Q8_0 items hold 9 words, Q2_K 12, IQ2_XXS 3) */
+template <int TYPE, int RPW, int KS> constexpr int xf_deep() {
+    return KS != 1 ? 2 : TYPE == CU_TYPE_Q8_0R ? (RPW <= 2 ? 4 : 2) : TYPE == CU_TYPE_IQ2R ? 4
+         : TYPE == CU_TYPE_Q2_K ? (RPW == 1 ? 4 : 2) : 2;
+}
+
+template <int TYPE, int NT, int RPW, int KS, int D>
+static void launch_f(const cu_gemv_args &g, int nwarps, int ntiles, cudaStream_t st, xf_opts xo) {
     int64_t rpb = (int64_t)(nwarps / KS) * RPW;
     int gx = (int)((g.rows + rpb - 1) / rpb);
     size_t smem = (size_t)xf_grid_off<NT>(g.in, XW<TYPE>::MINS) * 16;
@@ -901,7 +1027,7 @@ static void launch_f(const cu_gemv_args &g, int nwarps, int ntiles, cudaStream_t
      * (its default limit is 48 KB less the static part) */
     static size_t smem_set = 0;
     if (smem > smem_set) {
-        cudaFuncSetAttribute(k_gemvf<TYPE, NT, RPW, KS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        cudaFuncSetAttribute(k_gemvf<TYPE, NT, RPW, KS, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         smem_set = smem;
     }
     /* More row groups than blocks that fit on the GPU at once: each block takes
@@ -913,7 +1039,7 @@ static void launch_f(const cu_gemv_args &g, int nwarps, int ntiles, cudaStream_t
         static int occ_blocks = 0, occ_threads = 0;
         if (occ_smem != smem || occ_threads != nwarps * 32) {
             int nb = 0;
-            if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, k_gemvf<TYPE, NT, RPW, KS>, nwarps * 32, smem) != cudaSuccess)
+            if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, k_gemvf<TYPE, NT, RPW, KS, D>, nwarps * 32, smem) != cudaSuccess)
                 nb = 0;
             occ_smem = smem; occ_threads = nwarps * 32; occ_blocks = nb;
         }
@@ -927,7 +1053,16 @@ static void launch_f(const cu_gemv_args &g, int nwarps, int ntiles, cudaStream_t
         }
     }
     if (g.w2) gx *= 2;
-    cu_launch(k_gemvf<TYPE, NT, RPW, KS>, dim3(gx, ntiles), dim3(nwarps * 32), smem, st, g);
+    cu_launch(k_gemvf<TYPE, NT, RPW, KS, D>, dim3(gx, ntiles), dim3(nwarps * 32), smem, st, g, xo);
+}
+
+/* T = 1: the deep ring where the variant asks for it and the type has one */
+template <int TYPE, int RPW, int KS>
+static void launch_f1(const cu_gemv_args &g, int nwarps, int ntiles, cudaStream_t st) {
+    const xf_variant v = gemvf_variant();
+    constexpr int DD = xf_deep<TYPE, RPW, KS>();
+    if (DD != 2 && v.deep) launch_f<TYPE, 1, RPW, KS, DD>(g, nwarps, ntiles, st, v.o);
+    else launch_f<TYPE, 1, RPW, KS, 2>(g, nwarps, ntiles, st, v.o);
 }
 
 /* The shape of the launch: rows per warp (RPW) and the item split (KS) so
@@ -942,18 +1077,19 @@ static void launch_type_f(const cu_gemv_args &g, int ntiles, cudaStream_t st) {
     auto fits = [&](int64_t rpb) { return !gr || gr % rpb == 0; };
     /* 4 rows a warp where a row's item state is small (K-quants and MXFP4 would spill) */
     constexpr int R4 = xf_is_iq2(TYPE) || TYPE == CU_TYPE_Q8_0R || TYPE == CU_TYPE_Q8_0 ? 4 : 2;
+    const xf_opts o0 = {0, 0};
     if (g.nt_hint <= 1) {
-        if (R4 == 4 && fits(32) && blocks(32) >= want) { launch_f<TYPE, 1, R4, 1>(g, 8, ntiles, st); return; }
-        if (fits(16) && blocks(16) >= want * 3 / 8) { launch_f<TYPE, 1, 2, 1>(g, 8, ntiles, st); return; }
-        if (fits(2) && blocks(8) < want / 2 && g.items >= 128) { launch_f<TYPE, 1, 1, 4>(g, 8, ntiles, st); return; }
-        if (fits(8)) { launch_f<TYPE, 1, 1, 1>(g, 8, ntiles, st); return; }
-        launch_f<TYPE, 1, 1, 1>(g, 1, ntiles, st);
+        if (R4 == 4 && fits(32) && blocks(32) >= want) { launch_f1<TYPE, R4, 1>(g, 8, ntiles, st); return; }
+        if (fits(16) && blocks(16) >= want * 3 / 8) { launch_f1<TYPE, 2, 1>(g, 8, ntiles, st); return; }
+        if (fits(2) && blocks(8) < want / 2 && g.items >= 128) { launch_f1<TYPE, 1, 4>(g, 8, ntiles, st); return; }
+        if (fits(8)) { launch_f1<TYPE, 1, 1>(g, 8, ntiles, st); return; }
+        launch_f1<TYPE, 1, 1>(g, 1, ntiles, st);
     } else if (g.nt_hint <= 4) {
-        if (fits(16)) launch_f<TYPE, 4, 2, 1>(g, 8, ntiles, st);
-        else if (fits(8)) launch_f<TYPE, 4, 1, 1>(g, 8, ntiles, st);
-        else launch_f<TYPE, 4, 1, 1>(g, 1, ntiles, st);
+        if (fits(16)) launch_f<TYPE, 4, 2, 1, 2>(g, 8, ntiles, st, o0);
+        else if (fits(8)) launch_f<TYPE, 4, 1, 1, 2>(g, 8, ntiles, st, o0);
+        else launch_f<TYPE, 4, 1, 1, 2>(g, 1, ntiles, st, o0);
     } else {
-        launch_f<TYPE, 8, 1, 1>(g, fits(8) ? 8 : 1, ntiles, st);
+        launch_f<TYPE, 8, 1, 1, 2>(g, fits(8) ? 8 : 1, ntiles, st, o0);
     }
 }
 

@@ -13,6 +13,9 @@
 #include "quant/quant.h"
 #include "cuda/cu_ops.h"
 
+/* cu_gemv.cu: the T = 1 pipeline variant of the exact-activation GEMV (MINKE_CUDA_GEMVF_V) */
+void cu_gemvf_set_variant(int v);
+
 static uint64_t rng = 88172645463325252ull;
 static float frand(void) {
     rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
@@ -410,7 +413,15 @@ static int check_f32(int type, int64_t rows, int64_t in, int T, int E, int K, in
                      E > 0 ? " moe" : G > 0 ? " grouped" : "");
             if (E > 0) snprintf(what + strlen(what), sizeof what - strlen(what), " (E %d K %d)", E, K);
             if (G > 0) snprintf(what + strlen(what), sizeof what - strlen(what), " (%d x %lld rows)", G, (long long)grows);
-            fail |= run_f32(what, g, ntiles, ref, (int64_t)P * rows);
+            if (nt > 1) { fail |= run_f32(what, g, ntiles, ref, (int64_t)P * rows); continue; }
+            /* T = 1: every pipeline variant (MINKE_CUDA_GEMVF_V 0..4), then the default */
+            size_t wl = strlen(what);
+            for (int v = 0; v <= 5; v++) {
+                snprintf(what + wl, sizeof what - wl, v < 5 ? " V%d" : " Vdefault", v);
+                cu_gemvf_set_variant(v < 5 ? v : -1);
+                fail |= run_f32(what, g, ntiles, ref, (int64_t)P * rows);
+            }
+            cu_gemvf_set_variant(-1);
         }
     }
     cudaFree(dW); cudaFree(dx); cudaFree(dy); cudaFree(dsel); cudaFree(dt);
@@ -465,10 +476,19 @@ static void time_f32(int type, int64_t rows, int64_t in, int E, int paired, int 
         ntiles = P + (E < P ? E : P);
     }
     if (paired) g.out2 = dy2;
+    char shape[96];
+    if (E > 0) snprintf(shape, sizeof shape, "%d x %lld x %lld%s", E, (long long)rows, (long long)in, paired ? " gate+up" : "");
+    else snprintf(shape, sizeof shape, "%s%lld x %lld", paired ? "2 x " : "", (long long)rows, (long long)in);
     cudaEvent_t ev[21];
     for (int i = 0; i < 21; i++) cudaEventCreate(&ev[i]);
-    float med[2];
-    for (int f32 = 0; f32 < 2; f32++) {
+    cudaStream_t gs;
+    CK(cudaStreamCreateWithFlags(&gs, cudaStreamNonBlocking));
+    /* mode 0: the q8 kernel; 1..: act_f32 with MINKE_CUDA_GEMVF_V = mode - 1 */
+    const int nvar = 5;
+    float med[1 + 5], graph_us[1 + 5];
+    for (int mode = 0; mode < 1 + nvar; mode++) {
+        int f32 = mode > 0;
+        if (f32) cu_gemvf_set_variant(mode - 1);
         g.act_f32 = f32;
         g.act = f32 ? (const void *)dx : dq;
         g.act_stride = f32 ? in * 4 : arb;
@@ -485,14 +505,43 @@ static void time_f32(int type, int64_t rows, int64_t in, int E, int paired, int 
         cudaEventSynchronize(ev[20]);
         for (int i = 0; i < 20; i++) cudaEventElapsedTime(&ms[i], ev[i], ev[i + 1]);
         qsort(ms, 20, sizeof(float), cmp_float);
-        med[f32] = (ms[9] + ms[10]) / 2;
+        med[mode] = (ms[9] + ms[10]) / 2;
+        /* 43 back-to-back launches in one CUDA graph (as in a decode step: PDL lets
+         * each launch start while the one before runs), weights rotated over the pool */
+        const int NG = 43, REP = 5;
+        cudaGraph_t graph; cudaGraphExec_t exec;
+        graph_us[mode] = -1.f;
+        CK(cudaStreamSynchronize(0));
+        if (cudaStreamBeginCapture(gs, cudaStreamCaptureModeThreadLocal) == cudaSuccess) {
+            for (int i = 0; i < NG; i++) {
+                int s = i % nsets;
+                g.w = (const uint8_t *)pool + (int64_t)s * set;
+                if (paired) g.w2 = (const uint8_t *)g.w + set / 2;
+                cu_gemv(&g, ntiles, gs);
+            }
+            if (cudaStreamEndCapture(gs, &graph) == cudaSuccess && cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess) {
+                cudaGraphLaunch(exec, gs);
+                cudaEventRecord(ev[0], gs);
+                for (int r = 0; r < REP; r++) cudaGraphLaunch(exec, gs);
+                cudaEventRecord(ev[1], gs);
+                if (cudaEventSynchronize(ev[1]) == cudaSuccess) {
+                    float t; cudaEventElapsedTime(&t, ev[0], ev[1]);
+                    graph_us[mode] = t * 1e3f / (NG * REP);
+                }
+                cudaGraphExecDestroy(exec);
+                cudaGraphDestroy(graph);
+            }
+        }
+        if (cudaGetLastError() != cudaSuccess) graph_us[mode] = -1.f;
     }
-    char shape[96];
-    if (E > 0) snprintf(shape, sizeof shape, "%d x %lld x %lld%s", E, (long long)rows, (long long)in, paired ? " gate+up" : "");
-    else snprintf(shape, sizeof shape, "%lld x %lld", (long long)rows, (long long)in);
-    printf("time gemvf %-8s %-26s %6.2f MB: q8 %.2f us (%.0f GB/s), f32 %.2f us (%.0f GB/s)\n", quant_get(type)->name, shape,
-           set / 1e6, med[0] * 1e3, set / (med[0] * 1e-3) / 1e9, med[1] * 1e3, set / (med[1] * 1e-3) / 1e9);
+    cu_gemvf_set_variant(-1);
+    printf("time gemvf %-8s %-26s %6.2f MB: q8 %.2f us (%.0f GB/s), graph %.2f us (%.0f GB/s)\n", quant_get(type)->name, shape,
+           set / 1e6, med[0] * 1e3, set / (med[0] * 1e-3) / 1e9, graph_us[0], set / (graph_us[0] * 1e-6) / 1e9);
+    for (int v = 0; v < nvar; v++)
+        printf("time gemvf %-8s %-26s    f32 V%d: %.2f us (%.0f GB/s), graph of 43: %.2f us (%.0f GB/s)\n", quant_get(type)->name,
+               shape, v, med[1 + v] * 1e3, set / (med[1 + v] * 1e-3) / 1e9, graph_us[1 + v], set / (graph_us[1 + v] * 1e-6) / 1e9);
     for (int i = 0; i < 21; i++) cudaEventDestroy(ev[i]);
+    cudaStreamDestroy(gs);
     cudaFree(pool); cudaFree(dx); cudaFree(dq); cudaFree(dy); cudaFree(dy2); cudaFree(dsel); cudaFree(dt);
 }
 
@@ -514,14 +563,23 @@ static int check_f32_all(int timing) {
         fail |= check_f32(t, 0, 256, 3, 0, 0, 3, 5);          /* grouped, 5-row groups: one-warp blocks */
         fail |= check_f32(t, 0, 4096, 2, 0, 0, 2, 10);        /* grouped, split items */
         fail |= check_f32(t, 0, 256, 2, 0, 0, 8, 512);        /* grouped, blocks looping over row groups of several groups */
+        /* T = 1 rings: several items a lane (the ring wraps), blocks looping over row groups, two chunks */
+        fail |= check_f32(t, 400, 8192, 1, 0, 0, 0, 0);
+        fail |= check_f32(t, 4500, 1024, 1, 0, 0, 0, 0);
+        fail |= check_f32(t, 264, 4096, 1, 6, 6, 0, 0);       /* MoE decode, 4 items a lane */
+        fail |= check_f32(t, 300, 16384, 1, 0, 0, 0, 0);
     }
     if (timing) {
+        /* the decode shapes of Flash: dense Q8_0 (repacked), then the MoE tiles */
+        time_f32(GGML_TYPE_Q8_0, 1024, 4096, 0, 0, 0);      /* q_a */
         time_f32(GGML_TYPE_Q8_0, 4096, 4096, 0, 0, 0);
-        time_f32(GGML_TYPE_Q8_0, 32768, 1024, 0, 0, 0);
-        time_f32(GGML_TYPE_Q8_0, 1024, 4096, 0, 0, 0);
-        time_f32(GGML_TYPE_Q8_0, 4096, 8192, 0, 0, 0);
-        time_f32(GGML_TYPE_IQ2_XXS, 2048, 4096, 6, 1, 0);
-        time_f32(GGML_TYPE_Q2_K, 4096, 2048, 6, 0, 1);
+        time_f32(GGML_TYPE_Q8_0, 2048, 4096, 0, 1, 0);      /* shared expert gate + up */
+        time_f32(GGML_TYPE_Q8_0, 4096, 2048, 0, 0, 0);      /* shared expert down */
+        time_f32(GGML_TYPE_Q8_0, 4096, 8192, 0, 0, 0);      /* out_b */
+        time_f32(GGML_TYPE_Q8_0, 32768, 1024, 0, 0, 0);     /* q_b */
+        time_f32(GGML_TYPE_Q8_0, 512, 4096, 0, 0, 0);       /* kv */
+        time_f32(GGML_TYPE_IQ2_XXS, 2048, 4096, 6, 1, 0);   /* routed experts gate + up */
+        time_f32(GGML_TYPE_Q2_K, 4096, 2048, 6, 0, 1);      /* routed experts down */
         time_f32(GGML_TYPE_Q2_K, 2048, 4096, 6, 1, 0);
         time_f32(GGML_TYPE_Q4_K, 2048, 4096, 6, 1, 0);
         time_f32(GGML_TYPE_MXFP4, 2048, 4096, 6, 1, 0);
