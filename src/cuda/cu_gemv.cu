@@ -1164,6 +1164,13 @@ void cu_quantize_act(int atype, const float *x, void *out, int64_t nrows, int64_
     }
 }
 
+/* k_gemvf requests dense weights before its cu_pdl_enter(), so it may run
+ * while the kernel launched just before it still runs (never a kernel two
+ * launches back: that one completed before its successor's wait returned).
+ * The repacks write weights: an empty launch after them keeps any GEMV at
+ * least two launches away. */
+__global__ void k_pdl_fence(int unused) { cu_pdl_enter(); }
+
 /* Q8_0 rows -> Q8_0R rows (codes first, then scales); one block per row. */
 __global__ void k_repack_q8_0(const uint8_t *src, uint8_t *dst, int nb, uint64_t row_bytes) {
     cu_pdl_enter();
@@ -1179,6 +1186,7 @@ int cu_repack_q8_0(void *data, int64_t rows, int64_t in, uint64_t row_bytes, cud
     if (cudaMallocAsync(&tmp, rows * row_bytes, st) != cudaSuccess) return 0;
     cudaMemcpyAsync(tmp, data, rows * row_bytes, cudaMemcpyDeviceToDevice, st);
     cu_launch(k_repack_q8_0, (unsigned)rows, 256, 0, st, (const uint8_t *)tmp, (uint8_t *)data, nb, row_bytes);
+    cu_launch(k_pdl_fence, 1, 32, 0, st, 0);
     cudaFreeAsync(tmp, st);
     return 1;
 }
@@ -1197,6 +1205,7 @@ int cu_repack_iq2_xxs(void *data, int64_t rows, int64_t in, uint64_t row_bytes, 
     if (cudaMallocAsync(&tmp, rows * row_bytes, st) != cudaSuccess) return 0;
     cudaMemcpyAsync(tmp, data, rows * row_bytes, cudaMemcpyDeviceToDevice, st);
     cu_launch(k_repack_iq2, (unsigned)rows, 256, 0, st, (const uint8_t *)tmp, (uint8_t *)data, nb, row_bytes);
+    cu_launch(k_pdl_fence, 1, 32, 0, st, 0);
     cudaFreeAsync(tmp, st);
     return 1;
 }
