@@ -787,28 +787,7 @@ k_gemvf(cu_gemv_args g, xf_opts xo) {
             if (rb < g.rows) xf_l2_prefetch(wbase + rb * (int64_t)g.row_bytes, (uint64_t)((g.rows - rb < rpb ? g.rows - rb : rpb) * (int64_t)g.row_bytes));
         }
     }
-    cu_pdl_enter();
-    int ids[NT]; int nt = 0;
-    if (g.tile_pairs) {
-        int tile = blockIdx.y;
-        if (tile >= *g.n_tiles) return;
-        int start = g.tile_start[tile], cnt = g.tile_count[tile];
-        wbase += (int64_t)g.tile_expert[tile] * g.expert_bytes;
-#pragma unroll
-        for (int k = 0; k < NT; k++) ids[k] = k < cnt ? g.tile_pairs[start + k] : 0;
-        nt = cnt < NT ? cnt : NT;
-    } else {
-        int t0 = blockIdx.y * NT;
-#pragma unroll
-        for (int k = 0; k < NT; k++) ids[k] = t0 + k;
-        nt = g.ntok - t0 < NT ? g.ntok - t0 : NT;
-    }
-    if (nt <= 0) return;
-    if (loaded_rg < 0 && xo.l2ahead)
-        for (int j = D * S >= ni0 && nchunks == 1; j < xo.l2ahead; j++) {
-            int64_t rb = (int64_t)(bx + j * gxh) * rpb;
-            if (rb < g.rows) xf_l2_prefetch(wbase + rb * (int64_t)g.row_bytes, (uint64_t)((g.rows - rb < rpb ? g.rows - rb : rpb) * (int64_t)g.row_bytes));
-        }
+    /* the decoders' tables are constant (set once at start-up): built before the wait */
     XTabs tb;
     tb.signs = ssigns; tb.kv = skv;
     tb.grid16 = xsh_raw + xf_grid_off<NT>(g.in, W::MINS) + (lane & 7);
@@ -831,6 +810,28 @@ k_gemvf(cu_gemv_args g, xf_opts xo) {
     }
     if (TYPE == CU_TYPE_MXFP4)
         for (int i = threadIdx.x; i < 16; i += nthr) skv[i] = (float)cu_mxfp4_kvalues[i];
+    cu_pdl_enter();
+    int ids[NT]; int nt = 0;
+    if (g.tile_pairs) {
+        int tile = blockIdx.y;
+        if (tile >= *g.n_tiles) return;
+        int start = g.tile_start[tile], cnt = g.tile_count[tile];
+        wbase += (int64_t)g.tile_expert[tile] * g.expert_bytes;
+#pragma unroll
+        for (int k = 0; k < NT; k++) ids[k] = k < cnt ? g.tile_pairs[start + k] : 0;
+        nt = cnt < NT ? cnt : NT;
+    } else {
+        int t0 = blockIdx.y * NT;
+#pragma unroll
+        for (int k = 0; k < NT; k++) ids[k] = t0 + k;
+        nt = g.ntok - t0 < NT ? g.ntok - t0 : NT;
+    }
+    if (nt <= 0) return;
+    if (loaded_rg < 0 && xo.l2ahead)
+        for (int j = D * S >= ni0 && nchunks == 1; j < xo.l2ahead; j++) {
+            int64_t rb = (int64_t)(bx + j * gxh) * rpb;
+            if (rb < g.rows) xf_l2_prefetch(wbase + rb * (int64_t)g.row_bytes, (uint64_t)((g.rows - rb < rpb ? g.rows - rb : rpb) * (int64_t)g.row_bytes));
+        }
     int64_t staged_aoff = -1;
     for (int rg = bx; rg < nrg; rg += gxh) {
         const int64_t rb0 = (int64_t)rg * rpb, r0 = rb0 + (int64_t)wr * RPW;
