@@ -998,6 +998,7 @@ static int gemvf_max_loops(void) {
  *   2: 1 + L2 prefetch of a block's next row group
  *   3: 1 + L2 prefetch two row groups ahead
  *   4: 2 without the deep ring
+ *   5: 1 + L2 prefetch of all of a block's row groups (up to 8) at its start
  * Every variant sums each output in the same order (the same bits). */
 struct xf_variant { int deep; xf_opts o; };
 static int gemvf_v = -1;
@@ -1005,17 +1006,17 @@ extern "C" void cu_gemvf_set_variant(int v) { gemvf_v = v; }
 static xf_variant gemvf_variant(void) {
     if (gemvf_v < 0) { const char *e = getenv("MINKE_CUDA_GEMVF_V"); gemvf_v = e && *e ? atoi(e) : 2; }
     xf_variant v;
-    v.deep = gemvf_v >= 1 && gemvf_v <= 3;
+    v.deep = gemvf_v >= 1 && gemvf_v != 4;
     v.o.early = gemvf_v >= 1;
-    v.o.l2ahead = gemvf_v == 2 || gemvf_v == 4 ? 1 : gemvf_v == 3 ? 2 : 0;
+    v.o.l2ahead = gemvf_v == 2 || gemvf_v == 4 ? 1 : gemvf_v == 3 ? 2 : gemvf_v == 5 ? 8 : 0;
     return v;
 }
 
 /* items a row in the deep ring: as many as the registers allow under the
- * 128 of two blocks an SM (Q8_0 items hold 9 words, Q2_K 12, IQ2_XXS 3) */
+ * 128 of two blocks an SM (Q8_0 items hold 9 words, IQ2_XXS 3); Q2_K (12
+ * words) keeps 2, which is all of a row of the MoE down projection */
 template <int TYPE, int RPW, int KS> constexpr int xf_deep() {
-    return KS != 1 ? 2 : TYPE == CU_TYPE_Q8_0R ? (RPW <= 2 ? 4 : 2) : TYPE == CU_TYPE_IQ2R ? 4
-         : TYPE == CU_TYPE_Q2_K ? (RPW == 1 ? 4 : 2) : 2;
+    return KS != 1 ? 2 : TYPE == CU_TYPE_Q8_0R ? (RPW <= 2 ? 4 : 2) : TYPE == CU_TYPE_IQ2R ? 4 : 2;
 }
 
 template <int TYPE, int NT, int RPW, int KS, int D>
