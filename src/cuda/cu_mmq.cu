@@ -19,8 +19,11 @@
  * f32 rows and splits each item into 2 int8 pieces (16 bits of its amax; 3
  * with MINKE_CUDA_MMQ_PIECES=3) while staging, one more mma per piece, the
  * piece dots combined exactly; cu_mmq_split_act + cu_mmq_presplit do the same
- * with the split in a launch of its own. F16 weights run k_mmf16 (f16 hi + lo
- * split of the f32 activations) in both modes.
+ * with the split in a launch of its own. Two versions of k_mmqx: V1 (default:
+ * fewer float operations, Q2_K's pieces and min term summed per block in
+ * int32, ldmatrix fragments, 3 blocks per SM with 3 pieces) and V0
+ * (MINKE_CUDA_MMQ_X=0), the first one, kept for A/B; see "V1" below. F16
+ * weights run k_mmf16 (f16 hi + lo split of the f32 activations) in both modes.
  */
 #include <stdlib.h>
 
@@ -342,11 +345,6 @@ __global__ void __launch_bounds__(MQ_THREADS, MINB) k_mmq(cu_gemv_args g) {
  * per 8 threads), and the group amax is 3 shuffles within those 8 threads. */
 #define MX_LDS (MQ_BN * MQ_LDI)   /* ints of one activation piece in shared memory */
 
-/* dynamic shared memory of k_mmqx (over the 48 KB of static shared memory) */
-static constexpr size_t mx_smem_bytes(int P) {
-    return (size_t)(MQ_BM * MQ_LDI + P * MX_LDS) * 4 + (size_t)(MQ_BM + MQ_BN) * MQ_KI * 4 + 256 * 8 + MQ_BN * 8 +
-           MQ_BM * 16 + MQ_BN * 4;
-}
 
 /* d = A.B + c (the same c in all four accumulators, no copy into them first). */
 __device__ __forceinline__ void mma_s8_c(int (&d)[4], int a0, int a1, int a2, int a3, int b0, int b1, int c) {
@@ -414,7 +412,7 @@ __device__ __forceinline__ float mx_inv_scale(float m) {
  * k_mmqx stages into shared memory with it and k_mmq_split writes pre-split
  * rows with it: the same instructions, the same pieces. */
 template <bool BLK, int P>
-__device__ __forceinline__ void mx_split_stage(const uint8_t *arow, int nvalid, int nstore, int li, int *dst,
+__device__ __forceinline__ void mx_split_stage(const uint8_t *arow, int nvalid, int nstore, int nd, int li, int *dst,
                                                int pstride, int istride, float *dsc) {
     if (BLK) {
         float4 v[MQ_KI];
@@ -434,7 +432,7 @@ __device__ __forceinline__ void mx_split_stage(const uint8_t *arow, int nvalid, 
             if (i < nstore) {
 #pragma unroll
                 for (int p = 0; p < P; p++) dst[p * pstride + i * istride + li] = pc[p];
-                if (li == 0) dsc[i] = D;
+                if (li == 0 && i < nd) dsc[i] = D;
             }
         }
     } else {
@@ -450,27 +448,119 @@ __device__ __forceinline__ void mx_split_stage(const uint8_t *arow, int nvalid, 
             if (i < nstore) {
 #pragma unroll
                 for (int p = 0; p < P; p++) dst[p * pstride + i * istride + li] = pc[p];
-                if (li == 0) dsc[i] = m * (1.f / 32512.f);
+                if (li == 0 && i < nd) dsc[i] = m * (1.f / 32512.f);
             }
         }
     }
 }
 
-/* PRE: the activations are pre-split rows (k_mmq_split, cu_mmq_presplit) instead of f32. */
-template <int TYPE, int MINB, int P, bool PRE>
+/* ---- V1 (default; MINKE_CUDA_MMQ_X=0 gives V0, the first version) ----
+ * Where V0's time went (SASS, H200 timings): with 3 pieces every output item
+ * spent 3 FADD (the magic offsets) + 2 FFMA (combine) + FMUL + FFMA, Q2_K's
+ * third piece was converted per item (8 I2F per mma pair: the I2F pipe is 1/8
+ * of the FMA pipe) and its min term took one more mma per piece and item; 76 KB
+ * of shared memory kept 2 blocks per SM. V1:
+ * - the magic offsets cancel inside the combine constants: per output item
+ *   fma(h, 256, -K) (exact), + m (one rounding), fma(., 256, l) (one rounding),
+ *   the 1/256 of the third piece folded into the weight scale (a power of two);
+ * - Q2_K: each piece's dots summed over the block of 256 in an int32 that
+ *   starts at the magic bits (|sum| < 2^22: exact float, no I2F), folded once
+ *   per block as above; the min term from the 16 sub-block sums S_j of the
+ *   activation integers (exact in int32, written as 4 signed base-256 digits
+ *   while staging): 4 mma per block instead of one per piece and item;
+ * - fragments by ldmatrix (one instruction per 4 of V0's 32-bit loads);
+ * - shared memory trimmed per type (no grid without IQ2, one D per Q2_K block):
+ *   <= 75.5 KB, so 3 blocks per SM with 3 pieces (168 registers).
+ * The integers are the same; the float roundings per output (order, not count)
+ * differ from V0, and are the same in every launch shape. */
+template <int TYPE, int P, int V>
+struct mx_lay {
+    static constexpr bool Q2K = TYPE == CU_TYPE_Q2_K;
+    static constexpr bool IQ2 = TYPE == CU_TYPE_IQ2R || TYPE == CU_TYPE_IQ2_XXS;
+    static constexpr int n_ws = (V && Q2K) ? MQ_BM * 2 : MQ_BM * MQ_KI;    /* floats */
+    static constexpr int n_as = (V && Q2K) ? MQ_BN : MQ_BN * MQ_KI;        /* floats */
+    static constexpr int n_sum = (V && Q2K) ? MQ_BN * 16 : 0;              /* ints */
+    static constexpr int n_grid = (!V || IQ2) ? 256 : 0;                   /* uint64 */
+    static constexpr int n_min = (!V || Q2K) ? MQ_BM * 16 : 0;             /* bytes */
+    static constexpr size_t o_sa = (size_t)MQ_BM * MQ_LDI * 4;
+    static constexpr size_t o_ws = o_sa + (size_t)P * MX_LDS * 4;
+    static constexpr size_t o_as = o_ws + (size_t)n_ws * 4;
+    static constexpr size_t o_sum = o_as + (size_t)n_as * 4;
+    static constexpr size_t o_grid = o_sum + (size_t)n_sum * 4;
+    static constexpr size_t o_off = o_grid + (size_t)n_grid * 8;
+    static constexpr size_t o_min = o_off + (size_t)MQ_BN * 8;
+    static constexpr size_t o_id = o_min + (size_t)n_min;
+    static constexpr size_t bytes = o_id + (size_t)MQ_BN * 4;
+};
+
+/* 4 8x8 b16 matrices from shared memory: lane L gives the address of row L % 8
+ * of matrix L / 8 (16 bytes) and gets int L % 4 of row L / 4 of each: the
+ * m16n8k32 s8 fragment layout. */
+__device__ __forceinline__ void ldsm4(int (&r)[4], unsigned a) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+}
+__device__ __forceinline__ void ldsm4(int (&r)[4], const void *p) { ldsm4(r, (unsigned)__cvta_generic_to_shared(p)); }
+/* v, opaque to the compiler: per-stage copies of the fragment base addresses, so
+ * that the unrolled loads' addresses (base + constant) are not all hoisted out
+ * of the stage loop into registers of their own */
+__device__ __forceinline__ unsigned mx_opaque(unsigned v) {
+    asm volatile("mov.b32 %0, %0;\n" : "+r"(v));
+    return v;
+}
+
+/* fold constants: 257 magics (h x 256 + m) and, with 3 pieces, the magic / 256
+ * that fma(., 256, l) adds back; both exact floats (771 x 2^22, 197379 x 2^14) */
+#define MX_K2 (257.f * MX_MAGIC)
+#define MX_K3 (257.f * MX_MAGIC + MX_MAGIC / 256.f)
+
+/* Q2_K (V1): the sums S_j of the activation integers q over sub-blocks j = 2 li
+ * and 2 li + 1 of row r (x: item li's P pieces, piece 0 the most significant;
+ * |S| <= 16 x 8323072 < 2^27), as 4 signed base-256 digits (the low three with
+ * the 0x80 offset trick, the top one in [-8, 8]). Digit b of sub-blocks 4c..4c+3
+ * is int c of the row's 16-byte segment b ^ ((r >> 1) & 3) (the xor spreads the
+ * rows of one ldmatrix over the banks). */
+template <int P>
+__device__ __forceinline__ void mx_q2k_sums(const int4 (&x)[P][2], int r, int li, uint8_t *ssum) {
+    uint32_t w[2];
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        int s = 0;
+#pragma unroll
+        for (int p = 0; p < P; p++) {
+            int t = __dp4a(x[p][h].x, 0x01010101, 0);
+            t = __dp4a(x[p][h].y, 0x01010101, t);
+            t = __dp4a(x[p][h].z, 0x01010101, t);
+            t = __dp4a(x[p][h].w, 0x01010101, t);
+            s = s * 256 + t;
+        }
+        w[h] = ((uint32_t)s + 0x808080u) ^ 0x808080u;
+    }
+    uint8_t *row = ssum + r * 64 + 2 * li;
+    const int sw = (r >> 1) & 3;
+#pragma unroll
+    for (int b = 0; b < 4; b++) *(uint16_t *)(row + ((b ^ sw) * 16)) = (uint16_t)__byte_perm(w[0], w[1], b | ((4 + b) << 4));
+}
+
+/* PRE: the activations are pre-split rows (k_mmq_split, cu_mmq_presplit) instead of f32. V: 0 or 1 (above). */
+template <int TYPE, int MINB, int P, bool PRE, int V>
 __global__ void __launch_bounds__(MQ_THREADS, MINB) k_mmqx(cu_gemv_args g) {
     cu_pdl_enter();
-    constexpr bool Q2K = TYPE == CU_TYPE_Q2_K;
-    constexpr bool IQ2 = TYPE == CU_TYPE_IQ2R || TYPE == CU_TYPE_IQ2_XXS;
+    typedef mx_lay<TYPE, P, V> L;
+    constexpr bool Q2K = L::Q2K;
+    constexpr bool IQ2 = L::IQ2;
+    constexpr float SC3 = (V && P == 3) ? 1.f / 256.f : 1.f;   /* V1: the third piece's 1/256 in the weight scale */
     extern __shared__ __align__(16) int mx_smem[];
+    uint8_t *sbase = (uint8_t *)mx_smem;
     int *sw = mx_smem;
-    int *sa = sw + MQ_BM * MQ_LDI;                          /* P pieces of MX_LDS ints */
-    float *sws = (float *)(sa + P * MX_LDS);                /* per item; Q2_K: [0] = d, [1] = dmin */
-    float *sas = sws + MQ_BM * MQ_KI;                       /* D per item */
-    uint64_t *sgrid = (uint64_t *)(sas + MQ_BN * MQ_KI);
-    int64_t *soff = (int64_t *)(sgrid + 256);               /* byte offset of each slot's activation row */
-    uint8_t *smin = (uint8_t *)(soff + MQ_BN);
-    int *sid = (int *)(smin + MQ_BM * 16);
+    int *sa = (int *)(sbase + L::o_sa);                     /* P pieces of MX_LDS ints */
+    float *sws = (float *)(sbase + L::o_ws);                /* per item; Q2_K: [0] = d, [1] = dmin */
+    float *sas = (float *)(sbase + L::o_as);                /* D per item (V1 Q2_K: per block) */
+    uint8_t *ssum = sbase + L::o_sum;                       /* V1 Q2_K: sub-block sums (mx_q2k_sums) */
+    uint64_t *sgrid = (uint64_t *)(sbase + L::o_grid);
+    int64_t *soff = (int64_t *)(sbase + L::o_off);          /* byte offset of each slot's activation row */
+    uint8_t *smin = sbase + L::o_min;
+    int *sid = (int *)(sbase + L::o_id);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int gq = lane >> 2, tq = lane & 3;
     const int wm = (warp & 1) * 32, wn = (warp >> 1) * 32;
@@ -513,6 +603,11 @@ __global__ void __launch_bounds__(MQ_THREADS, MINB) k_mmqx(cu_gemv_args g) {
     }
     /* the activation rows' addresses come from shared memory each stage (registers for the cap) */
     __syncthreads();
+    /* V1: this lane's ldmatrix rows: weights (row wm + lane % 16, ints 4 (lane / 16)), activations
+     * (token wn + 8 (lane / 16) + lane % 8, ints 4 ((lane / 8) % 2)) */
+    const unsigned sw_l = (unsigned)__cvta_generic_to_shared(sw) + ((wm + (lane & 15)) * MQ_LDI + (lane >> 4) * 4) * 4;
+    const unsigned sa_l = (unsigned)__cvta_generic_to_shared(sa) +
+                          ((wn + (lane >> 4) * 8 + (lane & 7)) * MQ_LDI + ((lane >> 3) & 1) * 4) * 4;
     float acc[2][4][4];
 #pragma unroll
     for (int a = 0; a < 2; a++)
@@ -535,20 +630,32 @@ __global__ void __launch_bounds__(MQ_THREADS, MINB) k_mmqx(cu_gemv_args g) {
             if (Q2K) {
                 if (li == 0) {
                     const uint8_t *b = wrow[j] + (int64_t)(it0 >> 3) * 84;
-                    sws[r * MQ_KI + 0] = cu_h2f(*(const uint16_t *)(b + 80));
-                    sws[r * MQ_KI + 1] = cu_h2f(*(const uint16_t *)(b + 82));
+                    if (V) {
+                        /* d / 256 with 3 pieces; -dmin: the min term adds with the same FFMA */
+                        sws[r * 2 + 0] = cu_h2f(*(const uint16_t *)(b + 80)) * SC3;
+                        sws[r * 2 + 1] = -cu_h2f(*(const uint16_t *)(b + 82)) * SC3;
+                    } else {
+                        sws[r * MQ_KI + 0] = cu_h2f(*(const uint16_t *)(b + 80));
+                        sws[r * MQ_KI + 1] = cu_h2f(*(const uint16_t *)(b + 82));
+                    }
                 } else if (li == 1) {
                     const uint8_t *b = wrow[j] + (int64_t)(it0 >> 3) * 84;
+                    if (V) {
+                        const uint32_t *b4 = (const uint32_t *)b;
+                        *(uint4 *)&smin[r * 16] = make_uint4((b4[0] >> 4) & 0x0F0F0F0Fu, (b4[1] >> 4) & 0x0F0F0F0Fu,
+                                                             (b4[2] >> 4) & 0x0F0F0F0Fu, (b4[3] >> 4) & 0x0F0F0F0Fu);
+                    } else {
 #pragma unroll
-                    for (int k = 0; k < 16; k++) smin[r * 16 + k] = b[k] >> 4;
+                        for (int k = 0; k < 16; k++) smin[r * 16 + k] = b[k] >> 4;
+                    }
                 }
             } else {
-                sws[r * MQ_KI + li] = s;
+                sws[r * MQ_KI + li] = s * SC3;
             }
             if (!PRE)
                 /* f32 row: the stage's 8 items, float4 li of each */
-                mx_split_stage<Q2K, P>(act + soff[r] + li * 16 + (int64_t)it0 * 128, nit - it0, MQ_KI, li, sa + r * MQ_LDI,
-                                       MX_LDS, 8, sas + r * MQ_KI);
+                mx_split_stage<Q2K, P>(act + soff[r] + li * 16 + (int64_t)it0 * 128, nit - it0, MQ_KI, (V && Q2K) ? 1 : MQ_KI,
+                                       li, sa + r * MQ_LDI, MX_LDS, 8, (V && Q2K) ? sas + r : sas + r * MQ_KI);
         }
         if (PRE) {
 #pragma unroll
@@ -572,11 +679,150 @@ __global__ void __launch_bounds__(MQ_THREADS, MINB) k_mmqx(cu_gemv_args g) {
                     int4 *e = (int4 *)&sa[p * MX_LDS + r * MQ_LDI + li * 8];
                     e[0] = x[p][0]; e[1] = x[p][1];
                 }
-                sas[r * MQ_KI + li] = D;
+                if (V && Q2K) {
+                    if (li == 0) sas[r] = D;
+                    mx_q2k_sums<P>(x, r, li, ssum);
+                } else {
+                    sas[r * MQ_KI + li] = D;
+                }
+            }
+        }
+        if (!PRE && V && Q2K) {
+            /* the sub-block sums from the staged pieces (the same integers as the pre-split path's) */
+            __syncthreads();
+#pragma unroll
+            for (int j = 0; j < NJ; j++) {
+                int r = (tid >> 3) + 16 * j;
+                int4 x[P][2];
+#pragma unroll
+                for (int p = 0; p < P; p++) {
+                    const int4 *e = (const int4 *)&sa[p * MX_LDS + r * MQ_LDI + li * 8];
+                    x[p][0] = e[0]; x[p][1] = e[1];
+                }
+                mx_q2k_sums<P>(x, r, li, ssum);
             }
         }
         __syncthreads();
-        if (Q2K) {
+        if (V && Q2K) {
+            /* per piece: its dots over the block in int32 from the magic bits (each |sum| <=
+             * 256 x 45 x 128 < 2^22: an exact float), folded into f = 256 hi + mid (+ lo / 256,
+             * times 256) in two or three float operations */
+            float f[2][4][4];
+#pragma unroll 1
+            for (int p = 0; p < P; p++) {
+                int c[2][4][4];
+#pragma unroll
+                for (int a = 0; a < 2; a++)
+#pragma unroll
+                    for (int b = 0; b < 4; b++)
+#pragma unroll
+                        for (int k = 0; k < 4; k++) c[a][b][k] = MX_MAGIC_BITS;
+                const unsigned wl = mx_opaque(sw_l), al = mx_opaque(sa_l + p * MX_LDS * 4);
+#pragma unroll
+                for (int i = 0; i < MQ_KI; i++) {
+                    int af[2][4], bf[4][2];
+#pragma unroll
+                    for (int mt = 0; mt < 2; mt++) ldsm4(af[mt], wl + (mt * 16 * MQ_LDI + i * 8) * 4);
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        int t4[4];
+                        ldsm4(t4, al + (h * 16 * MQ_LDI + i * 8) * 4);
+                        bf[2 * h][0] = t4[0]; bf[2 * h][1] = t4[1]; bf[2 * h + 1][0] = t4[2]; bf[2 * h + 1][1] = t4[3];
+                    }
+#pragma unroll
+                    for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+                        for (int n4 = 0; n4 < 4; n4++)
+                            mma_s8(c[mt][n4], af[mt][0], af[mt][1], af[mt][2], af[mt][3], bf[n4][0], bf[n4][1]);
+                }
+#pragma unroll
+                for (int a = 0; a < 2; a++)
+#pragma unroll
+                    for (int b = 0; b < 4; b++)
+#pragma unroll
+                        for (int k = 0; k < 4; k++) {
+                            float v = __int_as_float(c[a][b][k]);
+                            if (p == 0) f[a][b][k] = __fmaf_rn(v, 256.f, P == 3 ? -MX_K3 : -MX_K2);
+                            else if (p == 1) f[a][b][k] = __fadd_rn(f[a][b][k], v);
+                            else f[a][b][k] = __fmaf_rn(f[a][b][k], 256.f, v);
+                        }
+            }
+            /* the min term: sum_j mins_j S_j = sum_b 256^b E_b, E_b = the mma of the 16 mins
+             * (k 16..31 zero) with digit b of the S_j */
+            int am[4];
+            ldsm4(am, smin + (wm + lane) * 16);     /* a0, a1 of row tile 0, then of row tile 1 */
+#pragma unroll
+            for (int n4 = 0; n4 < 4; n4++) {
+                int bs[4];
+                {
+                    int tok = wn + n4 * 8 + (lane & 7), b = lane >> 3;
+                    ldsm4(bs, ssum + tok * 64 + ((b ^ ((tok >> 1) & 3)) * 16));
+                }
+                int tk = wn + n4 * 8 + 2 * tq;
+                float ad0 = sas[tk], ad1 = sas[tk + 1];
+#pragma unroll
+                for (int mt = 0; mt < 2; mt++) {
+                    int e[4][4];
+#pragma unroll
+                    for (int b = 0; b < 4; b++) mma_s8_c(e[b], am[2 * mt], am[2 * mt + 1], 0, 0, bs[b], 0, MX_MAGIC_BITS);
+                    int rw = wm + mt * 16 + gq;
+                    float d0 = sws[rw * 2], nm0 = sws[rw * 2 + 1], d1 = sws[(rw + 8) * 2], nm1 = sws[(rw + 8) * 2 + 1];
+#pragma unroll
+                    for (int k = 0; k < 4; k++) {
+                        /* 256 E3 + E2 and 256 E1 + E0 exact, then one rounding */
+                        float yh = __fadd_rn(__fmaf_rn(__int_as_float(e[3][k]), 256.f, -MX_K2), __int_as_float(e[2][k]));
+                        float yl = __fadd_rn(__fmaf_rn(__int_as_float(e[1][k]), 256.f, -MX_K2), __int_as_float(e[0][k]));
+                        float y = __fmaf_rn(yh, 65536.f, yl);
+                        float ad = (k & 1) ? ad1 : ad0, dd = k < 2 ? d0 : d1, nm = k < 2 ? nm0 : nm1;
+                        acc[mt][n4][k] = __fmaf_rn(__fmul_rn(ad, dd), f[mt][n4][k], acc[mt][n4][k]);
+                        acc[mt][n4][k] = __fmaf_rn(__fmul_rn(ad, nm), y, acc[mt][n4][k]);
+                    }
+                }
+            }
+        } else if (V) {
+            const unsigned wl = mx_opaque(sw_l), al = mx_opaque(sa_l);
+            /* 2 items at a time: fully unrolled, ptxas keeps the 8 items' loads in flight
+             * and spills 100-300 bytes under any register cap */
+#pragma unroll 2
+            for (int i = 0; i < MQ_KI; i++) {
+                int af[2][4];
+#pragma unroll
+                for (int mt = 0; mt < 2; mt++) ldsm4(af[mt], wl + (mt * 16 * MQ_LDI + i * 8) * 4);
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    /* token tiles 2h and 2h + 1: b0, b1 of each, per piece */
+                    int bf[P][4];
+#pragma unroll
+                    for (int p = 0; p < P; p++) ldsm4(bf[p], al + (p * MX_LDS + h * 16 * MQ_LDI + i * 8) * 4);
+#pragma unroll
+                    for (int nn = 0; nn < 2; nn++) {
+                        const int n4 = 2 * h + nn;
+                        int tc = wn + n4 * 8 + 2 * tq;
+                        float as0 = sas[tc * MQ_KI + i], as1 = sas[(tc + 1) * MQ_KI + i];
+#pragma unroll
+                        for (int mt = 0; mt < 2; mt++) {
+                            int hv[4], mv[4], lv[4];
+                            mma_s8_c(hv, af[mt][0], af[mt][1], af[mt][2], af[mt][3], bf[0][2 * nn], bf[0][2 * nn + 1], MX_MAGIC_BITS);
+                            mma_s8_c(mv, af[mt][0], af[mt][1], af[mt][2], af[mt][3], bf[1][2 * nn], bf[1][2 * nn + 1], MX_MAGIC_BITS);
+                            if (P == 3)
+                                mma_s8_c(lv, af[mt][0], af[mt][1], af[mt][2], af[mt][3], bf[P - 1][2 * nn], bf[P - 1][2 * nn + 1],
+                                         MX_MAGIC_BITS);
+                            const int rw = wm + mt * 16 + gq;
+                            const float w0 = sws[rw * MQ_KI + i], w1 = sws[(rw + 8) * MQ_KI + i];
+                            float s[4] = {w0 * as0, w0 * as1, w1 * as0, w1 * as1};
+#pragma unroll
+                            for (int k = 0; k < 4; k++) {
+                                /* 256 h exact, + m one rounding, (x 256 + l) one rounding */
+                                float dot = __fadd_rn(__fmaf_rn(__int_as_float(hv[k]), 256.f, P == 3 ? -MX_K3 : -MX_K2),
+                                                      __int_as_float(mv[k]));
+                                if (P == 3) dot = __fmaf_rn(dot, 256.f, __int_as_float(lv[k]));
+                                acc[mt][n4][k] = __fmaf_rn(dot, s[k], acc[mt][n4][k]);
+                            }
+                        }
+                    }
+                }
+            }
+        } else if (Q2K) {
             int ci[2][4][4], cm[2][4][4];
 #pragma unroll
             for (int a = 0; a < 2; a++)
@@ -730,7 +976,7 @@ __global__ void __launch_bounds__(256) k_mmq_split(const float *x, int64_t nrows
     const int it0 = (int)(grp % stages) * MQ_KI;
     uint8_t *o = out + row * ostride;
     int nvalid = items - it0 < MQ_KI ? items - it0 : MQ_KI;
-    mx_split_stage<BLK, P>((const uint8_t *)x + row * xstride + li * 16 + (int64_t)it0 * 128, nvalid, nvalid, li,
+    mx_split_stage<BLK, P>((const uint8_t *)x + row * xstride + li * 16 + (int64_t)it0 * 128, nvalid, nvalid, nvalid, li,
                            (int *)(o + (int64_t)it0 * 32 * P), 8, 8 * P, (float *)(o + (int64_t)items * 32 * P) + it0);
 }
 
@@ -871,36 +1117,62 @@ static int mx_pieces(void) {
     return p;
 }
 
+/* The exact-activation kernel version: 1 (default, V1 above) or MINKE_CUDA_MMQ_X=0 (V0, for A/B);
+ * and the blocks per SM V1's 3-piece kernels are built for: 3 (default, <= 168 registers) or
+ * MINKE_CUDA_MMQ_XOCC=2 (no register cap). Read once per process. */
+static int mx_version(void) {
+    static int v = -1;
+    if (v < 0) { const char *e = getenv("MINKE_CUDA_MMQ_X"); v = e && atoi(e) == 0 ? 0 : 1; }
+    return v;
+}
+static int mx_occ3(void) {
+    static int o = 0;
+    if (!o) { const char *e = getenv("MINKE_CUDA_MMQ_XOCC"); o = e && atoi(e) == 2 ? 2 : 3; }
+    return o;
+}
+
 /* k_mmqx needs more than the 48 KB of static shared memory: opt in once per
  * instantiation, and ask for the largest carveout so 3 blocks fit per SM. */
-template <int T, int MINB, int P, bool PRE>
+template <int T, int MINB, int P, bool PRE, int V>
 static void mx_launch(dim3 grid, cudaStream_t st, const cu_gemv_args &g) {
     static bool ready = false;
+    const size_t smem = mx_lay<T, P, V>::bytes;
     if (!ready) {
-        cudaFuncSetAttribute(k_mmqx<T, MINB, P, PRE>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)mx_smem_bytes(P));
-        cudaFuncSetAttribute(k_mmqx<T, MINB, P, PRE>, cudaFuncAttributePreferredSharedMemoryCarveout,
+        cudaFuncSetAttribute(k_mmqx<T, MINB, P, PRE, V>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        cudaFuncSetAttribute(k_mmqx<T, MINB, P, PRE, V>, cudaFuncAttributePreferredSharedMemoryCarveout,
                              (int)cudaSharedmemCarveoutMaxShared);
         ready = true;
     }
-    cu_launch(k_mmqx<T, MINB, P, PRE>, grid, MQ_THREADS, mx_smem_bytes(P), st, g);
+    cu_launch(k_mmqx<T, MINB, P, PRE, V>, grid, MQ_THREADS, smem, st, g);
 }
 
-/* The exact-activation kernel for g.wtype: 2 pieces under the same register
- * cap as k_mmq (3 blocks per SM: 58 KB of shared memory each); 3 pieces take
- * 76 KB, so 2 blocks per SM and no cap. 0 when the type has none. */
+template <int T, bool PRE>
+static void mx_pick(dim3 grid, cudaStream_t st, const cu_gemv_args &g) {
+    if (mx_version() == 0) {
+        /* V0: 2 pieces under the same register cap as k_mmq (3 blocks per SM: 58 KB of shared
+         * memory each); 3 pieces take 76 KB, so 2 blocks per SM and no cap */
+        if (mx_pieces() == 3) mx_launch<T, 2, 3, PRE, 0>(grid, st, g);
+        else mx_launch<T, MQ_OCC_DEFAULT, 2, PRE, 0>(grid, st, g);
+    } else if (mx_pieces() == 3) {
+        /* V1, 3 pieces: <= 75.5 KB of shared memory, 3 blocks per SM fit the H200's 228 KB */
+        if (mx_occ3() == 2) mx_launch<T, 2, 3, PRE, 1>(grid, st, g);
+        else mx_launch<T, 3, 3, PRE, 1>(grid, st, g);
+    } else {
+        mx_launch<T, MQ_OCC_DEFAULT, 2, PRE, 1>(grid, st, g);
+    }
+}
+
+/* The exact-activation kernel for g.wtype; 0 when the type has none. */
 template <bool PRE>
 static int mx_run(const cu_gemv_args &g, dim3 grid, cudaStream_t st) {
-    int three = mx_pieces() == 3;
-#define MX_LAUNCH(T) (three ? mx_launch<T, 2, 3, PRE>(grid, st, g) : mx_launch<T, MQ_OCC_DEFAULT, 2, PRE>(grid, st, g))
     switch (g.wtype) {
-    case CU_TYPE_Q8_0: MX_LAUNCH(CU_TYPE_Q8_0); break;
-    case CU_TYPE_Q8_0R: MX_LAUNCH(CU_TYPE_Q8_0R); break;
-    case CU_TYPE_IQ2R: MX_LAUNCH(CU_TYPE_IQ2R); break;
-    case CU_TYPE_IQ2_XXS: MX_LAUNCH(CU_TYPE_IQ2_XXS); break;
-    case CU_TYPE_Q2_K: MX_LAUNCH(CU_TYPE_Q2_K); break;
+    case CU_TYPE_Q8_0: mx_pick<CU_TYPE_Q8_0, PRE>(grid, st, g); break;
+    case CU_TYPE_Q8_0R: mx_pick<CU_TYPE_Q8_0R, PRE>(grid, st, g); break;
+    case CU_TYPE_IQ2R: mx_pick<CU_TYPE_IQ2R, PRE>(grid, st, g); break;
+    case CU_TYPE_IQ2_XXS: mx_pick<CU_TYPE_IQ2_XXS, PRE>(grid, st, g); break;
+    case CU_TYPE_Q2_K: mx_pick<CU_TYPE_Q2_K, PRE>(grid, st, g); break;
     default: return 0;
     }
-#undef MX_LAUNCH
     return 1;
 }
 

@@ -17,8 +17,10 @@
  * on heavy-tailed ones (spikes, 6 decades inside an item); three pieces give
  * 2-3e-7, float scales and sums being then the larger part.
  *
- * The number of pieces is read once per process (MINKE_CUDA_MMQ_PIECES), so
- * without that variable the program runs itself twice, with 2 and with 3.
+ * The number of pieces and the kernel variant are read once per process
+ * (MINKE_CUDA_MMQ_PIECES, MINKE_CUDA_MMQ_X, MINKE_CUDA_MMQ_XOCC), so without
+ * MINKE_CUDA_MMQ_PIECES the program runs itself once per combination: V1 with
+ * 3 pieces (3 and 2 blocks per SM), V1 with 2, V0 with 3 and 2.
  * --time adds prefill-shaped timings: the q8 kernel against the exact ones
  * (on the fly; pre-split: split launch + product) on
  * 4096 x 4096 weights at T = 512 and on Flash's MoE shapes (4096 tokens x 6
@@ -52,6 +54,7 @@ static float frand(void) { return (float)(urand() * 2.0 - 1.0); }
 #define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("FAIL cuda %s: %s\n", #x, cudaGetErrorString(e_)); exit(1); } } while (0)
 
 static int pieces;
+static char variant[48];   /* kernel version and occupancy from the environment, for the lines printed */
 
 /* The decoders' tables as the backend uploads them: the IQ2_XXS grid read
  * back from the CPU decoder (scale 1.0 x 0.875), signs with parity, MXFP4 x 2. */
@@ -189,8 +192,8 @@ static int check(int type, int repack, int64_t rows, int64_t in, int T, int E, i
         double rel = md / (mr > 0 ? mr : 1);
         double lim = pieces == 3 ? 2e-6 : 1e-4;
         int bad = !(rel <= lim) || !(worst_row <= 3 * lim);
-        printf("%s mmq exact %d pieces %s: max|err|/max|y| %.2e, worst row %.2e\n", bad ? "FAIL" : "ok  ", pieces, what,
-               rel, worst_row);
+        printf("%s mmq exact %d pieces%s %s: max|err|/max|y| %.2e, worst row %.2e\n", bad ? "FAIL" : "ok  ", pieces, variant,
+               what, rel, worst_row);
         fail |= bad;
     }
     {
@@ -206,7 +209,7 @@ static int check(int type, int repack, int64_t rows, int64_t in, int T, int E, i
         CK(cudaGetLastError());
         CK(cudaMemcpy(ys, dy, sizeof(float) * P * rows, cudaMemcpyDeviceToHost));
         int same = ran && !memcmp(ys, ygpu, sizeof(float) * P * rows);
-        printf("%s mmq exact %d pieces %s: pre-split rows %s\n", same ? "ok  " : "FAIL", pieces, what,
+        printf("%s mmq exact %d pieces%s %s: pre-split rows %s\n", same ? "ok  " : "FAIL", pieces, variant, what,
                !ran ? "refused" : same ? "give the same bits" : "differ");
         fail |= !same;
         cudaFree(dsp); free(ys);
@@ -224,7 +227,7 @@ static int check(int type, int repack, int64_t rows, int64_t in, int T, int E, i
                 if (sel[p] == e && memcmp(yd + (int64_t)(p / K) * rows, ygpu + (int64_t)p * rows, sizeof(float) * rows))
                     diff = 1;
         }
-        printf("%s mmq exact %d pieces %s: MoE tiles %s the dense launch\n", diff ? "FAIL" : "ok  ", pieces, what,
+        printf("%s mmq exact %d pieces%s %s: MoE tiles %s the dense launch\n", diff ? "FAIL" : "ok  ", pieces, variant, what,
                diff ? "differ from" : "equal");
         fail |= diff;
         free(yd);
@@ -326,8 +329,9 @@ static void time_case(int type, int64_t rows, int64_t in, int T, int E, int K, i
     char shape[96];
     if (E > 0) snprintf(shape, sizeof shape, "moe %lld x %lld, %d tokens x %d of %d experts", (long long)rows, (long long)in, T, K, E);
     else snprintf(shape, sizeof shape, "%lld x %lld, T %d", (long long)rows, (long long)in, T);
-    printf("time mmq %-6s %s: q8 %.3f ms (%.1f TOPS); exact %d pieces: on the fly %.3f ms (x%.2f), pre-split %.3f + %.3f ms "
-           "split (x%.2f)\n", tname(wt), shape, tq, ops / tq / 1e9, pieces, te, te / tq, tpre, tsplit, (tpre + tsplit) / tq);
+    printf("time mmq %-6s %s: q8 %.3f ms (%.1f TOPS); exact %d pieces%s: on the fly %.3f ms (x%.2f), pre-split %.3f + %.3f ms "
+           "split (x%.2f; product alone x%.2f)\n", tname(wt), shape, tq, ops / tq / 1e9, pieces, variant, te, te / tq, tpre, tsplit,
+           (tpre + tsplit) / tq, tpre / tq);
     if (dsp) cudaFree(dsp);
     cudaFree(dW); cudaFree(dx); cudaFree(dq); cudaFree(dy);
     if (dsel) cudaFree(dsel);
@@ -338,11 +342,15 @@ int main(int argc, char **argv) {
     int timing = argc > 1 && !strcmp(argv[1], "--time");
     const char *pe = getenv("MINKE_CUDA_MMQ_PIECES");
     if (!pe) {
-        /* one child per piece count (the kernels read it once per process) */
+        /* one child per piece count and kernel variant (the kernels read them once per process):
+         * V1 (default) with 3 pieces at 3 and 2 blocks per SM and with 2 pieces, then V0 */
+        static const char *const runs[] = {
+            "MINKE_CUDA_MMQ_PIECES=3", "MINKE_CUDA_MMQ_PIECES=3 MINKE_CUDA_MMQ_XOCC=2", "MINKE_CUDA_MMQ_PIECES=2",
+            "MINKE_CUDA_MMQ_PIECES=3 MINKE_CUDA_MMQ_X=0", "MINKE_CUDA_MMQ_PIECES=2 MINKE_CUDA_MMQ_X=0"};
         char cmd[4096];
         int rc = 0;
-        for (int p = 2; p <= 3; p++) {
-            snprintf(cmd, sizeof cmd, "MINKE_CUDA_MMQ_PIECES=%d '%s'%s", p, argv[0], timing ? " --time" : "");
+        for (int k = 0; k < (int)(sizeof runs / sizeof runs[0]); k++) {
+            snprintf(cmd, sizeof cmd, "%s '%s'%s", runs[k], argv[0], timing ? " --time" : "");
             fflush(stdout);
             int r = system(cmd);
             if (r != 0) rc = 1;
@@ -351,6 +359,11 @@ int main(int argc, char **argv) {
         return rc;
     }
     pieces = atoi(pe) == 3 ? 3 : 2;
+    {
+        const char *xv = getenv("MINKE_CUDA_MMQ_X"), *xo = getenv("MINKE_CUDA_MMQ_XOCC");
+        int v0 = xv && atoi(xv) == 0;
+        snprintf(variant, sizeof variant, " %s%s", v0 ? "V0" : "V1", !v0 && pieces == 3 && xo && atoi(xo) == 2 ? " occ2" : "");
+    }
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess || n < 1) { printf("SKIP no CUDA device\n"); return 0; }
     tables();
@@ -379,6 +392,6 @@ int main(int argc, char **argv) {
         time_case(GGML_TYPE_IQ2_XXS, 2048, 4096, 4096, 256, 6, 0);  /* MoE gate (and up): token activations */
         time_case(GGML_TYPE_Q2_K, 4096, 2048, 4096, 256, 6, 1);     /* MoE down: one activation row per pair */
     }
-    printf("%s (%d pieces)\n", fail ? "mmq_exact: FAILED" : "mmq_exact: all ok", pieces);
+    printf("%s (%d pieces%s)\n", fail ? "mmq_exact: FAILED" : "mmq_exact: all ok", pieces, variant);
     return fail;
 }
