@@ -1127,7 +1127,21 @@ static int mx_version(void) {
 }
 static int mx_occ3(void) {
     static int o = 0;
-    if (!o) { const char *e = getenv("MINKE_CUDA_MMQ_XOCC"); o = e && atoi(e) == 2 ? 2 : 3; }
+    if (!o) {
+        const char *e = getenv("MINKE_CUDA_MMQ_XOCC");
+        o = e && atoi(e) == 2 ? 2 : 3;
+        /* 3 blocks of <= 76.5 KB (+ 1 KB each the runtime keeps) need the H100/H200's 228 KB per SM;
+         * elsewhere (the A100's 164 KB) 2 fit, and the 168-register cap would only cost spills */
+        constexpr size_t b2 = mx_lay<CU_TYPE_IQ2R, 3, 1>::bytes, bk = mx_lay<CU_TYPE_Q2_K, 3, 1>::bytes,
+                         b8 = mx_lay<CU_TYPE_Q8_0R, 3, 1>::bytes;
+        constexpr size_t most = b2 > bk ? (b2 > b8 ? b2 : b8) : (bk > b8 ? bk : b8);
+        static_assert(3 * (most + 1024) <= 228 * 1024, "V1 with 3 pieces: 3 blocks per SM on the H200");
+        int dev = 0, smem = 0;
+        if (!e && cudaGetDevice(&dev) == cudaSuccess &&
+            cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) == cudaSuccess &&
+            (size_t)smem < 3 * (most + 1024))
+            o = 2;
+    }
     return o;
 }
 
