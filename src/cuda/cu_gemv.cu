@@ -441,7 +441,11 @@ static void launch_type(const cu_gemv_args &g, int ntiles, cudaStream_t st) {
  * Warps take RPW rows each (the activation loads are shared between them);
  * with KS > 1 the KS warps of a row group split the items and add their
  * partial sums through shared memory in a fixed order (small matrices: more
- * blocks in flight).
+ * blocks in flight). At T = 1 the loads are pipelined (MINKE_CUDA_GEMVF_V): a
+ * lane keeps a ring of D items a row in flight, dense launches request their
+ * first items before the PDL wait, a block requests its next row group before
+ * the current one's sums and prefetches row groups ahead into L2; none of it
+ * changes the order of any sum.
  */
 
 __device__ __forceinline__ uint4 ldw_v4(const uint8_t *p) {
@@ -644,7 +648,7 @@ template <int NT> __host__ __device__ inline int xf_grid_off(int64_t in, int min
     return NT * ((ni + 31) / 32) * 256 + (mins ? (NT * ni + 1) / 2 : 0);
 }
 
-/* Knobs of the T = 1 pipeline (MINKE_CUDA_GEMVF_V, see gemvf_opts): early: a dense
+/* Knobs of the T = 1 pipeline (MINKE_CUDA_GEMVF_V, see gemvf_variant): early: a dense
  * launch requests its first row group's weights before cu_pdl_enter() (weights are
  * never written during a step; activations and tiles are read only after it), and
  * a block requests the next row group's weights before the warp sums of the
