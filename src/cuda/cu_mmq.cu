@@ -455,11 +455,12 @@ __device__ __forceinline__ void mx_split_stage(const uint8_t *arow, int nvalid, 
 }
 
 /* ---- V1 (default; MINKE_CUDA_MMQ_X=0 gives V0, the first version) ----
- * Where V0's time went (SASS, H200 timings): with 3 pieces every output item
- * spent 3 FADD (the magic offsets) + 2 FFMA (combine) + FMUL + FFMA, Q2_K's
- * third piece was converted per item (8 I2F per mma pair: the I2F pipe is 1/8
- * of the FMA pipe) and its min term took one more mma per piece and item; 76 KB
- * of shared memory kept 2 blocks per SM. V1:
+ * Where V0's time went (instruction counts per stage from the source and
+ * ptxas -v; no disassembler here): with 3 pieces every output item spent
+ * 3 FADD (the magic offsets) + 2 FFMA (combine) + FMUL + FFMA, Q2_K's third
+ * piece was converted per item (8 I2F per mma pair, on the slow conversion
+ * pipe) and its min term took one more mma per piece and item; 76 KB of
+ * shared memory kept 2 blocks per SM. V1:
  * - the magic offsets cancel inside the combine constants: per output item
  *   fma(h, 256, -K) (exact), + m (one rounding), fma(., 256, l) (one rounding),
  *   the 1/256 of the third piece folded into the weight scale (a power of two);
