@@ -995,7 +995,8 @@ static int gemvf_max_loops(void) {
     return n;
 }
 
-/* MINKE_CUDA_GEMVF_V: the T = 1 pipeline (default 2):
+/* MINKE_CUDA_GEMVF_V: the T = 1 pipeline (default 1: the fastest decode on the H200,
+ * 112.2 tok/s against 111.4 (0), 107.2 (2), 106.2 (3), 105.6 (5); docs/performance.md):
  *   0: two items a row in flight, nothing before cu_pdl_enter() (the schedule before the knob)
  *   1: deep ring (xf_deep) + early weight requests (before cu_pdl_enter() for dense
  *      launches, before the warp sums for a block's next row group)
@@ -1008,7 +1009,7 @@ struct xf_variant { int deep; xf_opts o; };
 static int gemvf_v = -1;
 extern "C" void cu_gemvf_set_variant(int v) { gemvf_v = v; }
 static xf_variant gemvf_variant(void) {
-    if (gemvf_v < 0) { const char *e = getenv("MINKE_CUDA_GEMVF_V"); gemvf_v = e && *e ? atoi(e) : 2; }
+    if (gemvf_v < 0) { const char *e = getenv("MINKE_CUDA_GEMVF_V"); gemvf_v = e && *e ? atoi(e) : 1; }
     xf_variant v;
     v.deep = gemvf_v >= 1 && gemvf_v != 4;
     v.o.early = gemvf_v >= 1;
