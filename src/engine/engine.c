@@ -5,7 +5,8 @@
  * Serialised state = a 48-byte header + last logits + the backend-neutral
  * KV payload (minke_kv_layout). The header carries a hash of the GGUF header
  * (metadata + tensor table) and n_ctx so bytes from another model or context
- * size are rejected before anything is touched. With an MTP file the MTP
+ * size are rejected before anything is touched; the hash also covers the
+ * numerics (simulations on/off, activation numerics). With an MTP file the MTP
  * state payload (backend.h) follows the KV payload, and the identity also
  * hashes the MTP file's header and the pairing.
  */
@@ -141,6 +142,12 @@ minke_model *minke_model_open(const minke_model_params *p) {
         return NULL;
     }
     m->identity = fnv1a(m->gguf->map, m->gguf->data_offset, 0xcbf29ce484222325ULL);
+    /* the KV rows depend on the numerics too: a state saved with other
+     * simulations or activation numerics must not be restored */
+    {
+        int32_t num[2] = {m->params.sims ? 1 : 0, m->params.act};
+        m->identity = fnv1a((const uint8_t *)num, sizeof num, m->identity);
+    }
     m->ops = ops;
     if (p->mtp_path && mtp_open(m, p->mtp_path) != 0) {
         mtp_close(m);
@@ -318,7 +325,7 @@ static int load_state(minke_session *s, const void *buf, uint64_t len, int stric
     if (len < SER_HEADER) { minke_set_error("session state is truncated (%llu bytes)", (unsigned long long)len); return -1; }
     memcpy(&h, buf, sizeof h);
     if (h.magic != SER_MAGIC || h.version != SER_VERSION) { minke_set_error("not a minke session state (bad magic or version)"); return -1; }
-    if (h.identity != s->m->identity) { minke_set_error("session state belongs to a different model"); return -1; }
+    if (h.identity != s->m->identity) { minke_set_error("session state belongs to a different model or was saved with other numerics (--sims, --act)"); return -1; }
     if (strict_ctx && h.n_ctx != (uint32_t)s->n_ctx) {
         minke_set_error("session state was saved with context size %u, this session has %d", h.n_ctx, s->n_ctx);
         return -1;
