@@ -44,6 +44,8 @@ static void usage(FILE *f) {
             "  --ctx-start N        first frontier (default 2048)\n"
             "  --ctx-max N          last frontier (default 32768)\n"
             "  --ctx-alloc N        session context (default ctx-max + gen-tokens + 1)\n"
+            "  --layers N           with --synthetic: the first N of the 43 Flash layers (q4 and\n"
+            "                       mxfp4 experts need fewer to fit one H200)\n"
             "  --step-incr N        frontier step when --step-mul is 1 (default 2048)\n"
             "  --step-mul X         multiply the frontier instead (default 1)\n"
             "  -n, --gen-tokens N   greedy tokens decoded at each frontier (default 128)\n"
@@ -107,7 +109,7 @@ static dsv4_tensor *tensor_for(dsv4_weights *w, int kind, int layer) {
 }
 #endif
 
-static minke_model *synthetic_model(const char *which, int sims, int act) {
+static minke_model *synthetic_model(const char *which, int sims, int act, int layers) {
 #ifdef MINKE_CUDA
     int gu, dn;
     if (!strcmp(which, "flash-q2")) { gu = GGML_TYPE_IQ2_XXS; dn = GGML_TYPE_Q2_K; }
@@ -122,6 +124,13 @@ static minke_model *synthetic_model(const char *which, int sims, int act) {
     m->params.act = act;
     m->params.progress = 1;
     if (dsv4_config_preset(&m->w.cfg, "flash") != 0) { fprintf(stderr, "minke bench: no flash preset\n"); free(m); return NULL; }
+    if (layers > 0 && (uint32_t)layers < m->w.cfg.n_layer) {
+        /* the first N layers of the Flash schedule (q4 and MXFP4 experts do not fit one
+         * H200 with all 43) */
+        m->w.cfg.n_layer = (uint32_t)layers;
+        if (m->w.cfg.n_hash_layer > m->w.cfg.n_layer) m->w.cfg.n_hash_layer = m->w.cfg.n_layer;
+        dsv4_config_derive(&m->w.cfg);
+    }
     dsv4_tensor_spec *specs = NULL;
     int n = dsv4_tensor_specs(&m->w.cfg, &specs);
     if (n < 0) { fprintf(stderr, "minke bench: tensor layout failed\n"); free(m); return NULL; }
@@ -152,7 +161,7 @@ static minke_model *synthetic_model(const char *which, int sims, int act) {
     }
     return m;
 #else
-    (void)which; (void)sims; (void)act;
+    (void)which; (void)sims; (void)act; (void)layers;
     fprintf(stderr, "minke bench: --synthetic needs a CUDA build (make cuda)\n");
     return NULL;
 #endif
@@ -274,7 +283,7 @@ int cmd_bench(int argc, char **argv) {
 #endif
     mp.progress = 1;
     const char *synthetic = NULL, *csv_path = NULL, *plot = NULL, *tok_path = NULL;
-    int ctx_start = 2048, ctx_max = 32768, ctx_alloc = 0, step_incr = 2048, gen = 128;
+    int ctx_start = 2048, ctx_max = 32768, ctx_alloc = 0, step_incr = 2048, gen = 128, syn_layers = 0;
     double step_mul = 1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -290,6 +299,11 @@ int cmd_bench(int argc, char **argv) {
         else if (!strcmp(a, "--ctx-start")) { NEED(); ctx_start = atoi(v); }
         else if (!strcmp(a, "--ctx-max")) { NEED(); ctx_max = atoi(v); }
         else if (!strcmp(a, "--ctx-alloc")) { NEED(); ctx_alloc = atoi(v); }
+        else if (!strcmp(a, "--layers")) {
+            NEED();
+            syn_layers = atoi(v);
+            if (syn_layers < 1) { fprintf(stderr, "minke bench: --layers takes a positive count\n"); return 2; }
+        }
         else if (!strcmp(a, "--step-incr")) { NEED(); step_incr = atoi(v); }
         else if (!strcmp(a, "--step-mul")) { NEED(); step_mul = atof(v); }
         else if (!strcmp(a, "-n") || !strcmp(a, "--gen-tokens") || !strcmp(a, "--tokens-gen")) { NEED(); gen = atoi(v); }
@@ -316,7 +330,7 @@ int cmd_bench(int argc, char **argv) {
     if (!ctx_alloc) ctx_alloc = ctx_max + gen + 1;
 
     double t_load = now_s();
-    minke_model *m = synthetic ? synthetic_model(synthetic, mp.sims, mp.act) : minke_model_open(&mp);
+    minke_model *m = synthetic ? synthetic_model(synthetic, mp.sims, mp.act, syn_layers) : minke_model_open(&mp);
     if (!m) { if (!synthetic) fprintf(stderr, "minke bench: %s\n", minke_last_error()); return 1; }
     t_load = now_s() - t_load;
     const dsv4_config *c = &m->w.cfg;
