@@ -28,7 +28,6 @@ static void usage(void) {
             "  --dump-taps DIR      write intermediate tensors to DIR/<name>.f32\n"
             "  --act exact|q8       quantized-weight products: exact f32 activations (default) or\n"
             "                       ds4's int8 activation quantization (docs/numerics.md)\n"
-            "                       (instead of ds4's quantized activations; for testing)\n"
             "  --time               print tokens/s on stderr\n"
             "  --record-selections FILE  (cpu, debug) write the router's expert ids and the\n"
             "                       indexer's row ids of every layer and position to FILE\n"
