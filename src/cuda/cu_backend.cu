@@ -258,8 +258,11 @@ static int cu_model_init(minke_model *m) {
                         "(use --sims off for this model)");
         return -1;
     }
-    if (m->params.n_gpus > 1)
-        fprintf(stderr, "cuda backend: using one GPU (multi-GPU is not implemented)\n");
+    if (m->params.n_gpus > 1) {
+        minke_set_error("cuda backend: --gpus %d: several GPUs in one process are not implemented yet; "
+                        "use --gpus 1", m->params.n_gpus);
+        return -1;
+    }
     int ndev = 0;
     if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1) {
         minke_set_error("cuda backend: no CUDA device found");
