@@ -42,6 +42,23 @@ static_assert(sizeof(cu_block_q8_K) == 292, "q8_K");
 static_assert(sizeof(cu_block_q2_K) == 84, "q2_K");
 static_assert(sizeof(cu_block_q4_K) == 144, "q4_K");
 static_assert(sizeof(cu_block_iq2_xxs) == 66, "iq2_xxs");
+
+/* One IQ2_XXS group as 8 words of 4 signed int8 codes (the GEMV and the
+ * tensor-core kernels both decode it this way): a holds the 4 grid indices
+ * (byte l), w the 4 x 7 stored sign bits (the eighth is the parity) under the
+ * 4-bit scale; tab is the grid. Sign bits are spread to 0x00/0xFF bytes. */
+__device__ __forceinline__ void cu_iq2_group_codes(uint32_t a, uint32_t w, const uint64_t *tab, int (&v)[8]) {
+#pragma unroll
+    for (int l = 0; l < 4; l++) {
+        uint64_t gv = tab[(a >> (8 * l)) & 255];
+        uint32_t s7 = (w >> (7 * l)) & 127;
+        uint32_t S = s7 | ((__popc(s7) & 1) << 7);
+        uint32_t m0 = (((S & 15) * 0x00204081u) & 0x01010101u) * 0xFFu;
+        uint32_t m1 = ((((S >> 4) & 15) * 0x00204081u) & 0x01010101u) * 0xFFu;
+        v[2 * l] = (int)__vsub4((uint32_t)gv ^ m0, m0);
+        v[2 * l + 1] = (int)__vsub4((uint32_t)(gv >> 32) ^ m1, m1);
+    }
+}
 static_assert(sizeof(cu_block_mxfp4) == 17, "mxfp4");
 
 __device__ __forceinline__ float cu_h2f(uint16_t h) { return __half2float(__ushort_as_half(h)); }

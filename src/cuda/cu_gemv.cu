@@ -226,21 +226,8 @@ template <> struct WItem<CU_TYPE_IQ2_XXS> {
         blk = it >> 3; g = it & 7;
         const uint8_t *b = row + (int64_t)blk * 66;
         const uint16_t *qs = (const uint16_t *)(b + 2 + 8 * g);
-        uint32_t a01 = qs[0], a23 = qs[1];
         uint32_t w = (uint32_t)qs[2] | ((uint32_t)qs[3] << 16);
-        uint32_t idx[4] = { a01 & 255, a01 >> 8, a23 & 255, a23 >> 8 };
-#pragma unroll
-        for (int l = 0; l < 4; l++) {
-            uint64_t gv = tab[idx[l]];
-            /* 7 stored sign bits plus the parity bit; spread bits to 0x00/0xFF bytes */
-            uint32_t s7 = (w >> (7 * l)) & 127;
-            uint32_t S = s7 | ((__popc(s7) & 1) << 7);
-            uint32_t m0 = (((S & 15) * 0x00204081u) & 0x01010101u) * 0xFFu;
-            uint32_t m1 = ((((S >> 4) & 15) * 0x00204081u) & 0x01010101u) * 0xFFu;
-            uint32_t g0 = (uint32_t)gv, g1 = (uint32_t)(gv >> 32);
-            v[2 * l] = (int)__vsub4(g0 ^ m0, m0);
-            v[2 * l + 1] = (int)__vsub4(g1 ^ m1, m1);
-        }
+        cu_iq2_group_codes((uint32_t)qs[0] | ((uint32_t)qs[1] << 16), w, tab, v);
         scale = cu_h2f(*(const uint16_t *)b) * (float)(2 * (w >> 28) + 1);
     }
     __device__ __forceinline__ float dot(const uint8_t *act, int it) const {
@@ -261,18 +248,8 @@ template <> struct WItem<CU_TYPE_IQ2R> {
     __device__ __forceinline__ void load(const uint8_t *row, int it, int nit, const uint64_t *tab) {
         blk = it >> 3; g = it & 7;
         uint2 q = *(const uint2 *)(row + (int64_t)blk * 64 + g * 8);
-        uint32_t a = q.x, w = q.y;
-#pragma unroll
-        for (int l = 0; l < 4; l++) {
-            uint64_t gv = tab[(a >> (8 * l)) & 255];
-            uint32_t s7 = (w >> (7 * l)) & 127;
-            uint32_t S = s7 | ((__popc(s7) & 1) << 7);
-            uint32_t m0 = (((S & 15) * 0x00204081u) & 0x01010101u) * 0xFFu;
-            uint32_t m1 = ((((S >> 4) & 15) * 0x00204081u) & 0x01010101u) * 0xFFu;
-            uint32_t g0 = (uint32_t)gv, g1 = (uint32_t)(gv >> 32);
-            v[2 * l] = (int)__vsub4(g0 ^ m0, m0);
-            v[2 * l + 1] = (int)__vsub4(g1 ^ m1, m1);
-        }
+        uint32_t w = q.y;
+        cu_iq2_group_codes(q.x, w, tab, v);
         float d = cu_h2f(((const uint16_t *)(row + (int64_t)(nit >> 3) * 64))[blk]);
         scale = d * (float)(2 * (w >> 28) + 1);
     }
@@ -1178,43 +1155,36 @@ void cu_quantize_act(int atype, const float *x, void *out, int64_t nrows, int64_
  * least two launches away. */
 __global__ void k_pdl_fence(int unused) { cu_pdl_enter(); }
 
-/* Q8_0 rows -> Q8_0R rows (codes first, then scales); one block per row. */
-__global__ void k_repack_q8_0(const uint8_t *src, uint8_t *dst, int nb, uint64_t row_bytes) {
+/* Repacks on upload: a row of nb blocks of (f16 scale + `payload` code bytes)
+ * becomes the nb payloads, then the nb scales, so the codes stay aligned
+ * (Q8_0 -> Q8_0R: 32-byte payloads; IQ2_XXS -> IQ2R: 64-byte payloads). One
+ * block per row. */
+__global__ void k_repack_rows(const uint8_t *src, uint8_t *dst, int nb, int payload, uint64_t row_bytes) {
     cu_pdl_enter();
     const uint8_t *s = src + blockIdx.x * row_bytes;
     uint8_t *d = dst + blockIdx.x * row_bytes;
-    for (int i = threadIdx.x; i < nb * 32; i += blockDim.x) d[i] = s[(i / 32) * 34 + 2 + (i % 32)];
-    for (int b = threadIdx.x; b < nb; b += blockDim.x) ((uint16_t *)(d + nb * 32))[b] = *(const uint16_t *)(s + b * 34);
+    int bsz = payload + 2;
+    for (int i = threadIdx.x; i < nb * payload; i += blockDim.x) d[i] = s[(i / payload) * bsz + 2 + (i % payload)];
+    for (int b = threadIdx.x; b < nb; b += blockDim.x) ((uint16_t *)(d + nb * payload))[b] = *(const uint16_t *)(s + b * bsz);
+}
+static int repack_rows(void *data, int64_t rows, int nb, int payload, uint64_t row_bytes, cudaStream_t st) {
+    void *tmp = NULL;
+    if (cudaMallocAsync(&tmp, rows * row_bytes, st) != cudaSuccess) return 0;
+    cudaMemcpyAsync(tmp, data, rows * row_bytes, cudaMemcpyDeviceToDevice, st);
+    cu_launch(k_repack_rows, (unsigned)rows, 256, 0, st, (const uint8_t *)tmp, (uint8_t *)data, nb, payload, row_bytes);
+    cu_launch(k_pdl_fence, 1, 32, 0, st, 0);
+    cudaFreeAsync(tmp, st);
+    return 1;
 }
 int cu_repack_q8_0(void *data, int64_t rows, int64_t in, uint64_t row_bytes, cudaStream_t st) {
     int nb = (int)(in / 32);
     if (nb % 8 || row_bytes != (uint64_t)nb * 34) return 0;     /* rows must stay 16-byte aligned */
-    void *tmp = NULL;
-    if (cudaMallocAsync(&tmp, rows * row_bytes, st) != cudaSuccess) return 0;
-    cudaMemcpyAsync(tmp, data, rows * row_bytes, cudaMemcpyDeviceToDevice, st);
-    cu_launch(k_repack_q8_0, (unsigned)rows, 256, 0, st, (const uint8_t *)tmp, (uint8_t *)data, nb, row_bytes);
-    cu_launch(k_pdl_fence, 1, 32, 0, st, 0);
-    cudaFreeAsync(tmp, st);
-    return 1;
-}
-
-__global__ void k_repack_iq2(const uint8_t *src, uint8_t *dst, int nb, uint64_t row_bytes) {
-    cu_pdl_enter();
-    const uint8_t *s = src + blockIdx.x * row_bytes;
-    uint8_t *d = dst + blockIdx.x * row_bytes;
-    for (int i = threadIdx.x; i < nb * 64; i += blockDim.x) d[i] = s[(i / 64) * 66 + 2 + (i % 64)];
-    for (int b = threadIdx.x; b < nb; b += blockDim.x) ((uint16_t *)(d + nb * 64))[b] = *(const uint16_t *)(s + b * 66);
+    return repack_rows(data, rows, nb, 32, row_bytes, st);
 }
 int cu_repack_iq2_xxs(void *data, int64_t rows, int64_t in, uint64_t row_bytes, cudaStream_t st) {
     int nb = (int)(in / 256);
     if (row_bytes % 8 || row_bytes != (uint64_t)nb * 66) return 0;   /* rows must stay 8-byte aligned */
-    void *tmp = NULL;
-    if (cudaMallocAsync(&tmp, rows * row_bytes, st) != cudaSuccess) return 0;
-    cudaMemcpyAsync(tmp, data, rows * row_bytes, cudaMemcpyDeviceToDevice, st);
-    cu_launch(k_repack_iq2, (unsigned)rows, 256, 0, st, (const uint8_t *)tmp, (uint8_t *)data, nb, row_bytes);
-    cu_launch(k_pdl_fence, 1, 32, 0, st, 0);
-    cudaFreeAsync(tmp, st);
-    return 1;
+    return repack_rows(data, rows, nb, 64, row_bytes, st);
 }
 
 int cu_tables_init(const uint64_t *grid, const uint8_t *signs, const int8_t *kvalues) {

@@ -70,16 +70,7 @@ template <> __device__ __forceinline__ void mq_wload<CU_TYPE_IQ2R>(const uint8_t
     int blk = it >> 3, g = it & 7;
     uint2 v = *(const uint2 *)(row + (int64_t)blk * 64 + g * 8);
     uint32_t a = v.x, w = v.y;
-#pragma unroll
-    for (int l = 0; l < 4; l++) {
-        uint64_t gv = tab[(a >> (8 * l)) & 255];
-        uint32_t s7 = (w >> (7 * l)) & 127;
-        uint32_t S = s7 | ((__popc(s7) & 1) << 7);
-        uint32_t m0 = (((S & 15) * 0x00204081u) & 0x01010101u) * 0xFFu;
-        uint32_t m1 = ((((S >> 4) & 15) * 0x00204081u) & 0x01010101u) * 0xFFu;
-        q[2 * l] = (int)__vsub4((uint32_t)gv ^ m0, m0);
-        q[2 * l + 1] = (int)__vsub4((uint32_t)(gv >> 32) ^ m1, m1);
-    }
+    cu_iq2_group_codes(a, w, tab, q);
     /* the CPU's x 0.125 is a power of two: folding it into the scale changes no rounding */
     s = cu_h2f(((const uint16_t *)(row + (int64_t)(nit >> 3) * 64))[blk]) * (float)(2 * (w >> 28) + 1) * 0.125f;
 }
@@ -91,16 +82,7 @@ template <> __device__ __forceinline__ void mq_wload<CU_TYPE_IQ2_XXS>(const uint
     const uint16_t *qs = (const uint16_t *)(b + 2 + 8 * g);
     uint32_t a = (uint32_t)qs[0] | ((uint32_t)qs[1] << 16);
     uint32_t w = (uint32_t)qs[2] | ((uint32_t)qs[3] << 16);
-#pragma unroll
-    for (int l = 0; l < 4; l++) {
-        uint64_t gv = tab[(a >> (8 * l)) & 255];
-        uint32_t s7 = (w >> (7 * l)) & 127;
-        uint32_t S = s7 | ((__popc(s7) & 1) << 7);
-        uint32_t m0 = (((S & 15) * 0x00204081u) & 0x01010101u) * 0xFFu;
-        uint32_t m1 = ((((S >> 4) & 15) * 0x00204081u) & 0x01010101u) * 0xFFu;
-        q[2 * l] = (int)__vsub4((uint32_t)gv ^ m0, m0);
-        q[2 * l + 1] = (int)__vsub4((uint32_t)(gv >> 32) ^ m1, m1);
-    }
+    cu_iq2_group_codes(a, w, tab, q);
     s = cu_h2f(*(const uint16_t *)b) * (float)(2 * (w >> 28) + 1) * 0.125f;
 }
 template <> __device__ __forceinline__ void mq_wload<CU_TYPE_Q2_K>(const uint8_t *row, int it, int nit, const uint64_t *tab,
