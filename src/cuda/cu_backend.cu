@@ -625,6 +625,9 @@ static uint64_t cu_session_bytes(minke_model *m, void *bs) { return ((cu_session
 /* ------------------------------------------------------------------ */
 /* forward                                                             */
 
+/* What one split buffer holds (see mmq_exact). */
+typedef struct split_memo { const void *buf; const float *x; int cls; int64_t rows, n; } split_memo;
+
 typedef struct fwd {
     minke_model *m;
     cu_model *cm;
@@ -637,6 +640,9 @@ typedef struct fwd {
     const int32_t *tok_host;
     void *act;         /* quantization buffer of the stream in use */
     void *asplit;      /* exact-activation split buffer of the stream in use (NULL: none) */
+    split_memo splits[3];
+                       /* what each split buffer holds, so x is split once for all its
+                          tensor-core products (as actx holds it quantized for q8) */
     int side;          /* run the compressor/indexer branch on cm->st2 */
     int xq_type;       /* activation type s->actx holds for the current x (0: none) */
     const float *pend_f1, *pend_f2;   /* post step of the previous sub-layer, not yet applied */
@@ -669,6 +675,12 @@ static const void *act_rows(fwd *f, int wtype, const float *x, int64_t in, int T
     return f->act;
 }
 
+/* The HC pre step rewrote x: its quantized and split copies are stale. */
+static void x_rewritten(fwd *f) {
+    f->xq_type = 0;
+    for (int i = 0; i < 3; i++) f->splits[i].x = NULL;
+}
+
 /* A tensor-core product with exact activations: x (nrows f32 rows of g->in,
  * g->act_stride bytes apart) split into int8 pieces in the stream's buffer by
  * one launch, then the pre-split kernel (cu_mmq.cu; faster than splitting
@@ -676,7 +688,15 @@ static const void *act_rows(fwd *f, int wtype, const float *x, int64_t in, int T
 static int mmq_exact(fwd *f, cu_gemv_args *g, const float *x, int64_t nrows, int ntiles) {
     if (!g->act_f32 || !f->asplit || g->wtype == CU_TYPE_F16 || !cu_mmq_supported(g)) return 0;
     int64_t n = g->act_stride / 4;     /* the whole f32 row (grouped input: every group) */
-    if (!cu_mmq_split_act(g->wtype, x, nrows, n, g->act_stride, f->asplit, f->st)) return 0;
+    int cls = g->wtype == CU_TYPE_Q2_K;   /* Q2_K's pieces share a scale per 256, others per 32 */
+    split_memo *e = &f->splits[0];
+    for (int i = 0; i < 3; i++)
+        if (f->splits[i].buf == f->asplit || !f->splits[i].buf) { e = &f->splits[i]; break; }
+    /* only x is reused: other inputs are rewritten in place between their products */
+    if (!(x == f->s->x && e->buf == f->asplit && e->x == x && e->cls == cls && e->rows == nrows && e->n == n)) {
+        if (!cu_mmq_split_act(g->wtype, x, nrows, n, g->act_stride, f->asplit, f->st)) { e->buf = NULL; return 0; }
+        e->buf = f->asplit; e->x = x; e->cls = cls; e->rows = nrows; e->n = n;
+    }
     cu_gemv_args q = *g;
     q.act = f->asplit;
     q.act_stride = cu_mmq_split_row_bytes(n);
@@ -793,7 +813,7 @@ static void attention_layer(fwd *f, int il) {
     PROF(f, "hc_pre");
     hc_pre(f, 0, T, &L->hc_attn_fn, (int)c->hc_mix, (const float *)L->hc_attn_scale.d,
            (const float *)L->hc_attn_base.d, (const float *)L->attn_norm.d, (int)c->hc_sinkhorn_iters, 0, s->x);
-    f->xq_type = 0;
+    x_rewritten(f);
     tapv(f, "blk.%d.attn_norm", il, s->x, D);
     int ihd = (int)c->indexer_head_dim, nih = (int)c->indexer_n_head;
     int cw = ratio == 4 ? 2 * Dh : Dh;
@@ -945,7 +965,7 @@ static void ffn_layer(fwd *f, int il) {
     PROF(f, "hc_pre");
     hc_pre(f, 0, T, &L->hc_ffn_fn, (int)c->hc_mix, (const float *)L->hc_ffn_scale.d,
            (const float *)L->hc_ffn_base.d, (const float *)L->ffn_norm.d, (int)c->hc_sinkhorn_iters, 0, s->x);
-    f->xq_type = 0;
+    x_rewritten(f);
     tapv(f, "blk.%d.ffn_norm", il, s->x, D);
     /* the shared expert reads only x: on the side stream while the routed
      * experts run (joined before the post step) */
