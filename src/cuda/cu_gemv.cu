@@ -18,6 +18,7 @@
  */
 #include "cuda/cu_common.cuh"
 #include "cuda/cu_ops.h"
+#include "cuda/cu_gemvh.h"
 
 /* IQ2_XXS grid / signs and MXFP4 values; uploaded once from src/quant's
  * decoders (cu_tables_init) so the data lives in one place. */
@@ -1132,9 +1133,10 @@ void cu_gemv(const cu_gemv_args *ga, int ntiles, cudaStream_t st) {
     case CU_TYPE_Q4_K: launch_type<CU_TYPE_Q4_K>(g, ntiles, st); break;
     case CU_TYPE_IQ2_XXS: launch_type<CU_TYPE_IQ2_XXS>(g, ntiles, st); break;
     case CU_TYPE_IQ2R: launch_type<CU_TYPE_IQ2R>(g, ntiles, st); break;
-    case CU_TYPE_F16: launch_type<CU_TYPE_F16>(g, ntiles, st); break;
-    case CU_TYPE_BF16: launch_type<CU_TYPE_BF16>(g, ntiles, st); break;
-    default: launch_type<CU_TYPE_F32>(g, ntiles, st); break;
+    /* plain floats, one row a tile: cu_gemvh.cu where it applies */
+    case CU_TYPE_F16: if (!cu_gemvh(&g, ntiles, st)) launch_type<CU_TYPE_F16>(g, ntiles, st); break;
+    case CU_TYPE_BF16: if (!cu_gemvh(&g, ntiles, st)) launch_type<CU_TYPE_BF16>(g, ntiles, st); break;
+    default: if (!cu_gemvh(&g, ntiles, st)) launch_type<CU_TYPE_F32>(g, ntiles, st); break;
     }
 }
 

@@ -6,6 +6,9 @@
  * (3e-6 of max|y|) in every T = 1 pipeline variant (MINKE_CUDA_GEMVF_V), and
  * --time prints the decode shapes of Flash per variant: the median of 20
  * launches and the mean of 43 back-to-back launches in one CUDA graph.
+ * The one-row GEMV of plain-float weights (cu_gemvh.cu) is checked against a
+ * double reference in each launch schedule (bit-identical to each other), and
+ * --time compares it with the generic kernel on the F16 decode shapes of Flash.
  * Run on a GPU machine (tests/run-cuda.sh).
  */
 #include <math.h>
@@ -16,6 +19,7 @@
 
 #include "quant/quant.h"
 #include "cuda/cu_ops.h"
+#include "cuda/cu_gemvh.h"
 
 /* cu_gemv.cu: the T = 1 pipeline variant of the exact-activation GEMV (MINKE_CUDA_GEMVF_V) */
 void cu_gemvf_set_variant(int v);
@@ -607,6 +611,262 @@ static int check_f32_all(int timing) {
     return fail;
 }
 
+/* ---- one-row GEMV for plain-float weights (cu_gemvh.cu) ---- */
+
+/* Random rows*in weights of `type` (F16/BF16/F32) and T activation rows (nt_hint 1,
+ * a tile per row; padded strides when T > 1), G > 0: grouped input (G groups of
+ * grows rows). Against a double reference (1e-5 of max|y|) in every launch
+ * schedule (MINKE_CUDA_GEMVH_V 0..2), which must agree bit for bit and give the
+ * same bits on a second run; then paired with a second matrix (w2/out2: both
+ * halves equal to their single launches), and accumulate (out = before + y
+ * exactly). take: whether cu_gemvh must take the launch (0: must fall back, the
+ * generic kernel is checked instead). */
+static int check_h(int type, int64_t rows, int64_t in, int T, int G, int64_t grows, int take) {
+    const quant_traits *tr = quant_get(type);
+    uint64_t rb = quant_row_bytes(type, in);
+    if (G > 0) rows = G * grows;
+    int64_t xin = G > 0 ? G * in : in;
+    int64_t astride = xin + (T > 1 ? 4 : 0), ostride = rows + (T > 1 ? 3 : 0);   /* floats */
+    int64_t nout = (int64_t)T * ostride;
+    float *wf = malloc(sizeof(float) * in), *wd = malloc(sizeof(float) * rows * in * 2), *x = malloc(sizeof(float) * T * astride);
+    uint8_t *W = malloc(rb * rows * 2);
+    for (int64_t r = 0; r < 2 * rows; r++) {
+        for (int64_t i = 0; i < in; i++) wf[i] = frand() * (1.0f + (r % 7));
+        tr->quant(wf, W + r * rb, in);
+        tr->dequant(W + r * rb, wd + r * in, in);
+    }
+    for (int64_t i = 0; i < T * astride; i++) x[i] = frand() * (i % 13 == 0 ? 10.0f : 1.0f);
+    /* ref[m][t * ostride + r]: matrix m (0: w, 1: w2); padding stays 0 */
+    double *ref = calloc((size_t)nout * 2, sizeof(double));
+    for (int m = 0; m < 2; m++)
+        for (int t = 0; t < T; t++)
+            for (int64_t r = 0; r < rows; r++) {
+                const float *xr = x + t * astride + (G > 0 ? (r / grows) * in : 0), *wr = wd + (m * rows + r) * in;
+                double s = 0;
+                for (int64_t i = 0; i < in; i++) s += (double)wr[i] * xr[i];
+                ref[m * nout + t * ostride + r] = s;
+            }
+    void *dW; float *dx, *dy, *dy2;
+    CK(cudaMalloc(&dW, rb * rows * 2)); CK(cudaMalloc((void **)&dx, sizeof(float) * T * astride));
+    CK(cudaMalloc((void **)&dy, sizeof(float) * nout)); CK(cudaMalloc((void **)&dy2, sizeof(float) * nout));
+    CK(cudaMemcpy(dW, W, rb * rows * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dx, x, sizeof(float) * T * astride, cudaMemcpyHostToDevice));
+    cu_gemv_args g;
+    memset(&g, 0, sizeof g);
+    g.w = dW; g.wtype = type; g.rows = rows; g.in = in; g.row_bytes = rb; g.act = dx; g.act_stride = astride * 4;
+    g.act_div = 1; g.out = dy; g.out_stride = ostride; g.ntok = T; g.nt_hint = 1;
+    if (G > 0) { g.group_rows = grows; g.group_act_bytes = in * 4; }
+    char what[128];
+    snprintf(what, sizeof what, "%-4s rows %5lld in %5lld T %d%s", tr->name, (long long)rows, (long long)in, T, G > 0 ? " grouped" : "");
+    if (G > 0) snprintf(what + strlen(what), sizeof what - strlen(what), " (%d x %lld rows)", G, (long long)grows);
+    int fail = 0;
+    if (cu_gemvh_applies(&g, T) != take) {
+        printf("FAIL gemvh %s: cu_gemvh %s the launch\n", what, take ? "does not take" : "takes");
+        fail = 1;
+    }
+    float *y = malloc(sizeof(float) * nout), *y0 = malloc(sizeof(float) * nout), *y2 = malloc(sizeof(float) * nout);
+    float *pre = malloc(sizeof(float) * nout);
+    double rel_max = 0;
+    int nvar = take ? 3 : 1;
+    for (int v = 0; v < nvar; v++) {
+        for (int rep = 0; rep < 2; rep++) {
+            cu_gemvh_set_variant(take ? v : -1);
+            CK(cudaMemset(dy, 0xFF, sizeof(float) * nout));
+            cu_gemv(&g, T, 0);
+            CK(cudaGetLastError());
+            CK(cudaMemcpy(y, dy, sizeof(float) * nout, cudaMemcpyDeviceToHost));
+            if (v == 0 && rep == 0) {
+                memcpy(y0, y, sizeof(float) * nout);
+                double md = 0, mr = 0;
+                for (int t = 0; t < T; t++)
+                    for (int64_t r = 0; r < ostride; r++) {
+                        int64_t i = t * ostride + r;
+                        uint32_t bits; memcpy(&bits, &y[i], 4);
+                        if (r >= rows) { if (bits != 0xFFFFFFFFu) md = INFINITY; continue; }   /* padding untouched */
+                        if (fabs(ref[i]) > mr) mr = fabs(ref[i]);
+                        double d = fabs(ref[i] - y[i]);
+                        if (!(d <= md)) md = isnan(d) ? INFINITY : d;
+                    }
+                rel_max = md / (mr > 0 ? mr : 1);
+                if (!(rel_max <= 1e-5)) fail = 1;
+            } else if (memcmp(y, y0, sizeof(float) * nout)) {
+                printf("FAIL gemvh %s: schedule V%d run %d differs from V0's bits\n", what, v, rep);
+                fail = 1;
+            }
+        }
+    }
+    printf("%s gemvh %s: rel err %.2e%s\n", fail ? "FAIL" : "ok  ", what, rel_max,
+           take ? " (schedules 0..2 and a rerun bit-identical)" : " (generic kernel)");
+    /* paired: w2 = the second matrix into out2 */
+    for (int v = 0; v < nvar; v++) {
+        cu_gemvh_set_variant(take ? v : -1);
+        cu_gemv_args p = g;
+        p.w2 = (const uint8_t *)dW + rb * rows; p.out2 = dy2;
+        CK(cudaMemset(dy, 0xFF, sizeof(float) * nout));
+        CK(cudaMemset(dy2, 0xFF, sizeof(float) * nout));
+        cu_gemv(&p, T, 0);
+        CK(cudaGetLastError());
+        CK(cudaMemcpy(y, dy, sizeof(float) * nout, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(y2, dy2, sizeof(float) * nout, cudaMemcpyDeviceToHost));
+        int pb = memcmp(y, y0, sizeof(float) * nout) != 0;
+        double md = 0, mr = 0;
+        for (int t = 0; t < T; t++)
+            for (int64_t r = 0; r < rows; r++) {
+                int64_t i = t * ostride + r;
+                if (fabs(ref[nout + i]) > mr) mr = fabs(ref[nout + i]);
+                double d = fabs(ref[nout + i] - y2[i]);
+                if (!(d <= md)) md = isnan(d) ? INFINITY : d;
+            }
+        if (pb || !(md <= 1e-5 * (mr > 0 ? mr : 1))) {
+            printf("FAIL gemvh %s V%d paired: out %s the single launch, out2 rel err %.2e\n", what, v, pb ? "differs from" : "equals",
+                   md / (mr > 0 ? mr : 1));
+            fail = 1;
+        }
+    }
+    /* accumulate */
+    for (int64_t i = 0; i < nout; i++) pre[i] = (float)(i % 17) - 8.0f;
+    for (int v = 0; v < nvar; v++) {
+        cu_gemvh_set_variant(take ? v : -1);
+        CK(cudaMemcpy(dy, pre, sizeof(float) * nout, cudaMemcpyHostToDevice));
+        cu_gemv_args a = g;
+        a.accumulate = 1;
+        cu_gemv(&a, T, 0);
+        CK(cudaGetLastError());
+        CK(cudaMemcpy(y, dy, sizeof(float) * nout, cudaMemcpyDeviceToHost));
+        int ab = 0;
+        for (int t = 0; t < T; t++)
+            for (int64_t r = 0; r < ostride; r++) {
+                int64_t i = t * ostride + r;
+                float want = r < rows ? pre[i] + y0[i] : pre[i];
+                if (memcmp(&want, &y[i], 4)) ab = 1;
+            }
+        if (ab) { printf("FAIL gemvh %s V%d: accumulate is not out + the product\n", what, v); fail = 1; }
+    }
+    cu_gemvh_set_variant(-1);
+    cudaFree(dW); cudaFree(dx); cudaFree(dy); cudaFree(dy2);
+    free(wf); free(wd); free(x); free(W); free(ref); free(y); free(y0); free(y2); free(pre);
+    return fail;
+}
+
+static int check_h_all(void) {
+    int types[] = {GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_F32};
+    int fail = 0;
+    for (int k = 0; k < 3; k++) {
+        int t = types[k];
+        if (!quant_get(t)) continue;
+        fail |= check_h(t, 256, 4096, 1, 0, 0, 1);        /* the MoE router */
+        fail |= check_h(t, 1024, 4096, 1, 0, 0, 1);       /* compressor kv / gate */
+        fail |= check_h(t, 64, 4096, 1, 0, 0, 1);         /* indexer weights */
+        fail |= check_h(t, 8, 512, 1, 0, 0, 1);
+        fail |= check_h(t, 4096, 1024, 1, 0, 0, 1);
+        fail |= check_h(t, 8192, 1024, 1, 0, 0, 1);      /* indexer q_b: blocks loop over row groups */
+        fail |= check_h(t, 1, 4096, 1, 0, 0, 1);
+        fail |= check_h(t, 256, 4096 + 64, 1, 0, 0, 1);  /* odd split: the last warps of a row get fewer items */
+        fail |= check_h(t, 77, 40, 1, 0, 0, 1);          /* 5 or 10 items a row */
+        fail |= check_h(t, 300, 1024, 3, 0, 0, 1);       /* 3 tokens, one a tile, padded strides */
+        fail |= check_h(t, 0, 512, 1, 4, 64, 1);         /* grouped input */
+        fail |= check_h(t, 0, 256, 1, 3, 5, 1);          /* grouped, 5-row groups (a block spans groups) */
+        fail |= check_h(t, 0, 1024, 2, 3, 24, 1);        /* grouped, 2 tokens */
+        fail |= check_h(t, 40, t == GGML_TYPE_F32 ? 8192 : 16384, 1, 0, 0, 1);   /* 2048 items a row: 8 a lane */
+        fail |= check_h(t, 40, t == GGML_TYPE_F32 ? 8196 : 16392, 1, 0, 0, 0);   /* 2049 items: the generic kernel */
+    }
+    return fail;
+}
+
+/* Decode-shaped timing (T = 1) of cu_gemvh in each schedule against the generic
+ * kernel, weights rotated over a pool far larger than L2: the median of 20
+ * launches and the mean of 43 back-to-back launches in one CUDA graph. */
+static void time_h(int type, int64_t rows, int64_t in, int paired, const char *name) {
+    uint64_t rb = quant_row_bytes(type, in);
+    int64_t set = (int64_t)rb * rows * (paired ? 2 : 1);
+    int nsets = (int)((768ll << 20) / set);
+    if (nsets < 4) nsets = 4;
+    void *pool;
+    float *dx, *dy, *dy2;
+    if (cudaMalloc(&pool, set * nsets) != cudaSuccess) { printf("skip time gemvh: no memory\n"); return; }
+    cu_synth_fill(pool, type, set * nsets / rb * in, 4321, 0.01f, 0);
+    CK(cudaMalloc((void **)&dx, sizeof(float) * in)); CK(cudaMalloc((void **)&dy, sizeof(float) * rows));
+    CK(cudaMalloc((void **)&dy2, sizeof(float) * rows));
+    cu_synth_fill(dx, GGML_TYPE_F32, in, 77, 1.0f, 0);
+    CK(cudaDeviceSynchronize());
+    cu_gemv_args g;
+    memset(&g, 0, sizeof g);
+    g.wtype = type; g.rows = rows; g.in = in; g.row_bytes = rb; g.act = dx; g.act_stride = in * 4; g.act_div = 1;
+    g.out = dy; g.out_stride = rows; g.ntok = 1; g.nt_hint = 1;
+    if (paired) g.out2 = dy2;
+    cudaEvent_t ev[21];
+    for (int i = 0; i < 21; i++) cudaEventCreate(&ev[i]);
+    cudaStream_t gs;
+    CK(cudaStreamCreateWithFlags(&gs, cudaStreamNonBlocking));
+    static const int modes[4] = {9, 0, 1, 2};     /* the generic kernel, then the schedules */
+    float med[4], graph_us[4];
+    for (int mi = 0; mi < 4; mi++) {
+        cu_gemvh_set_variant(modes[mi]);
+        float ms[20];
+        for (int i = -2; i < 20; i++) {
+            int s = (i + 2) % nsets;
+            g.w = (const uint8_t *)pool + (int64_t)s * set;
+            if (paired) g.w2 = (const uint8_t *)g.w + set / 2;
+            if (i >= 0) cudaEventRecord(ev[i], 0);
+            cu_gemv(&g, 1, 0);
+            if (i >= 0) cudaEventRecord(ev[i + 1], 0);
+        }
+        CK(cudaGetLastError());
+        cudaEventSynchronize(ev[20]);
+        for (int i = 0; i < 20; i++) cudaEventElapsedTime(&ms[i], ev[i], ev[i + 1]);
+        qsort(ms, 20, sizeof(float), cmp_float);
+        med[mi] = (ms[9] + ms[10]) / 2 * 1e3f;
+        const int NG = 43, REP = 5;
+        cudaGraph_t graph; cudaGraphExec_t exec;
+        graph_us[mi] = -1.f;
+        CK(cudaStreamSynchronize(0));
+        if (cudaStreamBeginCapture(gs, cudaStreamCaptureModeThreadLocal) == cudaSuccess) {
+            for (int i = 0; i < NG; i++) {
+                g.w = (const uint8_t *)pool + (int64_t)(i % nsets) * set;
+                if (paired) g.w2 = (const uint8_t *)g.w + set / 2;
+                cu_gemv(&g, 1, gs);
+            }
+            if (cudaStreamEndCapture(gs, &graph) == cudaSuccess && cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess) {
+                cudaGraphLaunch(exec, gs);
+                cudaEventRecord(ev[0], gs);
+                for (int r = 0; r < REP; r++) cudaGraphLaunch(exec, gs);
+                cudaEventRecord(ev[1], gs);
+                if (cudaEventSynchronize(ev[1]) == cudaSuccess) {
+                    float t; cudaEventElapsedTime(&t, ev[0], ev[1]);
+                    graph_us[mi] = t * 1e3f / (NG * REP);
+                }
+                cudaGraphExecDestroy(exec);
+                cudaGraphDestroy(graph);
+            }
+        }
+        if (cudaGetLastError() != cudaSuccess) graph_us[mi] = -1.f;
+    }
+    cu_gemvh_set_variant(-1);
+    char shape[64];
+    snprintf(shape, sizeof shape, "%s%lld x %lld", paired ? "2 x " : "", (long long)rows, (long long)in);
+    printf("time gemvh %-4s %-16s %-13s %6.2f MB: generic %6.2f us (%4.0f GB/s), graph %6.2f us\n", quant_get(type)->name, shape, name,
+           set / 1e6, med[0], set / (med[0] * 1e-6) / 1e9, graph_us[0]);
+    for (int mi = 1; mi < 4; mi++)
+        printf("time gemvh %-4s %-16s %-13s           V%d %6.2f us (%4.0f GB/s), graph %6.2f us (%4.0f GB/s)\n", quant_get(type)->name,
+               shape, name, modes[mi], med[mi], set / (med[mi] * 1e-6) / 1e9, graph_us[mi], set / (graph_us[mi] * 1e-6) / 1e9);
+    for (int i = 0; i < 21; i++) cudaEventDestroy(ev[i]);
+    cudaStreamDestroy(gs);
+    cudaFree(pool); cudaFree(dx); cudaFree(dy); cudaFree(dy2);
+}
+
+static void time_h_all(void) {
+    /* the F16 decode launches of Flash (docs/runs/ncu-decode-final.txt) */
+    time_h(GGML_TYPE_F16, 256, 4096, 0, "router");
+    time_h(GGML_TYPE_F16, 1024, 4096, 1, "comp kv+gate");
+    time_h(GGML_TYPE_F16, 512, 4096, 1, "comp kv+gate");
+    time_h(GGML_TYPE_F16, 256, 4096, 1, "idx comp");
+    time_h(GGML_TYPE_F16, 64, 4096, 0, "idx proj");
+    time_h(GGML_TYPE_F16, 8192, 1024, 0, "idx q_b");
+    time_h(GGML_TYPE_BF16, 256, 4096, 0, "");
+    time_h(GGML_TYPE_F32, 256, 4096, 0, "");
+    time_h(GGML_TYPE_F32, 4096, 1024, 0, "");
+}
+
 /* Prefill attention on the f16 tensor cores (cu_attention_tc) against the f32
  * kernel (cu_attention without tc) on random rows: Flash shape (64 heads of
  * 512, window 128, indexer-selected or every-128th compressed rows, ring rows
@@ -703,6 +963,8 @@ int main(int argc, char **argv) {
         fail |= check_type(types[i], 77, 4096, 9, timing);
     }
     fail |= check_f32_all(timing);
+    fail |= check_h_all();
+    if (timing) time_h_all();
     int mq_types[] = {GGML_TYPE_Q8_0, GGML_TYPE_IQ2_XXS, GGML_TYPE_Q2_K};
     for (int i = 0; i < 3; i++) {
         fail |= check_mmq(mq_types[i], 300, 1024, 100, 0, 1);
