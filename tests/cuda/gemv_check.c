@@ -660,6 +660,7 @@ static int check_h(int type, int64_t rows, int64_t in, int T, int G, int64_t gro
     snprintf(what, sizeof what, "%-4s rows %5lld in %5lld T %d%s", tr->name, (long long)rows, (long long)in, T, G > 0 ? " grouped" : "");
     if (G > 0) snprintf(what + strlen(what), sizeof what - strlen(what), " (%d x %lld rows)", G, (long long)grows);
     int fail = 0;
+    cu_gemvh_set_variant(take ? 0 : -1);     /* on even where MINKE_CUDA_GEMVH=0 */
     if (cu_gemvh_applies(&g, T) != take) {
         printf("FAIL gemvh %s: cu_gemvh %s the launch\n", what, take ? "does not take" : "takes");
         fail = 1;
