@@ -3,9 +3,12 @@
  * RMSNorm), its one-launch fused form with the previous post step folded
  * in, and the post step. Arithmetic follows src/cpu/numerics.c.
  *
- * The fused pre step has two schedules with bit-identical results:
- * k_hc_pre_fused (v1, env MINKE_CUDA_HC_V1=1 or cu_hc_use_v1(1)) and
- * k_hc_pre_fused2 (default where the shape fits, see its comment).
+ * The fused pre step has three schedules with bit-identical results:
+ * k_hc_pre_fused (v1, env MINKE_CUDA_HC_V1=1 or cu_hc_use_v1(1)),
+ * k_hc_pre_fused2 (v2, 16 blocks of 1024; env MINKE_CUDA_HC_V2=1) and
+ * k_hc_pre_fused3 (v3, 128 blocks of 288; default where the shape fits,
+ * see its comment). tests/cuda/hc_check.c checks them against each other
+ * and a double-precision CPU reference, and times them.
  */
 #include <stdlib.h>
 
@@ -529,17 +532,370 @@ k_hc_pre_fused2(const float *X, const float *f1, const float *f2, const float *p
     }
 }
 
+/* ------------------------------------------------------------------ */
+/* The fused pre step, v3 schedule (default where the shape fits): v1's
+ * arithmetic again, element by element and in the same summation orders
+ * (bit-identical), but spread over 16 x G blocks per token instead of 16,
+ * so that the step is a few latencies instead of v2's 16 SMs pulling
+ * 0.8 MB of weights and a long serial tail:
+ *  - block (g, sp) takes v1's K-split sp (chunk = D*nhc/16 inputs) and the
+ *    mix rows g*rpb .. g*rpb+rpb-1, one warp per row in v1's lane order;
+ *    rpb = ceil(nmix*16/128): Flash's 24 mixes 3 rows a block, 128 blocks;
+ *    the head's 4 mixes 1 row a block, 64 blocks. Its weights (rpb rows x
+ *    chunk halves, 6 KB) are loaded before the PDL wait, as are scale and
+ *    base on the split warp, and block (0, 0) prefetches norm_w into L2;
+ *  - the G blocks of a split each recompute its chunk of the pending post
+ *    step (k_hc_post's arithmetic; 24 KB of L2 reads a block); only g = 0
+ *    writes it to Xout and takes the split's sum of squares (v1's thread j
+ *    of 256: k = j, j+256, ..., the warp sum interleaved with the dot's, the
+ *    8-warp tree on the otherwise idle split warp);
+ *  - one ticket per token, with acq_rel fences; the last block finishes:
+ *    warp 8 (the split warp) loads the 16 partials of its lane's mix and
+ *    the 16 sums of squares, lets warps 0..7 start loading the stream rows
+ *    (bar 1), computes the mixes, publishes the pre weights (bar 2), then
+ *    post and Sinkhorn (nhc = 4 unrolled: the four shuffles of a sum issue
+ *    together, the sum in the CPU's sequential order; the longest path of
+ *    the step, ~40 dependent shuffle+divide rounds). Warps 0..7 are v1's
+ *    finishing block of 256 (thread j: d = j, j+256, ...), the RMS tree
+ *    taken by every warp from shared memory instead of one warp and a
+ *    second barrier.
+ * Block: 288 threads (256 + the split warp), 4 KB of shared memory and ~114
+ * registers, so the neighbouring kernels' blocks stay resident beside it
+ * under PDL. Shapes: nhc = 4, nmix <= 32 (>= 24 unless head), chunk <= 1024,
+ * D <= 4096; others use v2 or v1. Scratch: v1's partial[T][16][32] and
+ * psq[T][16]; the rounding steps v1's compiler chose are spelled out with
+ * __fmul_rn/__fmaf_rn/__fadd_rn/__fma_rn where the unrolled code could
+ * contract differently. */
+
+#define HC3_XT 256                 /* v1's block of 256: the post step, the dots, the finish */
+#define HC3_THREADS (HC3_XT + 32)  /* + the split warp */
+#define HC3_SW 8                   /* the split warp */
+#define HC3_XPT 4                  /* chunk elements per thread: chunk <= 1024 */
+#define HC3_DPT 16                 /* finish: stream elements per thread: D <= 4096 */
+#define HC3_NHC 4
+#define HC3_BLOCKS 128             /* blocks per token aimed at */
+#define HC3_MAXRPB 8
+
+__device__ __forceinline__ void hc_prefetch_l2(const void *p) {
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(__cvta_generic_to_global(p)));
+}
+
+/* hc_split_warp's Sinkhorn from this lane's logit v (lane < nhc^2), with
+ * nhc a constant so that the four shuffles of each sum issue together. */
+template <int NHC>
+__device__ __forceinline__ void hc3_sinkhorn(float v, int iters, float hc_eps, int lane, float *comb_t) {
+    constexpr int nn = NHC * NHC;
+    const int rb = (lane / NHC) * NHC, cc = lane % NHC;
+    float mx = -INFINITY;
+#pragma unroll
+    for (int k = 0; k < NHC; k++) { float w = __shfl_sync(0xffffffffu, v, (rb + k) & 31); if (w > mx) mx = w; }
+    float e = expf(v - mx);
+    float sum = 0.f;
+#pragma unroll
+    for (int k = 0; k < NHC; k++) sum += __shfl_sync(0xffffffffu, e, (rb + k) & 31);
+    float c = e / sum + hc_eps;
+    for (int it = 0; it < iters; it++) {
+        if (it > 0) {
+            float s2 = 0.f;
+#pragma unroll
+            for (int k = 0; k < NHC; k++) s2 += __shfl_sync(0xffffffffu, c, (rb + k) & 31);
+            c /= (s2 + hc_eps);
+        }
+        float s3 = 0.f;
+#pragma unroll
+        for (int k = 0; k < NHC; k++) s3 += __shfl_sync(0xffffffffu, c, (k * NHC + cc) & 31);
+        c /= (s3 + hc_eps);
+    }
+    if (lane < nn) comb_t[lane] = c;
+}
+
+template <int NHC>
+__global__ void __launch_bounds__(HC3_THREADS)
+k_hc_pre_fused3(const float *X, const float *f1, const float *f2, const float *post_in, const float *comb_in,
+                float *Xout, int D, const void *fn, int fntype, int nmix, int rpb, const float *scale,
+                const float *base, const float *norm_w, int iters, float hc_eps, float rms_eps, int head,
+                float *partial, double *psq, int *cnt, float *xout, float *post_out, float *comb_out) {
+    __shared__ __align__(16) float xs[HC3_XPT * HC3_XT];   /* this split's input: chunk floats */
+    __shared__ double shd[8];
+    __shared__ float s_wpre[NHC];
+    __shared__ int is_last;
+    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
+    const int t = blockIdx.y, sp = blockIdx.x % HC_SPLIT, g = blockIdx.x / HC_SPLIT;
+    const int hcdim = D * NHC, chunk = hcdim / HC_SPLIT;
+    const int m = g * rpb + w;                         /* this warp's mix row */
+    const bool dot = w < rpb && m < nmix;
+    const int npl = chunk / 64;
+    const bool f16 = fntype == CU_TYPE_F16 && (chunk % 64) == 0;
+
+    /* model weights before the wait (nothing in the step writes them) */
+    __half2 hw[HC2_NPL];
+#pragma unroll
+    for (int j = 0; j < HC2_NPL; j++) hw[j] = __floats2half2_rn(0.f, 0.f);
+    if (f16 && dot) {
+        const __half2 *h = (const __half2 *)((const uint16_t *)fn + (int64_t)m * hcdim + (int64_t)sp * chunk);
+#pragma unroll
+        for (int j = 0; j < HC2_NPL; j++)
+            if (j < npl) hw[j] = h[lane + 32 * j];
+    }
+    float sc0 = 0.f, sc1 = 0.f, sc2 = 0.f, bpre = 0.f, bpost = 0.f, bcomb = 0.f;
+    if (w == HC3_SW) {
+        sc0 = scale[0];
+        if (lane < NHC) bpre = base[lane];
+        if (!head) {
+            sc1 = scale[1]; sc2 = scale[2];
+            if (lane < NHC) bpost = base[NHC + lane];
+            if (lane < NHC * NHC) bcomb = base[2 * NHC + lane];
+        }
+    }
+    if (norm_w && blockIdx.x == 0 && blockIdx.y == 0 && tid < HC3_XT)
+        for (int d = tid * 32; d < D; d += HC3_XT * 32) hc_prefetch_l2(norm_w + d);
+    cu_pdl_enter();
+
+    /* this split of the input: thread j holds k = j, j+256, j+512, j+768
+     * (with the pending post step: k_hc_post's arithmetic). All loads first:
+     * the stores to Xout could alias them otherwise. */
+    const int64_t off = (int64_t)t * hcdim + (int64_t)sp * chunk;
+    float xv[HC3_XPT];
+    if (tid < HC3_XT) {
+        if (f1) {
+            const float *Xt = X + (int64_t)t * hcdim;
+            float xr[HC3_XPT][NHC], cv[HC3_XPT][NHC], pc[HC3_XPT], fa[HC3_XPT], fb[HC3_XPT];
+#pragma unroll
+            for (int i = 0; i < HC3_XPT; i++) {
+                int k = tid + HC3_XT * i;
+                int e = sp * chunk + (k < chunk ? k : 0);
+                int c = e / D, d = e - c * D;
+#pragma unroll
+                for (int r = 0; r < NHC; r++) {
+                    cv[i][r] = comb_in[t * NHC * NHC + r * NHC + c];
+                    xr[i][r] = Xt[(int64_t)r * D + d];
+                }
+                pc[i] = post_in[t * NHC + c];
+                fa[i] = f1[(int64_t)t * D + d];
+                fb[i] = f2 ? f2[(int64_t)t * D + d] : 0.f;
+            }
+#pragma unroll
+            for (int i = 0; i < HC3_XPT; i++) {
+                int k = tid + HC3_XT * i;
+                float f = fa[i];
+                if (f2) f += fb[i];
+                /* v1's rounding steps spelled out (the unrolled sum would
+                 * otherwise contract the first product the other way) */
+                float v = __fmul_rn(pc[i], f);
+#pragma unroll
+                for (int r = 0; r < NHC; r++) v = __fmaf_rn(cv[i][r], xr[i][r], v);
+                xv[i] = v;
+                if (k < chunk) {
+                    xs[k] = v;
+                    if (g == 0) Xout[off + k] = v;
+                }
+            }
+        } else {
+#pragma unroll
+            for (int i = 0; i < HC3_XPT; i++) {
+                int k = tid + HC3_XT * i;
+                xv[i] = k < chunk ? X[off + k] : 0.f;
+            }
+#pragma unroll
+            for (int i = 0; i < HC3_XPT; i++) {
+                int k = tid + HC3_XT * i;
+                if (k < chunk) xs[k] = xv[i];
+            }
+        }
+    }
+    __syncthreads();
+
+    /* mix dots (one warp per row, v1's lane order) and, in block g = 0, the
+     * split's sum of squares (v1's thread j of 256: k = j, j+256, ..., then
+     * the warp and the 8-warp tree), the two warp sums interleaved; the
+     * split warp takes the tree meanwhile */
+    if (tid < HC3_XT) {
+        double ss = 0.0;
+        if (g == 0) {
+#pragma unroll
+            for (int i = 0; i < HC3_XPT; i++)
+                if (tid + HC3_XT * i < chunk) ss = __fma_rn((double)xv[i], (double)xv[i], ss);
+        }
+        float acc = 0.f;
+        if (dot) {
+            if (f16) {
+                const float2 *xs2 = (const float2 *)xs;
+#pragma unroll
+                for (int j = 0; j < HC2_NPL; j++)
+                    if (j < npl) {
+                        float2 fv = __half22float2(hw[j]);
+                        float2 xx = xs2[lane + 32 * j];
+                        acc = __fadd_rn(acc, __fmaf_rn(fv.x, xx.x, __fmul_rn(fv.y, xx.y)));   /* as v1 compiles */
+                    }
+            } else {
+                int64_t wb = (int64_t)m * hcdim + (int64_t)sp * chunk;
+                for (int i = lane; i < chunk; i += 32) acc += cu_wload(fn, fntype, wb + i) * xs[i];
+            }
+        }
+        if (dot || g == 0) {
+            /* warp_sum and warp_sum_d, step for step */
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) {
+                acc += __shfl_xor_sync(0xffffffffu, acc, o);
+                ss += __shfl_xor_sync(0xffffffffu, ss, o);
+            }
+        }
+        if (g == 0) {
+            if (lane == 0) shd[w] = ss;
+            hc_bar_arrive(4, HC3_THREADS);
+        }
+        if (dot && lane == 0) partial[((int64_t)t * HC_SPLIT + sp) * HC_MAXMIX + m] = acc;
+    } else if (g == 0) {
+        hc_bar_sync(4, HC3_THREADS);
+        double tt = lane < 8 ? shd[lane] : 0.0;
+        tt = warp_sum_d(tt);
+        if (lane == 0) psq[t * HC_SPLIT + sp] = tt;
+    }
+    __syncthreads();
+
+    /* one fence + ticket (the grid-sync pattern) */
+    if (tid == 0) {
+        /* release (the block's writes, ordered before by the barrier),
+         * the ticket, and for the last block the acquire of the other
+         * blocks' writes (cumulative through the next barrier). acq_rel
+         * fences, not __threadfence's fence.sc; the acquire comes before
+         * the counter's reset so that it does not wait for that store
+         * (the kernel's end publishes it to the next launch). */
+        asm volatile("fence.acq_rel.gpu;" ::: "memory");
+        int ticket = atomicAdd(&cnt[t], 1);
+        int last = ticket == (int)gridDim.x - 1;
+        if (last) {
+            asm volatile("fence.acq_rel.gpu;" ::: "memory");
+            cnt[t] = 0;
+        }
+        is_last = last;
+    }
+    __syncthreads();
+    if (!is_last) return;
+
+    /* the last block of token t: the finish (L2 reads of what the other blocks wrote) */
+    if (w == HC3_SW) {
+        float pv[HC_SPLIT];
+        double qv[HC_SPLIT];
+        const int ml = lane < nmix ? lane : 0;
+#pragma unroll
+        for (int k = 0; k < HC_SPLIT; k++) {
+            pv[k] = __ldcg(&partial[((int64_t)t * HC_SPLIT + k) * HC_MAXMIX + ml]);
+            qv[k] = __ldcg(&psq[t * HC_SPLIT + k]);
+        }
+        hc_bar_arrive(1, HC3_THREADS);     /* my loads are out: the stream rows may follow */
+        double sq = 0.0;
+#pragma unroll
+        for (int k = 0; k < HC_SPLIT; k++) sq += qv[k];
+        float r = (float)(1.0 / sqrt(sq / hcdim + (double)rms_eps));
+        float a = 0.f;
+#pragma unroll
+        for (int k = 0; k < HC_SPLIT; k++) a += pv[k];
+        const float mixv = a * r;           /* mix[lane] */
+        if (lane < NHC) s_wpre[lane] = sigmoid_stable(mixv * sc0 + bpre) + hc_eps;
+        __syncwarp();
+        hc_bar_arrive(2, HC3_THREADS);
+        if (head) return;
+        float mpost = __shfl_sync(0xffffffffu, mixv, (NHC + lane) & 31);
+        float mcomb = __shfl_sync(0xffffffffu, mixv, (2 * NHC + lane) & 31);
+        float v = lane < NHC * NHC ? mcomb * sc2 + bcomb : 0.f;
+        if (lane < NHC) post_out[t * NHC + lane] = 2.0f * sigmoid_stable(mpost * sc1 + bpost);
+        hc3_sinkhorn<NHC>(v, iters, hc_eps, lane, comb_out + t * NHC * NHC);
+        return;
+    }
+
+    /* warps 0..7: v1's finishing block of 256 */
+    const float *xin = (f1 ? Xout : X) + (int64_t)t * hcdim;
+    hc_bar_sync(1, HC3_THREADS);
+    float xr[HC3_DPT][NHC];
+#pragma unroll
+    for (int i = 0; i < HC3_DPT; i++) {
+        int d = tid + HC3_XT * i;
+#pragma unroll
+        for (int k = 0; k < NHC; k++) xr[i][k] = d < D ? __ldcg(&xin[(int64_t)k * D + d]) : 0.f;
+    }
+    hc_bar_sync(2, HC3_THREADS);
+    float wp[NHC];
+#pragma unroll
+    for (int k = 0; k < NHC; k++) wp[k] = s_wpre[k];
+    float u[HC3_DPT];
+#pragma unroll
+    for (int i = 0; i < HC3_DPT; i++) {
+        float uu = 0.f;
+#pragma unroll
+        for (int k = 0; k < NHC; k++) uu = __fmaf_rn(wp[k], xr[i][k], uu);
+        u[i] = uu;
+    }
+    float *y = xout + (int64_t)t * D;
+    if (!norm_w) {
+#pragma unroll
+        for (int i = 0; i < HC3_DPT; i++) {
+            int d = tid + HC3_XT * i;
+            if (d < D) y[d] = u[i];
+        }
+        return;
+    }
+    double s2 = 0.0;
+#pragma unroll
+    for (int i = 0; i < HC3_DPT; i++)
+        if (tid + HC3_XT * i < D) s2 = __fma_rn((double)u[i], (double)u[i], s2);
+    /* norm_w (in L2 from block 0's prefetch) only now: registers; this
+     * path is shorter than Sinkhorn's */
+    float nwv[HC3_DPT];
+#pragma unroll
+    for (int i = 0; i < HC3_DPT; i++) {
+        int d = tid + HC3_XT * i;
+        nwv[i] = d < D ? norm_w[d] : 0.f;
+    }
+    s2 = warp_sum_d(s2);
+    if (lane == 0) shd[w] = s2;
+    hc_bar_sync(3, HC3_XT);
+    double tt = lane < 8 ? shd[lane] : 0.0;
+    tt = warp_sum_d(tt);
+    float rn = (float)(1.0 / sqrt(tt / D + (double)rms_eps));
+#pragma unroll
+    for (int i = 0; i < HC3_DPT; i++) {
+        int d = tid + HC3_XT * i;
+        if (d < D) y[d] = u[i] * rn * nwv[i];
+    }
+}
+
+static int hc3_rows_per_block(int nmix) {
+    int r = (nmix * HC_SPLIT + HC3_BLOCKS - 1) / HC3_BLOCKS;
+    return r < 1 ? 1 : r;
+}
+
+static int hc3_ok(int D, int nhc, int nmix, int head) {
+    if (nhc != HC3_NHC || nmix < 1 || nmix > HC_MAXMIX || (D * nhc) % HC_SPLIT) return 0;
+    if (nmix < (head ? nhc : 2 * nhc + nhc * nhc)) return 0;
+    return D * nhc / HC_SPLIT <= HC3_XPT * HC3_XT && D <= HC3_DPT * HC3_XT && hc3_rows_per_block(nmix) <= HC3_MAXRPB;
+}
+
 static int hc2_ok(int D, int nhc, int nmix) {
     int chunk = D * nhc / HC_SPLIT;
     return nhc >= 1 && nhc <= HC2_MAXHC && nmix <= HC_MAXMIX && (D * nhc) % HC_SPLIT == 0 && chunk <= HC2_THREADS &&
            D <= HC2_THREADS * HC2_DPT && nmix <= HC2_THREADS / 32;
 }
 
-static int hc_v1 = -1;
-extern "C" void cu_hc_use_v1(int on) { hc_v1 = on; }
-static int hc_use_v1(void) {
-    if (hc_v1 < 0) { const char *e = getenv("MINKE_CUDA_HC_V1"); hc_v1 = e ? atoi(e) != 0 : 0; }
-    return hc_v1;
+/* Which schedule of the fused pre step: 0 the default (v3 where the shape
+ * fits, else v2, else v1), 1, 2 or 3 that one where it fits (else the next
+ * older). Env MINKE_CUDA_HC_V1=1 or MINKE_CUDA_HC_V2=1; hc_check switches. */
+static int hc_ver = -1;
+extern "C" void cu_hc_use_v1(int on) { hc_ver = on ? 1 : 0; }
+extern "C" void cu_hc_use_version(int v) { hc_ver = v; }
+static int hc_version(void) {
+    if (hc_ver < 0) {
+        const char *e1 = getenv("MINKE_CUDA_HC_V1"), *e2 = getenv("MINKE_CUDA_HC_V2");
+        hc_ver = e1 && atoi(e1) ? 1 : e2 && atoi(e2) ? 2 : 0;
+    }
+    return hc_ver;
+}
+
+/* the schedule a cu_hc_pre_fused call of this shape runs now (hc_check) */
+extern "C" int cu_hc_fused_version(int D, int nhc, int nmix, int head) {
+    int ver = hc_version();
+    if ((ver == 0 || ver == 3) && hc3_ok(D, nhc, nmix, head)) return 3;
+    return ver != 1 && hc2_ok(D, nhc, nmix) ? 2 : 1;
 }
 
 int cu_hc_fused_enabled(void) {
@@ -556,7 +912,15 @@ void cu_hc_pre_fused(const float *X, const float *f1, const float *f2, const flo
                      float *Xout, int T, int D, int nhc, const void *fn, int fntype, int nmix, const float *scale,
                      const float *base, const float *norm_w, int iters, float hc_eps, float rms_eps, int head,
                      float *part, double *psq, int *cnt, float *x, float *post, float *comb, cudaStream_t st) {
-    if (!hc_use_v1() && hc2_ok(D, nhc, nmix)) {
+    int ver = hc_version();
+    if ((ver == 0 || ver == 3) && hc3_ok(D, nhc, nmix, head)) {
+        int rpb = hc3_rows_per_block(nmix), ng = (nmix + rpb - 1) / rpb;
+        cu_launch(k_hc_pre_fused3<HC3_NHC>, dim3(HC_SPLIT * ng, T), HC3_THREADS, 0, st, X, f1, f2, post_in, comb_in,
+                  Xout, D, fn, fntype, nmix, rpb, scale, base, norm_w, iters, hc_eps, rms_eps, head, part, psq, cnt,
+                  x, post, comb);
+        return;
+    }
+    if (ver != 1 && hc2_ok(D, nhc, nmix)) {
         size_t shm2 = sizeof(float) * (size_t)(D * nhc / HC_SPLIT + D);
         cu_launch(k_hc_pre_fused2, dim3(HC_SPLIT, T), HC2_THREADS, shm2, st, X, f1, f2, post_in, comb_in, Xout, D, nhc,
                   fn, fntype, nmix, scale, base, norm_w, iters, hc_eps, rms_eps, head, part, psq, cnt, x, post, comb);

@@ -1,11 +1,24 @@
-/* hc_check.c: the v2 schedules of the decode-path small kernels against the
- * v1 kernels they replace, on random inputs: the fused hyper-connection pre
- * step (cu_hc_pre_fused, also against cu_hc_post + cu_hc_pre), the router
- * (cu_router, cu_router_tiles1 against cu_router + cu_moe_tiles), RMSNorm,
- * SwiGLU and the MoE sum. The new schedules keep every element's arithmetic,
- * so each output must be BIT-identical (memcmp) to the old one. With --time,
- * the median microseconds per launch of old and new (200 back-to-back
- * launches between events, PDL as in the engine, 7 repeats).
+/* hc_check.c: the newer schedules of the decode-path small kernels against
+ * the older kernels they replace, on random inputs.
+ *
+ * The fused hyper-connection pre step (cu_hc_pre_fused) has three schedules
+ * (v1, v2, v3 = the default) and an unfused form (cu_hc_post + cu_hc_pre).
+ * Each is checked against a double-precision CPU reference of the same math
+ * (spec model.md §6.7: post step, mix = fn . X * rms, sigmoid pre/post,
+ * Sinkhorn comb, weighted sum, RMSNorm) to a relative tolerance of max|ref|
+ * per output (Xout 1e-6, x/post/comb 1e-5; the measured errors are printed;
+ * a C emulation of v1's float arithmetic lands at 1e-7 .. 5e-7),
+ * and must be deterministic (a repeat launch gives the same bits, the ticket
+ * counters come back to zero). The schedules are designed to be bit-identical
+ * to v1 (same per-element operations and summation orders); each line says
+ * whether they are ("bits v2 = v1 yes/NO", including the partial/psq scratch),
+ * but only the tolerance and determinism decide ok/FAIL.
+ * The router, RMSNorm, SwiGLU and MoE sum: v2 must be BIT-identical to v1.
+ * With --time, the median microseconds per launch of each schedule (200
+ * back-to-back launches between events, PDL as in the engine, 7 repeats);
+ * for the HC pre step also with cold weights (each launch reads the next of
+ * 128 MB of copies of fn, more than the L2 holds, as the 86 pre steps of a
+ * decode step do: 86 x 0.8 MB).
  * Run on a GPU machine: build/cuda/tests/cuda/hc_check [--time].
  */
 #include <math.h>
@@ -18,7 +31,8 @@
 #include "cuda/cu_ops.h"
 
 /* switches and the fused router+tiles entry of cu_hc.cu / cu_moe.cu / cu_ops.cu */
-void cu_hc_use_v1(int on);
+void cu_hc_use_version(int v);
+int cu_hc_fused_version(int D, int nhc, int nmix, int head);
 void cu_moe_use_v1(int on);
 void cu_ops_use_v1(int on);
 void cu_router_tiles1(const float *logits, const float *bias, const int32_t *tid2eid, const int32_t *tokens, int T,
@@ -87,6 +101,9 @@ static float time_us(void (*fn)(void *), void *ctx) {
 /* ------------------------------------------------------------------ */
 /* hyper-connection pre step                                           */
 
+/* cold weights: as many copies of fn as fill 128 MB (> the 50 MB L2) */
+#define HC_COLD_BYTES (128u << 20)
+
 typedef struct {
     int T, D, nhc, nmix, iters, head, fntype, use_f1, use_f2, use_norm;
     float hc_eps, rms_eps;
@@ -99,6 +116,9 @@ typedef struct {
     double *dpsq;
     int *dcnt;
     void *dfn;
+    /* timing with cold weights: ncold copies of fn, used in turn */
+    char *dfn_cold;
+    int cold, cold_next, ncold;
 } hc_case;
 
 typedef struct { float *Xout, *x, *post, *comb, *part; double *psq; int *cnt; } hc_out;
@@ -107,6 +127,11 @@ static uint16_t rand_half(void) {
     /* |v| in [2^-6, 2^-2): exponent field 9..12 (bias 15), random mantissa and sign */
     uint32_t r = urand();
     return (uint16_t)(((r & 1u) << 15) | ((9u + ((r >> 1) & 3u)) << 10) | ((r >> 3) & 0x3FFu));
+}
+static double half_to_double(uint16_t h) {
+    int e = (h >> 10) & 31, m = h & 1023;
+    double v = e == 0 ? ldexp((double)m, -24) : e == 31 ? INFINITY : ldexp((double)(m + 1024), e - 25);
+    return (h & 0x8000u) ? -v : v;
 }
 
 static void hc_setup(hc_case *c) {
@@ -149,6 +174,7 @@ static void hc_free(hc_case *c) {
     cudaFree(c->dX); cudaFree(c->df1); cudaFree(c->df2); cudaFree(c->dpost); cudaFree(c->dcomb);
     cudaFree(c->dscale); cudaFree(c->dbase); cudaFree(c->dnorm); cudaFree(c->dfn); cudaFree(c->dXout);
     cudaFree(c->dpart); cudaFree(c->dpsq); cudaFree(c->dx); cudaFree(c->dcnt);
+    if (c->dfn_cold) cudaFree(c->dfn_cold);
 }
 /* the inputs again, and the outputs filled with the same garbage */
 static void hc_reset(hc_case *c) {
@@ -163,13 +189,18 @@ static void hc_reset(hc_case *c) {
 }
 /* post_in/comb_in and post/comb are the same buffers, as in the engine */
 static void hc_launch(hc_case *c) {
+    const void *fn = c->dfn;
+    if (c->cold) {
+        fn = c->dfn_cold + (size_t)c->cold_next * c->fn_bytes;
+        c->cold_next = (c->cold_next + 1) % c->ncold;
+    }
     cu_hc_pre_fused(c->dX, c->use_f1 ? c->df1 : NULL, c->use_f1 && c->use_f2 ? c->df2 : NULL, c->dpost, c->dcomb,
-                    c->dXout, c->T, c->D, c->nhc, c->dfn, c->fntype, c->nmix, c->dscale, c->dbase,
+                    c->dXout, c->T, c->D, c->nhc, fn, c->fntype, c->nmix, c->dscale, c->dbase,
                     c->use_norm ? c->dnorm : NULL, c->iters, c->hc_eps, c->rms_eps, c->head, c->dpart, c->dpsq,
                     c->dcnt, c->dx, c->dpost, c->dcomb, 0);
 }
 static void hc_launch_v(void *p) { hc_launch((hc_case *)p); }
-/* the unfused reference: cu_hc_post into Xout, then cu_hc_pre on it */
+/* the unfused form: cu_hc_post into Xout, then cu_hc_pre on it */
 static void hc_launch_unfused(hc_case *c) {
     const float *X = c->dX;
     if (c->use_f1) {
@@ -193,19 +224,136 @@ static hc_out hc_fetch(hc_case *c) {
 }
 static void hc_out_free(hc_out *o) { free(o->Xout); free(o->x); free(o->post); free(o->comb); free(o->part); free(o->psq); free(o->cnt); }
 
-static int hc_compare(const char *what, hc_case *c, hc_out *a, hc_out *b, int with_scratch) {
+/* The reference: the same math in double from the same (float / f16) inputs. */
+typedef struct { double *Xout, *x, *post, *comb; } hc_ref;
+
+static double sigmoid_d(double v) { return 1.0 / (1.0 + exp(-v)); }
+
+static hc_ref hc_reference(const hc_case *c) {
+    int T = c->T, D = c->D, nhc = c->nhc, nmix = c->nmix, hcdim = D * nhc, nn = nhc * nhc;
+    hc_ref r;
+    r.Xout = calloc((size_t)T * hcdim, sizeof(double));
+    r.x = calloc((size_t)T * D, sizeof(double));
+    r.post = calloc((size_t)T * nhc, sizeof(double));
+    r.comb = calloc((size_t)T * nn, sizeof(double));
+    double *mix = calloc(nmix, sizeof(double)), *pre = calloc(nhc, sizeof(double));
+    for (int t = 0; t < T; t++) {
+        double *Xo = r.Xout + (size_t)t * hcdim;
+        const float *X = c->X + (size_t)t * hcdim;
+        for (int ch = 0; ch < nhc; ch++)
+            for (int d = 0; d < D; d++) {
+                if (!c->use_f1) { Xo[(size_t)ch * D + d] = X[(size_t)ch * D + d]; continue; }
+                double f = c->f1[(size_t)t * D + d] + (c->use_f2 ? (double)c->f2[(size_t)t * D + d] : 0.0);
+                double v = (double)c->post[t * nhc + ch] * f;
+                for (int rr = 0; rr < nhc; rr++) v += (double)c->comb[t * nn + rr * nhc + ch] * X[(size_t)rr * D + d];
+                Xo[(size_t)ch * D + d] = v;
+            }
+        double sq = 0;
+        for (int k = 0; k < hcdim; k++) sq += Xo[k] * Xo[k];
+        double rms = 1.0 / sqrt(sq / hcdim + c->rms_eps);
+        for (int m = 0; m < nmix; m++) {
+            double a = 0;
+            for (int k = 0; k < hcdim; k++) {
+                size_t i = (size_t)m * hcdim + k;
+                double wv = c->fntype == 1 ? half_to_double(((const uint16_t *)c->fn)[i]) : ((const float *)c->fn)[i];
+                a += wv * Xo[k];
+            }
+            mix[m] = a * rms;
+        }
+        for (int i = 0; i < nhc; i++) pre[i] = sigmoid_d(mix[i] * c->scale[0] + c->base[i]) + c->hc_eps;
+        if (!c->head) {
+            double *post = r.post + (size_t)t * nhc, *cb = r.comb + (size_t)t * nn;
+            for (int i = 0; i < nhc; i++) post[i] = 2.0 * sigmoid_d(mix[nhc + i] * c->scale[1] + c->base[nhc + i]);
+            int o = 2 * nhc;
+            for (int rr = 0; rr < nhc; rr++) {
+                double mx = -INFINITY, s = 0;
+                for (int cc = 0; cc < nhc; cc++) {
+                    cb[rr * nhc + cc] = mix[o + rr * nhc + cc] * c->scale[2] + c->base[o + rr * nhc + cc];
+                    if (cb[rr * nhc + cc] > mx) mx = cb[rr * nhc + cc];
+                }
+                for (int cc = 0; cc < nhc; cc++) { cb[rr * nhc + cc] = exp(cb[rr * nhc + cc] - mx); s += cb[rr * nhc + cc]; }
+                for (int cc = 0; cc < nhc; cc++) cb[rr * nhc + cc] = cb[rr * nhc + cc] / s + c->hc_eps;
+            }
+            for (int it = 0; it < c->iters; it++) {
+                if (it > 0)
+                    for (int rr = 0; rr < nhc; rr++) {
+                        double s = 0;
+                        for (int cc = 0; cc < nhc; cc++) s += cb[rr * nhc + cc];
+                        for (int cc = 0; cc < nhc; cc++) cb[rr * nhc + cc] /= s + c->hc_eps;
+                    }
+                for (int cc = 0; cc < nhc; cc++) {
+                    double s = 0;
+                    for (int rr = 0; rr < nhc; rr++) s += cb[rr * nhc + cc];
+                    for (int rr = 0; rr < nhc; rr++) cb[rr * nhc + cc] /= s + c->hc_eps;
+                }
+            }
+        }
+        double *x = r.x + (size_t)t * D, s2 = 0;
+        for (int d = 0; d < D; d++) {
+            double u = 0;
+            for (int i = 0; i < nhc; i++) u += pre[i] * Xo[(size_t)i * D + d];
+            x[d] = u;
+            s2 += u * u;
+        }
+        if (c->use_norm) {
+            double rn = 1.0 / sqrt(s2 / D + c->rms_eps);
+            for (int d = 0; d < D; d++) x[d] = x[d] * rn * c->norm_w[d];
+        }
+    }
+    free(mix); free(pre);
+    return r;
+}
+static void hc_ref_free(hc_ref *r) { free(r->Xout); free(r->x); free(r->post); free(r->comb); }
+
+/* max |got - ref| / max |ref| (inf when got is not finite) */
+static double rel_err(const float *got, const double *ref, size_t n) {
+    double mx = 0, e = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(got[i])) return INFINITY;
+        if (fabs(ref[i]) > mx) mx = fabs(ref[i]);
+        if (fabs(got[i] - ref[i]) > e) e = fabs(got[i] - ref[i]);
+    }
+    return mx > 0 ? e / mx : e;
+}
+
+#define HC_TOL_XOUT 1e-6
+#define HC_TOL 1e-5
+
+/* one output set against the reference; prints FAIL lines, returns ok; *ex: the x error */
+static int hc_check_ref(const char *what, const char *name, const hc_case *c, const hc_out *o, const hc_ref *r,
+                        double *ex) {
     int T = c->T, D = c->D, nhc = c->nhc, ok = 1;
-    ok &= same(what, "x", a->x, b->x, sizeof(float) * T * D);
-    ok &= same(what, "Xout", a->Xout, b->Xout, sizeof(float) * T * D * nhc);
-    ok &= same(what, "post", a->post, b->post, sizeof(float) * T * nhc);
-    ok &= same(what, "comb", a->comb, b->comb, sizeof(float) * T * nhc * nhc);
-    if (with_scratch) {
-        ok &= same(what, "partial", a->part, b->part, sizeof(float) * T * 16 * 32);
-        ok &= same(what, "psq", a->psq, b->psq, sizeof(double) * T * 16);
-        ok &= same(what, "ticket counters", a->cnt, b->cnt, sizeof(int) * T);
+    *ex = rel_err(o->x, r->x, (size_t)T * D);
+    if (!(*ex <= HC_TOL)) { printf("FAIL %s: %s x off the reference by %.3g of max|x|\n", what, name, *ex); ok = 0; }
+    if (c->use_f1) {
+        double e = rel_err(o->Xout, r->Xout, (size_t)T * D * nhc);
+        if (!(e <= HC_TOL_XOUT)) { printf("FAIL %s: %s Xout off by %.3g of max|Xout|\n", what, name, e); ok = 0; }
+    }
+    if (!c->head) {
+        double ep = rel_err(o->post, r->post, (size_t)T * nhc), ec = rel_err(o->comb, r->comb, (size_t)T * nhc * nhc);
+        if (!(ep <= HC_TOL)) { printf("FAIL %s: %s post off by %.3g of max|post|\n", what, name, ep); ok = 0; }
+        if (!(ec <= HC_TOL)) { printf("FAIL %s: %s comb off by %.3g of max|comb|\n", what, name, ec); ok = 0; }
+    } else {
+        /* the head leaves post/comb alone */
+        if (memcmp(o->post, c->post, sizeof(float) * T * nhc) || memcmp(o->comb, c->comb, sizeof(float) * T * nhc * nhc)) {
+            printf("FAIL %s: %s (head) wrote post/comb\n", what, name);
+            ok = 0;
+        }
     }
     return ok;
 }
+/* bit identity of two output sets (scratch included): 1 = same */
+static int hc_bits(const hc_case *c, const hc_out *a, const hc_out *b) {
+    int T = c->T, D = c->D, nhc = c->nhc;
+    return !memcmp(a->x, b->x, sizeof(float) * T * D) &&
+           (!c->use_f1 || !memcmp(a->Xout, b->Xout, sizeof(float) * T * D * nhc)) &&
+           !memcmp(a->post, b->post, sizeof(float) * T * nhc) &&
+           !memcmp(a->comb, b->comb, sizeof(float) * T * nhc * nhc) &&
+           !memcmp(a->part, b->part, sizeof(float) * T * 16 * 32) &&
+           !memcmp(a->psq, b->psq, sizeof(double) * T * 16);
+}
+
+static int hc_nbits_differ = 0;
 
 static int hc_run(int T, int D, int nhc, int nmix, int head, int fntype, int use_f1, int use_f2, int use_norm,
                   int timing) {
@@ -217,28 +365,59 @@ static int hc_run(int T, int D, int nhc, int nmix, int head, int fntype, int use
     char what[160];
     snprintf(what, sizeof what, "hc_pre_fused T %d D %d nhc %d nmix %d head %d fn %s f1 %d f2 %d norm %d", T, D, nhc,
              nmix, head, fntype == 1 ? "f16" : "f32", use_f1, use_f1 && use_f2, use_norm);
-    hc_reset(&c); cu_hc_use_v1(1); hc_launch(&c); hc_out o1 = hc_fetch(&c);
-    hc_reset(&c); cu_hc_use_v1(0); hc_launch(&c); hc_out o2 = hc_fetch(&c);
-    /* twice: the ticket counters must come back to zero and the result repeat */
-    hc_reset(&c); hc_launch(&c); hc_launch(&c); hc_out o3 = hc_fetch(&c);
-    hc_reset(&c); hc_launch_unfused(&c); hc_out o4 = hc_fetch(&c);
-    int ok = hc_compare(what, &c, &o1, &o2, 1);
-    /* the second launch re-reads post/comb, which the first overwrote: compare only its x when post/comb are not inputs */
-    if (!use_f1) ok &= same(what, "x of a repeated launch", o2.x, o3.x, sizeof(float) * T * D);
-    ok &= same(what, "ticket counters after two launches", o1.cnt, o3.cnt, sizeof(int) * T);
-    ok &= hc_compare(what, &c, &o1, &o4, 1);
-    double mx = 0;
-    for (int i = 0; i < T * D; i++) if (fabs(o2.x[i]) > mx) mx = fabs(o2.x[i]);
-    int finite = mx > 0 && isfinite(mx);
-    if (!finite) printf("FAIL %s: output not finite / all zero (max |x| %g)\n", what, mx);
-    ok &= finite;
-    printf("%s %s (v1 == v2 == unfused)\n", ok ? "ok  " : "FAIL", what);
-    if (timing) {
-        cu_hc_use_v1(1); float t1 = time_us(hc_launch_v, &c);
-        cu_hc_use_v1(0); float t2 = time_us(hc_launch_v, &c);
-        printf("time %s: v1 %.2f us  v2 %.2f us\n", what, t1, t2);
+    int ran[3];
+    hc_out o[4];
+    for (int v = 1; v <= 3; v++) {
+        cu_hc_use_version(v);
+        ran[v - 1] = cu_hc_fused_version(D, nhc, nmix, head);
+        hc_reset(&c); hc_launch(&c); o[v - 1] = hc_fetch(&c);
     }
-    hc_out_free(&o1); hc_out_free(&o2); hc_out_free(&o3); hc_out_free(&o4);
+    hc_reset(&c); hc_launch_unfused(&c); o[3] = hc_fetch(&c);
+    /* the default twice: the ticket counters must come back to zero and the result repeat */
+    cu_hc_use_version(0);
+    int vdef = cu_hc_fused_version(D, nhc, nmix, head);
+    hc_reset(&c); hc_launch(&c); hc_launch(&c); hc_out orep = hc_fetch(&c);
+    hc_ref ref = hc_reference(&c);
+
+    static const char *names[4] = {"v1", "v2", "v3", "unfused"};
+    double ex[4];
+    int ok = 1;
+    for (int i = 0; i < 4; i++) ok &= hc_check_ref(what, names[i], &c, &o[i], &ref, &ex[i]);
+    for (int t = 0; t < T; t++)
+        if (orep.cnt[t] != 0 || o[2].cnt[t] != 0 || o[1].cnt[t] != 0 || o[0].cnt[t] != 0) {
+            printf("FAIL %s: ticket counter of token %d not back to zero\n", what, t);
+            ok = 0;
+            break;
+        }
+    /* with f1 the second launch re-reads post/comb, which the first overwrote: compare x only without */
+    if (!use_f1) ok &= same(what, "x of a repeated launch", o[vdef - 1].x, orep.x, sizeof(float) * T * D);
+    int b2 = hc_bits(&c, &o[1], &o[0]), b3 = hc_bits(&c, &o[2], &o[0]), bu = hc_bits(&c, &o[3], &o[0]);
+    hc_nbits_differ += !b2 + !b3 + !bu;
+    printf("%s %s: x err v1 %.2g v2 %.2g v3 %.2g unfused %.2g; bits v2 = v1 %s, v3 = v1 %s, unfused = v1 %s"
+           " (ran v%d v%d v%d)\n", ok ? "ok  " : "FAIL", what, ex[0], ex[1], ex[2], ex[3], b2 ? "yes" : "NO",
+           b3 ? "yes" : "NO", bu ? "yes" : "NO", ran[0], ran[1], ran[2]);
+    if (timing) {
+        float tv[3], tc[3];
+        for (int v = 1; v <= 3; v++) {
+            cu_hc_use_version(v);
+            c.cold = 0; tv[v - 1] = time_us(hc_launch_v, &c);
+        }
+        c.ncold = (int)(HC_COLD_BYTES / c.fn_bytes) + 1;
+        CK(cudaMalloc((void **)&c.dfn_cold, c.fn_bytes * c.ncold));
+        for (int i = 0; i < c.ncold; i++)
+            CK(cudaMemcpy(c.dfn_cold + (size_t)i * c.fn_bytes, c.dfn, c.fn_bytes, cudaMemcpyDeviceToDevice));
+        for (int v = 1; v <= 3; v++) {
+            cu_hc_use_version(v);
+            c.cold = 1; tc[v - 1] = time_us(hc_launch_v, &c);
+        }
+        c.cold = 0;
+        cu_hc_use_version(0);
+        printf("time %s: v1 %.2f us  v2 %.2f us  v3 %.2f us;  cold weights: v1 %.2f us  v2 %.2f us  v3 %.2f us\n",
+               what, tv[0], tv[1], tv[2], tc[0], tc[1], tc[2]);
+    }
+    for (int i = 0; i < 4; i++) hc_out_free(&o[i]);
+    hc_out_free(&orep);
+    hc_ref_free(&ref);
     hc_free(&c);
     return ok;
 }
@@ -462,7 +641,7 @@ int main(int argc, char **argv) {
     ok &= hc_run(2, 64, 4, 24, 0, 1, 1, 1, 1, 0);
     ok &= hc_run(2, 512, 4, 24, 0, 0, 1, 1, 1, 0);
     ok &= hc_run(1, 4096, 4, 24, 0, 0, 1, 1, 1, 0);
-    /* a shape v2 does not take (v1 both times) */
+    /* a shape v2 and v3 do not take (v1 each time) */
     ok &= hc_run(1, 8192, 4, 24, 0, 1, 1, 1, 1, 0);
 
     static const int rTs[4] = {1, 2, 7, 31};
@@ -488,6 +667,7 @@ int main(int argc, char **argv) {
     ok &= moesum_run(1, 6, 4096, timing);
     ok &= moesum_run(7, 6, 4096, 0);
     ok &= moesum_run(2, 9, 64, 0);
-    printf("%s\n", ok ? "hc_check: all ok" : "hc_check: FAIL");
+    printf("%s%s\n", ok ? "hc_check: all ok" : "hc_check: FAIL",
+           hc_nbits_differ ? " (note: some HC pre step outputs not bit-identical to v1, see the bits lines)" : "");
     return ok ? 0 : 1;
 }
