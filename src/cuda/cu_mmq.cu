@@ -35,6 +35,7 @@
 #define MQ_KI 8                   /* items of 32 elements per stage */
 #define MQ_LDI (MQ_KI * 8 + 4)    /* ints per shared row; the pad spreads the banks */
 #define MQ_THREADS 128
+static_assert(CU_MMQ_TILE == MQ_BN, "a MoE tile (cu_moe_tiles) is one V1 block of activation rows, two of V2");
 
 /* this file's copy of the IQ2_XXS grid (cu_tables_init fills both copies) */
 __device__ uint64_t cu_mmq_grid[256];
@@ -325,7 +326,6 @@ __global__ void __launch_bounds__(MQ_THREADS, MINB) k_mmq(cu_gemv_args g) {
  * with a split launch into a buffer). Loads are coalesced: the 8 threads of a
  * row each read one float4 of each of the stage's 8 items (one 128-byte line
  * per 8 threads), and the group amax is 3 shuffles within those 8 threads. */
-#define MX_LDS (MQ_BN * MQ_LDI)   /* ints of one activation piece in shared memory */
 
 
 /* d = A.B + c (the same c in all four accumulators, no copy into them first). */
@@ -460,20 +460,25 @@ template <int TYPE, int P, int V>
 struct mx_lay {
     static constexpr bool Q2K = TYPE == CU_TYPE_Q2_K;
     static constexpr bool IQ2 = TYPE == CU_TYPE_IQ2R || TYPE == CU_TYPE_IQ2_XXS;
-    static constexpr int n_ws = (V && Q2K) ? MQ_BM * 2 : MQ_BM * MQ_KI;    /* floats */
-    static constexpr int n_as = (V && Q2K) ? MQ_BN : MQ_BN * MQ_KI;        /* floats */
-    static constexpr int n_sum = (V && Q2K) ? MQ_BN * 16 : 0;              /* ints */
+    /* V2 (wide tiles, see "V2" below): 128 weight rows x 32 activation rows; V4: 128 x 64, 8 warps */
+    static constexpr int BM = V >= 2 ? 2 * MQ_BM : MQ_BM;
+    static constexpr int BN = V == 2 ? MQ_BN / 2 : MQ_BN;
+    static constexpr int THREADS = V == 4 ? 2 * MQ_THREADS : MQ_THREADS;
+    static constexpr int LDS = BN * MQ_LDI;                                /* ints of one activation piece */
+    static constexpr int n_ws = (V && Q2K) ? BM * 2 : BM * MQ_KI;          /* floats */
+    static constexpr int n_as = (V && Q2K) ? BN : BN * MQ_KI;              /* floats */
+    static constexpr int n_sum = (V && Q2K) ? BN * 16 : 0;                 /* ints */
     static constexpr int n_grid = (!V || IQ2) ? 256 : 0;                   /* uint64 */
-    static constexpr int n_min = (!V || Q2K) ? MQ_BM * 16 : 0;             /* bytes */
-    static constexpr size_t o_sa = (size_t)MQ_BM * MQ_LDI * 4;
-    static constexpr size_t o_ws = o_sa + (size_t)P * MX_LDS * 4;
+    static constexpr int n_min = (!V || Q2K) ? BM * 16 : 0;                /* bytes */
+    static constexpr size_t o_sa = (size_t)BM * MQ_LDI * 4;
+    static constexpr size_t o_ws = o_sa + (size_t)P * LDS * 4;
     static constexpr size_t o_as = o_ws + (size_t)n_ws * 4;
     static constexpr size_t o_sum = o_as + (size_t)n_as * 4;
     static constexpr size_t o_grid = o_sum + (size_t)n_sum * 4;
     static constexpr size_t o_off = o_grid + (size_t)n_grid * 8;
-    static constexpr size_t o_min = o_off + (size_t)MQ_BN * 8;
+    static constexpr size_t o_min = o_off + (size_t)BN * 8;
     static constexpr size_t o_id = o_min + (size_t)n_min;
-    static constexpr size_t bytes = o_id + (size_t)MQ_BN * 4;
+    static constexpr size_t bytes = o_id + (size_t)BN * 4;
 };
 
 /* 4 8x8 b16 matrices from shared memory: lane L gives the address of row L % 8
@@ -525,18 +530,44 @@ __device__ __forceinline__ void mx_q2k_sums(const int4 (&x)[P][2], int r, int li
     for (int b = 0; b < 4; b++) *(uint16_t *)(row + ((b ^ sw) * 16)) = (uint16_t)__byte_perm(w[0], w[1], b | ((4 + b) << 4));
 }
 
-/* PRE: the activations are pre-split rows (k_mmq_split, cu_mmq_presplit) instead of f32. V: 0 or 1 (above). */
+/* ---- V2 (MINKE_CUDA_MMQ_V=2; 3: only for MoE tiles) ----
+ * Wide tiles: a block computes 128 weight rows x 32 activation rows (V1: 64 x
+ * 64), each warp the same 32 x 32 with the same per-output arithmetic, so the
+ * results are V1's bit for bit. Why: with 3 pieces an activation element is
+ * 3.125 bytes pre-split against 0.26 (IQ2_XXS) or 0.33 (Q2_K) for a weight,
+ * and every 64-row block re-reads each of its pairs' rows: Flash's MoE gate
+ * read ~13 GB of activations per launch (2.2 TB/s, against ~4.5 GB for the q8
+ * kernel). 128 rows per block halve that; the weight decode per output
+ * doubles (a tenth of the instructions for IQ2_XXS). And a MoE tile of 64
+ * pairs runs as two blocks of 32: the second half of an expert's last tile
+ * (4096 tokens x 6 of 256 experts: ~96 pairs, so 64 + 32) exits at once
+ * instead of computing 32 empty slots, and slots past the last pair are not
+ * loaded (zeros). Shared memory 64-68 KB: 3 blocks per SM as V1. (A skip of
+ * empty 16-pair steps inside the product loop cost ~50 registers of
+ * scheduling freedom per ptxas; V2 does not need it.)
+ * V4 (MINKE_CUDA_MMQ_V=4; 5: only for MoE tiles): 128 rows x 64 activation
+ * rows with 8 warps (4 x 2 of 32 x 32), __launch_bounds__(256, 2): V2's
+ * activation traffic per output with V1's weight decode per output; 2 blocks
+ * of ~95 KB per SM (16 warps against V1's 12) under a 128-register cap.
+ * One block per MoE tile; a warp whose 32 activation rows are all past the
+ * tile's last pair skips the products (the upper 4 warps of a tile of <= 32
+ * pairs idle while the SM's others run). Q2_K runs V2 (spills at 128
+ * registers). Same bits as V1. */
+/* PRE: the activations are pre-split rows (k_mmq_split, cu_mmq_presplit) instead of f32. V: 0, 1, 2 or 4 (above). */
 template <int TYPE, int MINB, int P, bool PRE, int V>
-__global__ void __launch_bounds__(MQ_THREADS, MINB) k_mmqx(cu_gemv_args g) {
+__global__ void __launch_bounds__(mx_lay<TYPE, P, V>::THREADS, MINB) k_mmqx(cu_gemv_args g) {
     cu_pdl_enter();
     typedef mx_lay<TYPE, P, V> L;
     constexpr bool Q2K = L::Q2K;
     constexpr bool IQ2 = L::IQ2;
+    constexpr bool WIDE = V >= 2;       /* 128 rows; empty slots neither loaded nor multiplied */
+    constexpr bool HALVES = V == 2;     /* 32 activation rows: two blocks per MoE tile */
+    constexpr int BM = L::BM, BN = L::BN, LDS = L::LDS, THREADS = L::THREADS;
     constexpr float SC3 = (V && P == 3) ? 1.f / 256.f : 1.f;   /* V1: the third piece's 1/256 in the weight scale */
     extern __shared__ __align__(16) int mx_smem[];
     uint8_t *sbase = (uint8_t *)mx_smem;
     int *sw = mx_smem;
-    int *sa = (int *)(sbase + L::o_sa);                     /* P pieces of MX_LDS ints */
+    int *sa = (int *)(sbase + L::o_sa);                     /* P pieces of LDS ints */
     float *sws = (float *)(sbase + L::o_ws);                /* per item; Q2_K: [0] = d, [1] = dmin */
     float *sas = (float *)(sbase + L::o_as);                /* D per item (V1 Q2_K: per block) */
     uint8_t *ssum = sbase + L::o_sum;                       /* V1 Q2_K: sub-block sums (mx_q2k_sums) */
@@ -546,43 +577,58 @@ __global__ void __launch_bounds__(MQ_THREADS, MINB) k_mmqx(cu_gemv_args g) {
     int *sid = (int *)(sbase + L::o_id);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int gq = lane >> 2, tq = lane & 3;
-    const int wm = (warp & 1) * 32, wn = (warp >> 1) * 32;
-    const int64_t r0 = (int64_t)blockIdx.x * MQ_BM;
+    /* V2: warps stacked over the 128 rows, each over all 32 activation rows; V4: 4 x 2 warps */
+    const int wm = HALVES ? warp * 32 : WIDE ? (warp & 3) * 32 : (warp & 1) * 32;
+    const int wn = HALVES ? 0 : WIDE ? (warp >> 2) * 32 : (warp >> 1) * 32;
+    const int64_t r0 = (int64_t)blockIdx.x * BM;
     const uint8_t *wbase = (const uint8_t *)g.w;
     int nt;
     if (g.tile_pairs) {
-        int tile = blockIdx.y;
+        /* V2: blocks 2 t and 2 t + 1 take pairs 0..31 and 32..63 of tile t */
+        int tile = HALVES ? (int)(blockIdx.y >> 1) : (int)blockIdx.y;
         if (tile >= *g.n_tiles) return;
         int start = g.tile_start[tile];
         nt = g.tile_count[tile];
+        if (HALVES) {
+            const int h = (int)(blockIdx.y & 1) * BN;
+            start += h;
+            nt -= h;
+            if (nt <= 0) return;
+            if (nt > BN) nt = BN;
+        }
         wbase += (int64_t)g.tile_expert[tile] * g.expert_bytes;
-        for (int k = tid; k < MQ_BN; k += MQ_THREADS) sid[k] = g.tile_pairs[start + (k < nt ? k : 0)];
+        for (int k = tid; k < BN; k += THREADS) sid[k] = g.tile_pairs[start + (k < nt ? k : 0)];
     } else {
-        int t0 = blockIdx.y * MQ_BN;
-        nt = g.ntok - t0 < MQ_BN ? g.ntok - t0 : MQ_BN;
-        for (int k = tid; k < MQ_BN; k += MQ_THREADS) sid[k] = t0 + (k < nt ? k : 0);
+        int t0 = blockIdx.y * BN;
+        nt = g.ntok - t0 < BN ? g.ntok - t0 : BN;
+        if (WIDE && nt <= 0) return;
+        for (int k = tid; k < BN; k += THREADS) sid[k] = t0 + (k < nt ? k : 0);
     }
     const uint64_t *tab = sgrid;
     if (IQ2)
-        for (int i = tid; i < 256; i += MQ_THREADS) sgrid[i] = cu_mmq_grid[i];
+        for (int i = tid; i < 256; i += THREADS) sgrid[i] = cu_mmq_grid[i];
     __syncthreads();
     const int nit = g.items;
-    /* rows this thread stages: r = tid / 8 + 16 j; weights: item tid % 8; activations:
-     * float4 tid % 8 of each of the stage's 8 items */
-    constexpr int NJ = MQ_BM * MQ_KI / MQ_THREADS;
+    /* rows this thread stages: r = tid / 8 + (THREADS / 8) j; weights: item tid % 8 (NJW rows); activations:
+     * float4 tid % 8 of each of the stage's 8 items (NJA rows, the first ones) */
+    constexpr int NJW = BM * MQ_KI / THREADS, NJA = BN * MQ_KI / THREADS;
+    static_assert(NJA <= NJW, "activation rows staged inside the weight rows' loop");
     const int li = tid & 7;
-    const uint8_t *wrow[NJ];
+    /* V2: the weight row addresses of the 8 rows are computed per stage (registers for the cap) */
+    const uint8_t *wrow[WIDE ? 1 : NJW];
     /* grouped input: the group's first element; pre-split rows address it in items */
     const int64_t aoff = g.group_rows ? (r0 / g.group_rows) * g.group_act_bytes : 0;
-    for (int k = tid; k < MQ_BN; k += MQ_THREADS) soff[k] = (int64_t)(sid[k] / g.act_div) * g.act_stride + (PRE ? 0 : aoff);
+    for (int k = tid; k < BN; k += THREADS) soff[k] = (int64_t)(sid[k] / g.act_div) * g.act_stride + (PRE ? 0 : aoff);
     const int gitem = PRE ? (int)(aoff / 128) : 0;
     const int64_t sc_off = PRE ? g.act_stride / (32 * P + 4) * 32 * P : 0;   /* scales after the row's pieces */
     const uint8_t *act = (const uint8_t *)g.act;
+    if (!WIDE) {
 #pragma unroll
-    for (int j = 0; j < NJ; j++) {
-        int r = (tid >> 3) + 16 * j;
-        int64_t row = r0 + r < g.rows ? r0 + r : g.rows - 1;
-        wrow[j] = wbase + row * (int64_t)g.row_bytes;
+        for (int j = 0; j < NJW; j++) {
+            int r = (tid >> 3) + (THREADS / 8) * j;
+            int64_t row = r0 + r < g.rows ? r0 + r : g.rows - 1;
+            wrow[j] = wbase + row * (int64_t)g.row_bytes;
+        }
     }
     /* the activation rows' addresses come from shared memory each stage (registers for the cap) */
     __syncthreads();
@@ -602,17 +648,20 @@ __global__ void __launch_bounds__(MQ_THREADS, MINB) k_mmqx(cu_gemv_args g) {
     for (int it0 = 0; it0 < nit; it0 += MQ_KI) {
         const int it = it0 + li;
 #pragma unroll
-        for (int j = 0; j < NJ; j++) {
-            int r = (tid >> 3) + 16 * j;
+        for (int j = 0; j < NJW; j++) {
+            int r = (tid >> 3) + (THREADS / 8) * j;
+            const uint8_t *wr;
+            if (WIDE) wr = wbase + (r0 + r < g.rows ? r0 + r : g.rows - 1) * (int64_t)g.row_bytes;
+            else wr = wrow[j];
             int q[8] = {0, 0, 0, 0, 0, 0, 0, 0};
             float s = 0.f;
-            if (it < nit) mq_wload<TYPE>(wrow[j], it, nit, tab, q, s);
+            if (it < nit) mq_wload<TYPE>(wr, it, nit, tab, q, s);
             int4 *d = (int4 *)&sw[r * MQ_LDI + li * 8];
             d[0] = make_int4(q[0], q[1], q[2], q[3]);
             d[1] = make_int4(q[4], q[5], q[6], q[7]);
             if (Q2K) {
                 if (li == 0) {
-                    const uint8_t *b = wrow[j] + (int64_t)(it0 >> 3) * 84;
+                    const uint8_t *b = wr + (int64_t)(it0 >> 3) * 84;
                     if (V) {
                         /* d / 256 with 3 pieces; -dmin: the min term adds with the same FFMA */
                         sws[r * 2 + 0] = cu_h2f(*(const uint16_t *)(b + 80)) * SC3;
@@ -622,7 +671,7 @@ __global__ void __launch_bounds__(MQ_THREADS, MINB) k_mmqx(cu_gemv_args g) {
                         sws[r * MQ_KI + 1] = cu_h2f(*(const uint16_t *)(b + 82));
                     }
                 } else if (li == 1) {
-                    const uint8_t *b = wrow[j] + (int64_t)(it0 >> 3) * 84;
+                    const uint8_t *b = wr + (int64_t)(it0 >> 3) * 84;
                     if (V) {
                         const uint32_t *b4 = (const uint32_t *)b;
                         *(uint4 *)&smin[r * 16] = make_uint4((b4[0] >> 4) & 0x0F0F0F0Fu, (b4[1] >> 4) & 0x0F0F0F0Fu,
@@ -635,19 +684,20 @@ __global__ void __launch_bounds__(MQ_THREADS, MINB) k_mmqx(cu_gemv_args g) {
             } else {
                 sws[r * MQ_KI + li] = s * SC3;
             }
-            if (!PRE)
-                /* f32 row: the stage's 8 items, float4 li of each */
-                mx_split_stage<Q2K, P>(act + soff[r] + li * 16 + (int64_t)it0 * 128, nit - it0, MQ_KI, (V && Q2K) ? 1 : MQ_KI,
-                                       li, sa + r * MQ_LDI, MX_LDS, 8, (V && Q2K) ? sas + r : sas + r * MQ_KI);
+            if (!PRE && j < NJA)
+                /* f32 row: the stage's 8 items, float4 li of each (V2: slots past the last pair read nothing) */
+                mx_split_stage<Q2K, P>(act + soff[r] + li * 16 + (int64_t)it0 * 128, (WIDE && r >= nt) ? 0 : nit - it0,
+                                       MQ_KI, (V && Q2K) ? 1 : MQ_KI, li, sa + r * MQ_LDI, LDS, 8,
+                                       (V && Q2K) ? sas + r : sas + r * MQ_KI);
         }
         if (PRE) {
 #pragma unroll
-            for (int j = 0; j < NJ; j++) {
-                int r = (tid >> 3) + 16 * j;
+            for (int j = 0; j < NJA; j++) {
+                int r = (tid >> 3) + (THREADS / 8) * j;
                 /* pre-split row: P pieces of 32 bytes per item, then a float D per item */
                 int4 x[P][2];
                 float D = 0.f;
-                if (it < nit) {
+                if (it < nit && (!WIDE || r < nt)) {
                     const uint8_t *pr = act + soff[r];
                     const int4 *q4 = (const int4 *)(pr + (int64_t)(gitem + it) * 32 * P);
 #pragma unroll
@@ -659,7 +709,7 @@ __global__ void __launch_bounds__(MQ_THREADS, MINB) k_mmqx(cu_gemv_args g) {
                 }
 #pragma unroll
                 for (int p = 0; p < P; p++) {
-                    int4 *e = (int4 *)&sa[p * MX_LDS + r * MQ_LDI + li * 8];
+                    int4 *e = (int4 *)&sa[p * LDS + r * MQ_LDI + li * 8];
                     e[0] = x[p][0]; e[1] = x[p][1];
                 }
                 if (V && Q2K) {
@@ -674,19 +724,22 @@ __global__ void __launch_bounds__(MQ_THREADS, MINB) k_mmqx(cu_gemv_args g) {
             /* the sub-block sums from the staged pieces (the same integers as the pre-split path's) */
             __syncthreads();
 #pragma unroll
-            for (int j = 0; j < NJ; j++) {
-                int r = (tid >> 3) + 16 * j;
+            for (int j = 0; j < NJA; j++) {
+                int r = (tid >> 3) + (THREADS / 8) * j;
                 int4 x[P][2];
 #pragma unroll
                 for (int p = 0; p < P; p++) {
-                    const int4 *e = (const int4 *)&sa[p * MX_LDS + r * MQ_LDI + li * 8];
+                    const int4 *e = (const int4 *)&sa[p * LDS + r * MQ_LDI + li * 8];
                     x[p][0] = e[0]; x[p][1] = e[1];
                 }
                 mx_q2k_sums<P>(x, r, li, ssum);
             }
         }
         __syncthreads();
-        if (V && Q2K) {
+        /* V2, V4: a warp whose 32 activation rows are all past the last one (V4: tiles of <= 32
+         * pairs) skips the products (warp-uniform, no barrier inside) */
+        if (WIDE && wn >= nt) {
+        } else if (V && Q2K) {
             /* per piece: its dots over the block in int32 from the magic bits (each |sum| <=
              * 256 x 45 x 128 < 2^22: an exact float), folded into f = 256 hi + mid (+ lo / 256,
              * times 256) in two or three float operations */
@@ -700,7 +753,7 @@ __global__ void __launch_bounds__(MQ_THREADS, MINB) k_mmqx(cu_gemv_args g) {
                     for (int b = 0; b < 4; b++)
 #pragma unroll
                         for (int k = 0; k < 4; k++) c[a][b][k] = MX_MAGIC_BITS;
-                const unsigned wl = mx_opaque(sw_l), al = mx_opaque(sa_l + p * MX_LDS * 4);
+                const unsigned wl = mx_opaque(sw_l), al = mx_opaque(sa_l + p * LDS * 4);
 #pragma unroll
                 for (int i = 0; i < MQ_KI; i++) {
                     int af[2][4], bf[4][2];
@@ -766,7 +819,7 @@ __global__ void __launch_bounds__(MQ_THREADS, MINB) k_mmqx(cu_gemv_args g) {
             const unsigned wl = mx_opaque(sw_l), al = mx_opaque(sa_l);
             /* 2 items at a time: fully unrolled, ptxas keeps the 8 items' loads in flight
              * and spills 100-300 bytes under any register cap */
-#pragma unroll 2
+#pragma unroll (V == 4 ? 1 : 2)
             for (int i = 0; i < MQ_KI; i++) {
                 int af[2][4];
 #pragma unroll
@@ -776,7 +829,7 @@ __global__ void __launch_bounds__(MQ_THREADS, MINB) k_mmqx(cu_gemv_args g) {
                     /* token tiles 2h and 2h + 1: b0, b1 of each, per piece */
                     int bf[P][4];
 #pragma unroll
-                    for (int p = 0; p < P; p++) ldsm4(bf[p], al + (p * MX_LDS + h * 16 * MQ_LDI + i * 8) * 4);
+                    for (int p = 0; p < P; p++) ldsm4(bf[p], al + (p * LDS + h * 16 * MQ_LDI + i * 8) * 4);
 #pragma unroll
                     for (int nn = 0; nn < 2; nn++) {
                         const int n4 = 2 * h + nn;
@@ -830,7 +883,7 @@ __global__ void __launch_bounds__(MQ_THREADS, MINB) k_mmqx(cu_gemv_args g) {
                     int bf[4][2];
 #pragma unroll
                     for (int n4 = 0; n4 < 4; n4++) {
-                        int rb = p * MX_LDS + (wn + n4 * 8 + gq) * MQ_LDI + i * 8 + tq;
+                        int rb = p * LDS + (wn + n4 * 8 + gq) * MQ_LDI + i * 8 + tq;
                         bf[n4][0] = sa[rb]; bf[n4][1] = sa[rb + 4];
                     }
 #pragma unroll
@@ -900,7 +953,7 @@ __global__ void __launch_bounds__(MQ_THREADS, MINB) k_mmqx(cu_gemv_args g) {
                     int bf[P][2];
                     int rb = (wn + n4 * 8 + gq) * MQ_LDI + i * 8 + tq;
 #pragma unroll
-                    for (int p = 0; p < P; p++) { bf[p][0] = sa[p * MX_LDS + rb]; bf[p][1] = sa[p * MX_LDS + rb + 4]; }
+                    for (int p = 0; p < P; p++) { bf[p][0] = sa[p * LDS + rb]; bf[p][1] = sa[p * LDS + rb + 4]; }
                     int tc = wn + n4 * 8 + 2 * tq;
                     float as0 = sas[tc * MQ_KI + i], as1 = sas[(tc + 1) * MQ_KI + i];
 #pragma unroll
@@ -1100,14 +1153,28 @@ static int mx_pieces(void) {
     return p;
 }
 
-/* The exact-activation kernel version: 1 (default, V1 above) or MINKE_CUDA_MMQ_X=0 (V0, for A/B);
- * and the blocks per SM V1's 3-piece kernels are built for: 3 (default, <= 168 registers) or
- * MINKE_CUDA_MMQ_XOCC=2 (no register cap). Read once per process. */
+/* The exact-activation kernel version: 1 (default, V1 above), MINKE_CUDA_MMQ_X=0 (V0, for A/B),
+ * MINKE_CUDA_MMQ_V=2 (V2: wide tiles for every product), 3 (V2 for MoE tiles, V1 for the dense
+ * products), 4 (V4: 128 x 64 tiles of 8 warps for every product) or 5 (V4 for MoE tiles, V1 for
+ * the dense products); MINKE_CUDA_MMQ_V=0 or 1 as MINKE_CUDA_MMQ_X. And the blocks per SM
+ * the 3-piece kernels are built for: 3 (default, <= 168 registers) or MINKE_CUDA_MMQ_XOCC=2 (no
+ * register cap). Read once per process; cu_mmq_set_version overrides the version (mmq_exact
+ * compares the versions' bits in one process). */
+static int mx_ver = -1;
 static int mx_version(void) {
-    static int v = -1;
-    if (v < 0) { const char *e = getenv("MINKE_CUDA_MMQ_X"); v = e && atoi(e) == 0 ? 0 : 1; }
-    return v;
+    if (mx_ver < 0) {
+        const char *v = getenv("MINKE_CUDA_MMQ_V");
+        int n = v ? atoi(v) : -1;
+        if (n >= 0 && n <= 5) {
+            mx_ver = n;
+        } else {
+            const char *e = getenv("MINKE_CUDA_MMQ_X");
+            mx_ver = e && atoi(e) == 0 ? 0 : 1;
+        }
+    }
+    return mx_ver;
 }
+extern "C" void cu_mmq_set_version(int v) { mx_ver = v >= 0 && v <= 5 ? v : 1; }
 static int mx_occ3(void) {
     static int o = 0;
     if (!o) {
@@ -1117,8 +1184,16 @@ static int mx_occ3(void) {
          * elsewhere (the A100's 164 KB) 2 fit, and the 168-register cap would only cost spills */
         constexpr size_t b2 = mx_lay<CU_TYPE_IQ2R, 3, 1>::bytes, bk = mx_lay<CU_TYPE_Q2_K, 3, 1>::bytes,
                          b8 = mx_lay<CU_TYPE_Q8_0R, 3, 1>::bytes;
-        constexpr size_t most = b2 > bk ? (b2 > b8 ? b2 : b8) : (bk > b8 ? bk : b8);
-        static_assert(3 * (most + 1024) <= 228 * 1024, "V1 with 3 pieces: 3 blocks per SM on the H200");
+        constexpr size_t w2 = mx_lay<CU_TYPE_IQ2R, 3, 2>::bytes, wk = mx_lay<CU_TYPE_Q2_K, 3, 2>::bytes,
+                         w8 = mx_lay<CU_TYPE_Q8_0R, 3, 2>::bytes;
+        constexpr size_t most1 = b2 > bk ? (b2 > b8 ? b2 : b8) : (bk > b8 ? bk : b8);
+        constexpr size_t most2 = w2 > wk ? (w2 > w8 ? w2 : w8) : (wk > w8 ? wk : w8);
+        constexpr size_t most = most1 > most2 ? most1 : most2;
+        static_assert(3 * (most + 1024) <= 228 * 1024, "V1 and V2 with 3 pieces: 3 blocks per SM on the H200");
+        constexpr size_t v2 = mx_lay<CU_TYPE_IQ2R, 3, 4>::bytes, vk = mx_lay<CU_TYPE_Q2_K, 3, 4>::bytes,
+                         v8 = mx_lay<CU_TYPE_Q8_0R, 3, 4>::bytes;
+        static_assert(2 * (v2 + 1024) <= 228 * 1024 && 2 * (vk + 1024) <= 228 * 1024 && 2 * (v8 + 1024) <= 228 * 1024,
+                      "V4 with 3 pieces: 2 blocks per SM on the H200");
         int dev = 0, smem = 0;
         if (!e && cudaGetDevice(&dev) == cudaSuccess &&
             cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) == cudaSuccess &&
@@ -1140,12 +1215,43 @@ static void mx_launch(dim3 grid, cudaStream_t st, const cu_gemv_args &g) {
                              (int)cudaSharedmemCarveoutMaxShared);
         ready = true;
     }
-    cu_launch(k_mmqx<T, MINB, P, PRE, V>, grid, MQ_THREADS, smem, st, g);
+    cu_launch(k_mmqx<T, MINB, P, PRE, V>, grid, mx_lay<T, P, V>::THREADS, smem, st, g);
 }
 
+/* ntiles: blocks of 64 activation rows (the backend's MoE tiles of CU_MMQ_TILE pairs) */
 template <int T, bool PRE>
-static void mx_pick(dim3 grid, cudaStream_t st, const cu_gemv_args &g) {
-    if (mx_version() == 0) {
+static void mx_pick(int ntiles, cudaStream_t st, const cu_gemv_args &g) {
+    const int ver = mx_version();
+    /* V2 and V4: 128-row blocks, so a grouped input's groups must be whole blocks (else V1) */
+    const bool wide_ok = !g.group_rows || g.group_rows % (2 * MQ_BM) == 0;
+    const unsigned wrows = (unsigned)((g.rows + 2 * MQ_BM - 1) / (2 * MQ_BM));
+    const bool moe = g.tile_pairs != NULL;
+    int tiling = 1;     /* 1: V1 (or V0), 2: V2, 4: V4 */
+    if (ver == 2 || (ver == 3 && moe)) tiling = 2;
+    /* V4's Q2_K kernel spills 36-40 bytes under the 128-register cap: Q2_K runs V2's there */
+    else if (ver == 4 || (ver == 5 && moe)) tiling = T == CU_TYPE_Q2_K ? 2 : 4;
+    if (!wide_ok) tiling = 1;
+    if (tiling == 2) {
+        dim3 wgrid(wrows, (unsigned)ntiles * 2);
+        if (mx_pieces() == 3) {
+            if (mx_occ3() == 2) mx_launch<T, 2, 3, PRE, 2>(wgrid, st, g);
+            else mx_launch<T, 3, 3, PRE, 2>(wgrid, st, g);
+        } else {
+            mx_launch<T, MQ_OCC_DEFAULT, 2, PRE, 2>(wgrid, st, g);
+        }
+        return;
+    }
+    if constexpr (T != CU_TYPE_Q2_K) {
+        if (tiling == 4) {
+            /* 2 blocks of 8 warps per SM (shared memory and registers), for 2 or 3 pieces */
+            dim3 wgrid(wrows, (unsigned)ntiles);
+            if (mx_pieces() == 3) mx_launch<T, 2, 3, PRE, 4>(wgrid, st, g);
+            else mx_launch<T, 2, 2, PRE, 4>(wgrid, st, g);
+            return;
+        }
+    }
+    dim3 grid((unsigned)((g.rows + MQ_BM - 1) / MQ_BM), (unsigned)ntiles);
+    if (ver == 0) {
         /* V0: 2 pieces under the same register cap as k_mmq (3 blocks per SM: 58 KB of shared
          * memory each); 3 pieces take 76 KB, so 2 blocks per SM and no cap */
         if (mx_pieces() == 3) mx_launch<T, 2, 3, PRE, 0>(grid, st, g);
@@ -1161,13 +1267,13 @@ static void mx_pick(dim3 grid, cudaStream_t st, const cu_gemv_args &g) {
 
 /* The exact-activation kernel for g.wtype; 0 when the type has none. */
 template <bool PRE>
-static int mx_run(const cu_gemv_args &g, dim3 grid, cudaStream_t st) {
+static int mx_run(const cu_gemv_args &g, int ntiles, cudaStream_t st) {
     switch (g.wtype) {
-    case CU_TYPE_Q8_0: mx_pick<CU_TYPE_Q8_0, PRE>(grid, st, g); break;
-    case CU_TYPE_Q8_0R: mx_pick<CU_TYPE_Q8_0R, PRE>(grid, st, g); break;
-    case CU_TYPE_IQ2R: mx_pick<CU_TYPE_IQ2R, PRE>(grid, st, g); break;
-    case CU_TYPE_IQ2_XXS: mx_pick<CU_TYPE_IQ2_XXS, PRE>(grid, st, g); break;
-    case CU_TYPE_Q2_K: mx_pick<CU_TYPE_Q2_K, PRE>(grid, st, g); break;
+    case CU_TYPE_Q8_0: mx_pick<CU_TYPE_Q8_0, PRE>(ntiles, st, g); break;
+    case CU_TYPE_Q8_0R: mx_pick<CU_TYPE_Q8_0R, PRE>(ntiles, st, g); break;
+    case CU_TYPE_IQ2R: mx_pick<CU_TYPE_IQ2R, PRE>(ntiles, st, g); break;
+    case CU_TYPE_IQ2_XXS: mx_pick<CU_TYPE_IQ2_XXS, PRE>(ntiles, st, g); break;
+    case CU_TYPE_Q2_K: mx_pick<CU_TYPE_Q2_K, PRE>(ntiles, st, g); break;
     default: return 0;
     }
     return 1;
@@ -1179,7 +1285,7 @@ extern "C" int cu_mmq(const cu_gemv_args *ga, int ntiles, cudaStream_t st) {
     g.items = (int)(g.in / 32);
     if (g.act_div <= 0) g.act_div = 1;
     dim3 grid((unsigned)((g.rows + MQ_BM - 1) / MQ_BM), (unsigned)ntiles);
-    if (g.act_f32 && g.wtype != CU_TYPE_F16) return mx_run<false>(g, grid, st);
+    if (g.act_f32 && g.wtype != CU_TYPE_F16) return mx_run<false>(g, ntiles, st);
     static int occ = -1;
     if (occ < 0) { const char *e = getenv("MINKE_CUDA_MMQ_OCC"); occ = e ? atoi(e) : MQ_OCC_DEFAULT; if (occ != 3 && occ != 4) occ = 1; }
 #define MQ_LAUNCH(T) (occ == 4 ? cu_launch(k_mmq<T, 4>, grid, MQ_THREADS, 0, st, g) : \
@@ -1240,8 +1346,7 @@ extern "C" int cu_mmq_presplit(const cu_gemv_args *ga, int ntiles, cudaStream_t 
     if (((uintptr_t)g.act & 15) || g.act_stride % 16 || g.group_act_bytes % 128) return 0;
     g.items = (int)(g.in / 32);
     if (g.act_div <= 0) g.act_div = 1;
-    dim3 grid((unsigned)((g.rows + MQ_BM - 1) / MQ_BM), (unsigned)ntiles);
-    return mx_run<true>(g, grid, st);
+    return mx_run<true>(g, ntiles, st);
 }
 
 extern "C" int cu_mmq_tables_init(const uint64_t *grid) {

@@ -18,9 +18,14 @@
  * 2-3e-7, float scales and sums being then the larger part.
  *
  * The number of pieces and the kernel variant are read once per process
- * (MINKE_CUDA_MMQ_PIECES, MINKE_CUDA_MMQ_X, MINKE_CUDA_MMQ_XOCC), so without
- * MINKE_CUDA_MMQ_PIECES the program runs itself once per combination: V1 with
- * 3 pieces (3 and 2 blocks per SM), V1 with 2, V0 with 3 and 2.
+ * (MINKE_CUDA_MMQ_PIECES, MINKE_CUDA_MMQ_X, MINKE_CUDA_MMQ_V, MINKE_CUDA_MMQ_XOCC),
+ * so without MINKE_CUDA_MMQ_PIECES the program runs itself once per
+ * combination: V1 with 3 pieces (3 and 2 blocks per SM), V1 with 2, V0 with 3
+ * and 2, V2 (128 x 32 tiles) with 3 (3 and 2 blocks per SM) and 2, V3 (V2 for
+ * MoE tiles only) with 3, V4 (128 x 64 tiles of 8 warps) with 3 and 2, V5 (V4
+ * for MoE tiles only) with 3. V2-V5 keep V1's per-output arithmetic: their
+ * outputs must also equal V1's bit for bit (cu_mmq_set_version switches
+ * in-process).
  * --time adds prefill-shaped timings: the q8 kernel against the exact ones
  * (on the fly; pre-split: split launch + product) on
  * 4096 x 4096 weights at T = 512 and on Flash's MoE shapes (4096 tokens x 6
@@ -40,6 +45,7 @@
 int64_t cu_mmq_split_row_bytes(int64_t n);
 int cu_mmq_split_act(int wtype, const float *x, int64_t nrows, int64_t n, int64_t xstride, void *out, cudaStream_t st);
 int cu_mmq_presplit(const cu_gemv_args *g, int ntiles, cudaStream_t st);
+void cu_mmq_set_version(int v);
 
 #define TYPE_Q8_0R 108
 #define TYPE_IQ2R 116
@@ -54,6 +60,7 @@ static float frand(void) { return (float)(urand() * 2.0 - 1.0); }
 #define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("FAIL cuda %s: %s\n", #x, cudaGetErrorString(e_)); exit(1); } } while (0)
 
 static int pieces;
+static int version = 1;    /* the exact kernels' version under test (MINKE_CUDA_MMQ_X / MINKE_CUDA_MMQ_V) */
 static char variant[48];   /* kernel version and occupancy from the environment, for the lines printed */
 
 /* The decoders' tables as the backend uploads them: the IQ2_XXS grid read
@@ -195,6 +202,21 @@ static int check(int type, int repack, int64_t rows, int64_t in, int T, int E, i
         printf("%s mmq exact %d pieces%s %s: max|err|/max|y| %.2e, worst row %.2e\n", bad ? "FAIL" : "ok  ", pieces, variant,
                what, rel, worst_row);
         fail |= bad;
+    }
+    if (version >= 2) {
+        /* V2-V5 change the tiling, not the arithmetic: V1's bits */
+        float *y1 = malloc(sizeof(float) * P * rows);
+        CK(cudaMemset(dy, 0xFF, sizeof(float) * P * rows));
+        cu_mmq_set_version(1);
+        int ran = cu_mmq(&g, ntiles, 0);
+        cu_mmq_set_version(version);
+        CK(cudaGetLastError());
+        CK(cudaMemcpy(y1, dy, sizeof(float) * P * rows, cudaMemcpyDeviceToHost));
+        int same = ran && !memcmp(y1, ygpu, sizeof(float) * P * rows);
+        printf("%s mmq exact %d pieces%s %s: V1 %s\n", same ? "ok  " : "FAIL", pieces, variant, what,
+               !ran ? "refused" : same ? "gives the same bits" : "differs");
+        fail |= !same;
+        free(y1);
     }
     {
         /* pre-split rows (a split launch, then the product on pieces): the same bits */
@@ -343,10 +365,14 @@ int main(int argc, char **argv) {
     const char *pe = getenv("MINKE_CUDA_MMQ_PIECES");
     if (!pe) {
         /* one child per piece count and kernel variant (the kernels read them once per process):
-         * V1 (default) with 3 pieces at 3 and 2 blocks per SM and with 2 pieces, then V0 */
+         * V1 (default) with 3 pieces at 3 and 2 blocks per SM and with 2 pieces, then V0, V2-V5 */
         static const char *const runs[] = {
             "MINKE_CUDA_MMQ_PIECES=3", "MINKE_CUDA_MMQ_PIECES=3 MINKE_CUDA_MMQ_XOCC=2", "MINKE_CUDA_MMQ_PIECES=2",
-            "MINKE_CUDA_MMQ_PIECES=3 MINKE_CUDA_MMQ_X=0", "MINKE_CUDA_MMQ_PIECES=2 MINKE_CUDA_MMQ_X=0"};
+            "MINKE_CUDA_MMQ_PIECES=3 MINKE_CUDA_MMQ_X=0", "MINKE_CUDA_MMQ_PIECES=2 MINKE_CUDA_MMQ_X=0",
+            "MINKE_CUDA_MMQ_PIECES=3 MINKE_CUDA_MMQ_V=2", "MINKE_CUDA_MMQ_PIECES=3 MINKE_CUDA_MMQ_V=2 MINKE_CUDA_MMQ_XOCC=2",
+            "MINKE_CUDA_MMQ_PIECES=2 MINKE_CUDA_MMQ_V=2", "MINKE_CUDA_MMQ_PIECES=3 MINKE_CUDA_MMQ_V=3",
+            "MINKE_CUDA_MMQ_PIECES=3 MINKE_CUDA_MMQ_V=4", "MINKE_CUDA_MMQ_PIECES=2 MINKE_CUDA_MMQ_V=4",
+            "MINKE_CUDA_MMQ_PIECES=3 MINKE_CUDA_MMQ_V=5"};
         char cmd[4096];
         int rc = 0;
         for (int k = 0; k < (int)(sizeof runs / sizeof runs[0]); k++) {
@@ -360,9 +386,11 @@ int main(int argc, char **argv) {
     }
     pieces = atoi(pe) == 3 ? 3 : 2;
     {
-        const char *xv = getenv("MINKE_CUDA_MMQ_X"), *xo = getenv("MINKE_CUDA_MMQ_XOCC");
-        int v0 = xv && atoi(xv) == 0;
-        snprintf(variant, sizeof variant, " %s%s", v0 ? "V0" : "V1", !v0 && pieces == 3 && xo && atoi(xo) == 2 ? " occ2" : "");
+        /* as cu_mmq.cu reads them: MINKE_CUDA_MMQ_V 0..5 first, else MINKE_CUDA_MMQ_X=0 for V0 */
+        const char *xv = getenv("MINKE_CUDA_MMQ_X"), *vv = getenv("MINKE_CUDA_MMQ_V"), *xo = getenv("MINKE_CUDA_MMQ_XOCC");
+        int n = vv ? atoi(vv) : -1;
+        version = n >= 0 && n <= 5 ? n : xv && atoi(xv) == 0 ? 0 : 1;
+        snprintf(variant, sizeof variant, " V%d%s", version, version && pieces == 3 && xo && atoi(xo) == 2 ? " occ2" : "");
     }
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess || n < 1) { printf("SKIP no CUDA device\n"); return 0; }
@@ -374,16 +402,20 @@ int main(int argc, char **argv) {
     fail |= check(GGML_TYPE_Q8_0, 1, 64, 96, 37, 0, 1, 1);          /* 3 items: a partial stage */
     fail |= check(GGML_TYPE_Q8_0, 1, 256, 512, 70, 0, 1, 2);        /* grouped (out_a) */
     fail |= check(GGML_TYPE_Q8_0, 1, 200, 1024, 90, 5, 3, 1);
+    fail |= check(GGML_TYPE_Q8_0, 1, 256, 512, 40, 6, 2, 1);        /* ~13 pairs per expert: V4's idle warps */
     /* IQ2_XXS */
     fail |= check(GGML_TYPE_IQ2_XXS, 1, 300, 1024, 100, 0, 1, 1);
     fail |= check(GGML_TYPE_IQ2_XXS, 0, 96, 512, 70, 0, 1, 1);      /* 512 wide: stays unrepacked */
     fail |= check(GGML_TYPE_IQ2_XXS, 1, 200, 1024, 90, 5, 3, 1);
     fail |= check(GGML_TYPE_IQ2_XXS, 0, 96, 512, 70, 3, 2, 1);
+    fail |= check(GGML_TYPE_IQ2_XXS, 1, 256, 512, 150, 7, 2, 1);    /* tiles of ~43 pairs: V2's partial halves */
+    fail |= check(GGML_TYPE_IQ2_XXS, 1, 128, 1024, 30, 4, 3, 1);    /* ~22 pairs per expert */
     fail |= check(GGML_TYPE_IQ2_XXS, 1, 256, 512, 40, 0, 1, 2);
     /* Q2_K */
     fail |= check(GGML_TYPE_Q2_K, 0, 300, 1024, 100, 0, 1, 1);
     fail |= check(GGML_TYPE_Q2_K, 0, 64, 256, 37, 0, 1, 1);
     fail |= check(GGML_TYPE_Q2_K, 0, 200, 1024, 90, 5, 3, 1);
+    fail |= check(GGML_TYPE_Q2_K, 0, 256, 512, 100, 3, 2, 1);       /* ~67 pairs per expert: 64 + a few */
     fail |= check(GGML_TYPE_Q2_K, 0, 128, 512, 33, 0, 1, 2);
     if (timing) {
         time_case(GGML_TYPE_Q8_0, 4096, 4096, 512, 0, 0, 0);
