@@ -460,10 +460,11 @@ template <int TYPE, int P, int V>
 struct mx_lay {
     static constexpr bool Q2K = TYPE == CU_TYPE_Q2_K;
     static constexpr bool IQ2 = TYPE == CU_TYPE_IQ2R || TYPE == CU_TYPE_IQ2_XXS;
-    /* V2 (wide tiles, see "V2" below): 128 weight rows x 32 activation rows; V4: 128 x 64, 8 warps */
-    static constexpr int BM = V >= 2 ? 2 * MQ_BM : MQ_BM;
-    static constexpr int BN = V == 2 ? MQ_BN / 2 : MQ_BN;
-    static constexpr int THREADS = V == 4 ? 2 * MQ_THREADS : MQ_THREADS;
+    /* V2 (wide tiles, see "V2" below): 128 weight rows x 32 activation rows; V4: 128 x 64, 8 warps;
+     * V6: 256 x 32, 8 warps */
+    static constexpr int BM = V == 6 ? 4 * MQ_BM : V >= 2 ? 2 * MQ_BM : MQ_BM;
+    static constexpr int BN = (V == 2 || V == 6) ? MQ_BN / 2 : MQ_BN;
+    static constexpr int THREADS = (V == 4 || V == 6) ? 2 * MQ_THREADS : MQ_THREADS;
     static constexpr int LDS = BN * MQ_LDI;                                /* ints of one activation piece */
     static constexpr int n_ws = (V && Q2K) ? BM * 2 : BM * MQ_KI;          /* floats */
     static constexpr int n_as = (V && Q2K) ? BN : BN * MQ_KI;              /* floats */
@@ -552,16 +553,20 @@ __device__ __forceinline__ void mx_q2k_sums(const int4 (&x)[P][2], int r, int li
  * One block per MoE tile; a warp whose 32 activation rows are all past the
  * tile's last pair skips the products (the upper 4 warps of a tile of <= 32
  * pairs idle while the SM's others run). Q2_K runs V2 (spills at 128
- * registers). Same bits as V1. */
-/* PRE: the activations are pre-split rows (k_mmq_split, cu_mmq_presplit) instead of f32. V: 0, 1, 2 or 4 (above). */
+ * registers). Same bits as V1.
+ * V6 (MINKE_CUDA_MMQ_V=6; 7: only for MoE tiles): 256 rows x 32 activation
+ * rows with 8 warps stacked over the rows, __launch_bounds__(256, 2): a
+ * quarter of V1's activation traffic per output, V2's weight decode per
+ * output, 2 blocks of ~105 KB per SM. Q2_K runs V2. Same bits as V1. */
+/* PRE: the activations are pre-split rows (k_mmq_split, cu_mmq_presplit) instead of f32. V: 0, 1, 2, 4 or 6 (above). */
 template <int TYPE, int MINB, int P, bool PRE, int V>
 __global__ void __launch_bounds__(mx_lay<TYPE, P, V>::THREADS, MINB) k_mmqx(cu_gemv_args g) {
     cu_pdl_enter();
     typedef mx_lay<TYPE, P, V> L;
     constexpr bool Q2K = L::Q2K;
     constexpr bool IQ2 = L::IQ2;
-    constexpr bool WIDE = V >= 2;       /* 128 rows; empty slots neither loaded nor multiplied */
-    constexpr bool HALVES = V == 2;     /* 32 activation rows: two blocks per MoE tile */
+    constexpr bool WIDE = V >= 2;       /* 128 or 256 rows; empty slots neither loaded nor multiplied */
+    constexpr bool HALVES = L::BN == MQ_BN / 2;   /* 32 activation rows: two blocks per MoE tile */
     constexpr int BM = L::BM, BN = L::BN, LDS = L::LDS, THREADS = L::THREADS;
     constexpr float SC3 = (V && P == 3) ? 1.f / 256.f : 1.f;   /* V1: the third piece's 1/256 in the weight scale */
     extern __shared__ __align__(16) int mx_smem[];
@@ -577,7 +582,7 @@ __global__ void __launch_bounds__(mx_lay<TYPE, P, V>::THREADS, MINB) k_mmqx(cu_g
     int *sid = (int *)(sbase + L::o_id);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int gq = lane >> 2, tq = lane & 3;
-    /* V2: warps stacked over the 128 rows, each over all 32 activation rows; V4: 4 x 2 warps */
+    /* V2, V6: warps stacked over the 128 or 256 rows, each over all 32 activation rows; V4: 4 x 2 warps */
     const int wm = HALVES ? warp * 32 : WIDE ? (warp & 3) * 32 : (warp & 1) * 32;
     const int wn = HALVES ? 0 : WIDE ? (warp >> 2) * 32 : (warp >> 1) * 32;
     const int64_t r0 = (int64_t)blockIdx.x * BM;
@@ -817,9 +822,9 @@ __global__ void __launch_bounds__(mx_lay<TYPE, P, V>::THREADS, MINB) k_mmqx(cu_g
             }
         } else if (V) {
             const unsigned wl = mx_opaque(sw_l), al = mx_opaque(sa_l);
-            /* 2 items at a time: fully unrolled, ptxas keeps the 8 items' loads in flight
+            /* 2 items at a time (8 warps: 1, under their 128-register cap): fully unrolled, ptxas keeps the 8 items' loads in flight
              * and spills 100-300 bytes under any register cap */
-#pragma unroll (V == 4 ? 1 : 2)
+#pragma unroll (THREADS == 128 ? 2 : 1)
             for (int i = 0; i < MQ_KI; i++) {
                 int af[2][4];
 #pragma unroll
@@ -1155,8 +1160,9 @@ static int mx_pieces(void) {
 
 /* The exact-activation kernel version: 1 (default, V1 above), MINKE_CUDA_MMQ_X=0 (V0, for A/B),
  * MINKE_CUDA_MMQ_V=2 (V2: wide tiles for every product), 3 (V2 for MoE tiles, V1 for the dense
- * products), 4 (V4: 128 x 64 tiles of 8 warps for every product) or 5 (V4 for MoE tiles, V1 for
- * the dense products); MINKE_CUDA_MMQ_V=0 or 1 as MINKE_CUDA_MMQ_X. And the blocks per SM
+ * products), 4 (V4: 128 x 64 tiles of 8 warps for every product), 5 (V4 for MoE tiles, V1 for
+ * the dense products), 6 (V6: 256 x 32 tiles of 8 warps for every product) or 7 (V6 for MoE
+ * tiles, V1 for the dense products); MINKE_CUDA_MMQ_V=0 or 1 as MINKE_CUDA_MMQ_X. And the blocks per SM
  * the 3-piece kernels are built for: 3 (default, <= 168 registers) or MINKE_CUDA_MMQ_XOCC=2 (no
  * register cap). Read once per process; cu_mmq_set_version overrides the version (mmq_exact
  * compares the versions' bits in one process). */
@@ -1165,7 +1171,7 @@ static int mx_version(void) {
     if (mx_ver < 0) {
         const char *v = getenv("MINKE_CUDA_MMQ_V");
         int n = v ? atoi(v) : -1;
-        if (n >= 0 && n <= 5) {
+        if (n >= 0 && n <= 7) {
             mx_ver = n;
         } else {
             const char *e = getenv("MINKE_CUDA_MMQ_X");
@@ -1174,7 +1180,7 @@ static int mx_version(void) {
     }
     return mx_ver;
 }
-extern "C" void cu_mmq_set_version(int v) { mx_ver = v >= 0 && v <= 5 ? v : 1; }
+extern "C" void cu_mmq_set_version(int v) { mx_ver = v >= 0 && v <= 7 ? v : 1; }
 static int mx_occ3(void) {
     static int o = 0;
     if (!o) {
@@ -1194,6 +1200,8 @@ static int mx_occ3(void) {
                          v8 = mx_lay<CU_TYPE_Q8_0R, 3, 4>::bytes;
         static_assert(2 * (v2 + 1024) <= 228 * 1024 && 2 * (vk + 1024) <= 228 * 1024 && 2 * (v8 + 1024) <= 228 * 1024,
                       "V4 with 3 pieces: 2 blocks per SM on the H200");
+        constexpr size_t x2 = mx_lay<CU_TYPE_IQ2R, 3, 6>::bytes, x8 = mx_lay<CU_TYPE_Q8_0R, 3, 6>::bytes;
+        static_assert(2 * (x2 + 1024) <= 228 * 1024 && 2 * (x8 + 1024) <= 228 * 1024, "V6 with 3 pieces: 2 blocks per SM on the H200");
         int dev = 0, smem = 0;
         if (!e && cudaGetDevice(&dev) == cudaSuccess &&
             cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) == cudaSuccess &&
@@ -1222,15 +1230,17 @@ static void mx_launch(dim3 grid, cudaStream_t st, const cu_gemv_args &g) {
 template <int T, bool PRE>
 static void mx_pick(int ntiles, cudaStream_t st, const cu_gemv_args &g) {
     const int ver = mx_version();
-    /* V2 and V4: 128-row blocks, so a grouped input's groups must be whole blocks (else V1) */
-    const bool wide_ok = !g.group_rows || g.group_rows % (2 * MQ_BM) == 0;
-    const unsigned wrows = (unsigned)((g.rows + 2 * MQ_BM - 1) / (2 * MQ_BM));
     const bool moe = g.tile_pairs != NULL;
-    int tiling = 1;     /* 1: V1 (or V0), 2: V2, 4: V4 */
+    int tiling = 1;     /* 1: V1 (or V0), 2: V2, 4: V4, 6: V6 */
     if (ver == 2 || (ver == 3 && moe)) tiling = 2;
-    /* V4's Q2_K kernel spills 36-40 bytes under the 128-register cap: Q2_K runs V2's there */
+    /* V4's Q2_K kernel spills 36-40 bytes under the 128-register cap: Q2_K runs V2's there (and in V6) */
     else if (ver == 4 || (ver == 5 && moe)) tiling = T == CU_TYPE_Q2_K ? 2 : 4;
-    if (!wide_ok) tiling = 1;
+    else if (ver == 6 || (ver == 7 && moe)) tiling = T == CU_TYPE_Q2_K ? 2 : 6;
+    /* V6: 256-row blocks, else 128: a grouped input's groups must be whole blocks (else V2, V1) */
+    if (tiling == 6 && g.group_rows && g.group_rows % (4 * MQ_BM)) tiling = 2;
+    if (tiling > 1 && g.group_rows && g.group_rows % (2 * MQ_BM)) tiling = 1;
+    const int bm = tiling == 6 ? 4 * MQ_BM : 2 * MQ_BM;
+    const unsigned wrows = (unsigned)((g.rows + bm - 1) / bm);
     if (tiling == 2) {
         dim3 wgrid(wrows, (unsigned)ntiles * 2);
         if (mx_pieces() == 3) {
@@ -1247,6 +1257,12 @@ static void mx_pick(int ntiles, cudaStream_t st, const cu_gemv_args &g) {
             dim3 wgrid(wrows, (unsigned)ntiles);
             if (mx_pieces() == 3) mx_launch<T, 2, 3, PRE, 4>(wgrid, st, g);
             else mx_launch<T, 2, 2, PRE, 4>(wgrid, st, g);
+            return;
+        }
+        if (tiling == 6) {
+            dim3 wgrid(wrows, (unsigned)ntiles * 2);
+            if (mx_pieces() == 3) mx_launch<T, 2, 3, PRE, 6>(wgrid, st, g);
+            else mx_launch<T, 2, 2, PRE, 6>(wgrid, st, g);
             return;
         }
     }

@@ -23,7 +23,8 @@
  * combination: V1 with 3 pieces (3 and 2 blocks per SM), V1 with 2, V0 with 3
  * and 2, V2 (128 x 32 tiles) with 3 (3 and 2 blocks per SM) and 2, V3 (V2 for
  * MoE tiles only) with 3, V4 (128 x 64 tiles of 8 warps) with 3 and 2, V5 (V4
- * for MoE tiles only) with 3. V2-V5 keep V1's per-output arithmetic: their
+ * for MoE tiles only) with 3, V6 (256 x 32 tiles of 8 warps) with 3 and 2, V7
+ * (V6 for MoE tiles only) with 3. V2-V7 keep V1's per-output arithmetic: their
  * outputs must also equal V1's bit for bit (cu_mmq_set_version switches
  * in-process).
  * --time adds prefill-shaped timings: the q8 kernel against the exact ones
@@ -204,7 +205,7 @@ static int check(int type, int repack, int64_t rows, int64_t in, int T, int E, i
         fail |= bad;
     }
     if (version >= 2) {
-        /* V2-V5 change the tiling, not the arithmetic: V1's bits */
+        /* V2-V7 change the tiling, not the arithmetic: V1's bits */
         float *y1 = malloc(sizeof(float) * P * rows);
         CK(cudaMemset(dy, 0xFF, sizeof(float) * P * rows));
         cu_mmq_set_version(1);
@@ -372,7 +373,8 @@ int main(int argc, char **argv) {
             "MINKE_CUDA_MMQ_PIECES=3 MINKE_CUDA_MMQ_V=2", "MINKE_CUDA_MMQ_PIECES=3 MINKE_CUDA_MMQ_V=2 MINKE_CUDA_MMQ_XOCC=2",
             "MINKE_CUDA_MMQ_PIECES=2 MINKE_CUDA_MMQ_V=2", "MINKE_CUDA_MMQ_PIECES=3 MINKE_CUDA_MMQ_V=3",
             "MINKE_CUDA_MMQ_PIECES=3 MINKE_CUDA_MMQ_V=4", "MINKE_CUDA_MMQ_PIECES=2 MINKE_CUDA_MMQ_V=4",
-            "MINKE_CUDA_MMQ_PIECES=3 MINKE_CUDA_MMQ_V=5"};
+            "MINKE_CUDA_MMQ_PIECES=3 MINKE_CUDA_MMQ_V=5", "MINKE_CUDA_MMQ_PIECES=3 MINKE_CUDA_MMQ_V=6",
+            "MINKE_CUDA_MMQ_PIECES=2 MINKE_CUDA_MMQ_V=6", "MINKE_CUDA_MMQ_PIECES=3 MINKE_CUDA_MMQ_V=7"};
         char cmd[4096];
         int rc = 0;
         for (int k = 0; k < (int)(sizeof runs / sizeof runs[0]); k++) {
@@ -386,10 +388,10 @@ int main(int argc, char **argv) {
     }
     pieces = atoi(pe) == 3 ? 3 : 2;
     {
-        /* as cu_mmq.cu reads them: MINKE_CUDA_MMQ_V 0..5 first, else MINKE_CUDA_MMQ_X=0 for V0 */
+        /* as cu_mmq.cu reads them: MINKE_CUDA_MMQ_V 0..7 first, else MINKE_CUDA_MMQ_X=0 for V0 */
         const char *xv = getenv("MINKE_CUDA_MMQ_X"), *vv = getenv("MINKE_CUDA_MMQ_V"), *xo = getenv("MINKE_CUDA_MMQ_XOCC");
         int n = vv ? atoi(vv) : -1;
-        version = n >= 0 && n <= 5 ? n : xv && atoi(xv) == 0 ? 0 : 1;
+        version = n >= 0 && n <= 7 ? n : xv && atoi(xv) == 0 ? 0 : 1;
         snprintf(variant, sizeof variant, " V%d%s", version, version && pieces == 3 && xo && atoi(xo) == 2 ? " occ2" : "");
     }
     int n = 0;
@@ -401,6 +403,7 @@ int main(int argc, char **argv) {
     fail |= check(GGML_TYPE_Q8_0, 0, 300, 1024, 100, 0, 1, 1);
     fail |= check(GGML_TYPE_Q8_0, 1, 64, 96, 37, 0, 1, 1);          /* 3 items: a partial stage */
     fail |= check(GGML_TYPE_Q8_0, 1, 256, 512, 70, 0, 1, 2);        /* grouped (out_a) */
+    fail |= check(GGML_TYPE_Q8_0, 1, 512, 256, 40, 0, 1, 2);        /* groups of 256 rows (V6's blocks) */
     fail |= check(GGML_TYPE_Q8_0, 1, 200, 1024, 90, 5, 3, 1);
     fail |= check(GGML_TYPE_Q8_0, 1, 256, 512, 40, 6, 2, 1);        /* ~13 pairs per expert: V4's idle warps */
     /* IQ2_XXS */
