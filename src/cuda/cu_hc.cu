@@ -791,7 +791,11 @@ k_hc_pre_fused3(const float *X, const float *f1, const float *f2, const float *p
         double sq = 0.0;
 #pragma unroll
         for (int k = 0; k < HC_SPLIT; k++) sq += qv[k];
-        float r = (float)(1.0 / sqrt(sq / hcdim + (double)rms_eps));
+        /* sq / hcdim as a product where hcdim is a power of two (the same
+         * double: both are exact scalings by 2^-k, or round that one exact
+         * value alike), one double division less on the longest path */
+        const double mean = (hcdim & (hcdim - 1)) == 0 ? sq * (1.0 / hcdim) : sq / hcdim;
+        float r = (float)(1.0 / sqrt(mean + (double)rms_eps));
         float a = 0.f;
 #pragma unroll
         for (int k = 0; k < HC_SPLIT; k++) a += pv[k];
