@@ -6,7 +6,7 @@
  * The fused pre step has three schedules with bit-identical results:
  * k_hc_pre_fused (v1, env MINKE_CUDA_HC_V1=1 or cu_hc_use_v1(1)),
  * k_hc_pre_fused2 (v2, 16 blocks of 1024; env MINKE_CUDA_HC_V2=1) and
- * k_hc_pre_fused3 (v3, 128 blocks of 288; default where the shape fits,
+ * k_hc_pre_fused3 (v3, 64 blocks of 288; default where the shape fits,
  * see its comment). tests/cuda/hc_check.c checks them against each other
  * and a double-precision CPU reference, and times them.
  */
@@ -540,9 +540,9 @@ k_hc_pre_fused2(const float *X, const float *f1, const float *f2, const float *p
  * 0.8 MB of weights and a long serial tail:
  *  - block (g, sp) takes v1's K-split sp (chunk = D*nhc/16 inputs) and the
  *    mix rows g*rpb .. g*rpb+rpb-1, one warp per row in v1's lane order;
- *    rpb = ceil(nmix*16/128): Flash's 24 mixes 3 rows a block, 128 blocks;
+ *    rpb = ceil(nmix*16/64): Flash's 24 mixes 6 rows a block, 64 blocks;
  *    the head's 4 mixes 1 row a block, 64 blocks. Its weights (rpb rows x
- *    chunk halves, 6 KB) are loaded before the PDL wait, as are scale and
+ *    chunk halves, 12 KB) are loaded before the PDL wait, as are scale and
  *    base on the split warp, and block (0, 0) prefetches norm_w into L2;
  *  - the G blocks of a split each recompute its chunk of the pending post
  *    step (k_hc_post's arithmetic; 24 KB of L2 reads a block); only g = 0
@@ -573,7 +573,7 @@ k_hc_pre_fused2(const float *X, const float *f1, const float *f2, const float *p
 #define HC3_XPT 4                  /* chunk elements per thread: chunk <= 1024 */
 #define HC3_DPT 16                 /* finish: stream elements per thread: D <= 4096 */
 #define HC3_NHC 4
-#define HC3_BLOCKS 128             /* blocks per token aimed at */
+#define HC3_BLOCKS 64              /* blocks per token aimed at (MINKE_CUDA_HC3_BLOCKS) */
 #define HC3_MAXRPB 8
 
 __device__ __forceinline__ void hc_prefetch_l2(const void *p) {
@@ -868,9 +868,20 @@ k_hc_pre_fused3(const float *X, const float *f1, const float *f2, const float *p
     }
 }
 
+/* Blocks per token aimed at: 64 by default (Flash: 6 rows a block; the G
+ * blocks of a split each read its 24 KB of inputs, so 128 blocks double the
+ * L2 traffic and the tickets for no shorter path: the rows of a block run on
+ * parallel warps). Env MINKE_CUDA_HC3_BLOCKS or cu_hc3_set_blocks (hc_check
+ * times both); the results do not depend on it. */
+static int hc3_blocks = -1;
+extern "C" void cu_hc3_set_blocks(int n) { hc3_blocks = n > 0 ? n : -1; }
 static int hc3_rows_per_block(int nmix) {
-    int r = (nmix * HC_SPLIT + HC3_BLOCKS - 1) / HC3_BLOCKS;
-    return r < 1 ? 1 : r;
+    if (hc3_blocks < 0) {
+        const char *e = getenv("MINKE_CUDA_HC3_BLOCKS");
+        hc3_blocks = e && atoi(e) > 0 ? atoi(e) : HC3_BLOCKS;
+    }
+    int r = (nmix * HC_SPLIT + hc3_blocks - 1) / hc3_blocks;
+    return r < 1 ? 1 : r > HC3_MAXRPB ? HC3_MAXRPB : r;
 }
 
 static int hc3_ok(int D, int nhc, int nmix, int head) {

@@ -2,7 +2,8 @@
  * the older kernels they replace, on random inputs.
  *
  * The fused hyper-connection pre step (cu_hc_pre_fused) has three schedules
- * (v1, v2, v3 = the default) and an unfused form (cu_hc_post + cu_hc_pre).
+ * (v1, v2, v3 = the default, with 64 blocks a token; also run with 128) and
+ * an unfused form (cu_hc_post + cu_hc_pre).
  * Each is checked against a double-precision CPU reference of the same math
  * (spec model.md §6.7: post step, mix = fn . X * rms, sigmoid pre/post,
  * Sinkhorn comb, weighted sum, RMSNorm) to a relative tolerance of max|ref|
@@ -32,6 +33,7 @@
 
 /* switches and the fused router+tiles entry of cu_hc.cu / cu_moe.cu / cu_ops.cu */
 void cu_hc_use_version(int v);
+void cu_hc3_set_blocks(int n);
 int cu_hc_fused_version(int D, int nhc, int nmix, int head);
 void cu_moe_use_v1(int on);
 void cu_ops_use_v1(int on);
@@ -365,57 +367,80 @@ static int hc_run(int T, int D, int nhc, int nmix, int head, int fntype, int use
     char what[160];
     snprintf(what, sizeof what, "hc_pre_fused T %d D %d nhc %d nmix %d head %d fn %s f1 %d f2 %d norm %d", T, D, nhc,
              nmix, head, fntype == 1 ? "f16" : "f32", use_f1, use_f1 && use_f2, use_norm);
-    int ran[3];
-    hc_out o[4];
-    for (int v = 1; v <= 3; v++) {
-        cu_hc_use_version(v);
-        ran[v - 1] = cu_hc_fused_version(D, nhc, nmix, head);
-        hc_reset(&c); hc_launch(&c); o[v - 1] = hc_fetch(&c);
+    /* the schedules: v1, v2, v3 (64 blocks a token, the default), v3 with
+     * 128 blocks a token, and the unfused pair */
+    enum { NS = 5 };
+    static const char *names[NS] = {"v1", "v2", "v3", "v3/128", "unfused"};
+    static const int vers[NS] = {1, 2, 3, 3, 0}, blocks[NS] = {0, 0, 64, 128, 0};
+    int ran[NS];
+    hc_out o[NS];
+    for (int i = 0; i < NS; i++) {
+        hc_reset(&c);
+        if (vers[i]) {
+            cu_hc_use_version(vers[i]);
+            cu_hc3_set_blocks(blocks[i]);
+            ran[i] = cu_hc_fused_version(D, nhc, nmix, head);
+            hc_launch(&c);
+        } else {
+            ran[i] = 0;
+            hc_launch_unfused(&c);
+        }
+        o[i] = hc_fetch(&c);
     }
-    hc_reset(&c); hc_launch_unfused(&c); o[3] = hc_fetch(&c);
     /* the default twice: the ticket counters must come back to zero and the result repeat */
     cu_hc_use_version(0);
+    cu_hc3_set_blocks(0);
     int vdef = cu_hc_fused_version(D, nhc, nmix, head);
     hc_reset(&c); hc_launch(&c); hc_launch(&c); hc_out orep = hc_fetch(&c);
     hc_ref ref = hc_reference(&c);
 
-    static const char *names[4] = {"v1", "v2", "v3", "unfused"};
-    double ex[4];
+    double ex[NS];
     int ok = 1;
-    for (int i = 0; i < 4; i++) ok &= hc_check_ref(what, names[i], &c, &o[i], &ref, &ex[i]);
-    for (int t = 0; t < T; t++)
-        if (orep.cnt[t] != 0 || o[2].cnt[t] != 0 || o[1].cnt[t] != 0 || o[0].cnt[t] != 0) {
+    for (int i = 0; i < NS; i++) ok &= hc_check_ref(what, names[i], &c, &o[i], &ref, &ex[i]);
+    for (int t = 0; t < T; t++) {
+        int bad = orep.cnt[t] != 0;
+        for (int i = 0; i < NS; i++) bad |= o[i].cnt[t] != 0;
+        if (bad) {
             printf("FAIL %s: ticket counter of token %d not back to zero\n", what, t);
             ok = 0;
             break;
         }
+    }
     /* with f1 the second launch re-reads post/comb, which the first overwrote: compare x only without */
-    if (!use_f1) ok &= same(what, "x of a repeated launch", o[vdef - 1].x, orep.x, sizeof(float) * T * D);
-    int b2 = hc_bits(&c, &o[1], &o[0]), b3 = hc_bits(&c, &o[2], &o[0]), bu = hc_bits(&c, &o[3], &o[0]);
-    hc_nbits_differ += !b2 + !b3 + !bu;
-    printf("%s %s: x err v1 %.2g v2 %.2g v3 %.2g unfused %.2g; bits v2 = v1 %s, v3 = v1 %s, unfused = v1 %s"
-           " (ran v%d v%d v%d)\n", ok ? "ok  " : "FAIL", what, ex[0], ex[1], ex[2], ex[3], b2 ? "yes" : "NO",
-           b3 ? "yes" : "NO", bu ? "yes" : "NO", ran[0], ran[1], ran[2]);
-    if (timing) {
-        float tv[3], tc[3];
-        for (int v = 1; v <= 3; v++) {
-            cu_hc_use_version(v);
-            c.cold = 0; tv[v - 1] = time_us(hc_launch_v, &c);
+    if (!use_f1) ok &= same(what, "x of a repeated launch", o[vdef == 1 ? 0 : vdef == 2 ? 1 : 2].x, orep.x,
+                            sizeof(float) * T * D);
+    char errs[256], bits[256];
+    int ne = 0, nb = 0;
+    for (int i = 0; i < NS; i++) {
+        ne += snprintf(errs + ne, sizeof errs - ne, " %s %.2g", names[i], ex[i]);
+        if (i) {
+            int b = hc_bits(&c, &o[i], &o[0]);
+            hc_nbits_differ += !b;
+            nb += snprintf(bits + nb, sizeof bits - nb, "%s%s %s", i > 1 ? ", " : "", names[i], b ? "yes" : "NO");
         }
+    }
+    printf("%s %s: x err%s; bits = v1: %s (ran v%d v%d v%d v%d)\n", ok ? "ok  " : "FAIL", what, errs, bits, ran[0],
+           ran[1], ran[2], ran[3]);
+    if (timing) {
+        /* hot: the same weights each launch (L2); cold: the next copy of 128 MB of them */
+        float tv[4], tc[4];
         c.ncold = (int)(HC_COLD_BYTES / c.fn_bytes) + 1;
         CK(cudaMalloc((void **)&c.dfn_cold, c.fn_bytes * c.ncold));
         for (int i = 0; i < c.ncold; i++)
             CK(cudaMemcpy(c.dfn_cold + (size_t)i * c.fn_bytes, c.dfn, c.fn_bytes, cudaMemcpyDeviceToDevice));
-        for (int v = 1; v <= 3; v++) {
-            cu_hc_use_version(v);
-            c.cold = 1; tc[v - 1] = time_us(hc_launch_v, &c);
+        for (int i = 0; i < 4; i++) {
+            cu_hc_use_version(vers[i]);
+            cu_hc3_set_blocks(blocks[i]);
+            c.cold = 0; tv[i] = time_us(hc_launch_v, &c);
+            c.cold = 1; tc[i] = time_us(hc_launch_v, &c);
         }
         c.cold = 0;
         cu_hc_use_version(0);
-        printf("time %s: v1 %.2f us  v2 %.2f us  v3 %.2f us;  cold weights: v1 %.2f us  v2 %.2f us  v3 %.2f us\n",
-               what, tv[0], tv[1], tv[2], tc[0], tc[1], tc[2]);
+        cu_hc3_set_blocks(0);
+        printf("time %s: v1 %.2f us  v2 %.2f us  v3 %.2f us  v3/128 %.2f us;  cold weights: v1 %.2f us  v2 %.2f us"
+               "  v3 %.2f us  v3/128 %.2f us\n", what, tv[0], tv[1], tv[2], tv[3], tc[0], tc[1], tc[2], tc[3]);
     }
-    for (int i = 0; i < 4; i++) hc_out_free(&o[i]);
+    for (int i = 0; i < NS; i++) hc_out_free(&o[i]);
     hc_out_free(&orep);
     hc_ref_free(&ref);
     hc_free(&c);
