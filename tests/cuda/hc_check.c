@@ -666,6 +666,8 @@ int main(int argc, char **argv) {
     ok &= hc_run(2, 64, 4, 24, 0, 1, 1, 1, 1, 0);
     ok &= hc_run(2, 512, 4, 24, 0, 0, 1, 1, 1, 0);
     ok &= hc_run(1, 4096, 4, 24, 0, 0, 1, 1, 1, 0);
+    /* the largest fused batch: 31 x 64 blocks, more than are resident at once */
+    ok &= hc_run(31, 4096, 4, 24, 0, 1, 1, 1, 1, 0);
     /* a shape v2 and v3 do not take (v1 each time) */
     ok &= hc_run(1, 8192, 4, 24, 0, 1, 1, 1, 1, 0);
 
