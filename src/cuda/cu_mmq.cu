@@ -470,13 +470,14 @@ struct mx_lay {
     static constexpr int n_as = (V && Q2K) ? BN : BN * MQ_KI;              /* floats */
     static constexpr int n_sum = (V && Q2K) ? BN * 16 : 0;                 /* ints */
     static constexpr int n_grid = (!V || IQ2) ? 256 : 0;                   /* uint64 */
+    static constexpr int n_smask = (V >= 2 && IQ2) ? 128 : 0;              /* uint64: mq_wload_tab's sign masks */
     static constexpr int n_min = (!V || Q2K) ? BM * 16 : 0;                /* bytes */
     static constexpr size_t o_sa = (size_t)BM * MQ_LDI * 4;
     static constexpr size_t o_ws = o_sa + (size_t)P * LDS * 4;
     static constexpr size_t o_as = o_ws + (size_t)n_ws * 4;
     static constexpr size_t o_sum = o_as + (size_t)n_as * 4;
     static constexpr size_t o_grid = o_sum + (size_t)n_sum * 4;
-    static constexpr size_t o_off = o_grid + (size_t)n_grid * 8;
+    static constexpr size_t o_off = o_grid + (size_t)(n_grid + n_smask) * 8;
     static constexpr size_t o_min = o_off + (size_t)BN * 8;
     static constexpr size_t o_id = o_min + (size_t)n_min;
     static constexpr size_t bytes = o_id + (size_t)BN * 4;
@@ -531,6 +532,58 @@ __device__ __forceinline__ void mx_q2k_sums(const int4 (&x)[P][2], int r, int li
     for (int b = 0; b < 4; b++) *(uint16_t *)(row + ((b ^ sw) * 16)) = (uint16_t)__byte_perm(w[0], w[1], b | ((4 + b) << 4));
 }
 
+/* V2+ weight decode: IQ2_XXS with the signs of a group from a table of 128
+ * byte masks in shared memory (0xFF where the element is negative; the 8th
+ * sign is the parity of the 7 stored ones) and the negation as (g ^ m) + (m &
+ * 1) per byte: the grid's bytes are 8, 25 or 43, so ~g + 1 <= 248 carries into
+ * no other byte. The same codes and scales as mq_wload (cu_iq2_group_codes)
+ * in ~35 instructions per item instead of ~90 (the parity, the mask
+ * arithmetic and __vsub4's emulation, and the odd scale factor converted
+ * without I2F). Other types: mq_wload. */
+__device__ __forceinline__ uint64_t mq_sign_mask(int s7) {
+    uint32_t S = (uint32_t)s7 | ((__popc(s7) & 1) << 7);
+    uint64_t m = 0;
+#pragma unroll
+    for (int k = 0; k < 8; k++)
+        if ((S >> k) & 1) m |= (uint64_t)0xFF << (8 * k);
+    return m;
+}
+__device__ __forceinline__ void mq_iq2_codes_tab(uint32_t a, uint32_t w, const uint64_t *grid, const uint64_t *smask,
+                                                 int (&v)[8]) {
+#pragma unroll
+    for (int l = 0; l < 4; l++) {
+        uint64_t gv = grid[(a >> (8 * l)) & 255];
+        uint64_t m = smask[(w >> (7 * l)) & 127];
+        uint32_t m0 = (uint32_t)m, m1 = (uint32_t)(m >> 32);
+        v[2 * l] = (int)(((uint32_t)gv ^ m0) + (m0 & 0x01010101u));
+        v[2 * l + 1] = (int)(((uint32_t)(gv >> 32) ^ m1) + (m1 & 0x01010101u));
+    }
+}
+/* 2 (w >> 28) + 1 as a float: exact from the bits of 2^23 + k (no I2F) */
+__device__ __forceinline__ float mq_odd_f(uint32_t w) {
+    return __int_as_float(0x4B000000 | (2 * (w >> 28) + 1)) - 8388608.f;
+}
+template <int TYPE>
+__device__ __forceinline__ void mq_wload_tab(const uint8_t *row, int it, int nit, const uint64_t *tab, const uint64_t *smask,
+                                             int (&q)[8], float &s) {
+    if constexpr (TYPE == CU_TYPE_IQ2R) {
+        int blk = it >> 3, g = it & 7;
+        uint2 v = *(const uint2 *)(row + (int64_t)blk * 64 + g * 8);
+        mq_iq2_codes_tab(v.x, v.y, tab, smask, q);
+        s = cu_h2f(((const uint16_t *)(row + (int64_t)(nit >> 3) * 64))[blk]) * mq_odd_f(v.y) * 0.125f;
+    } else if constexpr (TYPE == CU_TYPE_IQ2_XXS) {
+        int blk = it >> 3, g = it & 7;
+        const uint8_t *b = row + (int64_t)blk * 66;
+        const uint16_t *qs = (const uint16_t *)(b + 2 + 8 * g);
+        uint32_t a = (uint32_t)qs[0] | ((uint32_t)qs[1] << 16);
+        uint32_t w = (uint32_t)qs[2] | ((uint32_t)qs[3] << 16);
+        mq_iq2_codes_tab(a, w, tab, smask, q);
+        s = cu_h2f(*(const uint16_t *)b) * mq_odd_f(w) * 0.125f;
+    } else {
+        mq_wload<TYPE>(row, it, nit, tab, q, s);
+    }
+}
+
 /* ---- V2 (MINKE_CUDA_MMQ_V=2; 3: only for MoE tiles) ----
  * Wide tiles: a block computes 128 weight rows x 32 activation rows (V1: 64 x
  * 64), each warp the same 32 x 32 with the same per-output arithmetic, so the
@@ -577,6 +630,7 @@ __global__ void __launch_bounds__(mx_lay<TYPE, P, V>::THREADS, MINB) k_mmqx(cu_g
     float *sas = (float *)(sbase + L::o_as);                /* D per item (V1 Q2_K: per block) */
     uint8_t *ssum = sbase + L::o_sum;                       /* V1 Q2_K: sub-block sums (mx_q2k_sums) */
     uint64_t *sgrid = (uint64_t *)(sbase + L::o_grid);
+    uint64_t *smask = sgrid + L::n_grid;                    /* V2+ IQ2_XXS: sign masks (mq_wload_tab) */
     int64_t *soff = (int64_t *)(sbase + L::o_off);          /* byte offset of each slot's activation row */
     uint8_t *smin = sbase + L::o_min;
     int *sid = (int *)(sbase + L::o_id);
@@ -612,6 +666,8 @@ __global__ void __launch_bounds__(mx_lay<TYPE, P, V>::THREADS, MINB) k_mmqx(cu_g
     const uint64_t *tab = sgrid;
     if (IQ2)
         for (int i = tid; i < 256; i += THREADS) sgrid[i] = cu_mmq_grid[i];
+    if (IQ2 && WIDE)
+        for (int i = tid; i < 128; i += THREADS) smask[i] = mq_sign_mask(i);
     __syncthreads();
     const int nit = g.items;
     /* rows this thread stages: r = tid / 8 + (THREADS / 8) j; weights: item tid % 8 (NJW rows); activations:
@@ -652,7 +708,8 @@ __global__ void __launch_bounds__(mx_lay<TYPE, P, V>::THREADS, MINB) k_mmqx(cu_g
 
     for (int it0 = 0; it0 < nit; it0 += MQ_KI) {
         const int it = it0 + li;
-#pragma unroll
+        /* 4 rows at a time (V1: all 4; V2, V6: 8 in two steps, fewer registers in flight) */
+#pragma unroll 4
         for (int j = 0; j < NJW; j++) {
             int r = (tid >> 3) + (THREADS / 8) * j;
             const uint8_t *wr;
@@ -660,7 +717,10 @@ __global__ void __launch_bounds__(mx_lay<TYPE, P, V>::THREADS, MINB) k_mmqx(cu_g
             else wr = wrow[j];
             int q[8] = {0, 0, 0, 0, 0, 0, 0, 0};
             float s = 0.f;
-            if (it < nit) mq_wload<TYPE>(wr, it, nit, tab, q, s);
+            if (it < nit) {
+                if (WIDE) mq_wload_tab<TYPE>(wr, it, nit, tab, smask, q, s);
+                else mq_wload<TYPE>(wr, it, nit, tab, q, s);
+            }
             int4 *d = (int4 *)&sw[r * MQ_LDI + li * 8];
             d[0] = make_int4(q[0], q[1], q[2], q[3]);
             d[1] = make_int4(q[4], q[5], q[6], q[7]);
