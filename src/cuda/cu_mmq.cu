@@ -532,6 +532,16 @@ __device__ __forceinline__ void mx_q2k_sums(const int4 (&x)[P][2], int r, int li
     for (int b = 0; b < 4; b++) *(uint16_t *)(row + ((b ^ sw) * 16)) = (uint16_t)__byte_perm(w[0], w[1], b | ((4 + b) << 4));
 }
 
+/* cp.async (sm_80+): n of the 16 (4) bytes at src into shared dst, the rest zeros;
+ * src must be a valid address even when n = 0 */
+__device__ __forceinline__ void mq_cp16(unsigned dst, const void *src, int n) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n) : "memory");
+}
+__device__ __forceinline__ void mq_cp4(unsigned dst, const void *src, int n) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(n) : "memory");
+}
+__device__ __forceinline__ void mq_cp_wait() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+
 /* V2+ weight decode: IQ2_XXS with the signs of a group from a table of 128
  * byte masks in shared memory (0xFF where the element is negative; the 8th
  * sign is the parity of the 7 stored ones) and the negation as (g ^ m) + (m &
@@ -706,8 +716,30 @@ __global__ void __launch_bounds__(mx_lay<TYPE, P, V>::THREADS, MINB) k_mmqx(cu_g
 #pragma unroll
             for (int c = 0; c < 4; c++) acc[a][b][c] = 0.f;
 
+    /* V2+, pre-split rows, not Q2_K: the activation pieces go to shared memory by cp.async,
+     * issued before the weight decode so their latency overlaps it (no registers held) */
+    constexpr bool ACP = WIDE && PRE && !Q2K;
     for (int it0 = 0; it0 < nit; it0 += MQ_KI) {
         const int it = it0 + li;
+        if constexpr (ACP) {
+            const unsigned sa_s = (unsigned)__cvta_generic_to_shared(sa), sas_s = (unsigned)__cvta_generic_to_shared(sas);
+#pragma unroll
+            for (int j = 0; j < NJA; j++) {
+                int r = (tid >> 3) + (THREADS / 8) * j;
+                const bool ok = it < nit && r < nt;
+                const uint8_t *pr = act + soff[r];
+                /* past the row's items or the tile's pairs: zeros, from a valid address */
+                const uint8_t *src = ok ? pr + (int64_t)(gitem + it) * 32 * P : act;
+                const uint8_t *dsrc = ok ? pr + sc_off + (int64_t)(gitem + it) * 4 : act;
+                const unsigned dst = sa_s + (r * MQ_LDI + li * 8) * 4;
+#pragma unroll
+                for (int p = 0; p < P; p++) {
+                    mq_cp16(dst + p * LDS * 4, src + 32 * p, ok ? 16 : 0);
+                    mq_cp16(dst + p * LDS * 4 + 16, src + 32 * p + 16, ok ? 16 : 0);
+                }
+                mq_cp4(sas_s + (r * MQ_KI + li) * 4, dsrc, ok ? 4 : 0);
+            }
+        }
         /* 4 rows at a time (V1: all 4; V2, V6: 8 in two steps, fewer registers in flight) */
 #pragma unroll 4
         for (int j = 0; j < NJW; j++) {
@@ -755,7 +787,9 @@ __global__ void __launch_bounds__(mx_lay<TYPE, P, V>::THREADS, MINB) k_mmqx(cu_g
                                        MQ_KI, (V && Q2K) ? 1 : MQ_KI, li, sa + r * MQ_LDI, LDS, 8,
                                        (V && Q2K) ? sas + r : sas + r * MQ_KI);
         }
-        if (PRE) {
+        if (ACP) {
+            mq_cp_wait();
+        } else if (PRE) {
 #pragma unroll
             for (int j = 0; j < NJA; j++) {
                 int r = (tid >> 3) + (THREADS / 8) * j;
