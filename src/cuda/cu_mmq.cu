@@ -22,8 +22,12 @@
  * with the split in a launch of its own. Two versions of k_mmqx: V1 (default:
  * fewer float operations, Q2_K's pieces and min term summed per block in
  * int32, ldmatrix fragments, 3 blocks per SM with 3 pieces) and V0
- * (MINKE_CUDA_MMQ_X=0), the first one, kept for A/B; see "V1" below. F16
- * weights run k_mmf16 (f16 hi + lo split of the f32 activations) in both modes.
+ * (MINKE_CUDA_MMQ_X=0), the first one, kept for A/B; see "V1" below. Other
+ * tilings of V1's arithmetic (the same bits), MINKE_CUDA_MMQ_V=2..7: V2 128
+ * weight rows x 32 pairs, V4 128 x 64 with 8 warps, V6 256 x 32 with 8 warps
+ * (odd numbers: only for MoE tiles), with a cheaper IQ2_XXS decode and
+ * cp.async activation staging; see "V2" below. F16 weights run k_mmf16 (f16
+ * hi + lo split of the f32 activations) in both modes.
  */
 #include <stdlib.h>
 
@@ -608,7 +612,13 @@ __device__ __forceinline__ void mq_wload_tab(const uint8_t *row, int it, int nit
  * instead of computing 32 empty slots, and slots past the last pair are not
  * loaded (zeros). Shared memory 64-68 KB: 3 blocks per SM as V1. (A skip of
  * empty 16-pair steps inside the product loop cost ~50 registers of
- * scheduling freedom per ptxas; V2 does not need it.)
+ * scheduling freedom per ptxas; V2 does not need it.) Staging, for V2, V4 and
+ * V6: IQ2_XXS decoded by mq_wload_tab (the decode runs per 32 pairs now, so
+ * it is made ~2.5x cheaper), and pre-split activation pieces (not Q2_K's,
+ * whose sub-block sums need them in registers) copied by cp.async issued
+ * before the weight decode. ptxas -v (sm_90a, 3 pieces, pre-split): V2 168
+ * registers, no spills (IQ2R, IQ2_XXS, Q8_0R, Q2_K); V6 128, none; V4 128, 16
+ * bytes for IQ2R and Q8_0R.
  * V4 (MINKE_CUDA_MMQ_V=4; 5: only for MoE tiles): 128 rows x 64 activation
  * rows with 8 warps (4 x 2 of 32 x 32), __launch_bounds__(256, 2): V2's
  * activation traffic per output with V1's weight decode per output; 2 blocks
