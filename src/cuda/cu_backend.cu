@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "cuda/cu_common.cuh"
+#include "cuda/cu_gemv3.h"
 #include "cuda/cu_ops.h"
 #include "cuda/cu_backend.h"
 #include "cuda/cu_dec.h"
@@ -1004,58 +1005,70 @@ static void ffn_layer(fwd *f, int il) {
         cu_moe_tiles(s->rsel, P, E, nt, s->tpairs, s->tstart, s->tcount, s->texp, s->ntiles, st);
     }
     int max_tiles = (P + nt - 1) / nt + (E < P ? E : P);
-    /* gate and up over the token activations (act row = pair / K) */
-    PROF(f, "moe_gate_up");
-    int at = cu_act_type(Wg->type);
-    const void *act = s->x;
-    int64_t astride = (int64_t)D * 4;
-    int gf32 = at != CU_TYPE_F32 && f->cm->act_f32;
-    if (at != CU_TYPE_F32 && !gf32) {
-        cu_quantize_act(at, s->x, s->act, T, D, st);
-        act = s->act;
-        astride = cu_act_row_bytes(at, D);
-    }
-    f->xq_type = 0;
-    cu_gemv_args g;
-    memset(&g, 0, sizeof g);
-    g.act_f32 = gf32;
-    g.wtype = Wg->type; g.rows = F; g.in = D; g.row_bytes = Wg->row_bytes; g.expert_bytes = Wg->row_bytes * F;
-    g.act = act; g.act_stride = astride; g.act_div = K; g.out_stride = F; g.nt_hint = nt;
-    g.tile_pairs = s->tpairs; g.tile_start = s->tstart; g.tile_count = s->tcount; g.tile_expert = s->texp;
-    g.n_tiles = s->ntiles;
-    g.w = Wg->d; g.out = s->eg;
-    if (!mmq && pair_enabled() && Wu->type == Wg->type && Wu->row_bytes == Wg->row_bytes) {
-        g.w2 = Wu->d; g.out2 = s->eu;     /* gate and up in one launch */
-        cu_gemv(&g, max_tiles, st);
-        g.w2 = NULL; g.out2 = NULL;
+    /* one token with exact activations: gate, up and SwiGLU in one launch, the
+     * down products summed over the experts in another (cu_gemv3.cu) */
+    if (T == 1 && !mmq && f->cm->act_f32 &&
+        cu_moe_dec_supported(Wg->type, Wu->type, Wd->type, D, F, K) && Wu->row_bytes == Wg->row_bytes) {
+        PROF(f, "moe_gate_up");
+        cu_moe_dec_glu(Wg->type, Wg->d, Wu->d, Wg->row_bytes, Wg->row_bytes * F, F, D, s->x, s->rsel, s->rw, K, clamp,
+                       s->emid, st);
+        PROF(f, "moe_down");
+        cu_moe_dec_down(Wd->d, Wd->row_bytes, Wd->row_bytes * D, D, F, s->emid, s->rsel, K, s->mo, st);
+        f->xq_type = 0;
     } else {
-        if (mmq) { if (!mmq_exact(f, &g, s->x, T, max_tiles)) cu_mmq(&g, max_tiles, st); }
-        else cu_gemv(&g, max_tiles, st);
-        g.w = Wu->d; g.wtype = Wu->type; g.row_bytes = Wu->row_bytes; g.expert_bytes = Wu->row_bytes * F; g.out = s->eu;
-        if (cu_act_type(Wu->type) != at) {   /* different formats for gate and up are refused by the binder; stay safe */
-            g.act = s->x; g.act_stride = (int64_t)D * 4;
-            g.act_f32 = cu_act_type(Wu->type) != CU_TYPE_F32;
+        /* gate and up over the token activations (act row = pair / K) */
+        PROF(f, "moe_gate_up");
+        int at = cu_act_type(Wg->type);
+        const void *act = s->x;
+        int64_t astride = (int64_t)D * 4;
+        int gf32 = at != CU_TYPE_F32 && f->cm->act_f32;
+        if (at != CU_TYPE_F32 && !gf32) {
+            cu_quantize_act(at, s->x, s->act, T, D, st);
+            act = s->act;
+            astride = cu_act_row_bytes(at, D);
         }
-        if (mmq) { if (!mmq_exact(f, &g, s->x, T, max_tiles)) cu_mmq(&g, max_tiles, st); }
+        f->xq_type = 0;
+        cu_gemv_args g;
+        memset(&g, 0, sizeof g);
+        g.act_f32 = gf32;
+        g.wtype = Wg->type; g.rows = F; g.in = D; g.row_bytes = Wg->row_bytes; g.expert_bytes = Wg->row_bytes * F;
+        g.act = act; g.act_stride = astride; g.act_div = K; g.out_stride = F; g.nt_hint = nt;
+        g.tile_pairs = s->tpairs; g.tile_start = s->tstart; g.tile_count = s->tcount; g.tile_expert = s->texp;
+        g.n_tiles = s->ntiles;
+        g.w = Wg->d; g.out = s->eg;
+        if (!mmq && pair_enabled() && Wu->type == Wg->type && Wu->row_bytes == Wg->row_bytes) {
+            g.w2 = Wu->d; g.out2 = s->eu;     /* gate and up in one launch */
+            cu_gemv(&g, max_tiles, st);
+            g.w2 = NULL; g.out2 = NULL;
+        } else {
+            if (mmq) { if (!mmq_exact(f, &g, s->x, T, max_tiles)) cu_mmq(&g, max_tiles, st); }
+            else cu_gemv(&g, max_tiles, st);
+            g.w = Wu->d; g.wtype = Wu->type; g.row_bytes = Wu->row_bytes; g.expert_bytes = Wu->row_bytes * F; g.out = s->eu;
+            if (cu_act_type(Wu->type) != at) {   /* different formats for gate and up are refused by the binder; stay safe */
+                g.act = s->x; g.act_stride = (int64_t)D * 4;
+                g.act_f32 = cu_act_type(Wu->type) != CU_TYPE_F32;
+            }
+            if (mmq) { if (!mmq_exact(f, &g, s->x, T, max_tiles)) cu_mmq(&g, max_tiles, st); }
+            else cu_gemv(&g, max_tiles, st);
+        }
+        PROF(f, "moe_down");
+        cu_swiglu(s->eg, s->eu, s->rw, P, F, clamp, s->emid, st);
+        int atd = cu_act_type(Wd->type);
+        const void *actd = s->emid;
+        int64_t adstride = (int64_t)F * 4;
+        int df32 = atd != CU_TYPE_F32 && f->cm->act_f32;
+        g.act_f32 = df32;
+        if (atd != CU_TYPE_F32 && !df32) {
+            cu_quantize_act(atd, s->emid, s->act, P, F, st);
+            actd = s->act;
+            adstride = cu_act_row_bytes(atd, F);
+        }
+        g.w = Wd->d; g.wtype = Wd->type; g.rows = D; g.in = F; g.row_bytes = Wd->row_bytes; g.expert_bytes = Wd->row_bytes * D;
+        g.act = actd; g.act_stride = adstride; g.act_div = 1; g.out = s->eout; g.out_stride = D;
+        if (mmq) { if (!mmq_exact(f, &g, s->emid, P, max_tiles)) cu_mmq(&g, max_tiles, st); }
         else cu_gemv(&g, max_tiles, st);
+        cu_moe_sum(s->eout, T, K, D, s->mo, st);
     }
-    PROF(f, "moe_down");
-    cu_swiglu(s->eg, s->eu, s->rw, P, F, clamp, s->emid, st);
-    int atd = cu_act_type(Wd->type);
-    const void *actd = s->emid;
-    int64_t adstride = (int64_t)F * 4;
-    int df32 = atd != CU_TYPE_F32 && f->cm->act_f32;
-    g.act_f32 = df32;
-    if (atd != CU_TYPE_F32 && !df32) {
-        cu_quantize_act(atd, s->emid, s->act, P, F, st);
-        actd = s->act;
-        adstride = cu_act_row_bytes(atd, F);
-    }
-    g.w = Wd->d; g.wtype = Wd->type; g.rows = D; g.in = F; g.row_bytes = Wd->row_bytes; g.expert_bytes = Wd->row_bytes * D;
-    g.act = actd; g.act_stride = adstride; g.act_div = 1; g.out = s->eout; g.out_stride = D;
-    if (mmq) { if (!mmq_exact(f, &g, s->emid, P, max_tiles)) cu_mmq(&g, max_tiles, st); }
-    else cu_gemv(&g, max_tiles, st);
-    cu_moe_sum(s->eout, T, K, D, s->mo, st);
     tapv(f, "blk.%d.moe_out", il, s->mo, D);
     if (f->side) {
         CK_ASYNC(cudaStreamWaitEvent(st, f->cm->ev_join, 0));

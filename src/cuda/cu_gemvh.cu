@@ -249,8 +249,10 @@ static int gh_plan_for(const cu_gemv_args *g, int ntiles, gh_plan *pl) {
     auto tasks = [&](int ks) { int64_t rpb = GH_WARPS / ks; return (g->rows + rpb - 1) / rpb * pairs; };
     int ks = 1;
     while (ks < GH_WARPS && (ni + ks - 1) / ks > 128) ks *= 2;
+    /* the split (hence each row's summation order) from one matrix's tasks, so
+     * that a paired launch sums each row as the single launch does */
     const int64_t want = 2 * (int64_t)gh_num_sms();
-    while (ks < GH_WARPS && tasks(ks) * ntiles < want && (ni + 2 * ks - 1) / (2 * ks) >= 32) ks *= 2;
+    while (ks < GH_WARPS && tasks(ks) / pairs * ntiles < want && (ni + 2 * ks - 1) / (2 * ks) >= 32) ks *= 2;
     int slice = (ni + ks - 1) / ks;
     slice = (slice + 7) & ~7;      /* 128-byte aligned slices (F16/BF16) */
     int u = 1;

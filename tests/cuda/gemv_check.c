@@ -673,7 +673,8 @@ static int check_h(int type, int64_t rows, int64_t in, int T, int G, int64_t gro
         for (int rep = 0; rep < 2; rep++) {
             cu_gemvh_set_variant(take ? v : -1);
             CK(cudaMemset(dy, 0xFF, sizeof(float) * nout));
-            cu_gemv(&g, T, 0);
+            /* cu_gemvh itself (cu_gemv keeps F32 weights on the generic kernel) */
+            if (!take || !cu_gemvh(&g, T, 0)) cu_gemv(&g, T, 0);
             CK(cudaGetLastError());
             CK(cudaMemcpy(y, dy, sizeof(float) * nout, cudaMemcpyDeviceToHost));
             if (v == 0 && rep == 0) {
@@ -705,7 +706,7 @@ static int check_h(int type, int64_t rows, int64_t in, int T, int G, int64_t gro
         p.w2 = (const uint8_t *)dW + rb * rows; p.out2 = dy2;
         CK(cudaMemset(dy, 0xFF, sizeof(float) * nout));
         CK(cudaMemset(dy2, 0xFF, sizeof(float) * nout));
-        cu_gemv(&p, T, 0);
+        if (!take || !cu_gemvh(&p, T, 0)) cu_gemv(&p, T, 0);
         CK(cudaGetLastError());
         CK(cudaMemcpy(y, dy, sizeof(float) * nout, cudaMemcpyDeviceToHost));
         CK(cudaMemcpy(y2, dy2, sizeof(float) * nout, cudaMemcpyDeviceToHost));
@@ -731,7 +732,7 @@ static int check_h(int type, int64_t rows, int64_t in, int T, int G, int64_t gro
         CK(cudaMemcpy(dy, pre, sizeof(float) * nout, cudaMemcpyHostToDevice));
         cu_gemv_args a = g;
         a.accumulate = 1;
-        cu_gemv(&a, T, 0);
+        if (!take || !cu_gemvh(&a, T, 0)) cu_gemv(&a, T, 0);
         CK(cudaGetLastError());
         CK(cudaMemcpy(y, dy, sizeof(float) * nout, cudaMemcpyDeviceToHost));
         int ab = 0;

@@ -1,0 +1,623 @@
+/* cu_gemv3.cu: decode (one token) products of quantized weights with exact
+ * activations, on the integer dot-product units (dp4a).
+ *
+ * Why: with f32 FMAs a quantized weight costs a decode to float plus an FMA
+ * per element, and the decode GEMVs of a Flash q2 step were bound by those
+ * instructions (ncu: 5.7 instructions a weight for IQ2_XXS, 6.7 for Q8_0, 8
+ * for Q2_K). Here every block splits the f32 activations it stages into three
+ * int8 pieces (cu_split.cuh: 24 bits of each group's amax, the pieces the
+ * tensor-core prefill uses), and each weight code meets each piece in one
+ * dp4a lane; a group's three integer dots are exact and become one float dot
+ * (mx_combine3), scaled once. So the products stay exact to f32 rounding,
+ * like k_gemvf's, at about a third of the instructions.
+ *
+ * Three kernels, for the three places of a q2 decode step:
+ *   k_g3_q8       dense Q8_0 / Q8_0R (all attention and shared-expert
+ *                 projections, the output head): R rows a warp, K split
+ *                 over KS warps for short matrices, weights of the first
+ *                 item requested before cu_pdl_enter();
+ *   k_g3_iq2_glu  the routed experts' gate and up (IQ2_XXS / IQ2R) for the
+ *                 selected experts of one token, with the SwiGLU and the
+ *                 router weight in the epilogue (no separate SwiGLU launch);
+ *   k_g3_q2k_down the routed experts' down (Q2_K) summed over the selected
+ *                 experts in each output row (no separate sum launch).
+ * Each output is summed in a fixed order (the same bits every run).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda/cu_common.cuh"
+#include "cuda/cu_ops.h"
+#include "cuda/cu_gemv3.h"
+#include "cuda/cu_split.cuh"
+
+/* the IQ2_XXS grid as byte selectors, and the sign selectors of the 128
+ * stored sign patterns (cu_gemv3_tables_init, from the grid src/quant
+ * decodes with; see k_g3_iq2_glu) */
+__device__ uint32_t g3_tsel[256];
+__device__ uint32_t g3_ssel[128];
+
+/* Shared activation items: item i at sh + i * G3_IW ints: piece p's word j
+ * (elements 4j .. 4j + 3) at p * 8 + j, D (float bits) at 24, the sums of the
+ * item's two halves at 25 and 26 (Q2_K mins). 28 ints = 112 bytes: 16-byte
+ * aligned, and 8 lanes reading 8 consecutive items hit 8 different bank quads. */
+#define G3_IW 28
+#define G3_MAXIN 16384
+
+static int g3_num_sms(void) {
+    static int n = 0;
+    if (!n) {
+        int dev = 0;
+        cudaGetDevice(&dev);
+        if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n <= 0) n = 132;
+    }
+    return n;
+}
+
+/* MINKE_CUDA_G3: 0 turns these kernels off (the f32 GEMVs run instead), 1
+ * (default) keeps the MoE kernels only, 2 uses the dense one too */
+static int g3_on = -1;
+extern "C" int cu_gemv3_enabled(void) {
+    if (g3_on < 0) { const char *e = getenv("MINKE_CUDA_G3"); g3_on = e && *e ? atoi(e) : 1; }
+    return g3_on;
+}
+extern "C" void cu_gemv3_set_enabled(int on) { g3_on = on; }
+
+/* the MoE kernels decode the grid's bytes as selectors of {8, 25, 43}: a grid
+ * with other bytes turns them off (cu_moe_dec_supported) */
+static int g3_grid_ok = 0;
+extern "C" int cu_gemv3_tables_init(const uint64_t *grid) {
+    uint32_t tsel[256], ssel[128];
+    g3_grid_ok = 1;
+    for (int k = 0; k < 256; k++) {
+        tsel[k] = 0;
+        for (int j = 0; j < 8; j++) {
+            unsigned b = (unsigned)(grid[k] >> (8 * j)) & 255u;
+            if (b != 8 && b != 25 && b != 43) g3_grid_ok = 0;
+            tsel[k] |= (b == 8 ? 0u : b == 25 ? 1u : 2u) << (4 * j);
+        }
+    }
+    /* the eighth sign is the parity of the seven stored ones; sign j moves selector j to NEG (+4) */
+    for (int i = 0; i < 128; i++) {
+        unsigned S = (unsigned)i | ((unsigned)__builtin_popcount((unsigned)i) & 1u) << 7;
+        ssel[i] = 0;
+        for (int j = 0; j < 8; j++) ssel[i] |= ((S >> j) & 1u) << (4 * j + 2);
+    }
+    if (cudaMemcpyToSymbol(g3_tsel, tsel, sizeof tsel) != cudaSuccess) return -1;
+    return cudaMemcpyToSymbol(g3_ssel, ssel, sizeof ssel) == cudaSuccess ? 0 : -1;
+}
+
+/* Stage n f32 activations (n a multiple of 32; BLK: of 256) into shared
+ * items, split into 3 pieces. Threads work in aligned groups of 8 lanes, a
+ * group per block of 8 items: lane li takes float4 li of each item, so an
+ * item is one 128-byte line and its amax three shuffles. BLK: one scale per
+ * block of 8 items (Q2_K's super-block, whose integer sums span it); SUMS:
+ * the f32 sums of each 16-element half item. The loop is uniform per warp
+ * (the shuffles need all lanes). */
+template <bool BLK, bool SUMS>
+__device__ __forceinline__ void g3_stage(const float *x, int n, int *sh) {
+    const int li = threadIdx.x & 7, grp = threadIdx.x >> 3, ngrp = blockDim.x >> 3;
+    const int nit = n >> 5, nblk = (nit + 7) >> 3;
+    for (int b0 = 0; b0 < nblk; b0 += ngrp) {
+        const int b = b0 + grp;
+        float4 v[8];
+        float ma = 0.f;
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            const int it = b * 8 + i;
+            v[i] = b < nblk && it < nit ? __ldg((const float4 *)(x + (int64_t)it * 32 + li * 4)) : make_float4(0.f, 0.f, 0.f, 0.f);
+            if (BLK) ma = fmaxf(ma, fmaxf(fmaxf(fabsf(v[i].x), fabsf(v[i].y)), fmaxf(fabsf(v[i].z), fabsf(v[i].w))));
+        }
+        if (BLK) {
+#pragma unroll
+            for (int o = 1; o < 8; o <<= 1) ma = fmaxf(ma, __shfl_xor_sync(0xffffffffu, ma, o));
+        }
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            const int it = b * 8 + i;
+            float m = ma;
+            if (!BLK) {
+                m = fmaxf(fmaxf(fabsf(v[i].x), fabsf(v[i].y)), fmaxf(fabsf(v[i].z), fabsf(v[i].w)));
+#pragma unroll
+                for (int o = 1; o < 8; o <<= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+            }
+            int pc[3];
+            mx_split4<3>(v[i], mx_inv_scale<3>(m), pc);
+            float hs = 0.f;
+            if (SUMS) {
+                hs = (v[i].x + v[i].y) + (v[i].z + v[i].w);
+                hs += __shfl_xor_sync(0xffffffffu, hs, 1);
+                hs += __shfl_xor_sync(0xffffffffu, hs, 2);
+            }
+            if (b < nblk && it < nit) {
+                int *d = sh + it * G3_IW;
+                d[li] = pc[0]; d[8 + li] = pc[1]; d[16 + li] = pc[2];
+                if (li == 0) d[24] = __float_as_int(m * (1.f / 32512.f));
+                if (SUMS && (li & 3) == 0) d[25 + (li >> 2)] = __float_as_int(hs);
+            }
+        }
+    }
+}
+
+/* the three pieces of one item (8 words each) */
+struct g3_act { int4 p[6]; float D; };
+__device__ __forceinline__ void g3_act_load(g3_act &a, const int *sh, int it) {
+    const int4 *ip = (const int4 *)(sh + it * G3_IW);
+#pragma unroll
+    for (int k = 0; k < 6; k++) a.p[k] = ip[k];
+    a.D = __int_as_float(sh[it * G3_IW + 24]);
+}
+__device__ __forceinline__ int g3_word(const g3_act &a, int p, int j) {
+    const int4 v = a.p[2 * p + (j >> 2)];
+    return (j & 3) == 0 ? v.x : (j & 3) == 1 ? v.y : (j & 3) == 2 ? v.z : v.w;
+}
+
+__device__ __forceinline__ uint4 g3_ld128(const uint8_t *p) {
+    uint4 v;
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    return v;
+}
+__device__ __forceinline__ uint2 g3_ld64(const uint8_t *p) {
+    uint2 v;
+    asm("ld.global.nc.L1::no_allocate.v2.u32 {%0,%1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
+    return v;
+}
+__device__ __forceinline__ uint32_t g3_ld32(const uint8_t *p) {
+    uint32_t v;
+    asm("ld.global.nc.L1::no_allocate.u32 %0, [%1];" : "=r"(v) : "l"(p));
+    return v;
+}
+__device__ __forceinline__ uint32_t g3_ld16(const uint8_t *p) {
+    unsigned short v;
+    asm("ld.global.nc.L1::no_allocate.u16 %0, [%1];" : "=h"(v) : "l"(p));
+    return v;
+}
+
+struct g3_args {
+    const uint8_t *w, *w2;          /* weights (MoE: expert 0); w2: a second matrix (dense pair, or up) */
+    uint64_t row_bytes, expert_bytes;
+    int rows, in;                   /* rows of a matrix, inputs */
+    const float *x;                 /* f32 activations (down: nsel rows of `in`) */
+    int64_t group_rows, group_floats;   /* grouped input: row r reads x + (r / group_rows) * group_floats */
+    float *out, *out2;
+    int accumulate;
+    const int *sel; const float *rw; int nsel; float limit;   /* MoE */
+};
+
+/* ------------------------------------------------------------------ */
+/* Q8_0 (34-byte blocks) and Q8_0R (codes, then the scales): one item = 32 codes */
+
+template <bool REP>
+__device__ __forceinline__ void g3_q8_load(const uint8_t *row, int it, int nit, uint32_t (&q)[8], float &d) {
+    if (REP) {
+        uint4 a = g3_ld128(row + (int64_t)it * 32), b = g3_ld128(row + (int64_t)it * 32 + 16);
+        q[0] = a.x; q[1] = a.y; q[2] = a.z; q[3] = a.w; q[4] = b.x; q[5] = b.y; q[6] = b.z; q[7] = b.w;
+        d = cu_h2f((uint16_t)g3_ld16(row + (int64_t)nit * 32 + 2 * it));
+    } else {
+        const uint8_t *b = row + (int64_t)it * 34;
+        d = cu_h2f((uint16_t)g3_ld16(b));
+#pragma unroll
+        for (int k = 0; k < 8; k++) q[k] = g3_ld16(b + 2 + 4 * k) | (g3_ld16(b + 4 + 4 * k) << 16);
+    }
+}
+
+/* 8 warps: 8 / KS row groups of R rows, each row's items split over KS
+ * warps. A lane keeps a ring of NI items of its R rows in flight: the first
+ * NI are requested before cu_pdl_enter() (weights are never written in a
+ * step), and each slot is refilled with the item NI steps on once used. */
+template <bool REP, int R, int KS, int NI>
+__global__ void __launch_bounds__(256) k_g3_q8(g3_args a) {
+    extern __shared__ int4 g3_sm[];
+    int *sh = (int *)g3_sm;
+    __shared__ float sred[KS > 1 ? 8 * R : 1];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+    const int wr = warp / KS, ks = warp - wr * KS, nwr = nw / KS;
+    const int nit = a.in >> 5;
+    const uint8_t *wb = a.w;
+    float *out = a.out;
+    if (blockIdx.y) { wb = a.w2; out = a.out2; }
+    const int64_t rb = (int64_t)blockIdx.x * nwr * R, r0 = rb + (int64_t)wr * R;
+    const uint8_t *row[R];
+#pragma unroll
+    for (int rr = 0; rr < R; rr++) row[rr] = wb + (r0 + rr < a.rows ? r0 + rr : a.rows - 1) * (int64_t)a.row_bytes;
+    const int S = 32 * KS, it0 = ks * 32 + lane;
+    const int nl = it0 < nit ? (nit - it0 + S - 1) / S : 0;     /* this lane's items */
+    uint32_t q[NI][R][8]; float d[NI][R];
+#pragma unroll
+    for (int k = 0; k < NI; k++)
+        if (k < nl) {
+#pragma unroll
+            for (int rr = 0; rr < R; rr++) g3_q8_load<REP>(row[rr], it0 + k * S, nit, q[k][rr], d[k][rr]);
+        }
+    cu_pdl_enter();
+    g3_stage<false, false>(a.x + (a.group_rows ? (rb / a.group_rows) * a.group_floats : 0), a.in, sh);
+    __syncthreads();
+    float acc[R];
+#pragma unroll
+    for (int rr = 0; rr < R; rr++) acc[rr] = 0.f;
+    for (int k0 = 0; k0 < nl; k0 += NI) {
+#pragma unroll
+        for (int k = 0; k < NI; k++) {
+            if (k0 + k >= nl) break;
+            g3_act act;
+            g3_act_load(act, sh, it0 + (k0 + k) * S);
+#pragma unroll
+            for (int rr = 0; rr < R; rr++) {
+                int s0 = MX_MAGIC_BITS, s1 = MX_MAGIC_BITS, s2 = MX_MAGIC_BITS;
+#pragma unroll
+                for (int j = 0; j < 8; j++) {
+                    s0 = __dp4a((int)q[k][rr][j], g3_word(act, 0, j), s0);
+                    s1 = __dp4a((int)q[k][rr][j], g3_word(act, 1, j), s1);
+                    s2 = __dp4a((int)q[k][rr][j], g3_word(act, 2, j), s2);
+                }
+                acc[rr] = __fmaf_rn(mx_combine3(s0, s1, s2), d[k][rr] * act.D, acc[rr]);
+            }
+            if (k0 + k + NI < nl) {
+#pragma unroll
+                for (int rr = 0; rr < R; rr++) g3_q8_load<REP>(row[rr], it0 + (k0 + k + NI) * S, nit, q[k][rr], d[k][rr]);
+            }
+        }
+    }
+#pragma unroll
+    for (int rr = 0; rr < R; rr++) acc[rr] = warp_sum(acc[rr]);
+    if (KS > 1) {
+        if (lane == 0) {
+#pragma unroll
+            for (int rr = 0; rr < R; rr++) sred[warp * R + rr] = acc[rr];
+        }
+        __syncthreads();
+        if (ks != 0) return;
+#pragma unroll
+        for (int rr = 0; rr < R; rr++) {
+            float s = 0.f;
+            for (int k = 0; k < KS; k++) s += sred[(warp + k) * R + rr];
+            acc[rr] = s;
+        }
+    }
+    if (lane == 0) {
+#pragma unroll
+        for (int rr = 0; rr < R; rr++)
+            if (r0 + rr < a.rows) {
+                float *o = out + r0 + rr;
+                if (a.accumulate) *o += acc[rr]; else *o = acc[rr];
+            }
+    }
+}
+
+/* ------------------------------------------------------------------ */
+/* IQ2_XXS gate + up of the selected experts, SwiGLU in the epilogue.
+ * The grid's code bytes are all 8, 25 or 43, so an entry is 8 byte selectors
+ * (nibbles 0..2) and a group's signs move a selector to the negated table
+ * (nibble + 4): a signed code word is one PRMT of POS = {8, 25, 43} and NEG
+ * = {-8, -25, -43} by (grid selectors | sign selectors). Both tables hold 32
+ * copies of their 32-bit entries, copy = lane, so the 32 lanes of a load never
+ * share a bank. (cu_gemv3_tables_init refuses a grid with other bytes.) */
+#define G3_POS 0x002B1908u
+#define G3_NEG 0x00D5E7F8u
+
+__device__ __forceinline__ float g3_swiglu(float gv, float uv, float limit) {
+    if (limit > 1e-6f) {
+        if (gv > limit) gv = limit;
+        if (uv > limit) uv = limit;
+        if (uv < -limit) uv = -limit;
+    }
+    return gv * sigmoid_stable(gv) * uv;
+}
+
+/* REP: IQ2R (8-byte groups, then the scales) else IQ2_XXS (66-byte blocks) */
+template <bool REP>
+__device__ __forceinline__ void g3_iq2_load(const uint8_t *row, int it, int nb, uint2 &c, float &d) {
+    const int blk = it >> 3, g = it & 7;
+    if (REP) {
+        c = g3_ld64(row + (int64_t)blk * 64 + g * 8);
+        d = cu_h2f((uint16_t)g3_ld16(row + (int64_t)nb * 64 + 2 * blk));
+    } else {
+        const uint8_t *b = row + (int64_t)blk * 66;
+        d = cu_h2f((uint16_t)g3_ld16(b));
+        c.x = g3_ld16(b + 2 + 8 * g) | (g3_ld16(b + 4 + 8 * g) << 16);
+        c.y = g3_ld16(b + 6 + 8 * g) | (g3_ld16(b + 8 + 8 * g) << 16);
+    }
+}
+
+/* Work split: a row's items are split over the 4 warps of a group ("quarters":
+ * warp q takes items q * 32 + lane), so each lane meets one item of the
+ * activations for the whole launch and keeps its pieces in registers. A
+ * group takes units (selected expert e, row r: the gate row and the up row)
+ * in turn with a ring of D units' codes in flight; per unit the 4 quarter sums
+ * meet in shared memory (named barrier of the group) and warp 0 of the group
+ * adds them in quarter order and applies the SwiGLU. Blocks stay resident
+ * (grid: as many as fit) so the tables and the split are made once a block. */
+#define G3_GLU_D 4
+template <bool REP>
+__global__ void __launch_bounds__(256, 3) k_g3_iq2_glu(g3_args a) {
+    extern __shared__ int4 g3_sm[];
+    uint32_t *tgrid = (uint32_t *)g3_sm;                 /* 256 x 32 copies */
+    uint32_t *tsgn = tgrid + 256 * 32;                    /* 128 x 32 copies */
+    int *sh = (int *)(tsgn + 128 * 32);                   /* the split activations */
+    __shared__ float part[2][2][4][2];                    /* [group][slot][quarter][gate, up] */
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nthr = blockDim.x;
+    const int grp = warp >> 2, q = warp & 3;
+    /* the tables are constant: copied before the wait, 32 copies of an entry as 8 16-byte stores */
+    for (int i = threadIdx.x; i < (256 + 128) * 8; i += nthr) {
+        const int e = i >> 3;
+        const uint32_t v = e < 256 ? g3_tsel[e] : g3_ssel[e - 256];
+        ((uint4 *)tgrid)[i] = make_uint4(v, v, v, v);
+    }
+    cu_pdl_enter();
+    const int F = a.rows, nit = a.in >> 5, nb = a.in >> 8, nunits = a.nsel * F;
+    const int it = q * 32 + lane;
+    const bool has = it < nit;
+    const int G = gridDim.x * 2;
+    int u = blockIdx.x * 2 + grp;
+    auto load = [&](int un, uint2 (&c)[2], float (&d)[2]) {
+        const int e = un / F, r = un - e * F;
+        const int64_t off = (int64_t)a.sel[e] * (int64_t)a.expert_bytes + (int64_t)r * (int64_t)a.row_bytes;
+        g3_iq2_load<REP>(a.w + off, it, nb, c[0], d[0]);
+        g3_iq2_load<REP>(a.w2 + off, it, nb, c[1], d[1]);
+    };
+    uint2 c[G3_GLU_D][2]; float d[G3_GLU_D][2];
+    if (has) {
+#pragma unroll
+        for (int k = 0; k < G3_GLU_D; k++)
+            if (u + k * G < nunits) load(u + k * G, c[k], d[k]);
+    }
+    g3_stage<false, false>(a.x, a.in, sh);
+    __syncthreads();
+    g3_act act;
+    if (has) g3_act_load(act, sh, it);
+    else { for (int k = 0; k < 6; k++) act.p[k] = make_int4(0, 0, 0, 0); act.D = 0.f; }
+    const uint32_t *tg = tgrid + lane, *ts = tsgn + lane;
+    int slot = 0;
+    for (; u < nunits; u += G3_GLU_D * G) {
+#pragma unroll
+        for (int k = 0; k < G3_GLU_D; k++) {
+            const int un = u + k * G;
+            if (un >= nunits) break;
+            float acc[2] = {0.f, 0.f};
+            if (has) {
+#pragma unroll
+                for (int rr = 0; rr < 2; rr++) {
+                    const uint2 cw = c[k][rr];
+                    int s0 = MX_MAGIC_BITS, s1 = MX_MAGIC_BITS, s2 = MX_MAGIC_BITS;
+#pragma unroll
+                    for (int l = 0; l < 4; l++) {
+                        const uint32_t sel = tg[((cw.x >> (8 * l)) & 255u) << 5] | ts[((cw.y >> (7 * l)) & 127u) << 5];
+                        const int v0 = (int)__byte_perm(G3_POS, G3_NEG, sel), v1 = (int)__byte_perm(G3_POS, G3_NEG, sel >> 16);
+                        s0 = __dp4a(v0, g3_word(act, 0, 2 * l), s0); s0 = __dp4a(v1, g3_word(act, 0, 2 * l + 1), s0);
+                        s1 = __dp4a(v0, g3_word(act, 1, 2 * l), s1); s1 = __dp4a(v1, g3_word(act, 1, 2 * l + 1), s1);
+                        s2 = __dp4a(v0, g3_word(act, 2, 2 * l), s2); s2 = __dp4a(v1, g3_word(act, 2, 2 * l + 1), s2);
+                    }
+                    /* the CPU's dg = d * (0.5 + ls) * 0.25 */
+                    const float dg = d[k][rr] * (0.5f + (float)(cw.y >> 28)) * 0.25f;
+                    acc[rr] = mx_combine3(s0, s1, s2) * (dg * act.D);
+                }
+                /* refill the slot with the unit D steps on */
+                if (un + G3_GLU_D * G < nunits) load(un + G3_GLU_D * G, c[k], d[k]);
+            }
+            const float g = warp_sum(acc[0]), up = warp_sum(acc[1]);
+            if (lane == 0) { part[grp][slot][q][0] = g; part[grp][slot][q][1] = up; }
+            asm volatile("bar.sync %0, 128;" ::"r"(1 + grp) : "memory");
+            if (q == 0 && lane == 0) {
+                const float gs = ((part[grp][slot][0][0] + part[grp][slot][1][0]) + part[grp][slot][2][0]) + part[grp][slot][3][0];
+                const float us = ((part[grp][slot][0][1] + part[grp][slot][1][1]) + part[grp][slot][2][1]) + part[grp][slot][3][1];
+                const int e = un / F;
+                a.out[un] = g3_swiglu(gs, us, a.limit) * (a.rw ? a.rw[e] : 1.f);     /* mid[e][r] at e F + r = un */
+            }
+            slot ^= 1;
+        }
+    }
+}
+
+/* ------------------------------------------------------------------ */
+/* Q2_K down of the selected experts, summed per output row. A lane's unit is
+ * 16 bytes of a block's codes, qs[32 n + 16 h ...]: with the four 2-bit
+ * planes s that is the four 16-element sub-blocks 8 n + 2 s + h (64 weights).
+ * The activations have one scale per block of 256 (BLK), so a unit's integer
+ * sums take the 4-bit sub-block scales in the integers (IMAD) and only the
+ * mins (dmin m sum(x)) and the final scale stay in float. The input has at
+ * most 32 units a row (2048), one per lane. */
+struct g3_q2k_w { uint4 qs; uint2 sc; uint32_t dd; };
+__device__ __forceinline__ void g3_q2k_load(const uint8_t *row, int u, g3_q2k_w &w) {
+    const int blk = u >> 2, n = (u >> 1) & 1, h = u & 1;
+    /* 84-byte blocks: only 4-byte aligned */
+    const uint8_t *b = row + (int64_t)blk * 84, *q = b + 16 + 32 * n + 16 * h;
+    w.qs = make_uint4(g3_ld32(q), g3_ld32(q + 4), g3_ld32(q + 8), g3_ld32(q + 12));
+    w.sc = make_uint2(g3_ld32(b + 8 * n), g3_ld32(b + 8 * n + 4));
+    w.dd = g3_ld32(b + 80);
+}
+
+/* Work split: a group of nsel warps per output row, warp e taking selected
+ * expert e's part of it (lane u: unit u), so each lane meets one unit of the
+ * activations for the whole launch and keeps its pieces in registers. The
+ * split activations of all experts are staged once per block (blocks stay
+ * resident); a group takes rows in turn with a ring of D rows' codes in
+ * flight, and per row the expert sums meet in shared memory (named barrier of
+ * the group), added by warp 0 in expert order. */
+#define G3_DOWN_D 4
+#define G3_DOWN_GPB 2
+template <int NE>
+__global__ void __launch_bounds__(G3_DOWN_GPB * NE * 32) k_g3_q2k_down(g3_args a) {
+    extern __shared__ int4 g3_sm[];
+    int *sh = (int *)g3_sm;
+    __shared__ float part[G3_DOWN_GPB][2][NE];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nsel = a.nsel;
+    const int grp = warp / nsel, e = warp - grp * nsel;
+    cu_pdl_enter();
+    const int nu = a.in >> 6, nitr = a.in >> 5;
+    const int u = lane, blk = u >> 2, n = (u >> 1) & 1, h = u & 1;
+    const bool active = u < nu;
+    const uint8_t *wbase = a.w + (int64_t)a.sel[e] * (int64_t)a.expert_bytes;
+    const int G = gridDim.x * G3_DOWN_GPB;
+    int r = blockIdx.x * G3_DOWN_GPB + grp;
+    g3_q2k_w w[G3_DOWN_D];
+    if (active) {
+#pragma unroll
+        for (int k = 0; k < G3_DOWN_D; k++)
+            if (r + k * G < a.rows) g3_q2k_load(wbase + (int64_t)(r + k * G) * (int64_t)a.row_bytes, u, w[k]);
+    }
+    g3_stage<true, true>(a.x, nsel * a.in, sh);
+    __syncthreads();
+    /* this lane's unit: plane s is item 8 blk + 4 n + s of expert e's row, words 4h .. 4h + 3 */
+    int xw[4][3][4];
+    float xs[4], D = 0.f;
+    {
+        const int it0 = e * nitr + blk * 8 + 4 * n;
+#pragma unroll
+        for (int s = 0; s < 4; s++) {
+            const int *ip = sh + (active ? (it0 + s) * G3_IW : 0);
+#pragma unroll
+            for (int p = 0; p < 3; p++) {
+                const int4 v = *(const int4 *)(ip + 8 * p + 4 * h);
+                xw[s][p][0] = active ? v.x : 0; xw[s][p][1] = active ? v.y : 0;
+                xw[s][p][2] = active ? v.z : 0; xw[s][p][3] = active ? v.w : 0;
+            }
+            xs[s] = active ? __int_as_float(ip[25 + h]) : 0.f;
+        }
+        if (active) D = __int_as_float(sh[it0 * G3_IW + 24]);
+    }
+    int slot = 0;
+    for (; r < a.rows; r += G3_DOWN_D * G) {
+#pragma unroll
+        for (int k = 0; k < G3_DOWN_D; k++) {
+            const int rk = r + k * G;
+            if (rk >= a.rows) break;
+            float acc = 0.f;
+            if (active) {
+                const uint32_t qw[4] = {w[k].qs.x, w[k].qs.y, w[k].qs.z, w[k].qs.w};
+                int i0 = MX_MAGIC_BITS, i1 = MX_MAGIC_BITS, i2 = MX_MAGIC_BITS;
+                float mm = 0.f;
+#pragma unroll
+                for (int s = 0; s < 4; s++) {
+                    /* sub-block 8 n + 2 s + h: byte 2 s + h of the 8 scale bytes at 8 n */
+                    const uint32_t sb = ((s < 2 ? w[k].sc.x : w[k].sc.y) >> (8 * (2 * (s & 1) + h))) & 255u;
+                    int t0 = 0, t1 = 0, t2 = 0;
+#pragma unroll
+                    for (int j = 0; j < 4; j++) {
+                        const int cj = (int)((qw[j] >> (2 * s)) & 0x03030303u);
+                        t0 = __dp4a(cj, xw[s][0][j], t0);
+                        t1 = __dp4a(cj, xw[s][1][j], t1);
+                        t2 = __dp4a(cj, xw[s][2][j], t2);
+                    }
+                    const int sc = (int)(sb & 15u);
+                    i0 += sc * t0; i1 += sc * t1; i2 += sc * t2;
+                    mm = __fmaf_rn((float)(sb >> 4), xs[s], mm);
+                }
+                const float dd = cu_h2f((uint16_t)w[k].dd), dmin = cu_h2f((uint16_t)(w[k].dd >> 16));
+                acc = __fmaf_rn(dd * D, mx_combine3(i0, i1, i2), -dmin * mm);
+                /* refill the slot with the row D steps on */
+                if (rk + G3_DOWN_D * G < a.rows) g3_q2k_load(wbase + (int64_t)(rk + G3_DOWN_D * G) * (int64_t)a.row_bytes, u, w[k]);
+            }
+            acc = warp_sum(acc);
+            if (lane == 0) part[grp][slot][e] = acc;
+            asm volatile("bar.sync %0, %1;" ::"r"(1 + grp), "r"(nsel * 32) : "memory");
+            if (e == 0 && lane == 0) {
+                float o = 0.f;
+                for (int k2 = 0; k2 < nsel; k2++) o += part[grp][slot][k2];
+                if (a.accumulate) a.out[rk] += o; else a.out[rk] = o;
+            }
+            slot ^= 1;
+        }
+    }
+}
+
+/* ------------------------------------------------------------------ */
+/* host launchers */
+
+static size_t g3_items_bytes(int64_t n) { return (size_t)(n / 32) * G3_IW * 4; }
+
+template <typename K>
+static void g3_smem_attr(K k, size_t smem) {
+    if (smem > 48 * 1024) cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+}
+
+template <bool REP, int R, int KS>
+static void g3_launch_q8(const g3_args &a, int pairs, cudaStream_t st) {
+    constexpr int NI = 4 / R;     /* 4 row-items of 34 bytes a lane in flight */
+    const int nwr = 8 / KS;
+    const size_t smem = g3_items_bytes(a.in);
+    g3_smem_attr(k_g3_q8<REP, R, KS, NI>, smem);
+    cu_launch(k_g3_q8<REP, R, KS, NI>, dim3((unsigned)((a.rows + nwr * R - 1) / (nwr * R)), pairs), 256, smem, st, a);
+}
+
+/* Dense T = 1 products of Q8_0 / Q8_0R weights with f32 activations (cu_gemv
+ * calls it first for those); 0 when it does not apply. */
+extern "C" int cu_gemv3(const cu_gemv_args *g, cudaStream_t st) {
+    if (cu_gemv3_enabled() < 2 || !g->act_f32 || g->ntok != 1 || g->tile_pairs) return 0;
+    if (g->wtype != CU_TYPE_Q8_0 && g->wtype != CU_TYPE_Q8_0R) return 0;
+    if (g->in % 32 || g->in > G3_MAXIN || g->rows <= 0 || g->rows > 0x7fffffff) return 0;
+    if (((uintptr_t)g->act & 15) || (g->group_rows && (g->group_act_bytes & 15))) return 0;
+    const bool rep = g->wtype == CU_TYPE_Q8_0R;
+    if (rep && (((uintptr_t)g->w | (uintptr_t)(g->w2 ? g->w2 : g->w) | g->row_bytes) & 15)) return 0;
+    g3_args a;
+    memset(&a, 0, sizeof a);
+    a.w = (const uint8_t *)g->w; a.w2 = (const uint8_t *)g->w2;
+    a.row_bytes = g->row_bytes; a.rows = (int)g->rows; a.in = (int)g->in;
+    a.x = (const float *)g->act;
+    a.group_rows = g->group_rows; a.group_floats = g->group_act_bytes / 4;
+    a.out = g->out; a.out2 = g->out2; a.accumulate = g->accumulate;
+    const int pairs = g->w2 ? 2 : 1;
+    /* the shape: 4 rows a warp while that leaves >= 2 blocks an SM, else fewer
+     * rows, then K split over warps; a block's rows stay in one input group */
+    const int64_t want = 2 * (int64_t)g3_num_sms(), gr = g->group_rows;
+    auto blocks = [&](int64_t rpb) { return (g->rows + rpb - 1) / rpb * pairs; };
+    auto fits = [&](int64_t rpb) { return !gr || gr % rpb == 0; };
+#define G3_Q8(R, KS) do { if (rep) g3_launch_q8<true, R, KS>(a, pairs, st); else g3_launch_q8<false, R, KS>(a, pairs, st); } while (0)
+    if (fits(32) && blocks(32) >= want) G3_Q8(4, 1);
+    else if (fits(16) && blocks(16) >= want) G3_Q8(2, 1);
+    else if (fits(8) && blocks(8) >= want) G3_Q8(1, 1);
+    else if (fits(4) && blocks(4) >= want) G3_Q8(1, 2);
+    else if (fits(2)) G3_Q8(1, 4);
+    else return 0;
+#undef G3_Q8
+    return 1;
+}
+
+/* MoE decode of one token (cu_gemv3.h). */
+#define G3_NE 8
+extern "C" int cu_moe_dec_supported(int gate_type, int up_type, int down_type, int64_t in, int64_t ff, int nsel) {
+    if (cu_gemv3_enabled() < 1 || !g3_grid_ok) return 0;
+    if (gate_type != up_type || (gate_type != CU_TYPE_IQ2_XXS && gate_type != CU_TYPE_IQ2R)) return 0;
+    if (down_type != CU_TYPE_Q2_K) return 0;
+    if (in % 256 || in > 4096 || ff % 256 || ff > 2048 || nsel < 1 || nsel > G3_NE) return 0;
+    return 1;
+}
+
+/* as many blocks as fit on the GPU at once (they loop over the work) */
+template <typename K>
+static int g3_resident_blocks(K k, int threads, size_t smem, int64_t work_warps) {
+    int nb = 1;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, k, threads, smem) != cudaSuccess || nb < 1) nb = 1;
+    int64_t g = (int64_t)nb * g3_num_sms(), need = (work_warps + threads / 32 - 1) / (threads / 32);
+    return (int)(g < need ? g : need);
+}
+
+extern "C" void cu_moe_dec_glu(int wtype, const void *wg, const void *wu, uint64_t row_bytes, uint64_t expert_bytes,
+                               int64_t ff, int64_t in, const float *x, const int *sel, const float *rw, int nsel,
+                               float limit, float *mid, cudaStream_t st) {
+    g3_args a;
+    memset(&a, 0, sizeof a);
+    a.w = (const uint8_t *)wg; a.w2 = (const uint8_t *)wu;
+    a.row_bytes = row_bytes; a.expert_bytes = expert_bytes;
+    a.rows = (int)ff; a.in = (int)in; a.x = x; a.sel = sel; a.rw = rw; a.nsel = nsel; a.limit = limit; a.out = mid;
+    const size_t smem = (size_t)(256 + 128) * 32 * 4 + g3_items_bytes(in);
+#define G3_GLU(REP) do { \
+        g3_smem_attr(k_g3_iq2_glu<REP>, smem); \
+        int nb = g3_resident_blocks(k_g3_iq2_glu<REP>, 256, smem, (int64_t)nsel * ff * 4); \
+        cu_launch(k_g3_iq2_glu<REP>, dim3((unsigned)nb), 256, smem, st, a); \
+    } while (0)
+    if (wtype == CU_TYPE_IQ2R) G3_GLU(true); else G3_GLU(false);
+#undef G3_GLU
+}
+
+extern "C" void cu_moe_dec_down(const void *wd, uint64_t row_bytes, uint64_t expert_bytes, int64_t rows, int64_t ff,
+                                const float *mid, const int *sel, int nsel, float *out, cudaStream_t st) {
+    g3_args a;
+    memset(&a, 0, sizeof a);
+    a.w = (const uint8_t *)wd; a.row_bytes = row_bytes; a.expert_bytes = expert_bytes;
+    a.rows = (int)rows; a.in = (int)ff; a.x = mid; a.sel = sel; a.nsel = nsel; a.out = out;
+    const size_t smem = g3_items_bytes((int64_t)nsel * ff);
+    const int threads = G3_DOWN_GPB * nsel * 32;
+    g3_smem_attr(k_g3_q2k_down<G3_NE>, smem);
+    int nb = g3_resident_blocks(k_g3_q2k_down<G3_NE>, threads, smem, rows * nsel);
+    cu_launch(k_g3_q2k_down<G3_NE>, dim3((unsigned)nb), threads, smem, st, a);
+}

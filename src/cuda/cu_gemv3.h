@@ -1,0 +1,35 @@
+/* cu_gemv3.h: one-token products with exact activations on dp4a
+ * (cu_gemv3.cu): the dense Q8_0 GEMV that cu_gemv tries first, and the
+ * routed experts of one decode token (gate + up + SwiGLU, then down summed
+ * over the experts) that the forward pass calls directly. */
+#ifndef MINKE_CU_GEMV3_H
+#define MINKE_CU_GEMV3_H
+
+#include "cuda/cu_ops.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* MINKE_CUDA_G3: 0 leaves these products to the f32 GEMVs, 1 (default) keeps
+ * the MoE kernels only, 2 the dense one too. */
+int cu_gemv3_enabled(void);
+void cu_gemv3_set_enabled(int on);
+int cu_gemv3_tables_init(const uint64_t *grid);
+/* Dense Q8_0 / Q8_0R at ntok = 1 with act_f32 (cu_gemv tries it first); 0 when it does not apply. */
+int cu_gemv3(const cu_gemv_args *g, cudaStream_t st);
+/* The routed experts of one token: 1 when these formats and shapes have the kernels below. */
+int cu_moe_dec_supported(int gate_type, int up_type, int down_type, int64_t in, int64_t ff, int nsel);
+/* mid[e][ff] = swiglu(gate_e x, up_e x) * rw[e] for the nsel experts sel[] (limit: the clamp). */
+void cu_moe_dec_glu(int wtype, const void *wg, const void *wu, uint64_t row_bytes, uint64_t expert_bytes, int64_t ff,
+                    int64_t in, const float *x, const int *sel, const float *rw, int nsel, float limit, float *mid,
+                    cudaStream_t st);
+/* out[rows] = sum over e of down_e mid[e] (Q2_K). */
+void cu_moe_dec_down(const void *wd, uint64_t row_bytes, uint64_t expert_bytes, int64_t rows, int64_t ff,
+                     const float *mid, const int *sel, int nsel, float *out, cudaStream_t st);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

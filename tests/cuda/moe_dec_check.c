@@ -1,0 +1,214 @@
+/* moe_dec_check.c: the one-token MoE kernels of cu_gemv3.cu (gate + up +
+ * SwiGLU on IQ2_XXS, as stored and repacked, then the Q2_K down summed over
+ * the selected experts) against a double reference built from src/quant's
+ * dequantization of the same random weights: mid within 3e-5 of max|mid|,
+ * the output within 3e-5 of max|out| (the activations are split into 24-bit
+ * pieces of each group's amax, so an element is exact to ~6e-8 of its
+ * group's largest, not of itself: a few 1e-6 of the result). --time times both launches on the Flash
+ * shape (4096 -> 2048 experts, 6 of 32 selected, a different set every
+ * launch so the weights come from memory) alone and in a graph of 43.
+ * Run on a GPU machine (tests/run-cuda.sh).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cuda_runtime_api.h>
+
+#include "quant/quant.h"
+#include "cuda/cu_ops.h"
+#include "cuda/cu_gemv3.h"
+
+#define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("FAIL cuda %s: %s\n", #x, cudaGetErrorString(e_)); exit(1); } } while (0)
+
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+static uint32_t urand(void) { rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17; return (uint32_t)(rng >> 32); }
+static float frand(void) { return (float)(urand() * (1.0 / 4294967296.0)) * 2.0f - 1.0f; }
+
+static void tables(void) {
+    uint64_t grid[256]; uint8_t signs[128]; int8_t kv[16];
+    const quant_traits *iq = quant_get(GGML_TYPE_IQ2_XXS), *mx = quant_get(GGML_TYPE_MXFP4);
+    for (int k = 0; k < 256; k++) {
+        uint8_t blk[66] = {0}; float out[256];
+        blk[1] = 0x3C; blk[2] = (uint8_t)k; blk[9] = 0x30;
+        iq->dequant(blk, out, 256);
+        uint64_t v = 0;
+        for (int j = 0; j < 8; j++) v |= (uint64_t)(uint8_t)lrintf(out[j] / 0.875f) << (8 * j);
+        grid[k] = v;
+    }
+    for (int i = 0; i < 128; i++) signs[i] = (uint8_t)(i | ((__builtin_popcount(i) & 1) << 7));
+    for (int i = 0; i < 16; i++) {
+        uint8_t blk[17] = {0}; float out[32];
+        blk[0] = 128; blk[1] = (uint8_t)i;
+        mx->dequant(blk, out, 32);
+        kv[i] = (int8_t)lrintf(out[0]);
+    }
+    if (cu_tables_init(grid, signs, kv)) { printf("FAIL tables\n"); exit(1); }
+}
+
+static uint16_t f16_bits(float f) {
+    /* a normal half near f (|f| in [2^-14, 65504]), enough for random scales */
+    uint32_t u; memcpy(&u, &f, 4);
+    int e = (int)((u >> 23) & 255) - 127 + 15;
+    return (uint16_t)(((u >> 16) & 0x8000) | ((uint32_t)e << 10) | ((u >> 13) & 0x3FF));
+}
+
+/* random blocks of a type with sane scales: IQ2_XXS d at byte 0, Q2_K d/dmin at 80/82 */
+static void fill(int type, uint8_t *p, size_t nblocks) {
+    size_t bs = quant_get(type)->bytes;
+    for (size_t b = 0; b < nblocks; b++) {
+        uint8_t *q = p + b * bs;
+        for (size_t i = 0; i < bs; i++) q[i] = (uint8_t)urand();
+        if (type == GGML_TYPE_IQ2_XXS) { uint16_t d = f16_bits(0.002f + 0.004f * fabsf(frand())); memcpy(q, &d, 2); }
+        else { uint16_t d = f16_bits(0.001f + 0.002f * fabsf(frand())), m = f16_bits(0.0005f + 0.001f * fabsf(frand()));
+               memcpy(q + 80, &d, 2); memcpy(q + 82, &m, 2); }
+    }
+}
+
+static double swiglu_d(double g, double u, double lim) {
+    if (lim > 1e-6) { if (g > lim) g = lim; if (u > lim) u = lim; if (u < -lim) u = -lim; }
+    return g / (1.0 + exp(-g)) * u;
+}
+
+/* one check: E experts of (ff x in) gate/up and (in x ff) down, nsel selected */
+static int check(int64_t in, int64_t ff, int E, int nsel, int repack, float limit) {
+    const quant_traits *tg = quant_get(GGML_TYPE_IQ2_XXS), *td = quant_get(GGML_TYPE_Q2_K);
+    uint64_t rbg = (uint64_t)(in / 256) * tg->bytes, rbd = (uint64_t)(ff / 256) * td->bytes;
+    size_t ng = (size_t)E * ff * rbg, nd = (size_t)E * in * rbd;
+    uint8_t *hg = malloc(ng), *hu = malloc(ng), *hd = malloc(nd);
+    fill(GGML_TYPE_IQ2_XXS, hg, ng / tg->bytes);
+    fill(GGML_TYPE_IQ2_XXS, hu, ng / tg->bytes);
+    fill(GGML_TYPE_Q2_K, hd, nd / td->bytes);
+    float *x = malloc(sizeof(float) * in), *rw = malloc(sizeof(float) * nsel);
+    int *sel = malloc(sizeof(int) * nsel);
+    for (int64_t i = 0; i < in; i++) x[i] = frand() * (i % 97 == 0 ? 20.f : 1.f);
+    for (int e = 0; e < nsel; e++) {
+        int ok;
+        do { sel[e] = (int)(urand() % (uint32_t)E); ok = 1; for (int k = 0; k < e; k++) ok &= sel[k] != sel[e]; } while (!ok);
+        rw[e] = 0.1f + fabsf(frand());
+    }
+    /* reference */
+    double *mid = malloc(sizeof(double) * nsel * ff), *out = calloc((size_t)in, sizeof(double));
+    float *row = malloc(sizeof(float) * (in > ff ? in : ff)), *row2 = malloc(sizeof(float) * in);
+    float *midf = malloc(sizeof(float) * nsel * ff);
+    for (int e = 0; e < nsel; e++)
+        for (int64_t r = 0; r < ff; r++) {
+            tg->dequant(hg + ((size_t)sel[e] * ff + r) * rbg, row, in);
+            tg->dequant(hu + ((size_t)sel[e] * ff + r) * rbg, row2, in);
+            double g = 0, u = 0;
+            for (int64_t i = 0; i < in; i++) { g += (double)row[i] * x[i]; u += (double)row2[i] * x[i]; }
+            mid[e * ff + r] = swiglu_d(g, u, limit) * rw[e];
+        }
+    double mmax = 0;
+    for (int64_t i = 0; i < nsel * ff; i++) mmax = fmax(mmax, fabs(mid[i]));
+    /* the GPU's mid feeds the reference down, so the two checks are independent */
+    uint8_t *dg, *du, *dd; float *dx, *drw, *dmid, *dout; int *dsel;
+    CK(cudaMalloc((void **)&dg, ng)); CK(cudaMalloc((void **)&du, ng)); CK(cudaMalloc((void **)&dd, nd));
+    CK(cudaMalloc((void **)&dx, sizeof(float) * in)); CK(cudaMalloc((void **)&drw, sizeof(float) * nsel));
+    CK(cudaMalloc((void **)&dmid, sizeof(float) * nsel * ff)); CK(cudaMalloc((void **)&dout, sizeof(float) * in));
+    CK(cudaMalloc((void **)&dsel, sizeof(int) * nsel));
+    CK(cudaMemcpy(dg, hg, ng, cudaMemcpyHostToDevice)); CK(cudaMemcpy(du, hu, ng, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dd, hd, nd, cudaMemcpyHostToDevice)); CK(cudaMemcpy(dx, x, sizeof(float) * in, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(drw, rw, sizeof(float) * nsel, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dsel, sel, sizeof(int) * nsel, cudaMemcpyHostToDevice));
+    int wt = GGML_TYPE_IQ2_XXS;
+    if (repack) {
+        if (!cu_repack_iq2_xxs(dg, (int64_t)E * ff, in, rbg, 0) || !cu_repack_iq2_xxs(du, (int64_t)E * ff, in, rbg, 0)) {
+            printf("FAIL repack refused for in %lld\n", (long long)in); return 1;
+        }
+        wt = 116;   /* CU_TYPE_IQ2R */
+    }
+    if (!cu_moe_dec_supported(wt, wt, GGML_TYPE_Q2_K, in, ff, nsel)) { printf("FAIL moe_dec unsupported shape\n"); return 1; }
+    cu_moe_dec_glu(wt, dg, du, rbg, rbg * ff, ff, in, dx, dsel, drw, nsel, limit, dmid, 0);
+    cu_moe_dec_down(dd, rbd, rbd * in, in, ff, dmid, dsel, nsel, dout, 0);
+    CK(cudaDeviceSynchronize());
+    float *gout = malloc(sizeof(float) * in);
+    CK(cudaMemcpy(midf, dmid, sizeof(float) * nsel * ff, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(gout, dout, sizeof(float) * in, cudaMemcpyDeviceToHost));
+    double md = 0;
+    for (int64_t i = 0; i < nsel * ff; i++) md = fmax(md, fabs(midf[i] - mid[i]));
+    for (int e = 0; e < nsel; e++)
+        for (int64_t r = 0; r < in; r++) {
+            td->dequant(hd + ((size_t)sel[e] * in + r) * rbd, row, ff);
+            double s = 0;
+            for (int64_t i = 0; i < ff; i++) s += (double)row[i] * midf[e * ff + i];
+            out[r] += s;
+        }
+    double omax = 0, od = 0;
+    for (int64_t r = 0; r < in; r++) { omax = fmax(omax, fabs(out[r])); od = fmax(od, fabs(gout[r] - out[r])); }
+    int bad = !(md <= 3e-5 * mmax) || !(od <= 3e-5 * omax) || !(mmax > 0) || !(omax > 0);
+    printf("%s moe_dec in %lld ff %lld sel %d/%d %s limit %g: mid max|diff| %.3g of %.3g, out %.3g of %.3g\n", bad ? "FAIL" : "ok",
+           (long long)in, (long long)ff, nsel, E, repack ? "IQ2R" : "IQ2_XXS", limit, md, mmax, od, omax);
+    cudaFree(dg); cudaFree(du); cudaFree(dd); cudaFree(dx); cudaFree(drw); cudaFree(dmid); cudaFree(dout); cudaFree(dsel);
+    free(hg); free(hu); free(hd); free(x); free(rw); free(sel); free(mid); free(out); free(row); free(row2); free(midf); free(gout);
+    return bad;
+}
+
+/* Flash shape timing: E experts, a different selection of nsel every launch */
+static void timing(int64_t in, int64_t ff, int E, int nsel) {
+    const quant_traits *tg = quant_get(GGML_TYPE_IQ2_XXS), *td = quant_get(GGML_TYPE_Q2_K);
+    uint64_t rbg = (uint64_t)(in / 256) * tg->bytes, rbd = (uint64_t)(ff / 256) * td->bytes;
+    size_t ng = (size_t)E * ff * rbg, nd = (size_t)E * in * rbd;
+    uint8_t *dg, *du, *dd; float *dx, *drw, *dmid, *dout; int *dsel;
+    const int NS = 43;
+    CK(cudaMalloc((void **)&dg, ng)); CK(cudaMalloc((void **)&du, ng)); CK(cudaMalloc((void **)&dd, nd));
+    CK(cudaMemset(dg, 0x11, ng)); CK(cudaMemset(du, 0x22, ng)); CK(cudaMemset(dd, 0x13, nd));
+    CK(cudaMalloc((void **)&dx, sizeof(float) * in)); CK(cudaMalloc((void **)&drw, sizeof(float) * nsel));
+    CK(cudaMalloc((void **)&dmid, sizeof(float) * nsel * ff)); CK(cudaMalloc((void **)&dout, sizeof(float) * in));
+    CK(cudaMalloc((void **)&dsel, sizeof(int) * nsel * NS));
+    float *x = malloc(sizeof(float) * in); int *sel = malloc(sizeof(int) * nsel * NS);
+    for (int64_t i = 0; i < in; i++) x[i] = frand();
+    for (int k = 0; k < NS * nsel; k++) sel[k] = (k * 7 + k / nsel) % E;
+    CK(cudaMemcpy(dx, x, sizeof(float) * in, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dsel, sel, sizeof(int) * nsel * NS, cudaMemcpyHostToDevice));
+    CK(cudaMemset(drw, 0, sizeof(float) * nsel));
+    if (!cu_repack_iq2_xxs(dg, (int64_t)E * ff, in, rbg, 0) || !cu_repack_iq2_xxs(du, (int64_t)E * ff, in, rbg, 0)) return;
+    cudaStream_t st; CK(cudaStreamCreate(&st));
+    cudaEvent_t a, b; CK(cudaEventCreate(&a)); CK(cudaEventCreate(&b));
+    float ms[2] = {0, 0};
+    for (int which = 0; which < 2; which++) {
+        float best = 1e30f;
+        for (int rep = 0; rep < 20; rep++) {
+            const int *s = dsel + (rep % NS) * nsel;
+            CK(cudaEventRecord(a, st));
+            if (which == 0) cu_moe_dec_glu(116, dg, du, rbg, rbg * ff, ff, in, dx, s, drw, nsel, 0.f, dmid, st);
+            else cu_moe_dec_down(dd, rbd, rbd * in, in, ff, dmid, s, nsel, dout, st);
+            CK(cudaEventRecord(b, st)); CK(cudaEventSynchronize(b));
+            float t; cudaEventElapsedTime(&t, a, b); if (t < best) best = t;
+        }
+        ms[which] = best;
+    }
+    /* a graph of NS (glu, down) pairs, each over its own selection */
+    cudaGraph_t gr; cudaGraphExec_t ge;
+    CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+    for (int k = 0; k < NS; k++) {
+        cu_moe_dec_glu(116, dg, du, rbg, rbg * ff, ff, in, dx, dsel + k * nsel, drw, nsel, 0.f, dmid, st);
+        cu_moe_dec_down(dd, rbd, rbd * in, in, ff, dmid, dsel + k * nsel, nsel, dout, st);
+    }
+    CK(cudaStreamEndCapture(st, &gr)); CK(cudaGraphInstantiate(&ge, gr, 0));
+    CK(cudaGraphLaunch(ge, st)); CK(cudaStreamSynchronize(st));
+    CK(cudaEventRecord(a, st)); CK(cudaGraphLaunch(ge, st)); CK(cudaEventRecord(b, st)); CK(cudaEventSynchronize(b));
+    float tg_ms; cudaEventElapsedTime(&tg_ms, a, b);
+    double bg = 2.0 * nsel * ff * rbg, bd = (double)nsel * in * rbd;
+    printf("time moe_dec glu %.2f us (%.0f GB/s), down %.2f us (%.0f GB/s); graph of %d pairs: %.2f us a pair (%.0f GB/s)\n",
+           ms[0] * 1e3, bg / (ms[0] * 1e-3) / 1e9, ms[1] * 1e3, bd / (ms[1] * 1e-3) / 1e9, NS, tg_ms * 1e3 / NS,
+           (bg + bd) / (tg_ms * 1e-3 / NS) / 1e9);
+    cudaGraphExecDestroy(ge); cudaGraphDestroy(gr);
+    cudaFree(dg); cudaFree(du); cudaFree(dd); cudaFree(dx); cudaFree(drw); cudaFree(dmid); cudaFree(dout); cudaFree(dsel);
+    free(x); free(sel);
+}
+
+int main(int argc, char **argv) {
+    int dev = 0;
+    if (cudaGetDeviceCount(&dev) != cudaSuccess || dev < 1) { printf("skip moe_dec_check: no CUDA device\n"); return 0; }
+    tables();
+    int bad = 0;
+    bad += check(256, 256, 16, 6, 0, 0.f);
+    bad += check(1024, 512, 8, 6, 1, 0.f);
+    bad += check(4096, 2048, 8, 6, 1, 0.f);
+    bad += check(4096, 2048, 8, 6, 0, 7.f);
+    bad += check(2048, 1024, 4, 3, 1, 0.5f);
+    if (argc > 1 && !strcmp(argv[1], "--time")) timing(4096, 2048, 32, 6);
+    printf("moe_dec_check: %s\n", bad ? "FAIL" : "all ok");
+    return bad != 0;
+}
