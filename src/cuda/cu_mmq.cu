@@ -726,9 +726,10 @@ __global__ void __launch_bounds__(mx_lay<TYPE, P, V>::THREADS, MINB) k_mmqx(cu_g
 #pragma unroll
             for (int c = 0; c < 4; c++) acc[a][b][c] = 0.f;
 
-    /* V2+, pre-split rows, not Q2_K: the activation pieces go to shared memory by cp.async,
-     * issued before the weight decode so their latency overlaps it (no registers held) */
-    constexpr bool ACP = WIDE && PRE && !Q2K;
+    /* V2+, pre-split rows: the activation pieces go to shared memory by cp.async, issued
+     * before the weight decode so their latency overlaps it (no registers held); Q2_K's
+     * sub-block sums are then taken from shared memory, as for f32 rows */
+    constexpr bool ACP = WIDE && PRE;
     for (int it0 = 0; it0 < nit; it0 += MQ_KI) {
         const int it = it0 + li;
         if constexpr (ACP) {
@@ -747,7 +748,9 @@ __global__ void __launch_bounds__(mx_lay<TYPE, P, V>::THREADS, MINB) k_mmqx(cu_g
                     mq_cp16(dst + p * LDS * 4, src + 32 * p, ok ? 16 : 0);
                     mq_cp16(dst + p * LDS * 4 + 16, src + 32 * p + 16, ok ? 16 : 0);
                 }
-                mq_cp4(sas_s + (r * MQ_KI + li) * 4, dsrc, ok ? 4 : 0);
+                /* D per item; Q2_K: per block, from item it0 (lane li = 0) */
+                if (!Q2K) mq_cp4(sas_s + (r * MQ_KI + li) * 4, dsrc, ok ? 4 : 0);
+                else if (li == 0) mq_cp4(sas_s + r * 4, dsrc, ok ? 4 : 0);
             }
         }
         /* 4 rows at a time (V1: all 4; V2, V6: 8 in two steps, fewer registers in flight) */
@@ -829,7 +832,7 @@ __global__ void __launch_bounds__(mx_lay<TYPE, P, V>::THREADS, MINB) k_mmqx(cu_g
                 }
             }
         }
-        if (!PRE && V && Q2K) {
+        if ((!PRE || ACP) && V && Q2K) {
             /* the sub-block sums from the staged pieces (the same integers as the pre-split path's) */
             __syncthreads();
 #pragma unroll
