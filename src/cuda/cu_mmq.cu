@@ -614,9 +614,9 @@ __device__ __forceinline__ void mq_wload_tab(const uint8_t *row, int it, int nit
  * empty 16-pair steps inside the product loop cost ~50 registers of
  * scheduling freedom per ptxas; V2 does not need it.) Staging, for V2, V4 and
  * V6: IQ2_XXS decoded by mq_wload_tab (the decode runs per 32 pairs now, so
- * it is made ~2.5x cheaper), and pre-split activation pieces (not Q2_K's,
- * whose sub-block sums need them in registers) copied by cp.async issued
- * before the weight decode. ptxas -v (sm_90a, 3 pieces, pre-split): V2 168
+ * it is made ~2.5x cheaper), and pre-split activation pieces copied by
+ * cp.async issued before the weight decode (Q2_K: its sub-block sums then
+ * read the pieces back from shared memory after one more barrier). ptxas -v (sm_90a, 3 pieces, pre-split): V2 168
  * registers, no spills (IQ2R, IQ2_XXS, Q8_0R, Q2_K); V6 128, none; V4 128, 16
  * bytes for IQ2R and Q8_0R.
  * V4 (MINKE_CUDA_MMQ_V=4; 5: only for MoE tiles): 128 rows x 64 activation
