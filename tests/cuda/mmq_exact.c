@@ -377,6 +377,10 @@ int main(int argc, char **argv) {
             "MINKE_CUDA_MMQ_PIECES=2 MINKE_CUDA_MMQ_V=6", "MINKE_CUDA_MMQ_PIECES=3 MINKE_CUDA_MMQ_V=7"};
         char cmd[4096];
         int rc = 0;
+        /* each child gets exactly its run's settings, whatever this process was started with */
+        unsetenv("MINKE_CUDA_MMQ_X");
+        unsetenv("MINKE_CUDA_MMQ_V");
+        unsetenv("MINKE_CUDA_MMQ_XOCC");
         for (int k = 0; k < (int)(sizeof runs / sizeof runs[0]); k++) {
             snprintf(cmd, sizeof cmd, "%s '%s'%s", runs[k], argv[0], timing ? " --time" : "");
             fflush(stdout);
