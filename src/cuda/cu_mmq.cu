@@ -32,6 +32,7 @@
 #include <stdlib.h>
 
 #include "cuda/cu_common.cuh"
+#include "cuda/cu_split.cuh"
 #include "cuda/cu_ops.h"
 
 #define MQ_BM 64
@@ -339,55 +340,9 @@ __device__ __forceinline__ void mma_s8_c(int (&d)[4], int a0, int a1, int a2, in
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "r"(c));
 }
 
-/* The int32 -> float conversion of a piece's dot without I2F (a quarter-rate
- * instruction): the mma starts from the bits of 1.5 * 2^23, so its result read
- * as a float is 1.5 * 2^23 + dot exactly (|dot| <= 32 * 127 * 128 < 2^22), and
- * one FADD removes the offset, exactly. */
-#define MX_MAGIC_BITS 0x4B400000
-#define MX_MAGIC 12582912.f
-__device__ __forceinline__ float mx_dot_f(int bits) { return __int_as_float(bits) - MX_MAGIC; }
-
-/* Split 4 activations (one float4 of an item) into P int8 words, piece 0 the
- * most significant; idv = 32512 / amax (P = 2) or 8323072 / amax (P = 3). */
-template <int P>
-__device__ __forceinline__ void mx_split4(float4 v, float idv, int (&pc)[P]) {
-    uint32_t b0, b1, b2, b3;
-    if (P == 2) {
-        /* x / D + 1.5 * 2^23 + 128 rounds once to an integer float whose low 16 bits
-         * are q + 128 (two's complement): byte 1 = hi, byte 0 ^ 0x80 = lo */
-        b0 = __float_as_uint(__fmaf_rn(v.x, idv, 12583040.f));
-        b1 = __float_as_uint(__fmaf_rn(v.y, idv, 12583040.f));
-        b2 = __float_as_uint(__fmaf_rn(v.z, idv, 12583040.f));
-        b3 = __float_as_uint(__fmaf_rn(v.w, idv, 12583040.f));
-    } else {
-        /* q + 128 * 257: byte 2 = top, bytes 1 and 0 ^ 0x80 = mid and lo */
-        b0 = (uint32_t)(__float2int_rn(v.x * idv) + 32896);
-        b1 = (uint32_t)(__float2int_rn(v.y * idv) + 32896);
-        b2 = (uint32_t)(__float2int_rn(v.z * idv) + 32896);
-        b3 = (uint32_t)(__float2int_rn(v.w * idv) + 32896);
-    }
-    uint32_t A = __byte_perm(b0, b1, 0x5140), B = __byte_perm(b2, b3, 0x5140);
-    uint32_t lo = __byte_perm(A, B, 0x5410) ^ 0x80808080u, hi = __byte_perm(A, B, 0x7632);
-    if (P == 2) {
-        pc[0] = (int)hi;
-        pc[P - 1] = (int)lo;
-    } else {
-        uint32_t C = __byte_perm(b0, b1, 0x62), E = __byte_perm(b2, b3, 0x62);
-        pc[0] = (int)__byte_perm(C, E, 0x5410);
-        pc[1] = (int)(hi ^ 0x80808080u);
-        pc[P - 1] = (int)lo;
-    }
-}
-
-/* 1 / (the scale of piece P - 1) for a group of amax m: q = rint(x idv). The
- * kernels store D = m / 32512 (P = 2: x = D q; P = 3: x = D q / 256); 3 pieces
- * take the correctly rounded reciprocal of D (within 1.5e-7 of amax instead of
- * 2e-7). Groups under 1e-30 (denormal scales) become zeros. */
-template <int P>
-__device__ __forceinline__ float mx_inv_scale(float m) {
-    if (!(m > 1e-30f)) return 0.f;
-    return P == 2 ? __fdividef(32512.f, m) : __frcp_rn(m * (1.f / 32512.f)) * 256.f;
-}
+/* mx_dot_f, mx_split4, mx_inv_scale and the magic accumulator start
+ * (MX_MAGIC_BITS: a piece dot read as a float without I2F) are in
+ * cu_split.cuh, shared with the decode kernels of cu_gemv3.cu. */
 
 /* The pieces of one activation row over one stage of 8 items, by the 8
  * threads li = 0..7 of an aligned group of 8 lanes: thread li reads float4 li
@@ -1265,7 +1220,8 @@ static int mx_pieces(void) {
     return p;
 }
 
-/* The exact-activation kernel version: 1 (default, V1 above), MINKE_CUDA_MMQ_X=0 (V0, for A/B),
+/* The exact-activation kernel version: 4 (default: the fastest prefill on the H200, 2,710 tok/s
+ * against V1's 2,488, docs/performance.md; every version gives V1's bits, mmq_exact), MINKE_CUDA_MMQ_X=0 (V0, for A/B),
  * MINKE_CUDA_MMQ_V=2 (V2: wide tiles for every product), 3 (V2 for MoE tiles, V1 for the dense
  * products), 4 (V4: 128 x 64 tiles of 8 warps for every product), 5 (V4 for MoE tiles, V1 for
  * the dense products), 6 (V6: 256 x 32 tiles of 8 warps for every product) or 7 (V6 for MoE
@@ -1282,7 +1238,7 @@ static int mx_version(void) {
             mx_ver = n;
         } else {
             const char *e = getenv("MINKE_CUDA_MMQ_X");
-            mx_ver = e && atoi(e) == 0 ? 0 : 1;
+            mx_ver = e && atoi(e) == 0 ? 0 : 4;
         }
     }
     return mx_ver;

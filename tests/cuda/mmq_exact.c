@@ -366,9 +366,10 @@ int main(int argc, char **argv) {
     const char *pe = getenv("MINKE_CUDA_MMQ_PIECES");
     if (!pe) {
         /* one child per piece count and kernel variant (the kernels read them once per process):
-         * V1 (default) with 3 pieces at 3 and 2 blocks per SM and with 2 pieces, then V0, V2-V5 */
+         * V1 with 3 pieces at 3 and 2 blocks per SM and with 2 pieces, then V0, V2-V7 (V4 is the default) */
         static const char *const runs[] = {
-            "MINKE_CUDA_MMQ_PIECES=3", "MINKE_CUDA_MMQ_PIECES=3 MINKE_CUDA_MMQ_XOCC=2", "MINKE_CUDA_MMQ_PIECES=2",
+            "MINKE_CUDA_MMQ_PIECES=3 MINKE_CUDA_MMQ_V=1", "MINKE_CUDA_MMQ_PIECES=3 MINKE_CUDA_MMQ_V=1 MINKE_CUDA_MMQ_XOCC=2",
+            "MINKE_CUDA_MMQ_PIECES=2 MINKE_CUDA_MMQ_V=1",
             "MINKE_CUDA_MMQ_PIECES=3 MINKE_CUDA_MMQ_X=0", "MINKE_CUDA_MMQ_PIECES=2 MINKE_CUDA_MMQ_X=0",
             "MINKE_CUDA_MMQ_PIECES=3 MINKE_CUDA_MMQ_V=2", "MINKE_CUDA_MMQ_PIECES=3 MINKE_CUDA_MMQ_V=2 MINKE_CUDA_MMQ_XOCC=2",
             "MINKE_CUDA_MMQ_PIECES=2 MINKE_CUDA_MMQ_V=2", "MINKE_CUDA_MMQ_PIECES=3 MINKE_CUDA_MMQ_V=3",
@@ -395,7 +396,7 @@ int main(int argc, char **argv) {
         /* as cu_mmq.cu reads them: MINKE_CUDA_MMQ_V 0..7 first, else MINKE_CUDA_MMQ_X=0 for V0 */
         const char *xv = getenv("MINKE_CUDA_MMQ_X"), *vv = getenv("MINKE_CUDA_MMQ_V"), *xo = getenv("MINKE_CUDA_MMQ_XOCC");
         int n = vv ? atoi(vv) : -1;
-        version = n >= 0 && n <= 7 ? n : xv && atoi(xv) == 0 ? 0 : 1;
+        version = n >= 0 && n <= 7 ? n : xv && atoi(xv) == 0 ? 0 : 4;
         snprintf(variant, sizeof variant, " V%d%s", version, version && pieces == 3 && xo && atoi(xo) == 2 ? " occ2" : "");
     }
     int n = 0;
