@@ -61,6 +61,28 @@ __device__ __forceinline__ void cu_iq2_group_codes(uint32_t a, uint32_t w, const
 }
 static_assert(sizeof(cu_block_mxfp4) == 17, "mxfp4");
 
+/* Weight loads: read-only, not kept in L1 (weights are streamed once a step). */
+__device__ __forceinline__ uint4 ldw_v4(const uint8_t *p) {
+    uint4 v;
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    return v;
+}
+__device__ __forceinline__ uint2 ldw_v2(const uint8_t *p) {
+    uint2 v;
+    asm("ld.global.nc.L1::no_allocate.v2.u32 {%0,%1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
+    return v;
+}
+__device__ __forceinline__ uint32_t ldw_u32(const uint8_t *p) {
+    uint32_t v;
+    asm("ld.global.nc.L1::no_allocate.u32 %0, [%1];" : "=r"(v) : "l"(p));
+    return v;
+}
+__device__ __forceinline__ uint32_t ldw_u16(const uint8_t *p) {
+    unsigned short v;
+    asm("ld.global.nc.L1::no_allocate.u16 %0, [%1];" : "=h"(v) : "l"(p));
+    return v;
+}
+
 __device__ __forceinline__ float cu_h2f(uint16_t h) { return __half2float(__ushort_as_half(h)); }
 __device__ __forceinline__ float cu_bf2f(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
 
@@ -140,6 +162,17 @@ __device__ __forceinline__ float softplus_stable(float x) {
     if (x > 20.f) return x;
     if (x < -20.f) return expf(x);
     return log1pf(expf(x));
+}
+
+/* SwiGLU of one gate/up pair with the model's clamp (limit <= 1e-6: none),
+ * as src/cpu computes it: the MoE kernels of cu_moe.cu and cu_gemv3.cu. */
+__device__ __forceinline__ float cu_swiglu1(float gv, float uv, float limit) {
+    if (limit > 1e-6f) {
+        if (gv > limit) gv = limit;
+        if (uv > limit) uv = limit;
+        if (uv < -limit) uv = -limit;
+    }
+    return gv * sigmoid_stable(gv) * uv;
 }
 
 /* Programmatic dependent launch (MINKE_CUDA_PDL, default on): every kernel of

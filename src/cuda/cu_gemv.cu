@@ -427,26 +427,6 @@ static void launch_type(const cu_gemv_args &g, int ntiles, cudaStream_t st) {
  * changes the order of any sum.
  */
 
-__device__ __forceinline__ uint4 ldw_v4(const uint8_t *p) {
-    uint4 v;
-    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
-    return v;
-}
-__device__ __forceinline__ uint2 ldw_v2(const uint8_t *p) {
-    uint2 v;
-    asm("ld.global.nc.L1::no_allocate.v2.u32 {%0,%1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
-    return v;
-}
-__device__ __forceinline__ uint32_t ldw_u32(const uint8_t *p) {
-    uint32_t v;
-    asm("ld.global.nc.L1::no_allocate.u32 %0, [%1];" : "=r"(v) : "l"(p));
-    return v;
-}
-__device__ __forceinline__ uint32_t ldw_u16(const uint8_t *p) {
-    unsigned short v;
-    asm("ld.global.nc.L1::no_allocate.u16 %0, [%1];" : "=h"(v) : "l"(p));
-    return v;
-}
 
 /* byte b of v as a float (0..255): 2^23 + byte, less 2^23 */
 __device__ __forceinline__ float xf_u8(uint32_t v, int b) {

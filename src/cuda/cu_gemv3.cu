@@ -152,26 +152,6 @@ __device__ __forceinline__ int g3_word(const g3_act &a, int p, int j) {
     return (j & 3) == 0 ? v.x : (j & 3) == 1 ? v.y : (j & 3) == 2 ? v.z : v.w;
 }
 
-__device__ __forceinline__ uint4 g3_ld128(const uint8_t *p) {
-    uint4 v;
-    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
-    return v;
-}
-__device__ __forceinline__ uint2 g3_ld64(const uint8_t *p) {
-    uint2 v;
-    asm("ld.global.nc.L1::no_allocate.v2.u32 {%0,%1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
-    return v;
-}
-__device__ __forceinline__ uint32_t g3_ld32(const uint8_t *p) {
-    uint32_t v;
-    asm("ld.global.nc.L1::no_allocate.u32 %0, [%1];" : "=r"(v) : "l"(p));
-    return v;
-}
-__device__ __forceinline__ uint32_t g3_ld16(const uint8_t *p) {
-    unsigned short v;
-    asm("ld.global.nc.L1::no_allocate.u16 %0, [%1];" : "=h"(v) : "l"(p));
-    return v;
-}
 
 struct g3_args {
     const uint8_t *w, *w2;          /* weights (MoE: expert 0); w2: a second matrix (dense pair, or up) */
@@ -190,14 +170,14 @@ struct g3_args {
 template <bool REP>
 __device__ __forceinline__ void g3_q8_load(const uint8_t *row, int it, int nit, uint32_t (&q)[8], float &d) {
     if (REP) {
-        uint4 a = g3_ld128(row + (int64_t)it * 32), b = g3_ld128(row + (int64_t)it * 32 + 16);
+        uint4 a = ldw_v4(row + (int64_t)it * 32), b = ldw_v4(row + (int64_t)it * 32 + 16);
         q[0] = a.x; q[1] = a.y; q[2] = a.z; q[3] = a.w; q[4] = b.x; q[5] = b.y; q[6] = b.z; q[7] = b.w;
-        d = cu_h2f((uint16_t)g3_ld16(row + (int64_t)nit * 32 + 2 * it));
+        d = cu_h2f((uint16_t)ldw_u16(row + (int64_t)nit * 32 + 2 * it));
     } else {
         const uint8_t *b = row + (int64_t)it * 34;
-        d = cu_h2f((uint16_t)g3_ld16(b));
+        d = cu_h2f((uint16_t)ldw_u16(b));
 #pragma unroll
-        for (int k = 0; k < 8; k++) q[k] = g3_ld16(b + 2 + 4 * k) | (g3_ld16(b + 4 + 4 * k) << 16);
+        for (int k = 0; k < 8; k++) q[k] = ldw_u16(b + 2 + 4 * k) | (ldw_u16(b + 4 + 4 * k) << 16);
     }
 }
 
@@ -295,27 +275,19 @@ __global__ void __launch_bounds__(256) k_g3_q8(g3_args a) {
 #define G3_POS 0x002B1908u
 #define G3_NEG 0x00D5E7F8u
 
-__device__ __forceinline__ float g3_swiglu(float gv, float uv, float limit) {
-    if (limit > 1e-6f) {
-        if (gv > limit) gv = limit;
-        if (uv > limit) uv = limit;
-        if (uv < -limit) uv = -limit;
-    }
-    return gv * sigmoid_stable(gv) * uv;
-}
 
 /* REP: IQ2R (8-byte groups, then the scales) else IQ2_XXS (66-byte blocks) */
 template <bool REP>
 __device__ __forceinline__ void g3_iq2_load(const uint8_t *row, int it, int nb, uint2 &c, float &d) {
     const int blk = it >> 3, g = it & 7;
     if (REP) {
-        c = g3_ld64(row + (int64_t)blk * 64 + g * 8);
-        d = cu_h2f((uint16_t)g3_ld16(row + (int64_t)nb * 64 + 2 * blk));
+        c = ldw_v2(row + (int64_t)blk * 64 + g * 8);
+        d = cu_h2f((uint16_t)ldw_u16(row + (int64_t)nb * 64 + 2 * blk));
     } else {
         const uint8_t *b = row + (int64_t)blk * 66;
-        d = cu_h2f((uint16_t)g3_ld16(b));
-        c.x = g3_ld16(b + 2 + 8 * g) | (g3_ld16(b + 4 + 8 * g) << 16);
-        c.y = g3_ld16(b + 6 + 8 * g) | (g3_ld16(b + 8 + 8 * g) << 16);
+        d = cu_h2f((uint16_t)ldw_u16(b));
+        c.x = ldw_u16(b + 2 + 8 * g) | (ldw_u16(b + 4 + 8 * g) << 16);
+        c.y = ldw_u16(b + 6 + 8 * g) | (ldw_u16(b + 8 + 8 * g) << 16);
     }
 }
 
@@ -401,7 +373,7 @@ __global__ void __launch_bounds__(256, 3) k_g3_iq2_glu(g3_args a) {
                 const float gs = ((part[grp][slot][0][0] + part[grp][slot][1][0]) + part[grp][slot][2][0]) + part[grp][slot][3][0];
                 const float us = ((part[grp][slot][0][1] + part[grp][slot][1][1]) + part[grp][slot][2][1]) + part[grp][slot][3][1];
                 const int e = un / F;
-                a.out[un] = g3_swiglu(gs, us, a.limit) * (a.rw ? a.rw[e] : 1.f);     /* mid[e][r] at e F + r = un */
+                a.out[un] = cu_swiglu1(gs, us, a.limit) * (a.rw ? a.rw[e] : 1.f);     /* mid[e][r] at e F + r = un */
             }
             slot ^= 1;
         }
@@ -421,9 +393,9 @@ __device__ __forceinline__ void g3_q2k_load(const uint8_t *row, int u, g3_q2k_w 
     const int blk = u >> 2, n = (u >> 1) & 1, h = u & 1;
     /* 84-byte blocks: only 4-byte aligned */
     const uint8_t *b = row + (int64_t)blk * 84, *q = b + 16 + 32 * n + 16 * h;
-    w.qs = make_uint4(g3_ld32(q), g3_ld32(q + 4), g3_ld32(q + 8), g3_ld32(q + 12));
-    w.sc = make_uint2(g3_ld32(b + 8 * n), g3_ld32(b + 8 * n + 4));
-    w.dd = g3_ld32(b + 80);
+    w.qs = make_uint4(ldw_u32(q), ldw_u32(q + 4), ldw_u32(q + 8), ldw_u32(q + 12));
+    w.sc = make_uint2(ldw_u32(b + 8 * n), ldw_u32(b + 8 * n + 4));
+    w.dd = ldw_u32(b + 80);
 }
 
 /* Work split: a group of nsel warps per output row, warp e taking selected

@@ -244,14 +244,6 @@ __global__ void k_swiglu(const float *g, const float *u, const float *w, int F, 
     mid[(int64_t)p * F + i] = s;
 }
 /* The same per element, four elements per thread (float4 loads and store). */
-__device__ __forceinline__ float swiglu1(float gv, float uv, float limit) {
-    if (limit > 1e-6f) {
-        if (gv > limit) gv = limit;
-        if (uv > limit) uv = limit;
-        if (uv < -limit) uv = -limit;
-    }
-    return gv * sigmoid_stable(gv) * uv;
-}
 __global__ void k_swiglu4(const float4 *g, const float4 *u, const float *w, int F4, float limit, float4 *mid) {
     cu_pdl_enter();
     int p = blockIdx.y;
@@ -259,10 +251,10 @@ __global__ void k_swiglu4(const float4 *g, const float4 *u, const float *w, int 
     if (i >= F4) return;
     float4 gv = g[(int64_t)p * F4 + i], uv = u[(int64_t)p * F4 + i];
     float4 s;
-    s.x = swiglu1(gv.x, uv.x, limit);
-    s.y = swiglu1(gv.y, uv.y, limit);
-    s.z = swiglu1(gv.z, uv.z, limit);
-    s.w = swiglu1(gv.w, uv.w, limit);
+    s.x = cu_swiglu1(gv.x, uv.x, limit);
+    s.y = cu_swiglu1(gv.y, uv.y, limit);
+    s.z = cu_swiglu1(gv.z, uv.z, limit);
+    s.w = cu_swiglu1(gv.w, uv.w, limit);
     if (w) { float wp = w[p]; s.x *= wp; s.y *= wp; s.z *= wp; s.w *= wp; }
     mid[(int64_t)p * F4 + i] = s;
 }

@@ -19,6 +19,7 @@
 
 #include "quant/quant.h"
 #include "cuda/cu_ops.h"
+#include "tables.h"
 #include "cuda/cu_gemvh.h"
 
 /* cu_gemv.cu: the T = 1 pipeline variant of the exact-activation GEMV (MINKE_CUDA_GEMVF_V) */
@@ -32,29 +33,6 @@ static float frand(void) {
 
 #define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("FAIL cuda %s: %s\n", #x, cudaGetErrorString(e_)); exit(1); } } while (0)
 
-static int tables_ready = 0;
-static void tables(void) {
-    if (tables_ready) return;
-    uint64_t grid[256]; uint8_t signs[128]; int8_t kv[16];
-    const quant_traits *iq = quant_get(GGML_TYPE_IQ2_XXS), *mx = quant_get(GGML_TYPE_MXFP4);
-    for (int k = 0; k < 256; k++) {
-        uint8_t blk[66] = {0}; float out[256];
-        blk[1] = 0x3C; blk[2] = (uint8_t)k; blk[9] = 0x30;
-        iq->dequant(blk, out, 256);
-        uint64_t v = 0;
-        for (int j = 0; j < 8; j++) v |= (uint64_t)(uint8_t)lrintf(out[j] / 0.875f) << (8 * j);
-        grid[k] = v;
-    }
-    for (int i = 0; i < 128; i++) signs[i] = (uint8_t)(i | ((__builtin_popcount(i) & 1) << 7));
-    for (int i = 0; i < 16; i++) {
-        uint8_t blk[17] = {0}; float out[32];
-        blk[0] = 128; blk[1] = (uint8_t)i;
-        mx->dequant(blk, out, 32);
-        kv[i] = (int8_t)lrintf(out[0]);
-    }
-    if (cu_tables_init(grid, signs, kv)) { printf("FAIL tables\n"); exit(1); }
-    tables_ready = 1;
-}
 
 static int check_type(int type, int64_t rows, int64_t in, int T, int timing) {
     const quant_traits *tr = quant_get(type);
@@ -952,7 +930,7 @@ int main(int argc, char **argv) {
     int timing = argc > 1 && !strcmp(argv[1], "--time");
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess || n < 1) { printf("SKIP no CUDA device\n"); return 0; }
-    tables();
+    cu_check_tables();
     int types[] = {GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_Q8_0, GGML_TYPE_Q2_K, GGML_TYPE_Q4_K,
                    GGML_TYPE_IQ2_XXS, GGML_TYPE_MXFP4};
     int fail = 0;

@@ -41,6 +41,7 @@
 
 #include "quant/quant.h"
 #include "cuda/cu_ops.h"
+#include "tables.h"
 
 /* cu_mmq.cu's pre-split path (not in cu_ops.h yet) */
 int64_t cu_mmq_split_row_bytes(int64_t n);
@@ -64,29 +65,6 @@ static int pieces;
 static int version = 1;    /* the exact kernels' version under test (MINKE_CUDA_MMQ_X / MINKE_CUDA_MMQ_V) */
 static char variant[48];   /* kernel version and occupancy from the environment, for the lines printed */
 
-/* The decoders' tables as the backend uploads them: the IQ2_XXS grid read
- * back from the CPU decoder (scale 1.0 x 0.875), signs with parity, MXFP4 x 2. */
-static void tables(void) {
-    uint64_t grid[256]; uint8_t signs[128]; int8_t kv[16];
-    const quant_traits *iq = quant_get(GGML_TYPE_IQ2_XXS);
-    for (int k = 0; k < 256; k++) {
-        uint8_t blk[66] = {0}; float out[256];
-        blk[1] = 0x3C; blk[2] = (uint8_t)k; blk[9] = 0x30;
-        iq->dequant(blk, out, 256);
-        uint64_t v = 0;
-        for (int j = 0; j < 8; j++) v |= (uint64_t)(uint8_t)lrintf(out[j] / 0.875f) << (8 * j);
-        grid[k] = v;
-    }
-    for (int i = 0; i < 128; i++) signs[i] = (uint8_t)(i | ((__builtin_popcount(i) & 1) << 7));
-    const quant_traits *mx = quant_get(GGML_TYPE_MXFP4);
-    for (int i = 0; i < 16; i++) {
-        uint8_t blk[17] = {0}; float out[32];
-        blk[0] = 128; blk[1] = (uint8_t)i;
-        mx->dequant(blk, out, 32);
-        kv[i] = (int8_t)lrintf(out[0]);
-    }
-    if (cu_tables_init(grid, signs, kv)) { printf("FAIL tables\n"); exit(1); }
-}
 
 /* Activation row t of n elements; the kind cycles with t. */
 static void act_row(float *x, int64_t n, int t) {
@@ -401,7 +379,7 @@ int main(int argc, char **argv) {
     }
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess || n < 1) { printf("SKIP no CUDA device\n"); return 0; }
-    tables();
+    cu_check_tables();
     int fail = 0;
     /* Q8_0 */
     fail |= check(GGML_TYPE_Q8_0, 1, 300, 1024, 100, 0, 1, 1);

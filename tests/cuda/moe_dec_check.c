@@ -17,6 +17,7 @@
 
 #include "quant/quant.h"
 #include "cuda/cu_ops.h"
+#include "tables.h"
 #include "cuda/cu_gemv3.h"
 
 #define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("FAIL cuda %s: %s\n", #x, cudaGetErrorString(e_)); exit(1); } } while (0)
@@ -25,26 +26,6 @@ static uint64_t rng = 0x9E3779B97F4A7C15ull;
 static uint32_t urand(void) { rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17; return (uint32_t)(rng >> 32); }
 static float frand(void) { return (float)(urand() * (1.0 / 4294967296.0)) * 2.0f - 1.0f; }
 
-static void tables(void) {
-    uint64_t grid[256]; uint8_t signs[128]; int8_t kv[16];
-    const quant_traits *iq = quant_get(GGML_TYPE_IQ2_XXS), *mx = quant_get(GGML_TYPE_MXFP4);
-    for (int k = 0; k < 256; k++) {
-        uint8_t blk[66] = {0}; float out[256];
-        blk[1] = 0x3C; blk[2] = (uint8_t)k; blk[9] = 0x30;
-        iq->dequant(blk, out, 256);
-        uint64_t v = 0;
-        for (int j = 0; j < 8; j++) v |= (uint64_t)(uint8_t)lrintf(out[j] / 0.875f) << (8 * j);
-        grid[k] = v;
-    }
-    for (int i = 0; i < 128; i++) signs[i] = (uint8_t)(i | ((__builtin_popcount(i) & 1) << 7));
-    for (int i = 0; i < 16; i++) {
-        uint8_t blk[17] = {0}; float out[32];
-        blk[0] = 128; blk[1] = (uint8_t)i;
-        mx->dequant(blk, out, 32);
-        kv[i] = (int8_t)lrintf(out[0]);
-    }
-    if (cu_tables_init(grid, signs, kv)) { printf("FAIL tables\n"); exit(1); }
-}
 
 static uint16_t f16_bits(float f) {
     /* a normal half near f (|f| in [2^-14, 65504]), enough for random scales */
@@ -201,7 +182,7 @@ static void timing(int64_t in, int64_t ff, int E, int nsel) {
 int main(int argc, char **argv) {
     int dev = 0;
     if (cudaGetDeviceCount(&dev) != cudaSuccess || dev < 1) { printf("skip moe_dec_check: no CUDA device\n"); return 0; }
-    tables();
+    cu_check_tables();
     int bad = 0;
     bad += check(256, 256, 16, 6, 0, 0.f);
     bad += check(1024, 512, 8, 6, 1, 0.f);
