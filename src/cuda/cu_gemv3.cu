@@ -8,19 +8,21 @@
  * int8 pieces (cu_split.cuh: 24 bits of each group's amax, the pieces the
  * tensor-core prefill uses), and each weight code meets each piece in one
  * dp4a lane; a group's three integer dots are exact and become one float dot
- * (mx_combine3), scaled once. So the products stay exact to f32 rounding,
- * like k_gemvf's, at about a third of the instructions.
+ * (mx_combine3), scaled once: each element is exact to ~6e-8 of its group's
+ * amax, at about half the instructions of the f32 kernels (measured time:
+ * docs/performance.md, third session).
  *
- * Three kernels, for the three places of a q2 decode step:
- *   k_g3_q8       dense Q8_0 / Q8_0R (all attention and shared-expert
- *                 projections, the output head): R rows a warp, K split
- *                 over KS warps for short matrices, weights of the first
- *                 item requested before cu_pdl_enter();
+ * Three kernels:
  *   k_g3_iq2_glu  the routed experts' gate and up (IQ2_XXS / IQ2R) for the
  *                 selected experts of one token, with the SwiGLU and the
  *                 router weight in the epilogue (no separate SwiGLU launch);
  *   k_g3_q2k_down the routed experts' down (Q2_K) summed over the selected
- *                 experts in each output row (no separate sum launch).
+ *                 experts in each output row (no separate sum launch);
+ *                 both keep their blocks resident and give each lane one
+ *                 fixed slice of the activations, held in registers;
+ *   k_g3_q8       dense Q8_0 / Q8_0R (MINKE_CUDA_G3=2 only: slower than
+ *                 k_gemvf today, since every block splits the whole input
+ *                 for a few rows).
  * Each output is summed in a fixed order (the same bits every run).
  */
 #include <stdlib.h>
@@ -61,7 +63,6 @@ extern "C" int cu_gemv3_enabled(void) {
     if (g3_on < 0) { const char *e = getenv("MINKE_CUDA_G3"); g3_on = e && *e ? atoi(e) : 1; }
     return g3_on;
 }
-extern "C" void cu_gemv3_set_enabled(int on) { g3_on = on; }
 
 /* the MoE kernels decode the grid's bytes as selectors of {8, 25, 43}: a grid
  * with other bytes turns them off (cu_moe_dec_supported) */
