@@ -763,9 +763,7 @@ void cu_attention(const float *q, const float *kv_batch, const float *ring, cons
             hpb_env = e ? atoi(e) : 0;
             e = getenv("MINKE_CUDA_ATT_FILL");
             fill_mult = e && atoi(e) > 0 ? atoi(e) : 1;
-            int dev = 0;
-            if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || nsm < 1)
-                nsm = 132;
+            nsm = cu_num_sms();
         }
         if (nsplit > ADEC_MAXS) nsplit = ADEC_MAXS;
         /* 8 heads per block (a row read from L2 once per 8 heads, 2 warps per

@@ -287,36 +287,9 @@ static int cu_model_init(minke_model *m) {
 
     /* tables */
     {
-        uint64_t grid[256]; uint8_t signs[128]; int8_t kv[16];
-        /* recover the IQ2_XXS grid through the public dequantizer: one group, scale
-         * nibble 3 (dg = 0.875 d), d = 1, grid index k in slot 0, no signs */
-        const quant_traits *iq = quant_get(GGML_TYPE_IQ2_XXS);
-        const quant_traits *mx = quant_get(GGML_TYPE_MXFP4);
-        if (!iq) { minke_set_error("cuda backend: no IQ2_XXS decoder"); goto fail; }
-        for (int k = 0; k < 256; k++) {
-            uint8_t blk[66]; float out[256];
-            memset(blk, 0, sizeof blk);
-            blk[0] = 0x00; blk[1] = 0x3C;            /* f16 1.0 */
-            blk[2] = (uint8_t)k;
-            blk[2 + 7] = 0x30;                      /* t = 3 in bits 28..31 */
-            iq->dequant(blk, out, 256);
-            uint64_t v = 0;
-            for (int j = 0; j < 8; j++) v |= (uint64_t)(uint8_t)lrintf(out[j] / 0.875f) << (8 * j);
-            grid[k] = v;
-        }
-        for (int i = 0; i < 128; i++) signs[i] = (uint8_t)(i | ((__builtin_popcount(i) & 1) << 7));
-        for (int i = 0; i < 16; i++) {
-            /* MXFP4 value table (x2) from the decoder: scale byte 128 = 2^0 for the half-scale convention */
-            kv[i] = 0;
-            if (mx) {
-                uint8_t blk[17]; float out[32];
-                memset(blk, 0, sizeof blk);
-                blk[0] = 128; blk[1] = (uint8_t)i;
-                mx->dequant(blk, out, 32);
-                kv[i] = (int8_t)lrintf(out[0]);
-            }
-        }
-        if (cu_tables_init(grid, signs, kv)) { minke_set_error("cuda: table upload failed"); goto fail; }
+        int tr = cu_tables_init_from_quant();
+        if (tr == -2) { minke_set_error("cuda backend: no IQ2_XXS decoder"); goto fail; }
+        if (tr) { minke_set_error("cuda: table upload failed"); goto fail; }
         cu_ops_init();
     }
     /* RoPE tables: the CPU's own init, so the angles agree bit for bit */
@@ -1014,7 +987,6 @@ static void ffn_layer(fwd *f, int il) {
                        s->emid, st);
         PROF(f, "moe_down");
         cu_moe_dec_down(Wd->d, Wd->row_bytes, Wd->row_bytes * D, D, F, s->emid, s->rsel, K, s->mo, st);
-        f->xq_type = 0;
     } else {
         /* gate and up over the token activations (act row = pair / K) */
         PROF(f, "moe_gate_up");

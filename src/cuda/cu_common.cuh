@@ -175,6 +175,18 @@ __device__ __forceinline__ float cu_swiglu1(float gv, float uv, float limit) {
     return gv * sigmoid_stable(gv) * uv;
 }
 
+/* The current device's SM count (132 when it cannot be read), read once per
+ * file that asks: launch shapes size their grids by it. */
+static inline int cu_num_sms(void) {
+    static int n = 0;
+    if (!n) {
+        int dev = 0, v = 0;
+        n = cudaGetDevice(&dev) == cudaSuccess && cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess &&
+                    v > 0 ? v : 132;
+    }
+    return n;
+}
+
 /* Programmatic dependent launch (MINKE_CUDA_PDL, default on): every kernel of
  * the backend starts with cu_pdl_enter(): wait until the grids it depends on
  * have completed and their writes are visible (a no-op when it was launched

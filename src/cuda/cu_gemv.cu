@@ -21,6 +21,10 @@
 #include "cuda/cu_gemv3.h"
 #include "cuda/cu_gemvh.h"
 
+extern "C" {
+#include "quant/quant.h"
+}
+
 /* IQ2_XXS grid / signs and MXFP4 values; uploaded once from src/quant's
  * decoders (cu_tables_init) so the data lives in one place. */
 __device__ uint64_t cu_iq2xxs_grid[256];
@@ -937,16 +941,6 @@ k_gemvf(cu_gemv_args g, xf_opts xo) {
     }
 }
 
-static int xf_num_sms(void) {
-    static int n = 0;
-    if (!n) {
-        int dev = 0;
-        cudaGetDevice(&dev);
-        if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n <= 0) n = 132;
-    }
-    return n;
-}
-
 /* MINKE_CUDA_GEMVF_LOOPS: the most row groups a block takes in turn (default 8; 1 = a block per group) */
 static int gemvf_max_loops(void) {
     static int n = 0;
@@ -1009,7 +1003,7 @@ static void launch_f(const cu_gemv_args &g, int nwarps, int ntiles, cudaStream_t
                 nb = 0;
             occ_smem = smem; occ_threads = nwarps * 32; occ_blocks = nb;
         }
-        int64_t cap = (int64_t)occ_blocks * xf_num_sms();
+        int64_t cap = (int64_t)occ_blocks * cu_num_sms();
         int64_t eff_tiles = g.tile_pairs ? (ntiles + 1) / 2 : ntiles;
         int64_t total = (int64_t)gx * (g.w2 ? 2 : 1) * (eff_tiles > 0 ? eff_tiles : 1);
         if (cap > 0 && total > cap) {
@@ -1037,7 +1031,7 @@ static void launch_f1(const cu_gemv_args &g, int nwarps, int ntiles, cudaStream_
 template <int TYPE>
 static void launch_type_f(const cu_gemv_args &g, int ntiles, cudaStream_t st) {
     const int64_t gr = g.group_rows;
-    const int64_t want = 4 * (int64_t)xf_num_sms();    /* 2 rows a warp from 1.5 blocks an SM */
+    const int64_t want = 4 * (int64_t)cu_num_sms();    /* 2 rows a warp from 1.5 blocks an SM */
     const int pairs = g.w2 ? 2 : 1;
     auto blocks = [&](int64_t rpb) { return (g.rows + rpb - 1) / rpb * pairs * ntiles; };
     auto fits = [&](int64_t rpb) { return !gr || gr % rpb == 0; };
@@ -1172,6 +1166,38 @@ int cu_repack_iq2_xxs(void *data, int64_t rows, int64_t in, uint64_t row_bytes, 
     int nb = (int)(in / 256);
     if (row_bytes % 8 || row_bytes != (uint64_t)nb * 66) return 0;   /* rows must stay 8-byte aligned */
     return repack_rows(data, rows, nb, 64, row_bytes, st);
+}
+
+/* The tables read back through src/quant's public decoders, so the data lives
+ * in one place: the IQ2_XXS grid from one group of scale nibble 3 (dg = 0.875
+ * d), d = 1, grid index k in slot 0, no signs; the sign bytes with their
+ * parity bit; the MXFP4 values x 2 (scale byte 128 = 2^0 in the half-scale
+ * convention). -2 when there is no IQ2_XXS decoder. */
+int cu_tables_init_from_quant(void) {
+    uint64_t grid[256]; uint8_t signs[128]; int8_t kv[16];
+    const quant_traits *iq = quant_get(GGML_TYPE_IQ2_XXS), *mx = quant_get(GGML_TYPE_MXFP4);
+    if (!iq) return -2;
+    for (int k = 0; k < 256; k++) {
+        uint8_t blk[66] = {0}; float out[256];
+        blk[1] = 0x3C;                   /* f16 1.0 */
+        blk[2] = (uint8_t)k;
+        blk[2 + 7] = 0x30;               /* t = 3 in bits 28..31 */
+        iq->dequant(blk, out, 256);
+        uint64_t v = 0;
+        for (int j = 0; j < 8; j++) v |= (uint64_t)(uint8_t)lrintf(out[j] / 0.875f) << (8 * j);
+        grid[k] = v;
+    }
+    for (int i = 0; i < 128; i++) signs[i] = (uint8_t)(i | ((__builtin_popcount(i) & 1) << 7));
+    for (int i = 0; i < 16; i++) {
+        kv[i] = 0;
+        if (mx) {
+            uint8_t blk[17] = {0}; float out[32];
+            blk[0] = 128; blk[1] = (uint8_t)i;
+            mx->dequant(blk, out, 32);
+            kv[i] = (int8_t)lrintf(out[0]);
+        }
+    }
+    return cu_tables_init(grid, signs, kv);
 }
 
 int cu_tables_init(const uint64_t *grid, const uint8_t *signs, const int8_t *kvalues) {

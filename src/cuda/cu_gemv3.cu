@@ -46,16 +46,6 @@ __device__ uint32_t g3_ssel[128];
 #define G3_IW 28
 #define G3_MAXIN 16384
 
-static int g3_num_sms(void) {
-    static int n = 0;
-    if (!n) {
-        int dev = 0;
-        cudaGetDevice(&dev);
-        if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n <= 0) n = 132;
-    }
-    return n;
-}
-
 /* MINKE_CUDA_G3: 0 turns these kernels off (the f32 GEMVs run instead), 1
  * (default) keeps the MoE kernels only, 2 uses the dense one too */
 static int g3_on = -1;
@@ -531,7 +521,7 @@ extern "C" int cu_gemv3(const cu_gemv_args *g, cudaStream_t st) {
     const int pairs = g->w2 ? 2 : 1;
     /* the shape: 4 rows a warp while that leaves >= 2 blocks an SM, else fewer
      * rows, then K split over warps; a block's rows stay in one input group */
-    const int64_t want = 2 * (int64_t)g3_num_sms(), gr = g->group_rows;
+    const int64_t want = 2 * (int64_t)cu_num_sms(), gr = g->group_rows;
     auto blocks = [&](int64_t rpb) { return (g->rows + rpb - 1) / rpb * pairs; };
     auto fits = [&](int64_t rpb) { return !gr || gr % rpb == 0; };
 #define G3_Q8(R, KS) do { if (rep) g3_launch_q8<true, R, KS>(a, pairs, st); else g3_launch_q8<false, R, KS>(a, pairs, st); } while (0)
@@ -560,7 +550,7 @@ template <typename K>
 static int g3_resident_blocks(K k, int threads, size_t smem, int64_t work_warps) {
     int nb = 1;
     if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, k, threads, smem) != cudaSuccess || nb < 1) nb = 1;
-    int64_t g = (int64_t)nb * g3_num_sms(), need = (work_warps + threads / 32 - 1) / (threads / 32);
+    int64_t g = (int64_t)nb * cu_num_sms(), need = (work_warps + threads / 32 - 1) / (threads / 32);
     return (int)(g < need ? g : need);
 }
 

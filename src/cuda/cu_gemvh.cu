@@ -200,16 +200,6 @@ __global__ void __launch_bounds__(GH_WARPS * 32, U > 4 ? 1 : PP ? 3 : 4) k_gemvh
 /* ------------------------------------------------------------------ */
 /* host side                                                           */
 
-static int gh_num_sms(void) {
-    static int n = 0;
-    if (!n) {
-        int dev = 0, v = 0;
-        cudaGetDevice(&dev);
-        n = cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess && v > 0 ? v : 132;
-    }
-    return n;
-}
-
 static int gh_var = -1;
 extern "C" void cu_gemvh_set_variant(int v) { gh_var = v < 0 ? -1 : v; }
 static int gh_variant(void) {
@@ -251,7 +241,7 @@ static int gh_plan_for(const cu_gemv_args *g, int ntiles, gh_plan *pl) {
     while (ks < GH_WARPS && (ni + ks - 1) / ks > 128) ks *= 2;
     /* the split (hence each row's summation order) from one matrix's tasks, so
      * that a paired launch sums each row as the single launch does */
-    const int64_t want = 2 * (int64_t)gh_num_sms();
+    const int64_t want = 2 * (int64_t)cu_num_sms();
     while (ks < GH_WARPS && tasks(ks) / pairs * ntiles < want && (ni + 2 * ks - 1) / (2 * ks) >= 32) ks *= 2;
     int slice = (ni + ks - 1) / ks;
     slice = (slice + 7) & ~7;      /* 128-byte aligned slices (F16/BF16) */
@@ -287,7 +277,7 @@ static void gh_launch(const gh_params &p, int ntiles, int loop, cudaStream_t st)
     int64_t grid = p.ntasks;
     if (loop) {
         /* no more blocks than fit at once; the tasks shared out evenly */
-        int64_t cap = (int64_t)gh_occupancy<TYPE, U, PP, GR>() * gh_num_sms() / ntiles;
+        int64_t cap = (int64_t)gh_occupancy<TYPE, U, PP, GR>() * cu_num_sms() / ntiles;
         if (cap < 1) cap = 1;
         if (grid > cap) {
             int64_t loops = (grid + cap - 1) / cap;

@@ -12,15 +12,6 @@
 #include "cuda/cu_ops.h"
 #include "cuda/cu_dec.h"
 
-static int num_sms(void) {
-    static int n = 0;
-    if (!n) {
-        int dev = 0;
-        if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n < 1)
-            n = 132;
-    }
-    return n;
-}
 /* kernel attributes (cu_indexer_init) also when the caller skipped cu_ops_init */
 static void idx_attrs_once(void) {
     static int done = 0;
@@ -325,7 +316,7 @@ void cu_idx_scores(const float *qI, const float *wI, const float *rows, int T, i
     size_t shm = (size_t)(nh * (hd + 4) + nh) * sizeof(float);
     if (!cu_dec_old(CU_OLD_IDX_SCORES) && hd % 4 == 0 && nh <= 64) {
         /* decode: 16 row slots (128 threads) while the rows fit ~4 blocks per SM, else 32 */
-        int nsm = num_sms(), force = env_int("MINKE_CUDA_IDX_RPT", 0);
+        int nsm = cu_num_sms(), force = env_int("MINKE_CUDA_IDX_RPT", 0);
         int slots = env_int("MINKE_CUDA_IDX_SLOTS", T == 1 && max_rows <= 16 * 4 * nsm ? 16 : 32);
         if (slots != 16) slots = 32;
         int gx = (max_rows + slots - 1) / slots;

@@ -55,6 +55,9 @@ int cu_repack_q8_0(void *data, int64_t rows, int64_t in, uint64_t row_bytes, cud
 /* The same for IQ2_XXS (type 116): 8-byte aligned groups, scales after. */
 int cu_repack_iq2_xxs(void *data, int64_t rows, int64_t in, uint64_t row_bytes, cudaStream_t st);
 int cu_tables_init(const uint64_t *grid, const uint8_t *signs, const int8_t *kvalues);
+/* cu_tables_init with the tables read back through src/quant's decoders (the backend and
+ * the check programs use it); -2 when there is no IQ2_XXS decoder. */
+int cu_tables_init_from_quant(void);
 
 /* ---- cu_mmq.cu: tensor-core (int8 mma) products for prefill batches ---- */
 /* Activation rows from which the backend uses cu_mmq (0: off; env MINKE_CUDA_MMQ=0/1

@@ -19,7 +19,6 @@
 
 #include "quant/quant.h"
 #include "cuda/cu_ops.h"
-#include "tables.h"
 #include "cuda/cu_gemvh.h"
 
 /* cu_gemv.cu: the T = 1 pipeline variant of the exact-activation GEMV (MINKE_CUDA_GEMVF_V) */
@@ -439,6 +438,53 @@ static int cmp_float(const void *a, const void *b) {
  * one on the same weights: E experts (MoE tiles of the E pairs of one token,
  * E = 0: a dense matrix), optionally gate+up paired. The weights are rotated
  * over a pool far larger than L2; median of 20 launches. */
+/* Time one launch shape over a pool of nsets weight copies of `set` bytes
+ * (rotated so weights come from memory; paired: w2 is the second half of a
+ * copy): *med_ms = the median of 20 launches, *graph_us = the mean of 43
+ * back-to-back launches in one CUDA graph (as in a decode step: PDL lets each
+ * launch start while the one before runs), -1 when the graph fails. */
+static void time_rotated(cu_gemv_args *g, int ntiles, const void *pool, int64_t set, int nsets, int paired,
+                         cudaEvent_t *ev, cudaStream_t gs, float *med_ms, float *graph_us) {
+    float ms[20];
+    for (int i = -2; i < 20; i++) {
+        int s = (i + 2) % nsets;
+        g->w = (const uint8_t *)pool + (int64_t)s * set;
+        if (paired) g->w2 = (const uint8_t *)g->w + set / 2;
+        if (i >= 0) cudaEventRecord(ev[i], 0);
+        cu_gemv(g, ntiles, 0);
+        if (i >= 0) cudaEventRecord(ev[i + 1], 0);
+    }
+    CK(cudaGetLastError());
+    cudaEventSynchronize(ev[20]);
+    for (int i = 0; i < 20; i++) cudaEventElapsedTime(&ms[i], ev[i], ev[i + 1]);
+    qsort(ms, 20, sizeof(float), cmp_float);
+    *med_ms = (ms[9] + ms[10]) / 2;
+    const int NG = 43, REP = 5;
+    cudaGraph_t graph; cudaGraphExec_t exec;
+    *graph_us = -1.f;
+    CK(cudaStreamSynchronize(0));
+    if (cudaStreamBeginCapture(gs, cudaStreamCaptureModeThreadLocal) == cudaSuccess) {
+        for (int i = 0; i < NG; i++) {
+            g->w = (const uint8_t *)pool + (int64_t)(i % nsets) * set;
+            if (paired) g->w2 = (const uint8_t *)g->w + set / 2;
+            cu_gemv(g, ntiles, gs);
+        }
+        if (cudaStreamEndCapture(gs, &graph) == cudaSuccess && cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess) {
+            cudaGraphLaunch(exec, gs);
+            cudaEventRecord(ev[0], gs);
+            for (int r = 0; r < REP; r++) cudaGraphLaunch(exec, gs);
+            cudaEventRecord(ev[1], gs);
+            if (cudaEventSynchronize(ev[1]) == cudaSuccess) {
+                float t; cudaEventElapsedTime(&t, ev[0], ev[1]);
+                *graph_us = t * 1e3f / (NG * REP);
+            }
+            cudaGraphExecDestroy(exec);
+            cudaGraphDestroy(graph);
+        }
+    }
+    if (cudaGetLastError() != cudaSuccess) *graph_us = -1.f;
+}
+
 static void time_f32(int type, int64_t rows, int64_t in, int E, int paired, int down) {
     uint64_t rb = quant_row_bytes(type, in);
     int ne = E > 0 ? E : 1;
@@ -493,47 +539,7 @@ static void time_f32(int type, int64_t rows, int64_t in, int E, int paired, int 
         g.act_f32 = f32;
         g.act = f32 ? (const void *)dx : dq;
         g.act_stride = f32 ? in * 4 : arb;
-        float ms[20];
-        for (int i = -2; i < 20; i++) {
-            int s = (i + 2) % nsets;
-            g.w = (const uint8_t *)pool + (int64_t)s * set;
-            if (paired) g.w2 = (const uint8_t *)g.w + set / 2;
-            if (i >= 0) cudaEventRecord(ev[i], 0);
-            cu_gemv(&g, ntiles, 0);
-            if (i >= 0) cudaEventRecord(ev[i + 1], 0);
-        }
-        CK(cudaGetLastError());
-        cudaEventSynchronize(ev[20]);
-        for (int i = 0; i < 20; i++) cudaEventElapsedTime(&ms[i], ev[i], ev[i + 1]);
-        qsort(ms, 20, sizeof(float), cmp_float);
-        med[mode] = (ms[9] + ms[10]) / 2;
-        /* 43 back-to-back launches in one CUDA graph (as in a decode step: PDL lets
-         * each launch start while the one before runs), weights rotated over the pool */
-        const int NG = 43, REP = 5;
-        cudaGraph_t graph; cudaGraphExec_t exec;
-        graph_us[mode] = -1.f;
-        CK(cudaStreamSynchronize(0));
-        if (cudaStreamBeginCapture(gs, cudaStreamCaptureModeThreadLocal) == cudaSuccess) {
-            for (int i = 0; i < NG; i++) {
-                int s = i % nsets;
-                g.w = (const uint8_t *)pool + (int64_t)s * set;
-                if (paired) g.w2 = (const uint8_t *)g.w + set / 2;
-                cu_gemv(&g, ntiles, gs);
-            }
-            if (cudaStreamEndCapture(gs, &graph) == cudaSuccess && cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess) {
-                cudaGraphLaunch(exec, gs);
-                cudaEventRecord(ev[0], gs);
-                for (int r = 0; r < REP; r++) cudaGraphLaunch(exec, gs);
-                cudaEventRecord(ev[1], gs);
-                if (cudaEventSynchronize(ev[1]) == cudaSuccess) {
-                    float t; cudaEventElapsedTime(&t, ev[0], ev[1]);
-                    graph_us[mode] = t * 1e3f / (NG * REP);
-                }
-                cudaGraphExecDestroy(exec);
-                cudaGraphDestroy(graph);
-            }
-        }
-        if (cudaGetLastError() != cudaSuccess) graph_us[mode] = -1.f;
+        time_rotated(&g, ntiles, pool, set, nsets, paired, ev, gs, &med[mode], &graph_us[mode]);
     }
     cu_gemvf_set_variant(-1);
     printf("time gemvf %-8s %-26s %6.2f MB: q8 %.2f us (%.0f GB/s), graph %.2f us (%.0f GB/s)\n", quant_get(type)->name, shape,
@@ -782,44 +788,8 @@ static void time_h(int type, int64_t rows, int64_t in, int paired, const char *n
     float med[4], graph_us[4];
     for (int mi = 0; mi < 4; mi++) {
         cu_gemvh_set_variant(modes[mi]);
-        float ms[20];
-        for (int i = -2; i < 20; i++) {
-            int s = (i + 2) % nsets;
-            g.w = (const uint8_t *)pool + (int64_t)s * set;
-            if (paired) g.w2 = (const uint8_t *)g.w + set / 2;
-            if (i >= 0) cudaEventRecord(ev[i], 0);
-            cu_gemv(&g, 1, 0);
-            if (i >= 0) cudaEventRecord(ev[i + 1], 0);
-        }
-        CK(cudaGetLastError());
-        cudaEventSynchronize(ev[20]);
-        for (int i = 0; i < 20; i++) cudaEventElapsedTime(&ms[i], ev[i], ev[i + 1]);
-        qsort(ms, 20, sizeof(float), cmp_float);
-        med[mi] = (ms[9] + ms[10]) / 2 * 1e3f;
-        const int NG = 43, REP = 5;
-        cudaGraph_t graph; cudaGraphExec_t exec;
-        graph_us[mi] = -1.f;
-        CK(cudaStreamSynchronize(0));
-        if (cudaStreamBeginCapture(gs, cudaStreamCaptureModeThreadLocal) == cudaSuccess) {
-            for (int i = 0; i < NG; i++) {
-                g.w = (const uint8_t *)pool + (int64_t)(i % nsets) * set;
-                if (paired) g.w2 = (const uint8_t *)g.w + set / 2;
-                cu_gemv(&g, 1, gs);
-            }
-            if (cudaStreamEndCapture(gs, &graph) == cudaSuccess && cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess) {
-                cudaGraphLaunch(exec, gs);
-                cudaEventRecord(ev[0], gs);
-                for (int r = 0; r < REP; r++) cudaGraphLaunch(exec, gs);
-                cudaEventRecord(ev[1], gs);
-                if (cudaEventSynchronize(ev[1]) == cudaSuccess) {
-                    float t; cudaEventElapsedTime(&t, ev[0], ev[1]);
-                    graph_us[mi] = t * 1e3f / (NG * REP);
-                }
-                cudaGraphExecDestroy(exec);
-                cudaGraphDestroy(graph);
-            }
-        }
-        if (cudaGetLastError() != cudaSuccess) graph_us[mi] = -1.f;
+        time_rotated(&g, 1, pool, set, nsets, paired, ev, gs, &med[mi], &graph_us[mi]);
+        med[mi] *= 1e3f;     /* us */
     }
     cu_gemvh_set_variant(-1);
     char shape[64];
@@ -930,7 +900,7 @@ int main(int argc, char **argv) {
     int timing = argc > 1 && !strcmp(argv[1], "--time");
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess || n < 1) { printf("SKIP no CUDA device\n"); return 0; }
-    cu_check_tables();
+    if (cu_tables_init_from_quant()) { printf("FAIL tables\n"); return 1; }
     int types[] = {GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_Q8_0, GGML_TYPE_Q2_K, GGML_TYPE_Q4_K,
                    GGML_TYPE_IQ2_XXS, GGML_TYPE_MXFP4};
     int fail = 0;

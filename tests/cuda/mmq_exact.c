@@ -41,7 +41,6 @@
 
 #include "quant/quant.h"
 #include "cuda/cu_ops.h"
-#include "tables.h"
 
 /* cu_mmq.cu's pre-split path (not in cu_ops.h yet) */
 int64_t cu_mmq_split_row_bytes(int64_t n);
@@ -379,7 +378,7 @@ int main(int argc, char **argv) {
     }
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess || n < 1) { printf("SKIP no CUDA device\n"); return 0; }
-    cu_check_tables();
+    if (cu_tables_init_from_quant()) { printf("FAIL tables\n"); return 1; }
     int fail = 0;
     /* Q8_0 */
     fail |= check(GGML_TYPE_Q8_0, 1, 300, 1024, 100, 0, 1, 1);

@@ -17,7 +17,6 @@
 
 #include "quant/quant.h"
 #include "cuda/cu_ops.h"
-#include "tables.h"
 #include "cuda/cu_gemv3.h"
 
 #define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("FAIL cuda %s: %s\n", #x, cudaGetErrorString(e_)); exit(1); } } while (0)
@@ -182,7 +181,7 @@ static void timing(int64_t in, int64_t ff, int E, int nsel) {
 int main(int argc, char **argv) {
     int dev = 0;
     if (cudaGetDeviceCount(&dev) != cudaSuccess || dev < 1) { printf("skip moe_dec_check: no CUDA device\n"); return 0; }
-    cu_check_tables();
+    if (cu_tables_init_from_quant()) { printf("FAIL tables\n"); return 1; }
     int bad = 0;
     bad += check(256, 256, 16, 6, 0, 0.f);
     bad += check(1024, 512, 8, 6, 1, 0.f);
