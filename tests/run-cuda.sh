@@ -92,6 +92,47 @@ for sims in on off; do
     done
 done
 
+# Several GPUs in one process (docs/multigpu.md): routed experts split by id,
+# the rest replicated, one NCCL all-reduce of the MoE output a layer.
+#   a. MINKE_CUDA_FORCE_NCCL=1 runs that path with one GPU (a one-rank
+#      communicator, its all-reduces, the thread pool, the owned-expert
+#      masks): it must equal the plain path bit for bit;
+#   b. with two GPUs or more: --gpus 2 within 1e-3 x max|logit| of one GPU
+#      and of the CPU, the same argmax, for prefill, uneven chunks and decode
+#      (only the order of the expert sum changes).
+NGPU=$(nvidia-smi -L | grep -c '^GPU')
+for mode in prefill chunk7 decode; do
+    case $mode in prefill) opt="" ;; chunk7) opt="--chunk 7" ;; decode) opt="--decode" ;; esac
+    name="tiny-q2-nccl1-$mode"
+    O="$T/cuda-q2-on-nccl1-$mode.f32"
+    if ! MINKE_CUDA_FORCE_NCCL=1 "$M" logits -m "$T/tiny-q2.gguf" --tokens "$TOK" --out "$O" --backend cuda $opt \
+        > "$T/$name.log" 2>&1; then bad "$name"; tail -5 "$T/$name.log"; continue; fi
+    V=$(( $(wc -c < "$O") / 4 / NTOK ))
+    if "$B/tests/cuda/cmp_f32" "$T/cuda-q2-on-$mode.f32" "$O" "$V" 0 --argmax --label "$name"; then ok "$name"; else bad "$name"; fi
+done
+if [ "$NGPU" -ge 2 ]; then
+    for model in f32 q2; do
+        for mode in prefill chunk7 decode; do
+            case $mode in prefill) opt="" ;; chunk7) opt="--chunk 7" ;; decode) opt="--decode" ;; esac
+            name="tiny-$model-gpus2-$mode"
+            O="$T/cuda-$model-on-gpus2-$mode.f32"
+            if ! "$M" logits -m "$T/tiny-$model.gguf" --tokens "$TOK" --out "$O" --backend cuda --gpus 2 $opt \
+                > "$T/$name.log" 2>&1; then bad "$name"; tail -5 "$T/$name.log"; continue; fi
+            V=$(( $(wc -c < "$O") / 4 / NTOK ))
+            if "$B/tests/cuda/cmp_f32" "$T/cuda-$model-on-$mode.f32" "$O" "$V" 1e-3 --argmax --label "$name-vs-1gpu"; then
+                ok "$name-vs-1gpu"; else bad "$name-vs-1gpu"; fi
+            if "$B/tests/cuda/cmp_f32" "$T/cpu-$model-on.f32" "$O" "$V" 1e-3 --argmax --label "$name-vs-cpu"; then
+                ok "$name-vs-cpu"; else bad "$name-vs-cpu"; fi
+        done
+    done
+    # a clear error for a count that does not divide the experts, and for more GPUs than the machine has
+    if "$M" logits -m "$T/tiny-q2.gguf" --tokens "$TOK" --out "$T/x.f32" --backend cuda --gpus 3 > "$T/gpus3.log" 2>&1 ||
+       ! grep -q "does not divide\|has [0-9]* CUDA device" "$T/gpus3.log"; then
+        bad gpus3-clear-error; cat "$T/gpus3.log"; else ok gpus3-clear-error; fi
+else
+    echo "SKIP several-GPU checks: $NGPU GPU here"
+fi
+
 # Measurements, not counted: the tensor-core attention (f16 q/k/p, cu_attn_tc.cu;
 # checked against the f32 kernel by gemv_check) forced on for the tiny model's
 # 160-token prefill, which by default keeps the f32 kernel (batches < 256 tokens;

@@ -14,4 +14,7 @@ int cmd_render(int argc, char **argv);
 int cmd_parse(int argc, char **argv);
 int cmd_logits(int argc, char **argv);
 
+/* --gpus N|all -> minke_model_params.n_gpus (all: -1); -1 when v is neither (gen.c) */
+int cli_parse_gpus(const char *v, int *out);
+
 #endif

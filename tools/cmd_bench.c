@@ -55,6 +55,9 @@ static void usage(FILE *f) {
             "  --sims on|off        FP8/FP4 simulations (default on)\n"
             "  --act exact|q8       quantized-weight products: exact f32 activations (default)\n"
             "                       or ds4's int8 activation quantization (docs/numerics.md)\n"
+            "  --gpus N|all         cuda: GPUs in one process (routed experts split by id); each\n"
+            "                       frontier also times the decode without the all-reduces and\n"
+            "                       prints compute and communication per step\n"
             "  -t, --threads N      CPU threads\n");
 }
 
@@ -109,7 +112,7 @@ static dsv4_tensor *tensor_for(dsv4_weights *w, int kind, int layer) {
 }
 #endif
 
-static minke_model *synthetic_model(const char *which, int sims, int act, int layers) {
+static minke_model *synthetic_model(const char *which, int sims, int act, int layers, int gpus) {
 #ifdef MINKE_CUDA
     int gu, dn;
     if (!strcmp(which, "flash-q2")) { gu = GGML_TYPE_IQ2_XXS; dn = GGML_TYPE_Q2_K; }
@@ -122,6 +125,7 @@ static minke_model *synthetic_model(const char *which, int sims, int act, int la
     m->params.backend = MINKE_BACKEND_CUDA;
     m->params.sims = sims;
     m->params.act = act;
+    m->params.n_gpus = gpus;
     m->params.progress = 1;
     if (dsv4_config_preset(&m->w.cfg, "flash") != 0) { fprintf(stderr, "minke bench: no flash preset\n"); free(m); return NULL; }
     if (layers > 0 && (uint32_t)layers < m->w.cfg.n_layer) {
@@ -161,7 +165,7 @@ static minke_model *synthetic_model(const char *which, int sims, int act, int la
     }
     return m;
 #else
-    (void)which; (void)sims; (void)act; (void)layers;
+    (void)which; (void)sims; (void)act; (void)layers; (void)gpus;
     fprintf(stderr, "minke bench: --synthetic needs a CUDA build (make cuda)\n");
     return NULL;
 #endif
@@ -171,19 +175,20 @@ static minke_model *synthetic_model(const char *which, int sims, int act, int la
 static uint64_t expert_bytes(const dsv4_tensor *t) { return t->ne[2] > 0 ? t->nbytes / (uint64_t)t->ne[2] : t->nbytes; }
 
 /* Weight bytes one decoded token reads: every matrix once, one embedding row,
- * K of the routed experts. */
-static double decode_weight_bytes(const dsv4_weights *w) {
+ * K of the routed experts. *routed (if not NULL) gets the routed experts' part. */
+static double decode_weight_bytes(const dsv4_weights *w, double *routed) {
     const dsv4_config *c = &w->cfg;
-    double b = (double)w->token_embd.row_bytes + w->output.nbytes + w->output_hc_fn.nbytes;
+    double b = (double)w->token_embd.row_bytes + w->output.nbytes + w->output_hc_fn.nbytes, r = 0;
     for (uint32_t il = 0; il < c->n_layer; il++) {
         const dsv4_layer *L = &w->layers[il];
         const dsv4_tensor *all[] = {&L->hc_attn_fn, &L->q_a, &L->q_b, &L->kv, &L->out_a, &L->out_b, &L->comp_kv,
                                     &L->comp_gate, &L->idx_q_b, &L->idx_proj, &L->idx_comp_kv, &L->idx_comp_gate,
                                     &L->hc_ffn_fn, &L->gate_inp, &L->gate_shexp, &L->up_shexp, &L->down_shexp};
         for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) b += (double)all[i]->nbytes;
-        b += (double)c->n_expert_used * (expert_bytes(&L->gate_exps) + expert_bytes(&L->up_exps) + expert_bytes(&L->down_exps));
+        r += (double)c->n_expert_used * (expert_bytes(&L->gate_exps) + expert_bytes(&L->up_exps) + expert_bytes(&L->down_exps));
     }
-    return b;
+    if (routed) *routed = r;
+    return b + r;
 }
 /* KV bytes (f32 rows) one decoded token reads at context P. */
 static double decode_kv_bytes(const dsv4_config *c, int P) {
@@ -318,6 +323,10 @@ int cmd_bench(int argc, char **argv) {
             else { fprintf(stderr, "minke bench: --act takes exact or q8, not '%s'\n", v); return 2; }
         }
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { NEED(); mp.n_threads = atoi(v); }
+        else if (!strcmp(a, "--gpus")) {
+            NEED();
+            if (cli_parse_gpus(v, &mp.n_gpus)) { fprintf(stderr, "minke bench: --gpus takes a number 1..64 or all, not '%s'\n", v); return 2; }
+        }
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
         else { fprintf(stderr, "minke bench: unknown option '%s'\n", a); usage(stderr); return 2; }
 #undef NEED
@@ -330,7 +339,7 @@ int cmd_bench(int argc, char **argv) {
     if (!ctx_alloc) ctx_alloc = ctx_max + gen + 1;
 
     double t_load = now_s();
-    minke_model *m = synthetic ? synthetic_model(synthetic, mp.sims, mp.act, syn_layers) : minke_model_open(&mp);
+    minke_model *m = synthetic ? synthetic_model(synthetic, mp.sims, mp.act, syn_layers, mp.n_gpus) : minke_model_open(&mp);
     if (!m) { if (!synthetic) fprintf(stderr, "minke bench: %s\n", minke_last_error()); return 1; }
     t_load = now_s() - t_load;
     const dsv4_config *c = &m->w.cfg;
@@ -355,14 +364,26 @@ int cmd_bench(int argc, char **argv) {
         }
     }
 
-    char dev[256] = "cpu";
+    char dev[300] = "cpu";
     double bw = 0;
+    int ngpu = 1, comm = 0;
 #ifdef MINKE_CUDA
-    if (is_cuda) cu_device_info(dev, sizeof dev, &bw);
+    if (is_cuda) {
+        char one[256];
+        cu_device_info(one, sizeof one, &bw);
+        ngpu = cu_model_gpus(m);
+        comm = cu_model_has_comm(m);
+        if (ngpu > 1) snprintf(dev, sizeof dev, "%d x %s", ngpu, one);
+        else snprintf(dev, sizeof dev, "%s", one);
+    }
 #endif
-    double wbytes = decode_weight_bytes(&m->w);
+    /* With several GPUs (experts split by id) each GPU reads the replicated
+     * weights and its share of the routed experts: the limit is that per GPU. */
+    double routed = 0, wtotal = decode_weight_bytes(&m->w, &routed);
+    double wbytes = wtotal - routed + routed / ngpu;
     fprintf(stderr, "minke bench: %s on %s (%s), weights %.2f GiB loaded in %.1f s; decode reads %.2f GB of weights per token",
-            m->name[0] ? m->name : mp.path, m->ops->name, dev, m->w.total_bytes / 1073741824.0, t_load, wbytes / 1e9);
+            m->name[0] ? m->name : mp.path, m->ops->name, dev, m->w.total_bytes / 1073741824.0, t_load, wtotal / 1e9);
+    if (ngpu > 1) fprintf(stderr, " (%.2f GB on each GPU)", wbytes / 1e9);
     if (bw > 0) fprintf(stderr, "; measured copy bandwidth %.0f GB/s -> decode limit %.0f tok/s", bw, bw * 1e9 / wbytes);
     fprintf(stderr, "\n");
 
@@ -407,6 +428,27 @@ int cmd_bench(int argc, char **argv) {
         }
         if (!gen_ok) { fprintf(stderr, "minke bench: decode failed: %s\n", minke_last_error()); rc = 1; free(snap); break; }
         if (m->ops->state_load(m, bs, F, snap) != 0) { fprintf(stderr, "minke bench: restore failed: %s\n", minke_last_error()); rc = 1; free(snap); break; }
+        /* several GPUs: the same steps without the all-reduces give the compute
+         * alone; the rest of the step is communication (and waiting for the
+         * slower GPU). Its tokens are wrong, so the state is restored after. */
+        double tcomp = 0;
+#ifdef MINKE_CUDA
+        if (comm && gen > 0) {
+            int32_t t2 = argmax_skip(logits, V, EOS_ID);
+            cu_bench_set_comm(m, bs, 0);
+            double c0 = now_s();
+            for (int k = 0; k < gen && gen_ok; k++) {
+                int32_t next;
+                if (cu_bench_greedy(m, bs, t2, F + k, EOS_ID, &next) != 0) gen_ok = 0;
+                t2 = next;
+            }
+            tcomp = now_s() - c0;
+            cu_bench_set_comm(m, bs, 1);
+            if (!gen_ok || m->ops->state_load(m, bs, F, snap) != 0) {
+                fprintf(stderr, "minke bench: decode without all-reduces failed: %s\n", minke_last_error()); rc = 1; free(snap); break;
+            }
+        }
+#endif
         free(snap);
         row *r = &rows[nrows++];
         r->ctx = F; r->ptok = np; r->ptps = np / tp; r->gtok = gen; r->gtps = gen > 0 ? gen / tg : 0; r->kv = kvb;
@@ -421,6 +463,11 @@ int cmd_bench(int argc, char **argv) {
             if (bw > 0)
                 fprintf(stderr, " = %5.1f%% of the bandwidth limit (%.2f GB weights + %.3f GB KV per token at %.0f GB/s)",
                         100.0 * r->gtps * (wbytes + kvr) / (bw * 1e9), wbytes / 1e9, kvr / 1e9, bw);
+            if (tcomp > 0) {
+                double step = tg / gen * 1e3, cmp = tcomp / gen * 1e3;
+                fprintf(stderr, "; per step %.3f ms = compute %.3f ms + communication %.3f ms (%.1f%%)", step, cmp,
+                        step - cmp, 100.0 * (step - cmp) / step);
+            }
         }
         fprintf(stderr, "\n");
         prev = F;

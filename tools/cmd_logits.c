@@ -23,6 +23,7 @@ static void usage(void) {
             "  --chunk N            prefill in chunks of N tokens (default: all at once)\n"
             "  --decode             run the tokens one at a time\n"
             "  --sims on|off        FP8 KV / Hadamard+FP4 indexer simulations (default on)\n"
+            "  --gpus N|all         cuda: GPUs in one process (routed experts split by id)\n"
             "  --threads N          CPU threads (default: all cores)\n"
             "  --ctx N              context size (default: number of tokens)\n"
             "  --dump-taps DIR      write intermediate tensors to DIR/<name>.f32\n"
@@ -89,6 +90,10 @@ int cmd_logits(int argc, char **argv) {
             else { fprintf(stderr, "minke logits: --sims takes on or off\n"); return 2; }
         }
         else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) { NEED(); mp.n_threads = atoi(v); }
+        else if (!strcmp(a, "--gpus")) {
+            NEED();
+            if (cli_parse_gpus(v, &mp.n_gpus)) { fprintf(stderr, "minke logits: --gpus takes a number 1..64 or all, not '%s'\n", v); return 2; }
+        }
         else if (!strcmp(a, "--ctx") || !strcmp(a, "-c")) { NEED(); n_ctx = atoi(v); }
         else if (!strcmp(a, "--dump-taps")) { NEED(); tap_dir = v; }
         else if (!strcmp(a, "--time")) timing = 1;

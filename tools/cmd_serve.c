@@ -26,7 +26,7 @@ static void usage(FILE *out) {
             "  --max-body-mb N             largest request body (default 64)\n"
             "  --backend cpu|cuda          compute backend (default cpu)\n"
             "  -t, --threads N             CPU threads (default: all cores)\n"
-            "  --gpus N                    cuda: number of GPUs (default 1)\n"
+            "  --gpus N|all                cuda: GPUs in one process (routed experts split by id; default 1)\n"
             "  --act exact|q8              quantized-weight products: exact f32 activations\n"
             "                              (default) or ds4's int8 activations (docs/numerics.md)\n"
             "  --model-id ID               id reported by /v1/models (default deepseek-v4-flash)\n"
@@ -108,7 +108,9 @@ int cmd_serve(int argc, char **argv) {
         }
         else if (!strcmp(a, "--cpu")) cfg.backend = MINKE_BACKEND_CPU;
         else if (!strcmp(a, "--cuda")) cfg.backend = MINKE_BACKEND_CUDA;
-        else if (!strcmp(a, "--gpus")) { if (need_int(argc, argv, &i, 0, 64, &v)) return 2; cfg.n_gpus = (int)v; }
+        else if (!strcmp(a, "--gpus") && has_val) {
+            if (cli_parse_gpus(argv[++i], &cfg.n_gpus)) { fprintf(stderr, "minke serve: --gpus takes a number 1..64 or all, not '%s'\n", argv[i]); return 2; }
+        }
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { if (need_int(argc, argv, &i, 0, 4096, &v)) return 2; cfg.n_threads = (int)v; }
         else if (!strcmp(a, "--model-id") && has_val) cfg.model_id = argv[++i];
         else if (!strcmp(a, "--accept-any-model")) cfg.accept_any_model = 1;

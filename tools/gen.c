@@ -68,10 +68,20 @@ void cli_print_common_help(FILE *f) {
             "  --temp F --top-p F --top-k N --min-p F --seed N --greedy   sampling (thinking modes\n"
             "                       use the model's defaults: temp 1, top-p 1, min-p 0.05)\n"
             "  --chunk N            prefill chunk size   --sims on|off   --no-color\n"
+            "  --gpus N|all         cuda: GPUs in one process (routed experts split by id; default 1)\n"
             "  --act exact|q8       quantized-weight products: exact f32 activations (default)\n"
             "                       or ds4's int8 activation quantization (docs/numerics.md)\n"
             "  --mtp FILE           MTP GGUF: exact speculative decoding with --greedy (CPU backend)\n"
             "  --mtp-draft N        MTP drafts per step (default 3)   --mtp-pairing prev|same\n");
+}
+
+int cli_parse_gpus(const char *v, int *out) {
+    if (!strcmp(v, "all")) { *out = -1; return 0; }
+    char *e;
+    long x = strtol(v, &e, 10);
+    if (!*v || *e || x < 1 || x > 64) return -1;
+    *out = (int)x;
+    return 0;
 }
 
 static int parse_int_arg(const char *v, int *out) {
@@ -97,7 +107,7 @@ int cli_parse_common(int *i, int argc, char **argv, cli_opts *o, const char *cmd
     static const char *with_value[] = {"-m", "--model", "--backend", "-t", "--threads", "-c", "--ctx",
                                        "-n", "--max-tokens", "-sys", "--system", "--temp", "--top-p",
                                        "--top-k", "--min-p", "--seed", "--chunk", "--sims", "--mtp",
-                                       "--mtp-draft", "--mtp-pairing", "--act", NULL};
+                                       "--mtp-draft", "--mtp-pairing", "--act", "--gpus", NULL};
     int takes = 0;
     for (int k = 0; with_value[k]; k++)
         if (!strcmp(a, with_value[k])) takes = 1;
@@ -118,6 +128,7 @@ int cli_parse_common(int *i, int argc, char **argv, cli_opts *o, const char *cmd
     else if (!strcmp(a, "-n") || !strcmp(a, "--max-tokens")) bad = parse_int_arg(v, &o->max_tokens) || o->max_tokens < 1;
     else if (!strcmp(a, "--chunk")) bad = parse_int_arg(v, &o->chunk) || o->chunk < 0;
     else if (!strcmp(a, "--mtp")) o->mtp = v;
+    else if (!strcmp(a, "--gpus")) bad = cli_parse_gpus(v, &o->gpus);
     else if (!strcmp(a, "--mtp-draft")) bad = parse_int_arg(v, &o->mtp_draft) || o->mtp_draft < 0 || o->mtp_draft > 16;
     else if (!strcmp(a, "--mtp-pairing")) {
         if (!strcmp(v, "prev")) o->mtp_pairing = MINKE_MTP_PAIR_PREV;
@@ -281,6 +292,7 @@ convo *convo_open(const cli_opts *o) {
     mp.n_threads = o->threads;
     mp.sims = o->sims;
     mp.act = o->act;
+    mp.n_gpus = o->gpus;
     mp.progress = 1;
     mp.mtp_path = o->mtp;
     mp.mtp_pairing = o->mtp_pairing;

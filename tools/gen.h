@@ -29,6 +29,7 @@ typedef struct cli_opts {
     int chunk;               /* prefill chunk */
     int sims;
     int act;                 /* --act exact|q8: minke_model_params.act (MINKE_ACT_*) */
+    int gpus;                /* --gpus N|all: minke_model_params.n_gpus */
     sampler_params sp;
     chat_mode mode;
     const char *system;      /* NULL or "" = no system message */

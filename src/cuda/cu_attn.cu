@@ -773,8 +773,8 @@ void cu_attention(const float *q, const float *kv_batch, const float *ring, cons
         int fill = fill_mult * nsm / (((nh + hpb - 1) / hpb) * T);
         if (fill < 1) fill = 1;
         size_t smem = (size_t)ADEC_NST * ADEC_CH * hd * sizeof(float);
-        static int attr_done = 0;
-        if (!attr_done) { cu_attn_init(); attr_done = 1; }
+        static unsigned attr_done = 0;
+        if (cu_dev_first(&attr_done)) cu_attn_init();
         if (hpb == 8)
             cu_launch(k_attn_dec<8>, dim3((nh + 7) / 8, T, nsplit), 8 * 32, smem, st, q, kv_batch, ring, comp, sel,
                       nsel, topk, nh, hd, W, ratio, scale, pos0p, nsplit, min_rows, fill, part);

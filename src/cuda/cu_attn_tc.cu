@@ -241,15 +241,16 @@ template <int HD>
 static int atc_launch(const float *q, const float *kv_batch, const float *ring, const float *comp, const int *sel,
                       const int *nsel, int topk, const float *sinks, int T, int nh, int W, int ratio, int nrot,
                       const float *inv_freq, float scale, const int *pos0p, float *o, cudaStream_t st) {
-    static int ready = 0;
+    static int ready[32];           /* per device: 0 not tried, 1 set, -1 refused */
     size_t smem = atc_layout<HD>::bytes;
-    if (!ready) {
+    const int dev = cu_cur_dev();
+    if (!ready[dev]) {
         if (cudaFuncSetAttribute(k_attention_tc<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess) {
             cudaGetLastError();
-            ready = -1;
-        } else ready = 1;
+            ready[dev] = -1;
+        } else ready[dev] = 1;
     }
-    if (ready < 0) return 0;
+    if (ready[dev] < 0) return 0;
     cu_launch(k_attention_tc<HD>, dim3((nh + ATC_HEADS - 1) / ATC_HEADS, T), ATC_THREADS, smem, st,
               q, kv_batch, ring, comp, sel, nsel, topk, sinks, nh, W, ratio, nrot, inv_freq, scale, pos0p, o);
     return 1;

@@ -16,8 +16,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <nccl.h>
+
 #include "cuda/cu_common.cuh"
 #include "cuda/cu_gemv3.h"
+#include "cuda/cu_pool.h"
 #include "cuda/cu_ops.h"
 #include "cuda/cu_backend.h"
 #include "cuda/cu_dec.h"
@@ -35,7 +38,8 @@ extern "C" {
 /* device model                                                        */
 
 typedef struct cu_t {
-    void *d;
+    void *d;               /* indexed by global expert id for the routed experts (see alloc) */
+    void *alloc;           /* the allocation: d itself, or this GPU's experts, d + own0 x bytes per expert */
     int type;
     int64_t ne[4];
     uint64_t row_bytes, nbytes;
@@ -54,8 +58,11 @@ typedef struct cu_layer {
     LAYER_FIELDS(DECL)
 } cu_layer;
 
-typedef struct cu_model {
-    int dev;
+typedef struct cu_model {      /* one GPU's part of the model */
+    int dev;                        /* CUDA device */
+    int rank, nrank;                /* this GPU among the model's GPUs */
+    int own0, own1;                 /* the routed experts resident here */
+    ncclComm_t comm;                /* NULL: one GPU, no collectives */
     cudaStream_t st;
     cudaStream_t st2;               /* compressor/indexer branch, parallel to the q path; the
                                        shared expert, parallel to the routed experts */
@@ -117,7 +124,26 @@ struct cu_session {
     int n_graphs;
 };
 
-static cu_model *CM(minke_model *m) { return (cu_model *)m->be; }
+/* The model on its GPUs (m->be). Several GPUs: the routed experts split by
+ * id, everything else replicated; each GPU runs the same forward on its own
+ * host thread (cu_pool) and adds the others' expert outputs with one NCCL
+ * all-reduce a layer (docs/multigpu.md). */
+#define CU_MAX_GPUS 8
+typedef struct cu_group {
+    int n;
+    int comm_on;                    /* 0: the all-reduces are skipped (bench: compute alone) */
+    cu_model *dev[CU_MAX_GPUS];
+    cu_pool *pool;                  /* NULL with one GPU (unless MINKE_CUDA_FORCE_NCCL) */
+    uint64_t weight_bytes;          /* over all GPUs */
+} cu_group;
+
+/* A session: one part per GPU (replicated KV state). */
+typedef struct cu_gsession {
+    int n;
+    cu_session *dev[CU_MAX_GPUS];
+} cu_gsession;
+
+static cu_group *GRP(minke_model *m) { return (cu_group *)m->be; }
 
 /* inside the forward: errors surface through cudaGetLastError at the end */
 #define CK_ASYNC(x) ((void)(x))
@@ -169,7 +195,7 @@ static void prof_report(void) {
     fprintf(stderr, "  %-14s %10.4f %6s %10.4f\n", "total", prof_tokens[0] ? tot[0] / prof_tokens[0] : 0, "",
             prof_tokens[1] ? tot[1] / prof_tokens[1] : 0);
 }
-#define PROF(f, name) prof_mark((f)->st, name)
+#define PROF(f, name) do { if ((f)->cm->rank == 0) prof_mark((f)->st, name); } while (0)
 
 static size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
 
@@ -190,6 +216,7 @@ typedef struct upload_job {
     cu_t *dst;
     const char *field;
     int to_f32;
+    uint64_t off;          /* where this GPU's part starts in the tensor (its experts) */
 } upload_job;
 
 static double now_s(void) { struct timespec ts; clock_gettime(CLOCK_MONOTONIC, &ts); return ts.tv_sec + ts.tv_nsec * 1e-9; }
@@ -204,16 +231,15 @@ static void progress(int on, uint64_t done, uint64_t total, double t0) {
     if (done >= total) fputc('\n', stderr);
 }
 
-static void cu_model_free(minke_model *m) {
-    cu_model *cm = CM(m);
+static void dev_free(minke_model *m, cu_model *cm) {
     if (!cm) return;
-    prof_report();
-#define FREE_T(n) cudaFree(cm->n.d);
+    cudaSetDevice(cm->dev);
+#define FREE_T(n) cudaFree(cm->n.alloc);
     GLOBAL_FIELDS(FREE_T)
     if (cm->layers) {
         for (uint32_t il = 0; il < m->w.cfg.n_layer; il++) {
             cu_layer *L = &cm->layers[il];
-#define FREE_L(n) cudaFree(L->n.d);
+#define FREE_L(n) cudaFree(L->n.alloc);
             LAYER_FIELDS(FREE_L)
         }
         free(cm->layers);
@@ -228,15 +254,34 @@ static void cu_model_free(minke_model *m) {
     if (cm->ev_fork3) cudaEventDestroy(cm->ev_fork3);
     if (cm->ev_join3) cudaEventDestroy(cm->ev_join3);
     free(cm);
+}
+
+static void cu_model_free(minke_model *m) {
+    cu_group *g = GRP(m);
+    if (!g) return;
+    prof_report();
+    cu_pool_free(g->pool);
+    for (int r = 0; r < g->n; r++) {
+        if (g->dev[r] && g->dev[r]->comm) { cudaSetDevice(g->dev[r]->dev); ncclCommDestroy(g->dev[r]->comm); }
+        dev_free(m, g->dev[r]);
+    }
+    free(g);
     m->be = NULL;
 }
 
 /* Synthetic fill scale for a matrix: 1/sqrt(fan in). */
 static float synth_scale(const dsv4_tensor *t) { return t->ne[0] > 0 ? 1.0f / sqrtf((float)t->ne[0]) : 1.0f; }
 
-static int cu_model_init(minke_model *m) {
+/* The routed experts' matrices: split by expert id over the GPUs. */
+static int is_expert_tensor(const char *field) {
+    return !strcmp(field, "gate_exps") || !strcmp(field, "up_exps") || !strcmp(field, "down_exps");
+}
+
+/* One GPU's part of the model: every tensor, except that of the routed
+ * experts only [own0, own1) is resident (cu_t.d still indexes experts by
+ * their global id). Runs with cm->dev current. */
+static int dev_init(minke_model *m, cu_model *cm) {
     const dsv4_config *c = &m->w.cfg;
-    cu_model *cm = NULL;
     upload_job *jobs = NULL;
     int nj = 0;
     void *stage[2] = {NULL, NULL};
@@ -245,38 +290,12 @@ static int cu_model_init(minke_model *m) {
     uint64_t total = 0, done = 0;
     double t0 = now_s();
     int prog = m->params.progress && isatty(2);
-    if (prof_on < 0) prof_on = getenv("MINKE_CUDA_PROFILE") && atoi(getenv("MINKE_CUDA_PROFILE")) > 0;
 
-    if (c->head_dim > 512 || c->head_dim % 32 || c->n_hc > 8 || c->hc_mix > 32 || c->rope_dim > 256 ||
-        c->indexer_n_head > 64 || c->n_expert_used > 16 || c->n_expert > 4096 || (c->hc_dim % 16) ||
-        (c->n_csa && c->indexer_head_dim % 32)) {
-        minke_set_error("cuda backend: unsupported dims (head_dim %u <= 512 and %%32, n_hc %u <= 8, indexer heads %u <= 64)",
-                        c->head_dim, c->n_hc, c->indexer_n_head);
-        return -1;
-    }
-    if (m->params.sims && ((c->head_dim - c->rope_dim) % 64 != 0 || (c->n_csa && c->indexer_head_dim != 128))) {
-        minke_set_error("simulations need head_dim - rope_dim divisible by 64 and indexer_head_dim 128 "
-                        "(use --sims off for this model)");
-        return -1;
-    }
-    if (m->params.n_gpus > 1) {
-        minke_set_error("cuda backend: --gpus %d: several GPUs in one process are not implemented yet; "
-                        "use --gpus 1", m->params.n_gpus);
-        return -1;
-    }
-    int ndev = 0;
-    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1) {
-        minke_set_error("cuda backend: no CUDA device found");
-        return -1;
-    }
-    cm = (cu_model *)calloc(1, sizeof *cm);
-    if (!cm) { minke_set_error("out of memory"); return -1; }
-    m->be = cm;
     cm->act_f32 = m->params.act != MINKE_ACT_Q8;
     cm->layers = (cu_layer *)calloc(c->n_layer, sizeof(cu_layer));
     jobs = (upload_job *)calloc(6 + (size_t)c->n_layer * 40, sizeof(upload_job));
     if (!cm->layers || !jobs) { minke_set_error("out of memory"); goto fail; }
-    CK(cudaSetDevice(0));
+    CK(cudaSetDevice(cm->dev));
     CK(cudaStreamCreateWithFlags(&cm->st, cudaStreamNonBlocking));
     CK(cudaStreamCreateWithFlags(&cm->st2, cudaStreamNonBlocking));
     CK(cudaEventCreateWithFlags(&cm->ev_fork, cudaEventDisableTiming));
@@ -285,7 +304,7 @@ static int cu_model_init(minke_model *m) {
     CK(cudaEventCreateWithFlags(&cm->ev_fork3, cudaEventDisableTiming));
     CK(cudaEventCreateWithFlags(&cm->ev_join3, cudaEventDisableTiming));
 
-    /* tables */
+    /* tables: __device__ symbols exist once per device */
     {
         int tr = cu_tables_init_from_quant();
         if (tr == -2) { minke_set_error("cuda backend: no IQ2_XXS decoder"); goto fail; }
@@ -309,13 +328,13 @@ static int cu_model_init(minke_model *m) {
     }
 
     /* the job list: vectors and small tables become f32 on the host */
-#define JOB_G(n) jobs[nj++] = upload_job{&m->w.n, &cm->n, #n, 0};
+#define JOB_G(n) jobs[nj++] = upload_job{&m->w.n, &cm->n, #n, 0, 0};
     GLOBAL_FIELDS(JOB_G)
     for (uint32_t il = 0; il < c->n_layer; il++) {
         const dsv4_layer *L = &m->w.layers[il];
         cu_layer *D = &cm->layers[il];
         D->ratio = L->ratio;
-#define JOB_L(n) jobs[nj++] = upload_job{&L->n, &D->n, #n, 0};
+#define JOB_L(n) jobs[nj++] = upload_job{&L->n, &D->n, #n, 0, 0};
         LAYER_FIELDS(JOB_L)
     }
     for (int i = 0; i < nj; i++) {
@@ -335,6 +354,12 @@ static int cu_model_init(minke_model *m) {
         for (int k = 0; k < 4; k++) j->dst->ne[k] = t->ne[k] ? t->ne[k] : 1;
         j->dst->nbytes = j->to_f32 ? (uint64_t)nel * 4 : t->nbytes;
         j->dst->row_bytes = j->to_f32 ? (uint64_t)j->dst->ne[0] * 4 : t->row_bytes;
+        if (is_expert_tensor(j->field) && !j->to_f32) {
+            /* this GPU's experts: bytes [own0, own1) x bytes per expert */
+            uint64_t eb = t->nbytes / (uint64_t)j->dst->ne[2];
+            j->off = (uint64_t)cm->own0 * eb;
+            j->dst->nbytes = (uint64_t)(cm->own1 - cm->own0) * eb;
+        }
         total += j->dst->nbytes;
         if (t->ne[0] > cm->max_in) cm->max_in = (int)t->ne[0];
     }
@@ -343,9 +368,15 @@ static int cu_model_init(minke_model *m) {
         CK(cudaMemGetInfo(&fr, &tot));
         uint64_t reserve = 2ull << 30;
         if (total + reserve > fr) {
-            minke_set_error("cuda backend: the weights need %.2f GiB plus %.1f GiB of working space, but the GPU has "
-                            "%.2f GiB free of %.2f GiB", total / 1073741824.0, reserve / 1073741824.0,
-                            fr / 1073741824.0, tot / 1073741824.0);
+            if (cm->nrank > 1)
+                minke_set_error("cuda backend: GPU %d (device %d) needs %.2f GiB of weights (its %d of %u experts and "
+                                "the replicated rest) plus %.1f GiB of working space, but has %.2f GiB free of %.2f GiB",
+                                cm->rank, cm->dev, total / 1073741824.0, cm->own1 - cm->own0, c->n_expert,
+                                reserve / 1073741824.0, fr / 1073741824.0, tot / 1073741824.0);
+            else
+                minke_set_error("cuda backend: the weights need %.2f GiB plus %.1f GiB of working space, but the GPU has "
+                                "%.2f GiB free of %.2f GiB", total / 1073741824.0, reserve / 1073741824.0,
+                                fr / 1073741824.0, tot / 1073741824.0);
             goto fail;
         }
     }
@@ -360,7 +391,8 @@ static int cu_model_init(minke_model *m) {
             upload_job *j = &jobs[i];
             const dsv4_tensor *t = j->src;
             if (!j->dst->nbytes) continue;
-            CK(cudaMalloc(&j->dst->d, align256(j->dst->nbytes)));
+            CK(cudaMalloc(&j->dst->alloc, align256(j->dst->nbytes)));
+            j->dst->d = (uint8_t *)j->dst->alloc - j->off;     /* indexed by global expert id */
             int64_t nel = (int64_t)(j->dst->ne[0] * j->dst->ne[1] * j->dst->ne[2] * j->dst->ne[3]);
             if (!t->data) {
                 /* synthetic model (bench): fill on the device */
@@ -382,7 +414,8 @@ static int cu_model_init(minke_model *m) {
                 } else {
                     float sc = t->type == CU_TYPE_I32 ? (float)c->n_expert : synth_scale(t);
                     if (!strcmp(j->field, "token_embd")) sc = 1.0f;
-                    cu_synth_fill(j->dst->d, t->type, nel, seed, sc, cm->st);
+                    int64_t nel_here = (int64_t)((double)nel * j->dst->nbytes / t->nbytes + 0.5);
+                    cu_synth_fill(j->dst->alloc, t->type, nel_here, seed, sc, j->off, cm->st);
                 }
                 done += j->dst->nbytes;
                 progress(prog, done, total, t0);
@@ -401,13 +434,14 @@ static int cu_model_init(minke_model *m) {
             }
             /* big tensors: double-buffered pinned staging, the copy of one
              * chunk overlaps the memcpy into the other */
-            const uint8_t *src = (const uint8_t *)t->data;
+            const uint8_t *src = (const uint8_t *)t->data + j->off;
+            uint8_t *dst = (uint8_t *)j->dst->alloc;
             uint64_t off = 0;
-            while (off < t->nbytes) {
-                size_t n = (size_t)(t->nbytes - off < STAGE ? t->nbytes - off : STAGE);
+            while (off < j->dst->nbytes) {
+                size_t n = (size_t)(j->dst->nbytes - off < STAGE ? j->dst->nbytes - off : STAGE);
                 if (used[cur]) CK(cudaEventSynchronize(ev[cur]));
                 memcpy(stage[cur], src + off, n);
-                CK(cudaMemcpyAsync((uint8_t *)j->dst->d + off, stage[cur], n, cudaMemcpyHostToDevice, cm->st));
+                CK(cudaMemcpyAsync(dst + off, stage[cur], n, cudaMemcpyHostToDevice, cm->st));
                 CK(cudaEventRecord(ev[cur], cm->st));
                 used[cur] = true;
                 cur ^= 1;
@@ -422,11 +456,12 @@ static int cu_model_init(minke_model *m) {
         if (!getenv("MINKE_CUDA_NO_REPACK"))
             for (int i = 0; i < nj; i++) {
                 cu_t *d = jobs[i].dst;
-                if (d->d && d->type == CU_TYPE_Q8_0 &&
-                    cu_repack_q8_0(d->d, d->ne[1] * d->ne[2] * d->ne[3], d->ne[0], d->row_bytes, cm->st))
+                int64_t rows_here = d->row_bytes ? (int64_t)(d->nbytes / d->row_bytes) : 0;
+                if (d->alloc && d->type == CU_TYPE_Q8_0 &&
+                    cu_repack_q8_0(d->alloc, rows_here, d->ne[0], d->row_bytes, cm->st))
                     d->type = CU_TYPE_Q8_0R;
-                else if (d->d && d->type == CU_TYPE_IQ2_XXS &&
-                         cu_repack_iq2_xxs(d->d, d->ne[1] * d->ne[2] * d->ne[3], d->ne[0], d->row_bytes, cm->st))
+                else if (d->alloc && d->type == CU_TYPE_IQ2_XXS &&
+                         cu_repack_iq2_xxs(d->alloc, rows_here, d->ne[0], d->row_bytes, cm->st))
                     d->type = CU_TYPE_IQ2R;
             }
         CK(cudaStreamSynchronize(cm->st));
@@ -442,6 +477,123 @@ fail:
     if (ev[0]) cudaEventDestroy(ev[0]);
     if (ev[1]) cudaEventDestroy(ev[1]);
     free(jobs);
+    return -1;
+}
+
+/* Several GPUs: NCCL communicators (one process, all ranks here) and a first
+ * all-reduce of each size a forward uses, outside any graph capture, so the
+ * connections exist before a decode graph captures its collectives. */
+static int group_comm_init(cu_group *g, int chunk_floats) {
+    ncclComm_t comms[CU_MAX_GPUS];
+    int devs[CU_MAX_GPUS];
+    /* NVLink multicast (NVLS) stays off: the device machines require it */
+    setenv("NCCL_NVLS_ENABLE", "0", 1);
+    for (int r = 0; r < g->n; r++) devs[r] = g->dev[r]->dev;
+    ncclResult_t nr = ncclCommInitAll(comms, g->n, devs);
+    if (nr != ncclSuccess) {
+        minke_set_error("cuda: NCCL init over %d GPUs failed: %s", g->n, ncclGetErrorString(nr));
+        return -1;
+    }
+    for (int r = 0; r < g->n; r++) g->dev[r]->comm = comms[r];
+    float *buf[CU_MAX_GPUS] = {NULL};
+    int rc = 0;
+    for (int r = 0; r < g->n && !rc; r++) {
+        cudaSetDevice(devs[r]);
+        if (cudaMalloc(&buf[r], sizeof(float) * (size_t)chunk_floats) != cudaSuccess ||
+            cudaMemset(buf[r], 0, sizeof(float) * (size_t)chunk_floats) != cudaSuccess) rc = -1;
+    }
+    for (int size = 1; size <= chunk_floats && !rc; size = size * 8 < chunk_floats || size == chunk_floats ? size * 8 : chunk_floats) {
+        ncclGroupStart();
+        for (int r = 0; r < g->n; r++) {
+            cudaSetDevice(devs[r]);
+            ncclAllReduce(buf[r], buf[r], (size_t)size, ncclFloat, ncclSum, comms[r], g->dev[r]->st);
+        }
+        if (ncclGroupEnd() != ncclSuccess) rc = -1;
+        if (size == chunk_floats) break;
+    }
+    for (int r = 0; r < g->n; r++) {
+        cudaSetDevice(devs[r]);
+        if (cudaStreamSynchronize(g->dev[r]->st) != cudaSuccess) rc = -1;
+        cudaFree(buf[r]);
+    }
+    cudaSetDevice(devs[0]);
+    if (rc) minke_set_error("cuda: first NCCL all-reduce over %d GPUs failed", g->n);
+    return rc;
+}
+
+static int cu_model_init(minke_model *m) {
+    const dsv4_config *c = &m->w.cfg;
+    if (prof_on < 0) prof_on = getenv("MINKE_CUDA_PROFILE") && atoi(getenv("MINKE_CUDA_PROFILE")) > 0;
+
+    if (c->head_dim > 512 || c->head_dim % 32 || c->n_hc > 8 || c->hc_mix > 32 || c->rope_dim > 256 ||
+        c->indexer_n_head > 64 || c->n_expert_used > 16 || c->n_expert > 4096 || (c->hc_dim % 16) ||
+        (c->n_csa && c->indexer_head_dim % 32)) {
+        minke_set_error("cuda backend: unsupported dims (head_dim %u <= 512 and %%32, n_hc %u <= 8, indexer heads %u <= 64)",
+                        c->head_dim, c->n_hc, c->indexer_n_head);
+        return -1;
+    }
+    if (m->params.sims && ((c->head_dim - c->rope_dim) % 64 != 0 || (c->n_csa && c->indexer_head_dim != 128))) {
+        minke_set_error("simulations need head_dim - rope_dim divisible by 64 and indexer_head_dim 128 "
+                        "(use --sims off for this model)");
+        return -1;
+    }
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1) {
+        minke_set_error("cuda backend: no CUDA device found");
+        return -1;
+    }
+    int n = m->params.n_gpus < 0 ? ndev : m->params.n_gpus < 1 ? 1 : m->params.n_gpus;
+    if (n > ndev) {
+        minke_set_error("cuda backend: --gpus %d, but this machine has %d CUDA device%s", n, ndev, ndev == 1 ? "" : "s");
+        return -1;
+    }
+    if (n > CU_MAX_GPUS) {
+        minke_set_error("cuda backend: --gpus %d: at most %d GPUs", n, CU_MAX_GPUS);
+        return -1;
+    }
+    if (c->n_expert % (uint32_t)n) {
+        minke_set_error("cuda backend: --gpus %d does not divide the model's %u routed experts (experts are split "
+                        "evenly by id); use a number of GPUs that divides %u", n, c->n_expert, c->n_expert);
+        return -1;
+    }
+    /* MINKE_CUDA_FORCE_NCCL=1 runs the several-GPU path (NCCL all-reduces,
+     * the pool) with one GPU too: it must equal the plain path bit for bit */
+    int force = getenv("MINKE_CUDA_FORCE_NCCL") && atoi(getenv("MINKE_CUDA_FORCE_NCCL")) > 0;
+    cu_group *g = (cu_group *)calloc(1, sizeof *g);
+    if (!g) { minke_set_error("out of memory"); return -1; }
+    m->be = g;
+    g->n = n;
+    g->comm_on = 1;
+    int devs[CU_MAX_GPUS];
+    for (int r = 0; r < n; r++) {
+        cu_model *cm = (cu_model *)calloc(1, sizeof *cm);
+        if (!cm) { minke_set_error("out of memory"); goto fail; }
+        g->dev[r] = cm;
+        cm->dev = devs[r] = r;
+        cm->rank = r; cm->nrank = n;
+        cm->own0 = (int)(c->n_expert / n * r);
+        cm->own1 = (int)(c->n_expert / n * (r + 1));
+        if (dev_init(m, cm)) {
+            if (n > 1) {
+                char msg[600];
+                snprintf(msg, sizeof msg, "%s", minke_last_error());
+                minke_set_error("GPU %d: %s", r, msg);
+            }
+            goto fail;
+        }
+        g->weight_bytes += cm->weight_bytes;
+    }
+    if (n > 1 || force) {
+        int chunk = getenv("MINKE_CUDA_CHUNK") ? atoi(getenv("MINKE_CUDA_CHUNK")) : 4096;
+        if (chunk < 1) chunk = 1;
+        if (group_comm_init(g, (int)(chunk * (int64_t)c->n_embd > (1 << 26) ? (1 << 26) : chunk * (int64_t)c->n_embd)))
+            goto fail;
+        g->pool = cu_pool_new(n, devs);
+        if (!g->pool) goto fail;
+    }
+    cudaSetDevice(devs[0]);
+    return 0;
+fail:
     cu_model_free(m);
     return -1;
 }
@@ -449,9 +601,9 @@ fail:
 /* ------------------------------------------------------------------ */
 /* sessions                                                            */
 
-static void cu_session_free(minke_model *m, void *bs) {
-    cu_session *s = (cu_session *)bs;
+static void dev_session_free(minke_model *m, cu_model *cm, cu_session *s) {
     if (!s) return;
+    cudaSetDevice(cm->dev);
     for (int i = 0; i < s->n_graphs; i++) cudaGraphExecDestroy(s->graphs[i].exec);
     if (s->lc) {
         for (uint32_t il = 0; il < m->w.cfg.n_layer; il++) {
@@ -480,9 +632,8 @@ static void fill(float *p, int64_t n, float v, cudaStream_t st) {
     if (p && n > 0) cu_launch(k_fill_f32, (unsigned)((n + 255) / 256), 256, 0, st, p, n, v);
 }
 
-static void cu_session_reset(minke_model *m, void *bs) {
-    cu_session *s = (cu_session *)bs;
-    cu_model *cm = CM(m);
+static void dev_session_reset(minke_model *m, cu_model *cm, cu_session *s) {
+    cudaSetDevice(cm->dev);
     for (uint32_t il = 0; il < m->w.cfg.n_layer; il++) {
         cu_lcache *l = &s->lc[il];
         int64_t cs = (int64_t)l->crows * l->cwidth, is = (int64_t)l->irows * l->iwidth;
@@ -492,9 +643,9 @@ static void cu_session_reset(minke_model *m, void *bs) {
     cudaStreamSynchronize(cm->st);
 }
 
-static void *cu_session_alloc(minke_model *m, int n_ctx) {
+static cu_session *dev_session_alloc(minke_model *m, cu_model *cm, int n_ctx) {
     const dsv4_config *c = &m->w.cfg;
-    cu_model *cm = CM(m);
+    cudaSetDevice(cm->dev);
     cu_session *s = (cu_session *)calloc(1, sizeof *s);
     if (!s) { minke_set_error("out of memory"); return NULL; }
     int Dh = (int)c->head_dim, ihd = (int)c->indexer_head_dim, W = (int)c->sliding_window;
@@ -587,14 +738,52 @@ static void *cu_session_alloc(minke_model *m, int n_ctx) {
     AL(s->d_argmax, 4);
     AL(s->attn_part, (int64_t)ATT_SPLIT_MAX_T * c->n_head * ATT_SPLIT * (Dh + 2) * 4);
 #undef AL
-    cu_session_reset(m, s);
+    dev_session_reset(m, cm, s);
     return s;
 fail:
-    cu_session_free(m, s);
+    dev_session_free(m, cm, s);
     return NULL;
 }
 
-static uint64_t cu_session_bytes(minke_model *m, void *bs) { return ((cu_session *)bs)->bytes; }
+static void cu_session_free(minke_model *m, void *bs) {
+    cu_gsession *gs = (cu_gsession *)bs;
+    cu_group *g = GRP(m);
+    if (!gs) return;
+    for (int r = 0; r < gs->n; r++) dev_session_free(m, g->dev[r], gs->dev[r]);
+    cudaSetDevice(g->dev[0]->dev);
+    free(gs);
+}
+static void cu_session_reset(minke_model *m, void *bs) {
+    cu_gsession *gs = (cu_gsession *)bs;
+    cu_group *g = GRP(m);
+    for (int r = 0; r < gs->n; r++) dev_session_reset(m, g->dev[r], gs->dev[r]);
+    cudaSetDevice(g->dev[0]->dev);
+}
+static void *cu_session_alloc(minke_model *m, int n_ctx) {
+    cu_group *g = GRP(m);
+    cu_gsession *gs = (cu_gsession *)calloc(1, sizeof *gs);
+    if (!gs) { minke_set_error("out of memory"); return NULL; }
+    gs->n = g->n;
+    for (int r = 0; r < g->n; r++)
+        if (!(gs->dev[r] = dev_session_alloc(m, g->dev[r], n_ctx))) {
+            if (g->n > 1) {
+                char msg[600];
+                snprintf(msg, sizeof msg, "%s", minke_last_error());
+                minke_set_error("GPU %d: %s", r, msg);
+            }
+            cu_session_free(m, gs);
+            return NULL;
+        }
+    cudaSetDevice(g->dev[0]->dev);
+    return gs;
+}
+/* The session's device memory over all its GPUs (the state is replicated). */
+static uint64_t cu_session_bytes(minke_model *m, void *bs) {
+    cu_gsession *gs = (cu_gsession *)bs;
+    uint64_t b = 0;
+    for (int r = 0; r < gs->n; r++) b += gs->dev[r]->bytes;
+    return b;
+}
 
 /* ------------------------------------------------------------------ */
 /* forward                                                             */
@@ -619,6 +808,7 @@ typedef struct fwd {
                           tensor-core products (as actx holds it quantized for q8) */
     int side;          /* run the compressor/indexer branch on cm->st2 */
     int xq_type;       /* activation type s->actx holds for the current x (0: none) */
+    int comm_on;       /* run the collectives (cu_group.comm_on) */
     const float *pend_f1, *pend_f2;   /* post step of the previous sub-layer, not yet applied */
 } fwd;
 
@@ -970,10 +1160,12 @@ static void ffn_layer(fwd *f, int il) {
     const int32_t *rtid = hash ? (const int32_t *)L->tid2eid.d : NULL;
     if (nt == 1) {
         /* one launch: routing and the one-pair tiles of a small batch */
-        cu_router_tiles1(s->rlog, rbias, rtid, s->d_tok, T, E, K, c->expert_weights_scale, s->rsel, s->rw,
+        cu_router_tiles1(s->rlog, rbias, rtid, s->d_tok, T, E, K, c->expert_weights_scale, f->cm->own0, f->cm->own1,
+                         s->rsel, s->rw,
                          s->tpairs, s->tstart, s->tcount, s->texp, s->ntiles, st);
     } else {
-        cu_router(s->rlog, rbias, rtid, s->d_tok, T, E, K, c->expert_weights_scale, s->rsel, s->rw, st);
+        cu_router(s->rlog, rbias, rtid, s->d_tok, T, E, K, c->expert_weights_scale, f->cm->own0, f->cm->own1, s->rsel,
+                  s->rw, st);
         PROF(f, "moe_tiles");
         cu_moe_tiles(s->rsel, P, E, nt, s->tpairs, s->tstart, s->tcount, s->texp, s->ntiles, st);
     }
@@ -1039,7 +1231,13 @@ static void ffn_layer(fwd *f, int il) {
         g.act = actd; g.act_stride = adstride; g.act_div = 1; g.out = s->eout; g.out_stride = D;
         if (mmq) { if (!mmq_exact(f, &g, s->emid, P, max_tiles)) cu_mmq(&g, max_tiles, st); }
         else cu_gemv(&g, max_tiles, st);
-        cu_moe_sum(s->eout, T, K, D, s->mo, st);
+        cu_moe_sum(s->eout, s->rsel, T, K, D, s->mo, st);
+    }
+    /* several GPUs: each summed the experts it owns; the all-reduce adds the
+     * others' (the shared expert is replicated and added in the post step) */
+    if (f->cm->comm && f->comm_on) {
+        PROF(f, "allreduce");
+        ncclAllReduce(s->mo, s->mo, (size_t)T * D, ncclFloat, ncclSum, f->cm->comm, st);
     }
     tapv(f, "blk.%d.moe_out", il, s->mo, D);
     if (f->side) {
@@ -1092,12 +1290,14 @@ static void forward_chunk(fwd *f, int all_rows) {
     PROF(f, "end");
 }
 
-static int run_chunk(minke_model *m, cu_session *s, const int32_t *tokens, int T, int pos0, float *all_logits,
-                     float *last_logits) {
-    cu_model *cm = CM(m);
+/* One chunk on one GPU (its thread, its device current). With several GPUs
+ * every GPU runs this at once; only rank 0 is given logit buffers and taps. */
+static int run_chunk(minke_model *m, cu_model *cm, cu_session *s, int comm_on, const int32_t *tokens, int T, int pos0,
+                     float *all_logits, float *last_logits) {
     const dsv4_config *c = &m->w.cfg;
     int V = (int)c->n_vocab;
-    int taps = m->tap != NULL;
+    int taps = m->tap != NULL && cm->rank == 0;
+    int any_taps = m->tap != NULL;      /* the same stream structure on every GPU */
     int want_all = all_logits != NULL;
     /* all rows fit the logits buffer only for small T; otherwise compute in sub-passes is not possible
      * after the layers ran, so the caller splits chunks to logit_rows when all logits are wanted */
@@ -1113,8 +1313,9 @@ static int run_chunk(minke_model *m, cu_session *s, const int32_t *tokens, int T
         f.tok_host = tokens;
         f.act = s->act;
         f.asplit = s->asplit;
-        f.side = !taps && prof_on != 1 && !getenv("MINKE_CUDA_NO_SIDE");
-        int use_graph = !taps && T == 1 && !getenv("MINKE_CUDA_NO_GRAPH") && prof_on != 1;
+        f.comm_on = comm_on;
+        f.side = !any_taps && prof_on != 1 && !getenv("MINKE_CUDA_NO_SIDE");
+        int use_graph = !any_taps && T == 1 && !getenv("MINKE_CUDA_NO_GRAPH") && prof_on != 1;
         if (use_graph) {
             cu_graph *g = NULL;
             for (int i = 0; i < s->n_graphs; i++)
@@ -1137,7 +1338,7 @@ static int run_chunk(minke_model *m, cu_session *s, const int32_t *tokens, int T
             forward_chunk(&f, want_all);
         }
     }
-    prof_collect(T == 1, T);
+    if (cm->rank == 0) prof_collect(T == 1, T);
     if (want_all) {
         CK(cudaMemcpyAsync(all_logits, s->logits, sizeof(float) * (size_t)T * V, cudaMemcpyDeviceToHost, st));
         CK(cudaStreamSynchronize(st));
@@ -1163,15 +1364,40 @@ fail:
     return -1;
 }
 
+/* A chunk on every GPU of the model at once (cu_pool), or on the one GPU. */
+typedef struct chunk_job {
+    minke_model *m;
+    cu_gsession *gs;
+    const int32_t *tokens;
+    int T, pos0;
+    float *all_logits, *last_logits;
+} chunk_job;
+
+static int chunk_rank(void *arg, int rank) {
+    chunk_job *j = (chunk_job *)arg;
+    cu_group *g = GRP(j->m);
+    return run_chunk(j->m, g->dev[rank], j->gs->dev[rank], g->comm_on, j->tokens, j->T, j->pos0,
+                     rank ? NULL : j->all_logits, rank ? NULL : j->last_logits);
+}
+
+static int group_chunk(minke_model *m, cu_gsession *gs, const int32_t *tokens, int T, int pos0, float *all_logits,
+                       float *last_logits) {
+    cu_group *g = GRP(m);
+    chunk_job j = {m, gs, tokens, T, pos0, all_logits, last_logits};
+    if (!g->pool) return chunk_rank(&j, 0);
+    return cu_pool_run(g->pool, chunk_rank, &j);
+}
+
 static int cu_forward(minke_model *m, void *bs, const int32_t *tokens, int n, int pos0, float *all_logits,
                       float *last_logits) {
-    cu_session *s = (cu_session *)bs;
+    cu_gsession *gs = (cu_gsession *)bs;
+    cu_session *s = gs->dev[0];
     int V = (int)m->w.cfg.n_vocab;
     int step = s->chunk;
     if (all_logits && step > s->logit_rows) step = s->logit_rows;
     for (int i = 0; i < n; i += step) {
         int T = n - i < step ? n - i : step;
-        if (run_chunk(m, s, tokens + i, T, pos0 + i, all_logits ? all_logits + (size_t)i * V : NULL, last_logits))
+        if (group_chunk(m, gs, tokens + i, T, pos0 + i, all_logits ? all_logits + (size_t)i * V : NULL, last_logits))
             return -1;
     }
     return 0;
@@ -1210,19 +1436,33 @@ static int state_copy(minke_model *m, cu_session *s, int pos, uint8_t *buf, int 
     if (rc) minke_set_error("cuda: state copy failed");
     return rc ? -1 : 0;
 }
-static int cu_state_save(minke_model *m, void *bs, int pos, void *dst) { return state_copy(m, (cu_session *)bs, pos, (uint8_t *)dst, 1); }
+/* The state is replicated on every GPU: saved from the first, loaded into all. */
+static int cu_state_save(minke_model *m, void *bs, int pos, void *dst) {
+    cudaSetDevice(GRP(m)->dev[0]->dev);
+    return state_copy(m, ((cu_gsession *)bs)->dev[0], pos, (uint8_t *)dst, 1);
+}
 static int cu_state_load(minke_model *m, void *bs, int pos, const void *src) {
+    cu_gsession *gs = (cu_gsession *)bs;
+    cu_group *g = GRP(m);
     cu_session_reset(m, bs);
-    return state_copy(m, (cu_session *)bs, pos, (uint8_t *)src, 0);
+    int rc = 0;
+    for (int r = 0; r < gs->n && !rc; r++) {
+        cudaSetDevice(g->dev[r]->dev);
+        rc = state_copy(m, gs->dev[r], pos, (uint8_t *)src, 0);
+    }
+    cudaSetDevice(g->dev[0]->dev);
+    return rc;
 }
 
 /* ------------------------------------------------------------------ */
 /* bench helpers (cu_backend.h)                                        */
 
 extern "C" int cu_bench_greedy(minke_model *m, void *bs, int32_t token, int pos, int skip, int32_t *next) {
-    cu_session *s = (cu_session *)bs;
-    cu_model *cm = CM(m);
-    if (run_chunk(m, s, &token, 1, pos, NULL, NULL)) return -1;
+    cu_gsession *gs = (cu_gsession *)bs;
+    cu_session *s = gs->dev[0];
+    cu_model *cm = GRP(m)->dev[0];
+    if (group_chunk(m, gs, &token, 1, pos, NULL, NULL)) return -1;
+    cudaSetDevice(cm->dev);
     cu_argmax(s->logits, m->w.cfg.n_vocab, skip, s->d_argmax, cm->st);
     int h = 0;
     if (cudaMemcpy(&h, s->d_argmax, 4, cudaMemcpyDeviceToHost) != cudaSuccess) { minke_set_error("cuda: argmax copy"); return -1; }
@@ -1258,7 +1498,33 @@ extern "C" int cu_device_info(char *buf, size_t n, double *bw_gbs) {
     return 0;
 }
 
-extern "C" uint64_t cu_model_weight_bytes(minke_model *m) { return CM(m) ? CM(m)->weight_bytes : 0; }
+extern "C" uint64_t cu_model_weight_bytes(minke_model *m) { return GRP(m) ? GRP(m)->weight_bytes : 0; }
+
+extern "C" int cu_model_gpus(minke_model *m) { return GRP(m) ? GRP(m)->n : 0; }
+
+extern "C" int cu_model_has_comm(minke_model *m) { return GRP(m) && GRP(m)->dev[0]->comm; }
+
+extern "C" int cu_gpu_count(void) {
+    int n = 0;
+    return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
+}
+
+/* Collectives on or off (bench: a step without them is the compute alone;
+ * its results are wrong with several GPUs, so the bench restores the state
+ * after). The captured graphs hold the old choice: they are dropped. */
+extern "C" void cu_bench_set_comm(minke_model *m, void *bs, int on) {
+    cu_group *g = GRP(m);
+    cu_gsession *gs = (cu_gsession *)bs;
+    if (g->comm_on == on) return;
+    g->comm_on = on;
+    for (int r = 0; r < gs->n; r++) {
+        cu_session *s = gs->dev[r];
+        cudaSetDevice(g->dev[r]->dev);
+        for (int i = 0; i < s->n_graphs; i++) cudaGraphExecDestroy(s->graphs[i].exec);
+        s->n_graphs = 0;
+    }
+    cudaSetDevice(g->dev[0]->dev);
+}
 
 static const minke_backend_ops cuda_ops = {
     "cuda", cu_model_init, cu_model_free, cu_session_alloc, cu_session_free, cu_session_reset, cu_session_bytes,

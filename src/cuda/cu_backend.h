@@ -23,7 +23,16 @@ int cu_bench_greedy(struct minke_model *m, void *bs, int32_t token, int pos, int
 /* "NVIDIA H200, sm_90, 132 SMs, 139.8 GiB"; *bw_gbs (if not NULL) gets a measured
  * device-to-device copy rate in GB/s counting read + write bytes. */
 int cu_device_info(char *buf, size_t n, double *bw_gbs);
+/* weights resident on the GPUs, all of them together */
 uint64_t cu_model_weight_bytes(struct minke_model *m);
+/* GPUs the model runs on (--gpus); whether it runs collectives (NCCL) */
+int cu_model_gpus(struct minke_model *m);
+int cu_model_has_comm(struct minke_model *m);
+/* CUDA devices on this machine (0: none or no driver) */
+int cu_gpu_count(void);
+/* bench: 0 skips the all-reduces (a step's compute alone; wrong results with
+ * several GPUs, so restore the state afterwards), 1 runs them again */
+void cu_bench_set_comm(struct minke_model *m, void *bs, int on);
 
 #ifdef __cplusplus
 }

@@ -187,6 +187,19 @@ static inline int cu_num_sms(void) {
     return n;
 }
 
+/* "First time on this device": kernel attributes (the dynamic shared memory
+ * opt-in, carveouts) and __device__ tables belong to one device's context,
+ * so a launcher that sets them once must do it once per device (several
+ * GPUs in one process run a host thread each). Bit d of *mask records
+ * device d. */
+static inline int cu_dev_first(unsigned *mask) {
+    int d = 0;
+    cudaGetDevice(&d);
+    unsigned b = 1u << (d & 31);
+    return !(__atomic_fetch_or(mask, b, __ATOMIC_ACQ_REL) & b);
+}
+static inline int cu_cur_dev(void) { int d = 0; cudaGetDevice(&d); return d & 31; }
+
 /* Programmatic dependent launch (MINKE_CUDA_PDL, default on): every kernel of
  * the backend starts with cu_pdl_enter(): wait until the grids it depends on
  * have completed and their writes are visible (a no-op when it was launched

@@ -344,6 +344,7 @@ k_gemv(cu_gemv_args g) {
         int e = g.tile_expert[tile];
         wbase += (int64_t)e * g.expert_bytes;
         for (int k = 0; k < NT; k++) if (k < cnt) ids[nt++] = g.tile_pairs[start + k];
+        if (nt == 0) return;              /* a pair of an expert another GPU owns */
     } else {
         int t0 = blockIdx.y * NT;
         for (int k = 0; k < NT; k++) if (t0 + k < g.ntok) ids[nt++] = t0 + k;
@@ -985,25 +986,26 @@ static void launch_f(const cu_gemv_args &g, int nwarps, int ntiles, cudaStream_t
     if (xf_is_iq2(TYPE)) smem += 256 * 8 * 16;
     /* per instantiation, once per larger size: the opt-in for dynamic shared memory
      * (its default limit is 48 KB less the static part) */
-    static size_t smem_set = 0;
-    if (smem > smem_set) {
+    static size_t smem_set[32];     /* per device */
+    const int dev = cu_cur_dev();
+    if (smem > smem_set[dev]) {
         cudaFuncSetAttribute(k_gemvf<TYPE, NT, RPW, KS, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-        smem_set = smem;
+        smem_set[dev] = smem;
     }
     /* More row groups than blocks that fit on the GPU at once: each block takes
      * several (one activation staging and, for IQ2_XXS, one grid table for them
      * all, and no tail wave), when the activations fit in one chunk. Half the
      * MoE tiles of a launch are taken as empty (the grid is sized for the most). */
     if (g.in <= XChunk<NT>::K) {
-        static size_t occ_smem = 0;
-        static int occ_blocks = 0, occ_threads = 0;
-        if (occ_smem != smem || occ_threads != nwarps * 32) {
+        static size_t occ_smem[32];           /* per device (a host thread each) */
+        static int occ_blocks[32], occ_threads[32];
+        if (occ_smem[dev] != smem || occ_threads[dev] != nwarps * 32) {
             int nb = 0;
             if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, k_gemvf<TYPE, NT, RPW, KS, D>, nwarps * 32, smem) != cudaSuccess)
                 nb = 0;
-            occ_smem = smem; occ_threads = nwarps * 32; occ_blocks = nb;
+            occ_smem[dev] = smem; occ_threads[dev] = nwarps * 32; occ_blocks[dev] = nb;
         }
-        int64_t cap = (int64_t)occ_blocks * cu_num_sms();
+        int64_t cap = (int64_t)occ_blocks[dev] * cu_num_sms();
         int64_t eff_tiles = g.tile_pairs ? (ntiles + 1) / 2 : ntiles;
         int64_t total = (int64_t)gx * (g.w2 ? 2 : 1) * (eff_tiles > 0 ? eff_tiles : 1);
         if (cap > 0 && total > cap) {

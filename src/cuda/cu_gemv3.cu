@@ -307,13 +307,19 @@ __global__ void __launch_bounds__(256, 3) k_g3_iq2_glu(g3_args a) {
         ((uint4 *)tgrid)[i] = make_uint4(v, v, v, v);
     }
     cu_pdl_enter();
-    const int F = a.rows, nit = a.in >> 5, nb = a.in >> 8, nunits = a.nsel * F;
+    /* the selected slots whose experts this GPU owns (sel >= 0; all of them
+     * with one GPU), 4 bits a slot: units run over these only */
+    uint32_t own = 0;
+    int nown = 0;
+    for (int k = 0; k < a.nsel; k++)
+        if (a.sel[k] >= 0) own |= (uint32_t)k << (4 * nown++);
+    const int F = a.rows, nit = a.in >> 5, nb = a.in >> 8, nunits = nown * F;
     const int it = q * 32 + lane;
     const bool has = it < nit;
     const int G = gridDim.x * 2;
     int u = blockIdx.x * 2 + grp;
     auto load = [&](int un, uint2 (&c)[2], float (&d)[2]) {
-        const int e = un / F, r = un - e * F;
+        const int j = un / F, r = un - j * F, e = (int)(own >> (4 * j)) & 15;
         const int64_t off = (int64_t)a.sel[e] * (int64_t)a.expert_bytes + (int64_t)r * (int64_t)a.row_bytes;
         g3_iq2_load<REP>(a.w + off, it, nb, c[0], d[0]);
         g3_iq2_load<REP>(a.w2 + off, it, nb, c[1], d[1]);
@@ -363,8 +369,8 @@ __global__ void __launch_bounds__(256, 3) k_g3_iq2_glu(g3_args a) {
             if (q == 0 && lane == 0) {
                 const float gs = ((part[grp][slot][0][0] + part[grp][slot][1][0]) + part[grp][slot][2][0]) + part[grp][slot][3][0];
                 const float us = ((part[grp][slot][0][1] + part[grp][slot][1][1]) + part[grp][slot][2][1]) + part[grp][slot][3][1];
-                const int e = un / F;
-                a.out[un] = cu_swiglu1(gs, us, a.limit) * (a.rw ? a.rw[e] : 1.f);     /* mid[e][r] at e F + r = un */
+                const int j = un / F, e = (int)(own >> (4 * j)) & 15;
+                a.out[e * F + (un - j * F)] = cu_swiglu1(gs, us, a.limit) * (a.rw ? a.rw[e] : 1.f);   /* mid[e][r] */
             }
             slot ^= 1;
         }
@@ -408,8 +414,10 @@ __global__ void __launch_bounds__(G3_DOWN_GPB * NE * 32) k_g3_q2k_down(g3_args a
     cu_pdl_enter();
     const int nu = a.in >> 6, nitr = a.in >> 5;
     const int u = lane, blk = u >> 2, n = (u >> 1) & 1, h = u & 1;
-    const bool active = u < nu;
-    const uint8_t *wbase = a.w + (int64_t)a.sel[e] * (int64_t)a.expert_bytes;
+    /* a slot of an expert another GPU owns (sel -1) adds 0 to the row's sum */
+    const int ex = a.sel[e];
+    const bool active = u < nu && ex >= 0;
+    const uint8_t *wbase = a.w + (int64_t)(ex >= 0 ? ex : 0) * (int64_t)a.expert_bytes;
     const int G = gridDim.x * G3_DOWN_GPB;
     int r = blockIdx.x * G3_DOWN_GPB + grp;
     g3_q2k_w w[G3_DOWN_D];

@@ -14,8 +14,8 @@
 
 /* kernel attributes (cu_indexer_init) also when the caller skipped cu_ops_init */
 static void idx_attrs_once(void) {
-    static int done = 0;
-    if (!done) { done = 1; cu_indexer_init(); }
+    static unsigned done = 0;
+    if (cu_dev_first(&done)) cu_indexer_init();
 }
 static int env_int(const char *name, int dflt) {
     const char *e = getenv(name);

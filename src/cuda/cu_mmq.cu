@@ -132,6 +132,7 @@ __global__ void __launch_bounds__(MQ_THREADS, MINB) k_mmq(cu_gemv_args g) {
         if (tile >= *g.n_tiles) return;
         int start = g.tile_start[tile];
         nt = g.tile_count[tile];
+        if (nt <= 0) return;              /* a pair of an expert another GPU owns */
         wbase += (int64_t)g.tile_expert[tile] * g.expert_bytes;
         for (int k = tid; k < MQ_BN; k += MQ_THREADS) sid[k] = g.tile_pairs[start + (k < nt ? k : 0)];
     } else {
@@ -623,6 +624,7 @@ __global__ void __launch_bounds__(mx_lay<TYPE, P, V>::THREADS, MINB) k_mmqx(cu_g
         if (tile >= *g.n_tiles) return;
         int start = g.tile_start[tile];
         nt = g.tile_count[tile];
+        if (nt <= 0) return;              /* a pair of an expert another GPU owns */
         if (HALVES) {
             const int h = (int)(blockIdx.y & 1) * BN;
             start += h;
@@ -1278,13 +1280,12 @@ static int mx_occ3(void) {
  * instantiation, and ask for the largest carveout so 3 blocks fit per SM. */
 template <int T, int MINB, int P, bool PRE, int V>
 static void mx_launch(dim3 grid, cudaStream_t st, const cu_gemv_args &g) {
-    static bool ready = false;
+    static unsigned ready = 0;
     const size_t smem = mx_lay<T, P, V>::bytes;
-    if (!ready) {
+    if (cu_dev_first(&ready)) {
         cudaFuncSetAttribute(k_mmqx<T, MINB, P, PRE, V>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         cudaFuncSetAttribute(k_mmqx<T, MINB, P, PRE, V>, cudaFuncAttributePreferredSharedMemoryCarveout,
                              (int)cudaSharedmemCarveoutMaxShared);
-        ready = true;
     }
     cu_launch(k_mmqx<T, MINB, P, PRE, V>, grid, mx_lay<T, P, V>::THREADS, smem, st, g);
 }

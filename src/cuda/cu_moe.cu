@@ -4,6 +4,11 @@
  * clamp, and the sum over a token's experts. The router, SwiGLU and sum
  * have faster v2 schedules with bit-identical results; env MINKE_CUDA_MOE_V1=1
  * (or cu_moe_use_v1(1)) runs the v1 kernels (tests/cuda/hc_check compares).
+ *
+ * Several GPUs (expert parallel): every GPU routes all experts (the same
+ * bits), then keeps only the pairs of the experts it owns, [own0, own1):
+ * the others get sel = -1 (weights unchanged), no tile (tcount 0) and no
+ * term in the sum, and the partial sums are added across GPUs afterwards.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -18,7 +23,7 @@
 /* One warp per token: scores, then K rounds of a warp arg-max over the
  * selection values (ties: the lower expert index, as nm_topk). */
 __global__ void k_router(const float *logits, const float *bias, const int32_t *tid2eid, const int32_t *tokens,
-                         int E, int K, float route_scale, int *sel, float *wout) {
+                         int E, int K, float route_scale, int own0, int own1, int *sel, float *wout) {
     cu_pdl_enter();
     int t = blockIdx.x, lane = threadIdx.x;
     extern __shared__ float sc[];     /* E scores + E selection values */
@@ -55,7 +60,7 @@ __global__ void k_router(const float *logits, const float *bias, const int32_t *
     for (int k = 0; k < K; k++) sum += sc[idx[k]];
     if (sum < 6.103515625e-5f) sum = 6.103515625e-5f;
     for (int k = 0; k < K; k++) {
-        sel[t * K + k] = idx[k];
+        sel[t * K + k] = idx[k] >= own0 && idx[k] < own1 ? idx[k] : -1;
         wout[t * K + k] = sc[idx[k]] / sum * route_scale;
     }
 }
@@ -75,7 +80,8 @@ __global__ void k_router(const float *logits, const float *bias, const int32_t *
 #define RT2_MAXK 16
 __global__ void __launch_bounds__(1024)
 k_router2(const float *logits, const float *bias, const int32_t *tid2eid, const int32_t *tokens, int E, int K,
-          float route_scale, int *sel, float *wout, int *pairs, int *tstart, int *tcount, int *texpert, int *ntiles) {
+          float route_scale, int own0, int own1, int *sel, float *wout, int *pairs, int *tstart, int *tcount,
+          int *texpert, int *ntiles) {
     __shared__ float sc[1024];
     __shared__ float cand_v[32 * RT2_MAXK];
     __shared__ int cand_i[32 * RT2_MAXK];
@@ -125,10 +131,11 @@ k_router2(const float *logits, const float *bias, const int32_t *tid2eid, const 
         if (sum < 6.103515625e-5f) sum = 6.103515625e-5f;
         int id = s_idx[e];
         int p = t * K + e;
-        sel[p] = id;
+        const bool own = id >= own0 && id < own1;
+        sel[p] = own ? id : -1;
         wout[p] = sc[id] / sum * route_scale;
         if (pairs) {
-            pairs[p] = p; tstart[p] = p; tcount[p] = 1; texpert[p] = id;
+            pairs[p] = p; tstart[p] = p; tcount[p] = own; texpert[p] = own ? id : own0;
             if (t == 0 && e == 0) *ntiles = gridDim.x * K;
         }
     }
@@ -145,27 +152,28 @@ static int router2_ok(int E, int K) { return E >= 1 && E <= 1024 && K >= 1 && K 
 /* cu_router followed by cu_moe_tiles(sel, T*K, E, 1, ...) in one launch
  * (decode: one tile per pair); the same outputs as the two calls. */
 extern "C" void cu_router_tiles1(const float *logits, const float *bias, const int32_t *tid2eid, const int32_t *tokens,
-                                 int T, int E, int K, float route_scale, int *sel, float *w, int *pairs, int *tstart,
-                                 int *tcount, int *texpert, int *ntiles, cudaStream_t st) {
+                                 int T, int E, int K, float route_scale, int own0, int own1, int *sel, float *w,
+                                 int *pairs, int *tstart, int *tcount, int *texpert, int *ntiles, cudaStream_t st) {
     if (moe_use_v1() || !router2_ok(E, K) || T * K > 1024) {
-        cu_router(logits, bias, tid2eid, tokens, T, E, K, route_scale, sel, w, st);
+        cu_router(logits, bias, tid2eid, tokens, T, E, K, route_scale, own0, own1, sel, w, st);
         cu_moe_tiles(sel, T * K, E, 1, pairs, tstart, tcount, texpert, ntiles, st);
         return;
     }
     int threads = (E + 31) / 32 * 32;
-    cu_launch(k_router2, T, threads, 0, st, logits, bias, tid2eid, tokens, E, K, route_scale, sel, w, pairs, tstart,
-              tcount, texpert, ntiles);
+    cu_launch(k_router2, T, threads, 0, st, logits, bias, tid2eid, tokens, E, K, route_scale, own0, own1, sel, w, pairs,
+              tstart, tcount, texpert, ntiles);
 }
 
 void cu_router(const float *logits, const float *bias, const int32_t *tid2eid, const int32_t *tokens,
-               int T, int E, int K, float route_scale, int *sel, float *w, cudaStream_t st) {
+               int T, int E, int K, float route_scale, int own0, int own1, int *sel, float *w, cudaStream_t st) {
     if (!moe_use_v1() && router2_ok(E, K)) {
         int threads = (E + 31) / 32 * 32;
-        cu_launch(k_router2, T, threads, 0, st, logits, bias, tid2eid, tokens, E, K, route_scale, sel, w,
+        cu_launch(k_router2, T, threads, 0, st, logits, bias, tid2eid, tokens, E, K, route_scale, own0, own1, sel, w,
                   (int *)NULL, (int *)NULL, (int *)NULL, (int *)NULL, (int *)NULL);
         return;
     }
-    cu_launch(k_router, T, 32, 2 * E * sizeof(float), st, logits, bias, tid2eid, tokens, E, K, route_scale, sel, w);
+    cu_launch(k_router, T, 32, 2 * E * sizeof(float), st, logits, bias, tid2eid, tokens, E, K, route_scale, own0, own1,
+              sel, w);
 }
 
 /* Pairs (token*K + slot) grouped by expert into tiles of at most nt pairs.
@@ -181,7 +189,8 @@ __global__ void k_moe_tiles(const int *sel, int P, int E, int nt, int *pairs, in
     int *cnt = smem, *off = smem + E, *fill = smem + 2 * E, *toff = smem + 3 * E;
     for (int e = threadIdx.x; e < E; e += blockDim.x) { cnt[e] = 0; fill[e] = 0; }
     __syncthreads();
-    for (int p = threadIdx.x; p < P; p += blockDim.x) atomicAdd(&cnt[sel[p]], 1);
+    for (int p = threadIdx.x; p < P; p += blockDim.x)
+        if (sel[p] >= 0) atomicAdd(&cnt[sel[p]], 1);      /* -1: another GPU's expert */
     __syncthreads();
     if (threadIdx.x == 0) {
         int a = 0, tt = 0;
@@ -214,7 +223,7 @@ __global__ void k_moe_tiles(const int *sel, int P, int E, int nt, int *pairs, in
 __global__ void k_moe_tiles1(const int *sel, int P, int *pairs, int *tstart, int *tcount, int *texpert, int *ntiles) {
     cu_pdl_enter();
     int p = threadIdx.x;
-    if (p < P) { pairs[p] = p; tstart[p] = p; tcount[p] = 1; texpert[p] = sel[p]; }
+    if (p < P) { pairs[p] = p; tstart[p] = p; tcount[p] = sel[p] >= 0; texpert[p] = sel[p] >= 0 ? sel[p] : 0; }
     if (p == 0) *ntiles = P;
 }
 void cu_moe_tiles(const int *sel, int P, int E, int nt, int *pairs, int *tstart, int *tcount, int *texpert,
@@ -271,17 +280,18 @@ void cu_swiglu(const float *g, const float *u, const float *w, int P, int F, flo
     cu_launch(k_swiglu, dim3((F + 255) / 256, P), 256, 0, st, g, u, w, F, limit, mid);
 }
 
-__global__ void k_moe_sum(const float *outp, int K, int D, float *m) {
+__global__ void k_moe_sum(const float *outp, const int *sel, int K, int D, float *m) {
     cu_pdl_enter();
     int t = blockIdx.y;
     int d = blockIdx.x * blockDim.x + threadIdx.x;
     if (d >= D) return;
     float s = 0.f;
-    for (int k = 0; k < K; k++) s += outp[((int64_t)t * K + k) * D + d];
+    for (int k = 0; k < K; k++)
+        if (!sel || sel[t * K + k] >= 0) s += outp[((int64_t)t * K + k) * D + d];
     m[(int64_t)t * D + d] = s;
 }
 /* The same sums (k = 0..K-1 in order), four elements per thread. */
-__global__ void k_moe_sum4(const float4 *outp, int K, int D4, float4 *m) {
+__global__ void k_moe_sum4(const float4 *outp, const int *sel, int K, int D4, float4 *m) {
     cu_pdl_enter();
     int t = blockIdx.y;
     int d = blockIdx.x * blockDim.x + threadIdx.x;
@@ -291,21 +301,24 @@ __global__ void k_moe_sum4(const float4 *outp, int K, int D4, float4 *m) {
     float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
     for (; k0 < K; k0 += 8) {
         int nk = K - k0 < 8 ? K - k0 : 8;
+        unsigned own = 0xffu;       /* pairs of experts another GPU owns add nothing */
+        if (sel)
+            for (int k = 0; k < nk; k++) if (sel[t * K + k0 + k] < 0) own &= ~(1u << k);
 #pragma unroll
         for (int k = 0; k < 8; k++)
-            if (k < nk) o[k] = outp[((int64_t)t * K + k0 + k) * D4 + d];
+            if (k < nk && (own >> k & 1u)) o[k] = outp[((int64_t)t * K + k0 + k) * D4 + d];
 #pragma unroll
         for (int k = 0; k < 8; k++)
-            if (k < nk) { s.x += o[k].x; s.y += o[k].y; s.z += o[k].z; s.w += o[k].w; }
+            if (k < nk && (own >> k & 1u)) { s.x += o[k].x; s.y += o[k].y; s.z += o[k].z; s.w += o[k].w; }
     }
     m[(int64_t)t * D4 + d] = s;
 }
-void cu_moe_sum(const float *outp, int T, int K, int D, float *m, cudaStream_t st) {
+void cu_moe_sum(const float *outp, const int *sel, int T, int K, int D, float *m, cudaStream_t st) {
     if (!moe_use_v1() && D % 4 == 0 && aligned16(outp) && aligned16(m)) {
         int D4 = D / 4, bs = D4 < 256 ? (D4 + 31) / 32 * 32 : 256;
-        cu_launch(k_moe_sum4, dim3((D4 + bs - 1) / bs, T), bs, 0, st, (const float4 *)outp, K, D4, (float4 *)m);
+        cu_launch(k_moe_sum4, dim3((D4 + bs - 1) / bs, T), bs, 0, st, (const float4 *)outp, sel, K, D4, (float4 *)m);
         return;
     }
-    cu_launch(k_moe_sum, dim3((D + 255) / 256, T), 256, 0, st, outp, K, D, m);
+    cu_launch(k_moe_sum, dim3((D + 255) / 256, T), 256, 0, st, outp, sel, K, D, m);
 }
 

@@ -182,21 +182,24 @@ __device__ __forceinline__ float hash_unit(uint64_t x) { return (float)(hash32(x
 /* Synthetic weights: plain floats uniform in [-scale, scale]; block formats get
  * random codes with block scales chosen so the dequantized values are of
  * order `scale` (never NaN/inf). */
-__global__ void k_synth(uint8_t *dst, int type, int64_t nbytes_or_nel, int64_t nblocks, uint64_t seed, float scale) {
+__global__ void k_synth(uint8_t *dst, int type, int64_t nbytes_or_nel, int64_t nblocks, uint64_t seed, float scale,
+                        int64_t base) {
     cu_pdl_enter();
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    /* base: the index (element, or 32-bit word of a block format) of dst[0] in
+     * the whole tensor, so a slice gets the values of its part of the whole */
     if (type == CU_TYPE_F32) {
-        for (; i < nbytes_or_nel; i += stride) ((float *)dst)[i] = hash_unit(seed + i) * scale;
+        for (; i < nbytes_or_nel; i += stride) ((float *)dst)[i] = hash_unit(seed + base + i) * scale;
     } else if (type == CU_TYPE_F16) {
-        for (; i < nbytes_or_nel; i += stride) ((__half *)dst)[i] = __float2half(hash_unit(seed + i) * scale);
+        for (; i < nbytes_or_nel; i += stride) ((__half *)dst)[i] = __float2half(hash_unit(seed + base + i) * scale);
     } else if (type == CU_TYPE_BF16) {
-        for (; i < nbytes_or_nel; i += stride) ((__nv_bfloat16 *)dst)[i] = __float2bfloat16(hash_unit(seed + i) * scale);
+        for (; i < nbytes_or_nel; i += stride) ((__nv_bfloat16 *)dst)[i] = __float2bfloat16(hash_unit(seed + base + i) * scale);
     } else if (type == CU_TYPE_I32) {
-        for (; i < nbytes_or_nel; i += stride) ((int32_t *)dst)[i] = (int32_t)(hash32(seed + i) % (uint32_t)scale);
+        for (; i < nbytes_or_nel; i += stride) ((int32_t *)dst)[i] = (int32_t)(hash32(seed + base + i) % (uint32_t)scale);
     } else {
         /* block formats: random bytes, then fix the scale fields per block */
-        for (int64_t b = i; b < nbytes_or_nel / 4; b += stride) ((uint32_t *)dst)[b] = hash32(seed * 31 + b);
+        for (int64_t b = i; b < nbytes_or_nel / 4; b += stride) ((uint32_t *)dst)[b] = hash32(seed * 31 + base + b);
         /* trailing bytes (block sizes not multiple of 4 overall are handled by the caller's padding) */
     }
 }
@@ -215,7 +218,7 @@ __global__ void k_synth_scales(uint8_t *dst, int type, int64_t nblocks, float sc
         }
     }
 }
-void cu_synth_fill(void *dst, int type, int64_t nel, uint64_t seed, float scale, cudaStream_t st) {
+void cu_synth_fill(void *dst, int type, int64_t nel, uint64_t seed, float scale, uint64_t byte_off, cudaStream_t st) {
     int64_t nbytes = 0, nblocks = 0;
     switch (type) {
     case CU_TYPE_F32: case CU_TYPE_I32: nbytes = nel; break;
@@ -227,7 +230,8 @@ void cu_synth_fill(void *dst, int type, int64_t nel, uint64_t seed, float scale,
     case CU_TYPE_MXFP4: nblocks = nel / 32; nbytes = nblocks * 17; break;
     default: return;
     }
-    cu_launch(k_synth, 4096, 256, 0, st, (uint8_t *)dst, type, nbytes, nblocks, seed, scale);
+    const int64_t base = (int64_t)(type == CU_TYPE_F16 || type == CU_TYPE_BF16 ? byte_off / 2 : byte_off / 4);
+    cu_launch(k_synth, 4096, 256, 0, st, (uint8_t *)dst, type, nbytes, nblocks, seed, scale, base);
     if (nblocks) cu_launch(k_synth_scales, 4096, 256, 0, st, (uint8_t *)dst, type, nblocks, scale);
 }
 

@@ -143,23 +143,27 @@ int cu_attention_tc(const float *q, const float *kv_batch, const float *ring, co
                     const int *nsel, int topk, const float *sinks, int T, int nh, int hd, int W, int ratio, int nrot,
                     const float *inv_freq, float scale, const int *pos0p, float *o, cudaStream_t st);
 
-/* router + MoE */
+/* router + MoE. [own0, own1): the experts this GPU owns (0, E with one GPU);
+ * a pair of another expert gets sel -1, its weight as usual. */
 void cu_router(const float *logits, const float *bias, const int32_t *tid2eid, const int32_t *tokens,
-               int T, int E, int K, float route_scale, int *sel, float *w, cudaStream_t st);
+               int T, int E, int K, float route_scale, int own0, int own1, int *sel, float *w, cudaStream_t st);
 /* cu_router + cu_moe_tiles with nt = 1 in one launch, the same outputs (cu_moe.cu) */
 void cu_router_tiles1(const float *logits, const float *bias, const int32_t *tid2eid, const int32_t *tokens,
-                      int T, int E, int K, float route_scale, int *sel, float *w, int *pairs, int *tstart,
-                      int *tcount, int *texpert, int *ntiles, cudaStream_t st);
+                      int T, int E, int K, float route_scale, int own0, int own1, int *sel, float *w, int *pairs,
+                      int *tstart, int *tcount, int *texpert, int *ntiles, cudaStream_t st);
 void cu_moe_tiles(const int *sel, int P, int E, int nt, int *pairs, int *tstart, int *tcount, int *texpert,
                   int *ntiles, cudaStream_t st);
 void cu_swiglu(const float *g, const float *u, const float *w, int P, int F, float limit, float *mid,
                cudaStream_t st);
-void cu_moe_sum(const float *outp, int T, int K, int D, float *m, cudaStream_t st);
+/* m[t] = sum over k of outp[t K + k], k in order, skipping pairs with sel < 0 (sel NULL: none) */
+void cu_moe_sum(const float *outp, const int *sel, int T, int K, int D, float *m, cudaStream_t st);
 
 /* argmax over n floats per row, skipping index `skip` (-1 none) */
 void cu_argmax(const float *x, int64_t n, int skip, int *out, cudaStream_t st);
 /* deterministic fill of n bytes of synthetic weights for a type (bench) */
-void cu_synth_fill(void *dst, int type, int64_t nel, uint64_t seed, float scale, cudaStream_t st);
+/* byte_off: where dst starts in the whole tensor (a GPU's slice of the experts; a
+ * multiple of 4), so the slice holds the values of that part of the whole */
+void cu_synth_fill(void *dst, int type, int64_t nel, uint64_t seed, float scale, uint64_t byte_off, cudaStream_t st);
 
 #ifdef __cplusplus
 }

@@ -116,6 +116,10 @@ minke_model *minke_model_open(const minke_model_params *p) {
         minke_set_error("unknown backend %d", (int)p->backend);
         return NULL;
     }
+    if (p->backend == MINKE_BACKEND_CPU && (p->n_gpus > 1 || p->n_gpus < 0)) {
+        minke_set_error("--gpus is for the cuda backend (add --backend cuda)");
+        return NULL;
+    }
     minke_model *m = calloc(1, sizeof *m);
     if (!m) { minke_set_error("out of memory"); return NULL; }
     m->params = *p;

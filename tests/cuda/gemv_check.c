@@ -134,7 +134,7 @@ static int check_type(int type, int64_t rows, int64_t in, int T, int timing) {
         void *big;
         if (cudaMalloc(&big, rb * R) == cudaSuccess) {
             float *yb; CK(cudaMalloc((void **)&yb, sizeof(float) * R));
-            cu_synth_fill(big, type, R * in, 1234, 0.01f, 0);
+            cu_synth_fill(big, type, R * in, 1234, 0.01f, 0, 0);
             cu_gemv_args b = g;
             if (type == GGML_TYPE_Q8_0 && cu_repack_q8_0(big, R, in, rb, 0)) b.wtype = 108;
             if (type == GGML_TYPE_IQ2_XXS && cu_repack_iq2_xxs(big, R, in, rb, 0)) b.wtype = 116;
@@ -236,8 +236,8 @@ static void time_mmq(int type, int64_t rows, int64_t in) {
     int64_t arb = cu_act_row_bytes(at, in);
     CK(cudaMalloc(&dW, rb * rows)); CK(cudaMalloc(&dact, arb * T)); CK(cudaMalloc((void **)&dy, sizeof(float) * T * rows));
     CK(cudaMalloc((void **)&dx, sizeof(float) * T * in));
-    cu_synth_fill(dW, type, rows * in, 99, 0.01f, 0);
-    cu_synth_fill(dx, GGML_TYPE_F32, T * in, 7, 1.0f, 0);
+    cu_synth_fill(dW, type, rows * in, 99, 0.01f, 0, 0);
+    cu_synth_fill(dx, GGML_TYPE_F32, T * in, 7, 1.0f, 0, 0);
     cu_quantize_act(at, dx, dact, T, in, 0);
     int wt = type;
     if (type == GGML_TYPE_Q8_0 && cu_repack_q8_0(dW, rows, in, rb, 0)) wt = 108;
@@ -493,7 +493,7 @@ static void time_f32(int type, int64_t rows, int64_t in, int E, int paired, int 
     if (nsets < 4) nsets = 4;
     void *pool;
     if (cudaMalloc(&pool, set * nsets) != cudaSuccess) { printf("skip time gemvf: no memory\n"); return; }
-    cu_synth_fill(pool, type, set * nsets / rb * in, 4321, 0.01f, 0);
+    cu_synth_fill(pool, type, set * nsets / rb * in, 4321, 0.01f, 0, 0);
     int wt = type;
     if (type == GGML_TYPE_Q8_0 && cu_repack_q8_0(pool, set * nsets / rb, in, rb, 0)) wt = 108;
     if (type == GGML_TYPE_IQ2_XXS && cu_repack_iq2_xxs(pool, set * nsets / rb, in, rb, 0)) wt = 116;
@@ -504,7 +504,7 @@ static void time_f32(int type, int64_t rows, int64_t in, int E, int paired, int 
     CK(cudaMalloc((void **)&dx, sizeof(float) * nin * in)); CK(cudaMalloc(&dq, arb * nin + 64));
     CK(cudaMalloc((void **)&dy, sizeof(float) * P * rows)); CK(cudaMalloc((void **)&dy2, sizeof(float) * P * rows));
     CK(cudaMalloc((void **)&dsel, sizeof(int) * P)); CK(cudaMalloc((void **)&dt, sizeof(int) * (P + 4 * (2 * P + 1) + 1)));
-    cu_synth_fill(dx, GGML_TYPE_F32, nin * in, 77, 1.0f, 0);
+    cu_synth_fill(dx, GGML_TYPE_F32, nin * in, 77, 1.0f, 0, 0);
     cu_quantize_act(at, dx, dq, nin, in, 0);
     int sel[64];
     for (int p = 0; p < P; p++) sel[p] = p;
@@ -770,10 +770,10 @@ static void time_h(int type, int64_t rows, int64_t in, int paired, const char *n
     void *pool;
     float *dx, *dy, *dy2;
     if (cudaMalloc(&pool, set * nsets) != cudaSuccess) { printf("skip time gemvh: no memory\n"); return; }
-    cu_synth_fill(pool, type, set * nsets / rb * in, 4321, 0.01f, 0);
+    cu_synth_fill(pool, type, set * nsets / rb * in, 4321, 0.01f, 0, 0);
     CK(cudaMalloc((void **)&dx, sizeof(float) * in)); CK(cudaMalloc((void **)&dy, sizeof(float) * rows));
     CK(cudaMalloc((void **)&dy2, sizeof(float) * rows));
-    cu_synth_fill(dx, GGML_TYPE_F32, in, 77, 1.0f, 0);
+    cu_synth_fill(dx, GGML_TYPE_F32, in, 77, 1.0f, 0, 0);
     CK(cudaDeviceSynchronize());
     cu_gemv_args g;
     memset(&g, 0, sizeof g);
@@ -831,10 +831,10 @@ static int check_attention(int nh, int hd, int W, int ratio, int T, int pos0, in
     CK(cudaMalloc((void **)&dsinks, nh * 4)); CK(cudaMalloc((void **)&dfreq, nrot / 2 * 4));
     CK(cudaMalloc((void **)&dref, qn * 4)); CK(cudaMalloc((void **)&dtc, qn * 4));
     CK(cudaMalloc((void **)&dnsel, T * 4)); CK(cudaMalloc((void **)&dpos, 4));
-    cu_synth_fill(dq, GGML_TYPE_F32, qn, 11, 3.0f, 0);
-    cu_synth_fill(dkv, GGML_TYPE_F32, (int64_t)T * hd, 12, 1.5f, 0);
-    cu_synth_fill(dring, GGML_TYPE_F32, (int64_t)W * hd, 13, 1.5f, 0);
-    cu_synth_fill(dcomp, GGML_TYPE_F32, (int64_t)ncomp_all * hd, 14, 1.5f, 0);
+    cu_synth_fill(dq, GGML_TYPE_F32, qn, 11, 3.0f, 0, 0);
+    cu_synth_fill(dkv, GGML_TYPE_F32, (int64_t)T * hd, 12, 1.5f, 0, 0);
+    cu_synth_fill(dring, GGML_TYPE_F32, (int64_t)W * hd, 13, 1.5f, 0, 0);
+    cu_synth_fill(dcomp, GGML_TYPE_F32, (int64_t)ncomp_all * hd, 14, 1.5f, 0, 0);
     float hs[64], fr[32];
     for (int h = 0; h < nh && h < 64; h++) hs[h] = 2.0f * frand();
     for (int k = 0; k < nrot / 2; k++) fr[k] = powf(10000.0f, -2.0f * k / nrot);

@@ -38,8 +38,8 @@ int cu_hc_fused_version(int D, int nhc, int nmix, int head);
 void cu_moe_use_v1(int on);
 void cu_ops_use_v1(int on);
 void cu_router_tiles1(const float *logits, const float *bias, const int32_t *tid2eid, const int32_t *tokens, int T,
-                      int E, int K, float route_scale, int *sel, float *w, int *pairs, int *tstart, int *tcount,
-                      int *texpert, int *ntiles, cudaStream_t st);
+                      int E, int K, float route_scale, int own0, int own1, int *sel, float *w, int *pairs,
+                      int *tstart, int *tcount, int *texpert, int *ntiles, cudaStream_t st);
 
 #define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("FAIL cuda %s: %s (line %d)\n", #x, cudaGetErrorString(e_), __LINE__); exit(1); } } while (0)
 
@@ -458,6 +458,7 @@ typedef struct {
     int *dsel, *dpairs, *dtstart, *dtcount, *dtexp, *dnt;
     float *dw;
     int hash, tiles;
+    int own0, own1;     /* the experts "this GPU" owns */
 } rt_case;
 
 static void rt_reset(rt_case *r) {
@@ -475,16 +476,16 @@ static void rt_launch(void *p) {
     const float *bias = r->hash ? NULL : r->dbias;
     const int32_t *tid = r->hash ? r->dtid : NULL;
     if (r->tiles)
-        cu_router_tiles1(r->dlog, bias, tid, r->dtok, r->T, r->E, r->K, r->scale, r->dsel, r->dw, r->dpairs, r->dtstart,
-                         r->dtcount, r->dtexp, r->dnt, 0);
+        cu_router_tiles1(r->dlog, bias, tid, r->dtok, r->T, r->E, r->K, r->scale, r->own0, r->own1, r->dsel, r->dw,
+                         r->dpairs, r->dtstart, r->dtcount, r->dtexp, r->dnt, 0);
     else
-        cu_router(r->dlog, bias, tid, r->dtok, r->T, r->E, r->K, r->scale, r->dsel, r->dw, 0);
+        cu_router(r->dlog, bias, tid, r->dtok, r->T, r->E, r->K, r->scale, r->own0, r->own1, r->dsel, r->dw, 0);
 }
 /* the v1 pair of launches that cu_router_tiles1 replaces */
 static void rt_launch_pair(void *p) {
     rt_case *r = p;
     cu_router(r->dlog, r->hash ? NULL : r->dbias, r->hash ? r->dtid : NULL, r->dtok, r->T, r->E, r->K, r->scale,
-              r->dsel, r->dw, 0);
+              r->own0, r->own1, r->dsel, r->dw, 0);
     cu_moe_tiles(r->dsel, r->T * r->K, r->E, 1, r->dpairs, r->dtstart, r->dtcount, r->dtexp, r->dnt, 0);
 }
 
@@ -492,7 +493,7 @@ static void rt_launch_pair(void *p) {
 static int rt_run(int T, int E, int K, int hash, int ties, int timing) {
     rt_case r;
     memset(&r, 0, sizeof r);
-    r.T = T; r.E = E; r.K = K; r.scale = 1.5f; r.hash = hash;
+    r.T = T; r.E = E; r.K = K; r.scale = 1.5f; r.hash = hash; r.own0 = 0; r.own1 = E;
     int P = T * K, vocab = 1000;
     float *lg = rand_f((size_t)T * E, -6.0f, 6.0f), *bias = rand_f(E, -0.5f, 0.5f);
     if (ties) {
@@ -543,6 +544,25 @@ static int rt_run(int T, int E, int K, int hash, int ties, int timing) {
     for (int i = 0; i < 5; i++) ok &= same(what, names[i], outs1[i], outs2[i], sizeof(int) * P);
     ok &= same(what, "tiles weights", tw1, tw2, sizeof(float) * P);
     ok &= same(what, "ntiles", nt1, nt2, sizeof(int));
+    /* one GPU of several (expert parallel): owning [E/3, 2E/3) keeps those
+     * pairs as they were, marks the others -1 with no tile, weights unchanged;
+     * the same from v1, v2 and the fused router+tiles */
+    for (int v = 0; v < 3; v++) {
+        r.own0 = E / 3; r.own1 = 2 * E / 3; r.tiles = v == 2;
+        rt_reset(&r); cu_moe_use_v1(v == 0); rt_launch(&r);
+        int *ms = to_host(r.dsel, sizeof(int) * P), *mc = to_host(r.dtcount, sizeof(int) * P);
+        float *mw = to_host(r.dw, sizeof(float) * P);
+        int bad = 0;
+        for (int p = 0; p < P; p++) {
+            int own = s2[p] >= r.own0 && s2[p] < r.own1;
+            if (ms[p] != (own ? s2[p] : -1) || (v == 2 && mc[p] != own)) bad++;
+        }
+        if (bad) { printf("FAIL %s: owned range v%d: %d pairs wrong\n", what, v, bad); ok = 0; }
+        ok &= same(what, "owned-range weights", w2, mw, sizeof(float) * P);
+        free(ms); free(mc); free(mw);
+        r.own0 = 0; r.own1 = E;
+    }
+    cu_moe_use_v1(0);
     printf("%s %s (cu_router v1 == v2; cu_router_tiles1 == cu_router + cu_moe_tiles)\n", ok ? "ok  " : "FAIL", what);
     if (timing) {
         r.tiles = 0;
@@ -621,7 +641,7 @@ static int swiglu_run(int P, int F, int use_w, float limit, int timing) {
 }
 
 typedef struct { const float *o; int T, K, D; float *m; } ms_ctx;
-static void ms_launch(void *p) { ms_ctx *c = p; cu_moe_sum(c->o, c->T, c->K, c->D, c->m, 0); }
+static void ms_launch(void *p) { ms_ctx *c = p; cu_moe_sum(c->o, NULL, c->T, c->K, c->D, c->m, 0); }
 
 static int moesum_run(int T, int K, int D, int timing) {
     float *o = rand_f((size_t)T * K * D, -4.0f, 4.0f);
@@ -635,7 +655,32 @@ static int moesum_run(int T, int K, int D, int timing) {
     cu_moe_use_v1(0); ms_launch(&c);
     float *m2 = to_host(dm, sizeof(float) * T * D);
     int ok = same(what, "sum", m1, m2, sizeof(float) * T * D);
-    printf("%s %s (v1 == v2)\n", ok ? "ok  " : "FAIL", what);
+    /* pairs of another GPU's experts (sel -1, their rows garbage): the sum of
+     * the others, in order, as with those rows zero */
+    {
+        int P = T * K;
+        int *sel = malloc(sizeof(int) * P);
+        float *oz = malloc(sizeof(float) * P * D);
+        memcpy(oz, o, sizeof(float) * P * D);
+        for (int p = 0; p < P; p++) {
+            sel[p] = urand() % 3 ? p % 7 : -1;
+            if (sel[p] < 0) for (int d = 0; d < D; d++) { oz[(size_t)p * D + d] = 0.0f; o[(size_t)p * D + d] = NAN; }
+        }
+        int *dsel = dup_dev(sel, sizeof(int) * P);
+        float *dz = dup_dev(oz, sizeof(float) * P * D), *dnan = dup_dev(o, sizeof(float) * P * D);
+        cu_moe_use_v1(1); cu_moe_sum(dz, NULL, T, K, D, dm, 0);
+        float *z1 = to_host(dm, sizeof(float) * T * D);
+        for (int v = 1; v >= 0; v--) {
+            CK(cudaMemset(dm, 0x7F, sizeof(float) * T * D));
+            cu_moe_use_v1(v); cu_moe_sum(dnan, dsel, T, K, D, dm, 0);
+            float *z2 = to_host(dm, sizeof(float) * T * D);
+            ok &= same(what, v ? "masked sum v1" : "masked sum v2", z1, z2, sizeof(float) * T * D);
+            free(z2);
+        }
+        free(sel); free(oz); free(z1);
+        cudaFree(dsel); cudaFree(dz); cudaFree(dnan);
+    }
+    printf("%s %s (v1 == v2; pairs of other GPUs' experts skipped)\n", ok ? "ok  " : "FAIL", what);
     if (timing) {
         cu_moe_use_v1(1); float t1 = time_us(ms_launch, &c);
         cu_moe_use_v1(0); float t2 = time_us(ms_launch, &c);

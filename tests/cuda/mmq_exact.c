@@ -266,8 +266,8 @@ static void time_case(int type, int64_t rows, int64_t in, int T, int E, int K, i
     if (cudaMalloc(&dW, rb * rows * ne) != cudaSuccess) { printf("skip time (memory)\n"); cudaGetLastError(); return; }
     CK(cudaMalloc((void **)&dx, sizeof(float) * nact * in)); CK(cudaMalloc(&dq, qrb * nact));
     CK(cudaMalloc((void **)&dy, sizeof(float) * P * rows));
-    cu_synth_fill(dW, type, rows * ne * in, 99, 0.01f, 0);
-    cu_synth_fill(dx, GGML_TYPE_F32, (int64_t)nact * in, 7, 1.0f, 0);
+    cu_synth_fill(dW, type, rows * ne * in, 99, 0.01f, 0, 0);
+    cu_synth_fill(dx, GGML_TYPE_F32, (int64_t)nact * in, 7, 1.0f, 0, 0);
     cu_quantize_act(at, dx, dq, nact, in, 0);
     int wt = type;
     if (type == GGML_TYPE_Q8_0 && cu_repack_q8_0(dW, rows * ne, in, rb, 0)) wt = TYPE_Q8_0R;

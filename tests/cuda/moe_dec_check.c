@@ -119,6 +119,44 @@ static int check(int64_t in, int64_t ff, int E, int nsel, int repack, float limi
     int bad = !(md <= 3e-5 * mmax) || !(od <= 3e-5 * omax) || !(mmax > 0) || !(omax > 0);
     printf("%s moe_dec in %lld ff %lld sel %d/%d %s limit %g: mid max|diff| %.3g of %.3g, out %.3g of %.3g\n", bad ? "FAIL" : "ok",
            (long long)in, (long long)ff, nsel, E, repack ? "IQ2R" : "IQ2_XXS", limit, md, mmax, od, omax);
+    /* one GPU of two (expert parallel): the slots of experts >= E/2 belong to
+     * the other GPU (sel -1). The owned slots' mid must be the same bits as
+     * above, the others untouched, and out the sum over the owned slots only. */
+    {
+        int *msel = malloc(sizeof(int) * nsel), nown = 0;
+        for (int e = 0; e < nsel; e++) { msel[e] = sel[e] < E / 2 ? sel[e] : -1; nown += msel[e] >= 0; }
+        CK(cudaMemcpy(dsel, msel, sizeof(int) * nsel, cudaMemcpyHostToDevice));
+        CK(cudaMemset(dmid, 0xFF, sizeof(float) * nsel * ff));      /* NaN: a slot read that should not be */
+        cu_moe_dec_glu(wt, dg, du, rbg, rbg * ff, ff, in, dx, dsel, drw, nsel, limit, dmid, 0);
+        cu_moe_dec_down(dd, rbd, rbd * in, in, ff, dmid, dsel, nsel, dout, 0);
+        CK(cudaDeviceSynchronize());
+        float *mmid = malloc(sizeof(float) * nsel * ff);
+        CK(cudaMemcpy(mmid, dmid, sizeof(float) * nsel * ff, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(gout, dout, sizeof(float) * in, cudaMemcpyDeviceToHost));
+        int mbad = 0;
+        for (int e = 0; e < nsel; e++) {
+            uint32_t nanbits = 0xFFFFFFFFu;
+            for (int64_t i = 0; i < ff; i++)
+                mbad += msel[e] >= 0 ? memcmp(&mmid[e * ff + i], &midf[e * ff + i], 4) != 0
+                                     : memcmp(&mmid[e * ff + i], &nanbits, 4) != 0;
+        }
+        double mo = 0, mod = 0;
+        for (int64_t r = 0; r < in; r++) {
+            double s = 0;
+            for (int e = 0; e < nsel; e++) {
+                if (msel[e] < 0) continue;
+                td->dequant(hd + ((size_t)sel[e] * in + r) * rbd, row, ff);
+                for (int64_t i = 0; i < ff; i++) s += (double)row[i] * midf[e * ff + i];
+            }
+            mo = fmax(mo, fabs(s));
+            mod = fmax(mod, fabs(gout[r] - s));
+        }
+        int b2 = mbad != 0 || !(mod <= 3e-5 * mo) || (nown && !(mo > 0));
+        printf("%s moe_dec owned slots %d of %d: mid %d values differ, out %.3g of %.3g\n", b2 ? "FAIL" : "ok", nown, nsel,
+               mbad, mod, mo);
+        bad |= b2;
+        free(msel); free(mmid);
+    }
     cudaFree(dg); cudaFree(du); cudaFree(dd); cudaFree(dx); cudaFree(drw); cudaFree(dmid); cudaFree(dout); cudaFree(dsel);
     free(hg); free(hu); free(hd); free(x); free(rw); free(sel); free(mid); free(out); free(row); free(row2); free(midf); free(gout);
     return bad;
