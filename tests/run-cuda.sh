@@ -31,7 +31,7 @@ if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; t
 fi
 nvidia-smi -L
 
-for k in gemv_check mmq_exact hc_check attn_check argmax_check moe_dec_check; do
+for k in gemv_check mmq_exact hc_check attn_check argmax_check moe_dec_check nccl_check; do
     [ -x "$B/tests/cuda/$k" ] || continue
     if "$B/tests/cuda/$k" ${GEMV_TIME:+--time} > "$T/$k.log" 2>&1; then ok $k; else bad $k; fi
     grep -E '^(FAIL|time)' "$T/$k.log"
@@ -97,9 +97,11 @@ done
 #   a. MINKE_CUDA_FORCE_NCCL=1 runs that path with one GPU (a one-rank
 #      communicator, its all-reduces, the thread pool, the owned-expert
 #      masks): it must equal the plain path bit for bit;
-#   b. with two GPUs or more: --gpus 2 within 1e-3 x max|logit| of one GPU
-#      and of the CPU, the same argmax, for prefill, uneven chunks and decode
-#      (only the order of the expert sum changes).
+#   b. with two GPUs or more: --gpus 2 (experts by id, the dense attention
+#      output and shared expert split: tensor parallel) within 1e-3 x
+#      max|logit| of one GPU and of the CPU, the same argmax, for prefill,
+#      uneven chunks and decode (only the order of some sums changes); the
+#      other splits (dense replicated; experts by rows) against one GPU.
 NGPU=$(nvidia-smi -L | grep -c '^GPU')
 for mode in prefill chunk7 decode; do
     case $mode in prefill) opt="" ;; chunk7) opt="--chunk 7" ;; decode) opt="--decode" ;; esac
@@ -123,6 +125,22 @@ if [ "$NGPU" -ge 2 ]; then
                 ok "$name-vs-1gpu"; else bad "$name-vs-1gpu"; fi
             if "$B/tests/cuda/cmp_f32" "$T/cpu-$model-on.f32" "$O" "$V" 1e-3 --argmax --label "$name-vs-cpu"; then
                 ok "$name-vs-cpu"; else bad "$name-vs-cpu"; fi
+        done
+    done
+    # the other splits: dense projections replicated (MINKE_CUDA_TP=0), and the
+    # experts split by rows instead of by id (F32 only: tiny-a's Q2_K experts
+    # have 256 hidden rows, one block, which two GPUs cannot share)
+    for v in "q2 MINKE_CUDA_TP=0" "f32 MINKE_CUDA_TP=0" "f32 MINKE_CUDA_EXPERT_SPLIT=rows"; do
+        model=${v%% *}; envs=$(echo "${v#* }" | tr , ' ')
+        for mode in prefill decode; do
+            opt=""; [ $mode = decode ] && opt="--decode"
+            name="tiny-$model-gpus2-$(echo "${v#* }" | tr -d ' ' | tr ',=' '-_')-$mode"
+            O="$T/$name.f32"
+            if ! env $envs "$M" logits -m "$T/tiny-$model.gguf" --tokens "$TOK" --out "$O" --backend cuda --gpus 2 $opt \
+                > "$T/$name.log" 2>&1; then bad "$name"; tail -5 "$T/$name.log"; continue; fi
+            V=$(( $(wc -c < "$O") / 4 / NTOK ))
+            if "$B/tests/cuda/cmp_f32" "$T/cuda-$model-on-$mode.f32" "$O" "$V" 1e-3 --argmax --label "$name"; then
+                ok "$name"; else bad "$name"; fi
         done
     done
     # a clear error for a count that does not divide the experts, and for more GPUs than the machine has

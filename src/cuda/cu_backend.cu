@@ -62,6 +62,12 @@ typedef struct cu_model {      /* one GPU's part of the model */
     int dev;                        /* CUDA device */
     int rank, nrank;                /* this GPU among the model's GPUs */
     int own0, own1;                 /* the routed experts resident here */
+    int ff;                         /* rows of each expert's gate/up here (expert_ff, or its
+                                       share with the split by rows) */
+    int tp;                         /* dense projections split (tensor parallel): */
+    int hl, h0;                     /*   attention heads here, the first one */
+    int gl;                         /*   output groups here (out_a rows, out_b columns) */
+    int sfl;                        /*   shared expert hidden rows here */
     ncclComm_t comm;                /* NULL: one GPU, no collectives */
     cudaStream_t st;
     cudaStream_t st2;               /* compressor/indexer branch, parallel to the q path; the
@@ -217,6 +223,9 @@ typedef struct upload_job {
     const char *field;
     int to_f32;
     uint64_t off;          /* where this GPU's part starts in the tensor (its experts) */
+    /* this GPU's part as npieces pieces of width bytes, piece i at off + i pitch
+     * (0: the whole tensor, or one run of whole experts) */
+    uint64_t width, pitch, npieces;
 } upload_job;
 
 static double now_s(void) { struct timespec ts; clock_gettime(CLOCK_MONOTONIC, &ts); return ts.tv_sec + ts.tv_nsec * 1e-9; }
@@ -271,6 +280,10 @@ static void cu_model_free(minke_model *m) {
 
 /* Synthetic fill scale for a matrix: 1/sqrt(fan in). */
 static float synth_scale(const dsv4_tensor *t) { return t->ne[0] > 0 ? 1.0f / sqrtf((float)t->ne[0]) : 1.0f; }
+
+/* Tensor parallel: the dense matrices split by rows and by input columns. */
+static int tp_rows(const char *f) { return !strcmp(f, "q_b") || !strcmp(f, "out_a") || !strcmp(f, "gate_shexp") || !strcmp(f, "up_shexp"); }
+static int tp_cols(const char *f) { return !strcmp(f, "out_b") || !strcmp(f, "down_shexp"); }
 
 /* The routed experts' matrices: split by expert id over the GPUs. */
 static int is_expert_tensor(const char *field) {
@@ -354,7 +367,39 @@ static int dev_init(minke_model *m, cu_model *cm) {
         for (int k = 0; k < 4; k++) j->dst->ne[k] = t->ne[k] ? t->ne[k] : 1;
         j->dst->nbytes = j->to_f32 ? (uint64_t)nel * 4 : t->nbytes;
         j->dst->row_bytes = j->to_f32 ? (uint64_t)j->dst->ne[0] * 4 : t->row_bytes;
-        if (is_expert_tensor(j->field) && !j->to_f32) {
+        if (is_expert_tensor(j->field) && !j->to_f32 && cm->ff != (int)c->expert_ff) {
+            /* split by rows: this GPU's share of every expert's hidden rows:
+             * rows of gate/up, the same columns of down (whole blocks) */
+            uint64_t E = (uint64_t)j->dst->ne[2], N = (uint64_t)cm->nrank, rb = t->row_bytes;
+            if (strcmp(j->field, "down_exps")) {
+                uint64_t eb = t->nbytes / E, w = (uint64_t)cm->ff * rb;
+                j->off = (uint64_t)cm->rank * w; j->width = w; j->pitch = eb; j->npieces = E;
+                j->dst->ne[1] = cm->ff;
+            } else {
+                uint64_t w = rb / N;
+                j->off = (uint64_t)cm->rank * w; j->width = w; j->pitch = rb;
+                j->npieces = (uint64_t)j->dst->ne[1] * E;
+                j->dst->ne[0] = cm->ff;
+                j->dst->row_bytes = w;
+            }
+            j->dst->nbytes = j->width * j->npieces;
+        } else if (cm->tp && !j->to_f32 && tp_rows(j->field)) {
+            /* tensor parallel, split by rows: this GPU's heads of q_b, its
+             * groups of out_a, its rows of the shared gate/up */
+            uint64_t share = (uint64_t)j->dst->ne[1] / (uint64_t)cm->nrank;
+            j->width = share * t->row_bytes; j->off = (uint64_t)cm->rank * j->width; j->npieces = 1; j->pitch = 0;
+            j->dst->ne[1] = (int64_t)share;
+            j->dst->nbytes = j->width;
+        } else if (cm->tp && !j->to_f32 && tp_cols(j->field)) {
+            /* tensor parallel, split by input columns: out_b over this GPU's
+             * groups, the shared down over its rows (the sums all-reduced) */
+            uint64_t w = t->row_bytes / (uint64_t)cm->nrank;
+            j->off = (uint64_t)cm->rank * w; j->width = w; j->pitch = t->row_bytes;
+            j->npieces = (uint64_t)j->dst->ne[1] * j->dst->ne[2];
+            j->dst->ne[0] /= cm->nrank;
+            j->dst->row_bytes = w;
+            j->dst->nbytes = j->width * j->npieces;
+        } else if (is_expert_tensor(j->field) && !j->to_f32) {
             /* this GPU's experts: bytes [own0, own1) x bytes per expert */
             uint64_t eb = t->nbytes / (uint64_t)j->dst->ne[2];
             j->off = (uint64_t)cm->own0 * eb;
@@ -392,7 +437,8 @@ static int dev_init(minke_model *m, cu_model *cm) {
             const dsv4_tensor *t = j->src;
             if (!j->dst->nbytes) continue;
             CK(cudaMalloc(&j->dst->alloc, align256(j->dst->nbytes)));
-            j->dst->d = (uint8_t *)j->dst->alloc - j->off;     /* indexed by global expert id */
+            /* indexed by global expert id (a split by rows keeps every expert) */
+            j->dst->d = (uint8_t *)j->dst->alloc - (j->npieces ? 0 : j->off);
             int64_t nel = (int64_t)(j->dst->ne[0] * j->dst->ne[1] * j->dst->ne[2] * j->dst->ne[3]);
             if (!t->data) {
                 /* synthetic model (bench): fill on the device */
@@ -415,7 +461,10 @@ static int dev_init(minke_model *m, cu_model *cm) {
                     float sc = t->type == CU_TYPE_I32 ? (float)c->n_expert : synth_scale(t);
                     if (!strcmp(j->field, "token_embd")) sc = 1.0f;
                     int64_t nel_here = (int64_t)((double)nel * j->dst->nbytes / t->nbytes + 0.5);
-                    cu_synth_fill(j->dst->alloc, t->type, nel_here, seed, sc, j->off, cm->st);
+                    /* a split by rows takes other values than the one-GPU model's (its
+                     * pieces are not contiguous in the whole); a split by id the same */
+                    cu_synth_fill(j->dst->alloc, t->type, nel_here, seed, sc,
+                                  j->npieces ? (uint64_t)cm->rank * j->dst->nbytes : j->off, cm->st);
                 }
                 done += j->dst->nbytes;
                 progress(prog, done, total, t0);
@@ -440,7 +489,16 @@ static int dev_init(minke_model *m, cu_model *cm) {
             while (off < j->dst->nbytes) {
                 size_t n = (size_t)(j->dst->nbytes - off < STAGE ? j->dst->nbytes - off : STAGE);
                 if (used[cur]) CK(cudaEventSynchronize(ev[cur]));
-                memcpy(stage[cur], src + off, n);
+                if (j->npieces) {
+                    /* gather the pieces of bytes [off, off + n) of this GPU's part */
+                    for (uint64_t k = off; k < off + n;) {
+                        uint64_t pi = k / j->width, in = k - pi * j->width, take = j->width - in;
+                        if (take > off + n - k) take = off + n - k;
+                        memcpy((uint8_t *)stage[cur] + (k - off), src + pi * j->pitch + in, take);
+                        k += take;
+                    }
+                } else
+                    memcpy(stage[cur], src + off, n);
                 CK(cudaMemcpyAsync(dst + off, stage[cur], n, cudaMemcpyHostToDevice, cm->st));
                 CK(cudaEventRecord(ev[cur], cm->st));
                 used[cur] = true;
@@ -551,7 +609,23 @@ static int cu_model_init(minke_model *m) {
         minke_set_error("cuda backend: --gpus %d: at most %d GPUs", n, CU_MAX_GPUS);
         return -1;
     }
-    if (c->n_expert % (uint32_t)n) {
+    /* MINKE_CUDA_EXPERT_SPLIT=rows: every GPU holds a share of every expert's
+     * hidden rows (gate/up rows, down columns) instead of whole experts by id:
+     * every GPU computes all selected experts at 1/N of the size, so no GPU
+     * waits for one that drew more experts (docs/multigpu.md) */
+    const char *es = getenv("MINKE_CUDA_EXPERT_SPLIT");
+    int rows_split = n > 1 && es && !strcmp(es, "rows");
+    if (rows_split) {
+        int bs = 1;
+        const dsv4_tensor *dn = &m->w.layers[0].down_exps;
+        const quant_traits *qt = quant_get(dn->type);
+        if (qt) bs = qt->blck;
+        if (c->expert_ff % (uint32_t)n || (c->expert_ff / n) % (uint32_t)bs) {
+            minke_set_error("cuda backend: MINKE_CUDA_EXPERT_SPLIT=rows: --gpus %d must divide the experts' %u "
+                            "hidden rows into whole %s blocks of %d", n, c->expert_ff, quant_name(dn->type), bs);
+            return -1;
+        }
+    } else if (c->n_expert % (uint32_t)n) {
         minke_set_error("cuda backend: --gpus %d does not divide the model's %u routed experts (experts are split "
                         "evenly by id); use a number of GPUs that divides %u", n, c->n_expert, c->n_expert);
         return -1;
@@ -559,6 +633,27 @@ static int cu_model_init(minke_model *m) {
     /* MINKE_CUDA_FORCE_NCCL=1 runs the several-GPU path (NCCL all-reduces,
      * the pool) with one GPU too: it must equal the plain path bit for bit */
     int force = getenv("MINKE_CUDA_FORCE_NCCL") && atoi(getenv("MINKE_CUDA_FORCE_NCCL")) > 0;
+    /* Tensor parallel dense projections (default on with several GPUs;
+     * MINKE_CUDA_TP=0 replicates them): the heads, output groups and shared
+     * expert rows must split into whole quant blocks, else they stay replicated */
+    int tp = 0;
+    if (rows_split && !(getenv("MINKE_CUDA_TP") && !atoi(getenv("MINKE_CUDA_TP"))))
+        /* measured: experts by rows with the dense split gave wrong prefill logits
+         * (tiny-a F32, 2 H200s; decode and either split alone were right), not yet
+         * understood: the two are not combined */
+        fprintf(stderr, "cuda: MINKE_CUDA_EXPERT_SPLIT=rows keeps the dense projections replicated "
+                "(not yet combined with their split)\n");
+    else if (n > 1 && !(getenv("MINKE_CUDA_TP") && !atoi(getenv("MINKE_CUDA_TP")))) {
+        const dsv4_layer *L0 = &m->w.layers[0];
+        const quant_traits *qb = quant_get(L0->out_b.type), *qd = quant_get(L0->down_shexp.type);
+        uint32_t odim = c->o_groups * c->o_lora_rank;
+        tp = qb && qd && c->n_head % (uint32_t)n == 0 && c->o_groups % (uint32_t)n == 0 && c->shexp_ff % (uint32_t)n == 0 &&
+             (c->n_head / n) * c->o_groups == (c->o_groups / n) * c->n_head && (odim / n) % (uint32_t)qb->blck == 0 &&
+             (c->shexp_ff / n) % (uint32_t)qd->blck == 0;
+        if (!tp)
+            fprintf(stderr, "cuda: %d GPUs: the attention heads (%u), output groups (%u) or shared expert rows (%u) do not "
+                    "split into whole blocks; the dense projections stay replicated\n", n, c->n_head, c->o_groups, c->shexp_ff);
+    }
     cu_group *g = (cu_group *)calloc(1, sizeof *g);
     if (!g) { minke_set_error("out of memory"); return -1; }
     m->be = g;
@@ -571,8 +666,18 @@ static int cu_model_init(minke_model *m) {
         g->dev[r] = cm;
         cm->dev = devs[r] = r;
         cm->rank = r; cm->nrank = n;
-        cm->own0 = (int)(c->n_expert / n * r);
-        cm->own1 = (int)(c->n_expert / n * (r + 1));
+        if (rows_split) {
+            cm->own0 = 0; cm->own1 = (int)c->n_expert; cm->ff = (int)c->expert_ff / n;
+        } else {
+            cm->own0 = (int)(c->n_expert / n * r);
+            cm->own1 = (int)(c->n_expert / n * (r + 1));
+            cm->ff = (int)c->expert_ff;
+        }
+        cm->tp = tp;
+        cm->hl = tp ? (int)c->n_head / n : (int)c->n_head;
+        cm->h0 = tp ? cm->hl * r : 0;
+        cm->gl = tp ? (int)c->o_groups / n : (int)c->o_groups;
+        cm->sfl = tp ? (int)c->shexp_ff / n : (int)c->shexp_ff;
         if (dev_init(m, cm)) {
             if (n > 1) {
                 char msg[600];
@@ -969,8 +1074,11 @@ static void attention_layer(fwd *f, int il) {
     cu_lcache *lc = &f->s->lc[il];
     cu_session *s = f->s;
     cudaStream_t st = f->st;
-    int T = f->T, D = (int)c->n_embd, Dh = (int)c->head_dim, H = (int)c->n_head, ratio = L->ratio;
+    /* H: the heads on this GPU (all of them unless tensor parallel: then its
+     * heads, their output groups and a partial out_b, all-reduced) */
+    int T = f->T, D = (int)c->n_embd, Dh = (int)c->head_dim, H = f->cm->hl, ratio = L->ratio;
     int W = (int)c->sliding_window, ql = (int)c->q_lora_rank, nrot = (int)c->rope_dim;
+    int odim = f->cm->gl * (int)c->o_lora_rank;
     const float *rope = ratio ? f->cm->rope_comp : f->cm->rope_main;
     int sims = f->m->params.sims;
 
@@ -1070,14 +1178,14 @@ static void attention_layer(fwd *f, int il) {
     }
     PROF(f, "attention");
     cu_attention(s->q, s->kvb, lc->ring, lc->comp, ratio == 4 ? s->sel : NULL, s->nsel, (int)c->indexer_top_k,
-                 (const float *)L->sinks.d, T, H, Dh, W, ratio, nrot, rope, c->attn_scale, s->d_pos, s->o,
+                 (const float *)L->sinks.d + f->cm->h0, T, H, Dh, W, ratio, nrot, rope, c->attn_scale, s->d_pos, s->o,
                  s->attn_part, T <= ATT_SPLIT_MAX_T ? ATT_SPLIT : 1, L->q_b.type != CU_TYPE_F32, st);
     if (!ring_done) cu_raw_store(s->kvb, T, Dh, W, s->d_pos, lc->ring, st);
     tapv(f, "blk.%d.attn_o", il, s->o, (int64_t)H * Dh);
     PROF(f, "out_a");
     /* grouped output A: row r of out_a reads group r / o_lora of o */
     {
-        int G = (int)c->o_groups, ol = (int)c->o_lora_rank, gin = (int)c->o_group_in;
+        int G = f->cm->gl, ol = (int)c->o_lora_rank, gin = (int)c->o_group_in;
         const cu_t *Wa = &L->out_a;
         int at = cu_act_type(Wa->type);
         int64_t in_all = (int64_t)H * Dh;
@@ -1094,7 +1202,7 @@ static void attention_layer(fwd *f, int il) {
         memset(&g, 0, sizeof g);
         g.act_f32 = f32;
         g.w = Wa->d; g.wtype = Wa->type; g.rows = (int64_t)G * ol; g.in = gin; g.row_bytes = Wa->row_bytes;
-        g.act = act; g.act_stride = astride; g.act_div = 1; g.out = s->z; g.out_stride = c->o_dim; g.ntok = T;
+        g.act = act; g.act_stride = astride; g.act_div = 1; g.out = s->z; g.out_stride = odim; g.ntok = T;
         g.group_rows = ol; g.group_act_bytes = gbytes;
         g.nt_hint = tile_rows(T);
         int ntl = (T + CU_MMQ_TILE - 1) / CU_MMQ_TILE;
@@ -1102,7 +1210,11 @@ static void attention_layer(fwd *f, int il) {
             cu_gemv(&g, (T + g.nt_hint - 1) / g.nt_hint, st);
     }
     PROF(f, "out_b");
-    matmul(f, &L->out_b, s->z, c->o_dim, D, s->a, D, T);
+    matmul(f, &L->out_b, s->z, odim, D, s->a, D, T);
+    if (f->cm->tp && f->cm->comm && f->comm_on) {
+        PROF(f, "allreduce");
+        ncclAllReduce(s->a, s->a, (size_t)T * D, ncclFloat, ncclSum, f->cm->comm, st);
+    }
     tapv(f, "blk.%d.attn_out", il, s->a, D);
     PROF(f, "hc_post");
     hc_post(f, s->a, NULL);
@@ -1111,7 +1223,7 @@ static void attention_layer(fwd *f, int il) {
 /* The shared expert on f->st: so = down(swiglu(gate x, up x)). */
 static void shared_expert(fwd *f, const cu_layer *L, float clamp) {
     cu_session *s = f->s;
-    int T = f->T, D = (int)f->c->n_embd, SF = (int)f->c->shexp_ff;
+    int T = f->T, D = (int)f->c->n_embd, SF = f->cm->sfl;
     matmul2(f, &L->gate_shexp, &L->up_shexp, s->x, D, SF, s->sg, s->su, SF, T);
     cu_swiglu(s->sg, s->su, NULL, T, SF, clamp, s->smid, f->st);
     matmul(f, &L->down_shexp, s->smid, SF, D, s->so, D, T);
@@ -1122,7 +1234,7 @@ static void ffn_layer(fwd *f, int il) {
     cu_layer *L = &f->cm->layers[il];
     cu_session *s = f->s;
     cudaStream_t st = f->st;
-    int T = f->T, D = (int)c->n_embd, E = (int)c->n_expert, K = (int)c->n_expert_used, F = (int)c->expert_ff;
+    int T = f->T, D = (int)c->n_embd, E = (int)c->n_expert, K = (int)c->n_expert_used, F = f->cm->ff;
     int P = T * K;
     float clamp = c->swiglu_clamp[il];
 
@@ -1233,18 +1345,32 @@ static void ffn_layer(fwd *f, int il) {
         else cu_gemv(&g, max_tiles, st);
         cu_moe_sum(s->eout, s->rsel, T, K, D, s->mo, st);
     }
-    /* several GPUs: each summed the experts it owns; the all-reduce adds the
-     * others' (the shared expert is replicated and added in the post step) */
-    if (f->cm->comm && f->comm_on) {
+    /* several GPUs: each summed the experts it owns (or its rows of all); the
+     * all-reduce adds the others'. The replicated shared expert is added in
+     * the post step; split over the GPUs (tensor parallel) its partial sum
+     * joins the MoE's before the one all-reduce. */
+    int comm = f->cm->comm && f->comm_on;
+    if (comm && !f->cm->tp) {
         PROF(f, "allreduce");
         ncclAllReduce(s->mo, s->mo, (size_t)T * D, ncclFloat, ncclSum, f->cm->comm, st);
     }
-    tapv(f, "blk.%d.moe_out", il, s->mo, D);
+    if (!f->cm->tp) tapv(f, "blk.%d.moe_out", il, s->mo, D);
     if (f->side) {
         CK_ASYNC(cudaStreamWaitEvent(st, f->cm->ev_join, 0));
     } else {
         PROF(f, "shared");
         shared_expert(f, L, clamp);
+    }
+    if (f->cm->tp) {
+        cu_add(s->mo, s->so, s->mo, (int64_t)T * D, st);
+        if (comm) {
+            PROF(f, "allreduce");
+            ncclAllReduce(s->mo, s->mo, (size_t)T * D, ncclFloat, ncclSum, f->cm->comm, st);
+        }
+        tapv(f, "blk.%d.ffn_out", il, s->mo, D);
+        PROF(f, "hc_post");
+        hc_post(f, s->mo, NULL);
+        return;
     }
     tapv(f, "blk.%d.shexp_out", il, s->so, D);
     PROF(f, "hc_post");
