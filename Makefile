@@ -23,7 +23,9 @@ ifeq ($(CUDA),1)
 BUILD   := build/cuda
 CFLAGS  += -DMINKE_CUDA=1 -I$(CUDA_HOME)/include
 LDLIBS  += -L$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lnccl -lcudart -lstdc++ -ldl -lrt
-NVCCFLAGS ?= -O3 -std=c++17 -Iinclude -Isrc -DMINKE_CUDA=1 -lineinfo \
+# --threads 0: nvcc compiles the three targets of a file in parallel (cu_mmq.cu, the
+# longest file, 157 s -> 84 s on 2 cores)
+NVCCFLAGS ?= -O3 -std=c++17 -Iinclude -Isrc -DMINKE_CUDA=1 -lineinfo --threads 0 \
   -gencode arch=compute_90a,code=sm_90a -gencode arch=compute_80,code=sm_80 \
   -gencode arch=compute_80,code=compute_80 -Xcompiler -Wall,-Wno-unused-parameter
 endif
