@@ -49,5 +49,15 @@ else
     grep -qi "cuda" "$T/err.txt" || fail "no clear message for --backend cuda: $(cat "$T/err.txt")"
     cat "$T/err.txt"
 fi
+# --gpus: a count or all; a bad value and --gpus with the CPU backend are clear errors
+"$MINKE_BIN" logits -m "$T/f32.gguf" --tokens "$FX/tokens.i32" --out "$T/x.f32" --gpus two 2> "$T/err.txt" \
+    && fail "--gpus two accepted"
+grep -q "gpus takes" "$T/err.txt" || fail "no clear message for --gpus two: $(cat "$T/err.txt")"
+"$MINKE_BIN" logits -m "$T/f32.gguf" --tokens "$FX/tokens.i32" --out "$T/x.f32" --gpus 2 2> "$T/err.txt" \
+    && fail "--gpus 2 accepted by the cpu backend"
+grep -q "for the cuda backend" "$T/err.txt" || fail "no clear message for --gpus 2 on the cpu: $(cat "$T/err.txt")"
+"$MINKE_BIN" logits -m "$T/f32.gguf" --tokens "$FX/tokens.i32" --out "$T/g1.f32" --sims off --gpus 1 \
+    || fail "--gpus 1 on the cpu backend"
+cmp -s "$T/all.f32" "$T/g1.f32" || fail "--gpus 1 changed the cpu logits"
 rm -rf "$T"   # kept on failure for inspection
 echo "t_logits: ok"
