@@ -4,10 +4,17 @@
 # build/h12: minke-cuda, bin/ = tests/cuda/*, and the shared libraries the
 # device image lacks in lib/). Steps are chosen by arguments: tests, quick,
 # bench, benchoff (the same bench with the tensor-core prefill off), prof,
-# variants (the 4096-token prompt bench per env setting), mmqocc.
+# variants (the 4096-token prompt bench per env setting), mmqocc, multi
+# (several GPUs: run on nvidia-h200-x2 or larger).
 # Output goes to $OUT.
 H=${H:-build/h12}
-export LD_LIBRARY_PATH=$PWD/$H/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+# libnccl: the device image has it in its PyTorch venv, not under /usr/local/cuda
+NCCLDIR=""
+[ -e /usr/local/cuda/lib64/libnccl.so.2 ] ||
+    NCCLDIR=$(python3 -c "import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], 'lib'))" 2>/dev/null)
+export LD_LIBRARY_PATH=$PWD/$H/lib:/usr/local/cuda/lib64:${NCCLDIR:+$NCCLDIR:}${LD_LIBRARY_PATH:-}
+# NVLink multicast stays off on the lent machines (device KINDS.md); the backend sets it too
+export NCCL_NVLS_ENABLE=0
 export MINKE_BIN=$PWD/$H/minke-cuda MINKE_BUILD=$H/cudatest
 OUT=${OUT:-/tmp/out}
 mkdir -p $OUT $MINKE_BUILD/tests/cuda
@@ -35,6 +42,13 @@ for step in "$@"; do
               MINKE_CUDA_MMQ_OCC=$occ $MINKE_BUILD/tests/cuda/gemv_check | grep -E '^(FAIL|gemv_check)' | sed "s/^/occ $occ: /"
               MINKE_CUDA_MMQ_OCC=$occ $MINKE_BIN logits -m $G --tokens $TK --out $D/occ$occ.f32 --backend cuda > /dev/null 2>&1
               $MINKE_BUILD/tests/cuda/cmp_f32 $D/occ1.f32 $D/occ$occ.f32 1024 0 --argmax --label "occ $occ vs default"
+          done ;;
+    multi) # several GPUs (docs/multigpu.md): the all-reduce alone, then q2 on 1 and 2 GPUs, q4 and MXFP4 on 2
+          timeout 120 $MINKE_BUILD/tests/cuda/nccl_check --time 2>&1 | tee $OUT/nccl.log
+          for c in q2:1 q2:2 q4:2 mxfp4:2; do
+              timeout ${BENCH_TIMEOUT:-150} $MINKE_BIN bench --synthetic flash-${c%%:*} --ctx-start 4096 --ctx-max 4096 \
+                  -n ${NGEN:-32} --gpus ${c##*:} > $OUT/bench-multi.log 2>&1
+              echo "flash-${c%%:*} --gpus ${c##*:}: $(grep -E 'ctx +4096' $OUT/bench-multi.log | sed 's/of 790.*decode/decode/')"
           done ;;
     prof) MINKE_CUDA_PROFILE=1 timeout 200 $MINKE_BIN bench --synthetic flash-q2 --ctx-start 4096 --ctx-max 4096 -n 16 \
               --csv $OUT/prof.csv 2>&1 | tee $OUT/prof.log ;;
