@@ -280,6 +280,26 @@ static int argmax_skip(const float *x, int n, int skip) {
     return b;
 }
 
+/* n greedy steps from token tok at position pos, EOS never chosen: the
+ * seconds they took, or -1 with minke_last_error(). */
+static double greedy_steps(minke_model *m, void *bs, int is_cuda, int32_t tok, int pos, int n, float *logits, int V) {
+    double t0 = now_s();
+    for (int k = 0; k < n; k++) {
+        int32_t next;
+#ifdef MINKE_CUDA
+        if (is_cuda) { if (cu_bench_greedy(m, bs, tok, pos + k, EOS_ID, &next) != 0) return -1; }
+        else
+#endif
+        {
+            if (m->ops->forward(m, bs, &tok, 1, pos + k, NULL, logits) != 0) return -1;
+            next = argmax_skip(logits, V, EOS_ID);
+        }
+        tok = next;
+    }
+    (void)is_cuda;
+    return now_s() - t0;
+}
+
 int cmd_bench(int argc, char **argv) {
     minke_model_params mp;
     minke_model_params_default(&mp);
@@ -377,6 +397,7 @@ int cmd_bench(int argc, char **argv) {
         else snprintf(dev, sizeof dev, "%s", one);
     }
 #endif
+    (void)comm;     /* the collectives exist in CUDA builds only */
     /* With several GPUs (experts split by id) each GPU reads the replicated
      * weights and its share of the routed experts: the limit is that per GPU. */
     double routed = 0, wtotal = decode_weight_bytes(&m->w, &routed);
@@ -410,22 +431,7 @@ int cmd_bench(int argc, char **argv) {
         int32_t tok = argmax_skip(logits, V, EOS_ID);
         double tg = 0;
         int gen_ok = 1;
-        if (gen > 0) {
-            double g0 = now_s();
-            for (int k = 0; k < gen && gen_ok; k++) {
-                int32_t next;
-#ifdef MINKE_CUDA
-                if (is_cuda) { if (cu_bench_greedy(m, bs, tok, F + k, EOS_ID, &next) != 0) gen_ok = 0; }
-                else
-#endif
-                {
-                    if (m->ops->forward(m, bs, &tok, 1, F + k, NULL, logits) != 0) gen_ok = 0;
-                    next = argmax_skip(logits, V, EOS_ID);
-                }
-                tok = next;
-            }
-            tg = now_s() - g0;
-        }
+        if (gen > 0) gen_ok = (tg = greedy_steps(m, bs, is_cuda, tok, F, gen, logits, V)) >= 0;
         if (!gen_ok) { fprintf(stderr, "minke bench: decode failed: %s\n", minke_last_error()); rc = 1; free(snap); break; }
         if (m->ops->state_load(m, bs, F, snap) != 0) { fprintf(stderr, "minke bench: restore failed: %s\n", minke_last_error()); rc = 1; free(snap); break; }
         /* several GPUs: the same steps without the all-reduces give the compute
@@ -434,15 +440,8 @@ int cmd_bench(int argc, char **argv) {
         double tcomp = 0;
 #ifdef MINKE_CUDA
         if (comm && gen > 0) {
-            int32_t t2 = argmax_skip(logits, V, EOS_ID);
             cu_bench_set_comm(m, bs, 0);
-            double c0 = now_s();
-            for (int k = 0; k < gen && gen_ok; k++) {
-                int32_t next;
-                if (cu_bench_greedy(m, bs, t2, F + k, EOS_ID, &next) != 0) gen_ok = 0;
-                t2 = next;
-            }
-            tcomp = now_s() - c0;
+            gen_ok = (tcomp = greedy_steps(m, bs, is_cuda, tok, F, gen, logits, V)) >= 0;
             cu_bench_set_comm(m, bs, 1);
             if (!gen_ok || m->ops->state_load(m, bs, F, snap) != 0) {
                 fprintf(stderr, "minke bench: decode without all-reduces failed: %s\n", minke_last_error()); rc = 1; free(snap); break;

@@ -290,6 +290,30 @@ static int is_expert_tensor(const char *field) {
     return !strcmp(field, "gate_exps") || !strcmp(field, "up_exps") || !strcmp(field, "down_exps");
 }
 
+/* A matrix split by rows: each of its ne[2] slices (experts) keeps rows
+ * [rank share, (rank + 1) share), one piece a slice. */
+static void split_rows(upload_job *j, const cu_model *cm) {
+    uint64_t rb = j->src->row_bytes, share = (uint64_t)j->dst->ne[1] / (uint64_t)cm->nrank;
+    j->width = share * rb;
+    j->off = (uint64_t)cm->rank * j->width;
+    j->pitch = (uint64_t)j->dst->ne[1] * rb;
+    j->npieces = (uint64_t)j->dst->ne[2];
+    j->dst->ne[1] = (int64_t)share;
+    j->dst->nbytes = j->width * j->npieces;
+}
+/* A matrix split by input columns (whole blocks): every row keeps bytes
+ * [rank w, (rank + 1) w) of its row, one piece a row. */
+static void split_cols(upload_job *j, const cu_model *cm) {
+    uint64_t w = j->src->row_bytes / (uint64_t)cm->nrank;
+    j->off = (uint64_t)cm->rank * w;
+    j->width = w;
+    j->pitch = j->src->row_bytes;
+    j->npieces = (uint64_t)j->dst->ne[1] * j->dst->ne[2];
+    j->dst->ne[0] /= cm->nrank;
+    j->dst->row_bytes = w;
+    j->dst->nbytes = j->width * j->npieces;
+}
+
 /* One GPU's part of the model: every tensor, except that of the routed
  * experts only [own0, own1) is resident (cu_t.d still indexes experts by
  * their global id). Runs with cm->dev current. */
@@ -367,38 +391,16 @@ static int dev_init(minke_model *m, cu_model *cm) {
         for (int k = 0; k < 4; k++) j->dst->ne[k] = t->ne[k] ? t->ne[k] : 1;
         j->dst->nbytes = j->to_f32 ? (uint64_t)nel * 4 : t->nbytes;
         j->dst->row_bytes = j->to_f32 ? (uint64_t)j->dst->ne[0] * 4 : t->row_bytes;
-        if (is_expert_tensor(j->field) && !j->to_f32 && cm->ff != (int)c->expert_ff) {
-            /* split by rows: this GPU's share of every expert's hidden rows:
-             * rows of gate/up, the same columns of down (whole blocks) */
-            uint64_t E = (uint64_t)j->dst->ne[2], N = (uint64_t)cm->nrank, rb = t->row_bytes;
-            if (strcmp(j->field, "down_exps")) {
-                uint64_t eb = t->nbytes / E, w = (uint64_t)cm->ff * rb;
-                j->off = (uint64_t)cm->rank * w; j->width = w; j->pitch = eb; j->npieces = E;
-                j->dst->ne[1] = cm->ff;
-            } else {
-                uint64_t w = rb / N;
-                j->off = (uint64_t)cm->rank * w; j->width = w; j->pitch = rb;
-                j->npieces = (uint64_t)j->dst->ne[1] * E;
-                j->dst->ne[0] = cm->ff;
-                j->dst->row_bytes = w;
-            }
-            j->dst->nbytes = j->width * j->npieces;
-        } else if (cm->tp && !j->to_f32 && tp_rows(j->field)) {
-            /* tensor parallel, split by rows: this GPU's heads of q_b, its
-             * groups of out_a, its rows of the shared gate/up */
-            uint64_t share = (uint64_t)j->dst->ne[1] / (uint64_t)cm->nrank;
-            j->width = share * t->row_bytes; j->off = (uint64_t)cm->rank * j->width; j->npieces = 1; j->pitch = 0;
-            j->dst->ne[1] = (int64_t)share;
-            j->dst->nbytes = j->width;
-        } else if (cm->tp && !j->to_f32 && tp_cols(j->field)) {
-            /* tensor parallel, split by input columns: out_b over this GPU's
-             * groups, the shared down over its rows (the sums all-reduced) */
-            uint64_t w = t->row_bytes / (uint64_t)cm->nrank;
-            j->off = (uint64_t)cm->rank * w; j->width = w; j->pitch = t->row_bytes;
-            j->npieces = (uint64_t)j->dst->ne[1] * j->dst->ne[2];
-            j->dst->ne[0] /= cm->nrank;
-            j->dst->row_bytes = w;
-            j->dst->nbytes = j->width * j->npieces;
+        /* this GPU's share of a split matrix: by rows (the experts' gate/up with
+         * the split by rows; q_b's heads, out_a's groups, the shared gate/up
+         * under tensor parallelism) or by input columns (the experts' down; out_b
+         * and the shared down, their sums all-reduced) */
+        int rows_split = is_expert_tensor(j->field) && cm->ff != (int)c->expert_ff;
+        int down = !strcmp(j->field, "down_exps");
+        if (!j->to_f32 && ((rows_split && !down) || (cm->tp && tp_rows(j->field)))) {
+            split_rows(j, cm);
+        } else if (!j->to_f32 && ((rows_split && down) || (cm->tp && tp_cols(j->field)))) {
+            split_cols(j, cm);
         } else if (is_expert_tensor(j->field) && !j->to_f32) {
             /* this GPU's experts: bytes [own0, own1) x bytes per expert */
             uint64_t eb = t->nbytes / (uint64_t)j->dst->ne[2];
@@ -560,14 +562,15 @@ static int group_comm_init(cu_group *g, int chunk_floats) {
         if (cudaMalloc(&buf[r], sizeof(float) * (size_t)chunk_floats) != cudaSuccess ||
             cudaMemset(buf[r], 0, sizeof(float) * (size_t)chunk_floats) != cudaSuccess) rc = -1;
     }
-    for (int size = 1; size <= chunk_floats && !rc; size = size * 8 < chunk_floats || size == chunk_floats ? size * 8 : chunk_floats) {
+    /* sizes 1, 8, 64, ... and the whole chunk */
+    for (int size = 1; !rc; size = size * 8 < chunk_floats ? size * 8 : chunk_floats) {
         ncclGroupStart();
         for (int r = 0; r < g->n; r++) {
             cudaSetDevice(devs[r]);
             ncclAllReduce(buf[r], buf[r], (size_t)size, ncclFloat, ncclSum, comms[r], g->dev[r]->st);
         }
         if (ncclGroupEnd() != ncclSuccess) rc = -1;
-        if (size == chunk_floats) break;
+        if (size >= chunk_floats) break;
     }
     for (int r = 0; r < g->n; r++) {
         cudaSetDevice(devs[r]);
@@ -706,10 +709,16 @@ fail:
 /* ------------------------------------------------------------------ */
 /* sessions                                                            */
 
+/* The session's captured decode graphs (device current) are dropped. */
+static void drop_graphs(cu_session *s) {
+    for (int i = 0; i < s->n_graphs; i++) cudaGraphExecDestroy(s->graphs[i].exec);
+    s->n_graphs = 0;
+}
+
 static void dev_session_free(minke_model *m, cu_model *cm, cu_session *s) {
     if (!s) return;
     cudaSetDevice(cm->dev);
-    for (int i = 0; i < s->n_graphs; i++) cudaGraphExecDestroy(s->graphs[i].exec);
+    drop_graphs(s);
     if (s->lc) {
         for (uint32_t il = 0; il < m->w.cfg.n_layer; il++) {
             cu_lcache *l = &s->lc[il];
@@ -1031,6 +1040,15 @@ static void tapv(fwd *f, const char *fmt, int il, const float *d, int64_t n) {
     free(h);
 }
 
+/* Several GPUs: x[0 .. n) summed over them in place (NCCL all-reduce on the
+ * GPU's main stream, captured in its decode graph); nothing with one GPU or
+ * with the collectives off (bench). */
+static void group_sum(fwd *f, float *x, int64_t n) {
+    if (!f->cm->comm || !f->comm_on) return;
+    PROF(f, "allreduce");
+    ncclAllReduce(x, x, (size_t)n, ncclFloat, ncclSum, f->cm->comm, f->st);
+}
+
 /* The HC post step of a sub-layer: X = post * (f1 + f2) + comb^T X. With the
  * fused HC kernel (and no taps, which read X between sub-layers) it is left
  * pending and done by the next pre step's launch. */
@@ -1211,10 +1229,7 @@ static void attention_layer(fwd *f, int il) {
     }
     PROF(f, "out_b");
     matmul(f, &L->out_b, s->z, odim, D, s->a, D, T);
-    if (f->cm->tp && f->cm->comm && f->comm_on) {
-        PROF(f, "allreduce");
-        ncclAllReduce(s->a, s->a, (size_t)T * D, ncclFloat, ncclSum, f->cm->comm, st);
-    }
+    if (f->cm->tp) group_sum(f, s->a, (int64_t)T * D);
     tapv(f, "blk.%d.attn_out", il, s->a, D);
     PROF(f, "hc_post");
     hc_post(f, s->a, NULL);
@@ -1349,32 +1364,26 @@ static void ffn_layer(fwd *f, int il) {
      * all-reduce adds the others'. The replicated shared expert is added in
      * the post step; split over the GPUs (tensor parallel) its partial sum
      * joins the MoE's before the one all-reduce. */
-    int comm = f->cm->comm && f->comm_on;
-    if (comm && !f->cm->tp) {
-        PROF(f, "allreduce");
-        ncclAllReduce(s->mo, s->mo, (size_t)T * D, ncclFloat, ncclSum, f->cm->comm, st);
+    int tp = f->cm->tp;
+    if (!tp) {
+        group_sum(f, s->mo, (int64_t)T * D);
+        tapv(f, "blk.%d.moe_out", il, s->mo, D);
     }
-    if (!f->cm->tp) tapv(f, "blk.%d.moe_out", il, s->mo, D);
     if (f->side) {
         CK_ASYNC(cudaStreamWaitEvent(st, f->cm->ev_join, 0));
     } else {
         PROF(f, "shared");
         shared_expert(f, L, clamp);
     }
-    if (f->cm->tp) {
+    if (tp) {
         cu_add(s->mo, s->so, s->mo, (int64_t)T * D, st);
-        if (comm) {
-            PROF(f, "allreduce");
-            ncclAllReduce(s->mo, s->mo, (size_t)T * D, ncclFloat, ncclSum, f->cm->comm, st);
-        }
+        group_sum(f, s->mo, (int64_t)T * D);
         tapv(f, "blk.%d.ffn_out", il, s->mo, D);
-        PROF(f, "hc_post");
-        hc_post(f, s->mo, NULL);
-        return;
+    } else {
+        tapv(f, "blk.%d.shexp_out", il, s->so, D);
     }
-    tapv(f, "blk.%d.shexp_out", il, s->so, D);
     PROF(f, "hc_post");
-    hc_post(f, s->mo, s->so);
+    hc_post(f, s->mo, tp ? NULL : s->so);
 }
 
 /* Output head for rows t0 .. t0+n-1 of the batch into s->logits. */
@@ -1644,10 +1653,8 @@ extern "C" void cu_bench_set_comm(minke_model *m, void *bs, int on) {
     if (g->comm_on == on) return;
     g->comm_on = on;
     for (int r = 0; r < gs->n; r++) {
-        cu_session *s = gs->dev[r];
         cudaSetDevice(g->dev[r]->dev);
-        for (int i = 0; i < s->n_graphs; i++) cudaGraphExecDestroy(s->graphs[i].exec);
-        s->n_graphs = 0;
+        drop_graphs(gs->dev[r]);
     }
     cudaSetDevice(g->dev[0]->dev);
 }
