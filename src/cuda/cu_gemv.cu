@@ -20,6 +20,7 @@
 #include "cuda/cu_ops.h"
 #include "cuda/cu_gemv3.h"
 #include "cuda/cu_gemvh.h"
+#include "cuda/cu_gemvq8.h"
 
 extern "C" {
 #include "quant/quant.h"
@@ -1091,6 +1092,7 @@ void cu_gemv(const cu_gemv_args *ga, int ntiles, cudaStream_t st) {
     if (g.nt_hint > 8) g.nt_hint = 8;     /* callers size the grid for tiles of 1, 4 or 8 */
     if (g.act_div <= 0) g.act_div = 1;
     if (g.act_f32) {
+        if (cu_gemvq8(&g, st)) return;    /* dense Q8_0 of one token on the tensor cores (cu_gemvq8.cu) */
         if (cu_gemv3(&g, st)) return;     /* dense Q8_0 of one token on dp4a (cu_gemv3.cu) */
         switch (g.wtype) {
         case CU_TYPE_Q8_0: launch_type_f<CU_TYPE_Q8_0>(g, ntiles, st); return;

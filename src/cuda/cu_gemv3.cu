@@ -12,7 +12,7 @@
  * amax, at about half the instructions of the f32 kernels (measured time:
  * docs/performance.md, third session).
  *
- * Three kernels:
+ * The kernels:
  *   k_g3_iq2_glu  the routed experts' gate and up (IQ2_XXS / IQ2R) for the
  *                 selected experts of one token, with the SwiGLU and the
  *                 router weight in the epilogue (no separate SwiGLU launch);
@@ -22,7 +22,9 @@
  *                 fixed slice of the activations, held in registers;
  *   k_g3_q8       dense Q8_0 / Q8_0R (MINKE_CUDA_G3=2 only: slower than
  *                 k_gemvf today, since every block splits the whole input
- *                 for a few rows).
+ *                 for a few rows);
+ *   k_moe_glu_mma k_g3_iq2_glu's work on the int8 tensor cores (an
+ *                 experiment, MINKE_CUDA_MOE_MMA=1: no faster, see there).
  * Each output is summed in a fixed order (the same bits every run).
  */
 #include <stdlib.h>
@@ -267,6 +269,25 @@ __global__ void __launch_bounds__(256) k_g3_q8(g3_args a) {
 #define G3_NEG 0x00D5E7F8u
 
 
+/* Both IQ2_XXS MoE kernels: the selector tables into shared memory (32
+ * copies of an entry, copy = lane, as 8 16-byte stores; constant, so before
+ * the PDL wait), and the selected slots this GPU owns (sel >= 0; all of them
+ * with one GPU), 4 bits a slot. */
+__device__ __forceinline__ void g3_tables_copy(uint32_t *tgrid) {
+    for (int i = threadIdx.x; i < (256 + 128) * 8; i += blockDim.x) {
+        const int e = i >> 3;
+        const uint32_t v = e < 256 ? g3_tsel[e] : g3_ssel[e - 256];
+        ((uint4 *)tgrid)[i] = make_uint4(v, v, v, v);
+    }
+}
+__device__ __forceinline__ int g3_owned(const int *sel, int nsel, uint32_t &own) {
+    int nown = 0;
+    own = 0;
+    for (int k = 0; k < nsel; k++)
+        if (sel[k] >= 0) own |= (uint32_t)k << (4 * nown++);
+    return nown;
+}
+
 /* REP: IQ2R (8-byte groups, then the scales) else IQ2_XXS (66-byte blocks) */
 template <bool REP>
 __device__ __forceinline__ void g3_iq2_load(const uint8_t *row, int it, int nb, uint2 &c, float &d) {
@@ -298,21 +319,13 @@ __global__ void __launch_bounds__(256, 3) k_g3_iq2_glu(g3_args a) {
     uint32_t *tsgn = tgrid + 256 * 32;                    /* 128 x 32 copies */
     int *sh = (int *)(tsgn + 128 * 32);                   /* the split activations */
     __shared__ float part[2][2][4][2];                    /* [group][slot][quarter][gate, up] */
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nthr = blockDim.x;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int grp = warp >> 2, q = warp & 3;
-    /* the tables are constant: copied before the wait, 32 copies of an entry as 8 16-byte stores */
-    for (int i = threadIdx.x; i < (256 + 128) * 8; i += nthr) {
-        const int e = i >> 3;
-        const uint32_t v = e < 256 ? g3_tsel[e] : g3_ssel[e - 256];
-        ((uint4 *)tgrid)[i] = make_uint4(v, v, v, v);
-    }
+    g3_tables_copy(tgrid);
     cu_pdl_enter();
-    /* the selected slots whose experts this GPU owns (sel >= 0; all of them
-     * with one GPU), 4 bits a slot: units run over these only */
-    uint32_t own = 0;
-    int nown = 0;
-    for (int k = 0; k < a.nsel; k++)
-        if (a.sel[k] >= 0) own |= (uint32_t)k << (4 * nown++);
+    /* units run over the owned slots only */
+    uint32_t own;
+    const int nown = g3_owned(a.sel, a.nsel, own);
     const int F = a.rows, nit = a.in >> 5, nb = a.in >> 8, nunits = nown * F;
     const int it = q * 32 + lane;
     const bool has = it < nit;
@@ -543,6 +556,228 @@ extern "C" int cu_gemv3(const cu_gemv_args *g, cudaStream_t st) {
     return 1;
 }
 
+/* ------------------------------------------------------------------ */
+/* IQ2R gate + up of the selected experts on the int8 tensor cores: an
+ * experiment, off by default (MINKE_CUDA_MOE_MMA=1 turns it on).
+ *
+ * The idea: k_g3_iq2_glu issues ~6.3 instructions a weight (ncu, fifth
+ * session: 57% of issue slots busy, DRAM at 16%); its dp4a are 12% of them,
+ * the rest is table indexing, the per-unit quarter sums and barriers. Here
+ * one mma.sync m16n8k32 takes 16 rows x one 32-weight group with the
+ * activation's three int8 pieces as three of its eight columns (as
+ * cu_gemvq8.cu): lane (g, t) decodes grid index t of the group for rows g and
+ * g + 8 (its 8 weights are the mma's k slots 4t..4t+3 and 16+4t..16+4t+3, and
+ * the activation pieces of elements 8t..8t+7 are put there too), so each grid
+ * index is decoded once. The group's 4-bit scale multiplies the integer dots
+ * (IMAD by 2 ls + 1) and the activations carry one scale D per 256 (the
+ * super-block, BLK pieces), so float work is once per 4 groups. A block of 8
+ * warps takes a 16-row tile of one selected expert (gate and up together);
+ * its warps split the row's 4-group steps and add their sums in warp order,
+ * then the SwiGLU and the router weight. Integers exact, float order fixed.
+ * What the H200 showed: 29% fewer instructions (13.9 M against 19.6 M) but
+ * the same time alone (36.2 against 35.7 us: latency-bound, 3.7 warps a
+ * scheduler at 128 registers, 0.85 eligible), 45.8 against 47.3 us for a
+ * gate+up, down pair in a graph of 43, and no measurable change in the
+ * decode step (docs/performance.md, fifth session). moe_dec_check holds both
+ * within 3e-5 of max|mid| of the double reference. */
+#define MM_NW 8
+#define MM_SB 4           /* 32-weight groups a step */
+#define MM_IW 24          /* words of a group's activation pieces (3 x 8) */
+#define MM_KS 8           /* warps a tile */
+
+struct mm_args {
+    const uint8_t *wg, *wu;
+    uint64_t row_bytes, expert_bytes;
+    int F, in;
+    const float *x; const int *sel; const float *rw; int nsel; float limit;
+    float *mid;
+};
+
+/* a lane's step: group t of the step's 4 for rows g and g + 8 of gate and up
+ * (the 4 lanes of a row load its 32 bytes; mm_dec's callers pass group j
+ * around by shuffles), and the rows' block scales */
+struct mm_step { uint2 c[2][2]; uint32_t d[2][2]; };
+
+__device__ __forceinline__ void mm_load(mm_step &s, const uint8_t *const (&rp)[2][2], int q0, int nb, int t) {
+    const int off = (q0 >> 3) * 64 + ((q0 & 7) + t) * 8;
+#pragma unroll
+    for (int m = 0; m < 2; m++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            s.c[m][h] = ldw_v2(rp[m][h] + off);
+            s.d[m][h] = ldw_u16(rp[m][h] + (int64_t)nb * 64 + 2 * (q0 >> 3));
+        }
+}
+
+/* grid index t of a group (w0: the 4 indices, w1: 4 x 7 sign bits and the scale)
+ * as 8 signed codes (lo: elements 8t..8t+3, hi: 8t+4..8t+7); f = 2 ls + 1 */
+__device__ __forceinline__ void mm_dec(uint32_t w0, uint32_t w1, uint32_t bsel, int sh, const uint32_t *tg, const uint32_t *ts,
+                                       uint32_t &lo, uint32_t &hi, int &f) {
+    const uint32_t sel = tg[__byte_perm(w0, 0, bsel) << 5] | ts[((w1 >> sh) & 127u) << 5];
+    lo = __byte_perm(G3_POS, G3_NEG, sel);
+    hi = __byte_perm(G3_POS, G3_NEG, sel >> 16);
+    f = (int)((w1 >> 27) | 1u);
+}
+
+/* the activation as pieces, one scale per 256 (word li of piece p of group q at
+ * pw[q * MM_IW + 8 p + li], D of super-block b at dsc[b]): 8 threads a
+ * super-block, thread li reading float4 li of each of its 8 groups */
+__device__ __forceinline__ void mm_stage(const float *x, int nit, int *pw, float *dsc) {
+    const int li = threadIdx.x & 7, ngrp = blockDim.x >> 3, nblk = nit >> 3;
+    for (int b = threadIdx.x >> 3; b - (int)(threadIdx.x >> 3) < nblk; b += ngrp) {
+        const bool in = b < nblk;     /* the loop is uniform per warp (the shuffles) */
+        float4 v[8];
+        float m = 0.f;
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            v[i] = in ? __ldg((const float4 *)(x + ((int64_t)b * 8 + i) * 32 + li * 4)) : make_float4(0.f, 0.f, 0.f, 0.f);
+            m = fmaxf(m, fmaxf(fmaxf(fabsf(v[i].x), fabsf(v[i].y)), fmaxf(fabsf(v[i].z), fabsf(v[i].w))));
+        }
+#pragma unroll
+        for (int o = 1; o < 8; o <<= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+        const float idv = mx_inv_scale<3>(m);
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            int pc[3];
+            mx_split4<3>(v[i], idv, pc);
+            if (in) {
+                int *d = pw + (b * 8 + i) * MM_IW;
+                d[li] = pc[0]; d[8 + li] = pc[1]; d[16 + li] = pc[2];
+            }
+        }
+        if (in && li == 0) dsc[b] = m * (1.f / 32512.f);
+    }
+}
+
+template <int RING>
+__global__ void __launch_bounds__(MM_NW * 32, 2) k_moe_glu_mma(mm_args a) {
+    extern __shared__ int4 mm_sm[];
+    uint32_t *tgrid = (uint32_t *)mm_sm;                 /* 256 x 32 copies */
+    uint32_t *tsgn = tgrid + 256 * 32;                    /* 128 x 32 copies */
+    int *pw = (int *)(tsgn + 128 * 32);                   /* the activation's pieces */
+    float *dsc = (float *)(pw + (a.in >> 5) * MM_IW);
+    __shared__ float red[MM_NW][2][16];
+    constexpr int KS = MM_KS, TPB = MM_NW / KS;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int tw = warp / KS, ks = warp - tw * KS;
+    g3_tables_copy(tgrid);
+    cu_pdl_enter();
+    uint32_t own;
+    const int nown = g3_owned(a.sel, a.nsel, own);
+    /* the selected experts once (rows_of runs for every row group) */
+    __shared__ int ssel[16];
+    if (threadIdx.x < a.nsel && threadIdx.x < 16) ssel[threadIdx.x] = a.sel[threadIdx.x];
+    const int nit = a.in >> 5, nb = a.in >> 8, nsteps = nit / MM_SB;
+    const int nmine = (nsteps - ks + KS - 1) / KS;
+    const int rgs = a.F / (TPB * 16), nrg = nown * rgs;
+    const uint32_t bsel = 0x4440u | (uint32_t)t;
+    const int sh = 7 * t;
+    const float w0 = t == 0 ? 256.f : t == 1 ? 1.f / 256.f : 0.f, w1 = t == 0 ? 1.f : 0.f;
+    const uint32_t *tg = tgrid + lane, *ts = tsgn + lane;
+    mm_step ring[RING];
+    const uint8_t *rp[2][2];
+    auto rows_of = [&](int rg) {
+        const int jj = rg / rgs, e = (int)(own >> (4 * jj)) & 15;
+        const int r = (rg - jj * rgs) * TPB * 16 + tw * 16 + g;
+        const int64_t off = (int64_t)ssel[e] * (int64_t)a.expert_bytes;
+        rp[0][0] = a.wg + off + (int64_t)r * (int64_t)a.row_bytes; rp[0][1] = rp[0][0] + 8 * (int64_t)a.row_bytes;
+        rp[1][0] = a.wu + off + (int64_t)r * (int64_t)a.row_bytes; rp[1][1] = rp[1][0] + 8 * (int64_t)a.row_bytes;
+        return e;
+    };
+    int loaded = -1;
+    __syncthreads();     /* ssel */
+    if ((int)blockIdx.x < nrg) {
+        rows_of(blockIdx.x);
+#pragma unroll
+        for (int d = 0; d < RING; d++)
+            if (d < nmine) mm_load(ring[d], rp, (ks + d * KS) * MM_SB, nb, t);
+        loaded = blockIdx.x;
+    }
+    mm_stage(a.x, nit, pw, dsc);
+    __syncthreads();
+    for (int rg = blockIdx.x; rg < nrg; rg += gridDim.x) {
+        const int e = rows_of(rg);
+        if (loaded != rg) {
+#pragma unroll
+            for (int d = 0; d < RING; d++)
+                if (d < nmine) mm_load(ring[d], rp, (ks + d * KS) * MM_SB, nb, t);
+        }
+        float acc[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
+        for (int i = 0; i < nmine; i += RING) {
+#pragma unroll
+            for (int d = 0; d < RING; d++)
+                if (i + d < nmine) {
+                    const int q0 = (ks + (i + d) * KS) * MM_SB;
+                    int ia[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
+#pragma unroll
+                    for (int j = 0; j < MM_SB; j++) {
+                        int2 b = make_int2(0, 0);
+                        if (g < 3) b = *(const int2 *)(pw + (q0 + j) * MM_IW + 8 * g + 2 * t);
+#pragma unroll
+                        for (int m = 0; m < 2; m++) {
+                            const int src = (lane & ~3) | j;
+                            const uint32_t x0 = __shfl_sync(0xffffffffu, ring[d].c[m][0].x, src);
+                            const uint32_t y0 = __shfl_sync(0xffffffffu, ring[d].c[m][0].y, src);
+                            const uint32_t x1 = __shfl_sync(0xffffffffu, ring[d].c[m][1].x, src);
+                            const uint32_t y1 = __shfl_sync(0xffffffffu, ring[d].c[m][1].y, src);
+                            uint32_t lo0, hi0, lo1, hi1;
+                            int f0, f1, c[4];
+                            mm_dec(x0, y0, bsel, sh, tg, ts, lo0, hi0, f0);
+                            mm_dec(x1, y1, bsel, sh, tg, ts, lo1, hi1, f1);
+                            mx_mma_s8(c, lo0, lo1, hi0, hi1, (uint32_t)b.x, (uint32_t)b.y, 0);
+                            ia[m][0] += c[0] * f0; ia[m][1] += c[1] * f0;
+                            ia[m][2] += c[2] * f1; ia[m][3] += c[3] * f1;
+                        }
+                    }
+                    /* dg = d (0.5 + ls) / 4 = d (2 ls + 1) / 8; x = D (pieces) */
+                    const float D = dsc[q0 >> 3] * 0.125f;
+#pragma unroll
+                    for (int m = 0; m < 2; m++)
+#pragma unroll
+                        for (int h = 0; h < 2; h++) {
+                            const float v = __fmaf_rn((float)ia[m][2 * h], w0, (float)ia[m][2 * h + 1] * w1);
+                            acc[m][h] = __fmaf_rn(v, cu_h2f((uint16_t)ring[d].d[m][h]) * D, acc[m][h]);
+                        }
+                    if (i + d + RING < nmine) mm_load(ring[d], rp, (ks + (i + d + RING) * KS) * MM_SB, nb, t);
+                }
+        }
+        const int r0 = (rg - (rg / rgs) * rgs) * TPB * 16;
+        loaded = -1;
+        if (rg + (int)gridDim.x < nrg) {
+            rows_of(rg + gridDim.x);
+#pragma unroll
+            for (int d = 0; d < RING; d++)
+                if (d < nmine) mm_load(ring[d], rp, (ks + d * KS) * MM_SB, nb, t);
+            loaded = rg + gridDim.x;
+        }
+        /* the four lanes of a row: (t0 + t1) + (t2 + t3); then the KS warps in order */
+#pragma unroll
+        for (int m = 0; m < 2; m++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                float v = acc[m][h] + __shfl_xor_sync(0xffffffffu, acc[m][h], 1);
+                v += __shfl_xor_sync(0xffffffffu, v, 2);
+                if (t == 0) red[warp][m][g + 8 * h] = v;
+            }
+        __syncthreads();
+        if (threadIdx.x < TPB * 16) {
+            const int tt = threadIdx.x >> 4, rr = threadIdx.x & 15;
+            float gs = 0.f, us = 0.f;
+#pragma unroll
+            for (int k = 0; k < KS; k++) { gs += red[tt * KS + k][0][rr]; us += red[tt * KS + k][1][rr]; }
+            a.mid[e * a.F + r0 + tt * 16 + rr] = cu_swiglu1(gs, us, a.limit) * (a.rw ? a.rw[e] : 1.f);
+        }
+        __syncthreads();     /* red is written again by the next row group */
+    }
+}
+
+static int mm_on = -1;
+extern "C" void cu_moe_mma_set(int v) { mm_on = v; }
+static int moe_mma_enabled(void) {
+    if (mm_on < 0) { const char *e = getenv("MINKE_CUDA_MOE_MMA"); mm_on = e && *e ? atoi(e) : 0; }
+    return mm_on;
+}
+
 /* MoE decode of one token (cu_gemv3.h). */
 #define G3_NE 8
 extern "C" int cu_moe_dec_supported(int gate_type, int up_type, int down_type, int64_t in, int64_t ff, int nsel) {
@@ -570,6 +805,20 @@ extern "C" void cu_moe_dec_glu(int wtype, const void *wg, const void *wu, uint64
     a.w = (const uint8_t *)wg; a.w2 = (const uint8_t *)wu;
     a.row_bytes = row_bytes; a.expert_bytes = expert_bytes;
     a.rows = (int)ff; a.in = (int)in; a.x = x; a.sel = sel; a.rw = rw; a.nsel = nsel; a.limit = limit; a.out = mid;
+    if (wtype == CU_TYPE_IQ2R && moe_mma_enabled() && in % 256 == 0 && ff % (16 * (MM_NW / MM_KS)) == 0 &&
+        !(((uintptr_t)wg | (uintptr_t)wu | row_bytes | expert_bytes) & 15)) {     /* 16-byte loads */
+        mm_args m;
+        memset(&m, 0, sizeof m);
+        m.wg = (const uint8_t *)wg; m.wu = (const uint8_t *)wu; m.row_bytes = row_bytes; m.expert_bytes = expert_bytes;
+        m.F = (int)ff; m.in = (int)in; m.x = x; m.sel = sel; m.rw = rw; m.nsel = nsel; m.limit = limit; m.mid = mid;
+        const size_t msm = (size_t)(256 + 128) * 32 * 4 + (size_t)(in / 32) * MM_IW * 4 + (size_t)(in / 256) * 4;
+        g3_smem_attr(k_moe_glu_mma<4>, msm);
+        /* row groups: nsel x ff / 16 (fewer when this GPU owns fewer slots: the rest return) */
+        int64_t nrg = (int64_t)nsel * ff / (16 * (MM_NW / MM_KS));
+        int nb = g3_resident_blocks(k_moe_glu_mma<4>, MM_NW * 32, msm, nrg * MM_NW);
+        cu_launch(k_moe_glu_mma<4>, dim3((unsigned)nb), MM_NW * 32, msm, st, m);
+        return;
+    }
     const size_t smem = (size_t)(256 + 128) * 32 * 4 + g3_items_bytes(in);
 #define G3_GLU(REP) do { \
         g3_smem_attr(k_g3_iq2_glu<REP>, smem); \

@@ -334,12 +334,9 @@ __global__ void __launch_bounds__(MQ_THREADS, MINB) k_mmq(cu_gemv_args g) {
  * per 8 threads), and the group amax is 3 shuffles within those 8 threads. */
 
 
-/* d = A.B + c (the same c in all four accumulators, no copy into them first). */
-__device__ __forceinline__ void mma_s8_c(int (&d)[4], int a0, int a1, int a2, int a3, int b0, int b1, int c) {
-    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%10,%10,%10};\n"
-                 : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "r"(c));
-}
+/* d = A.B + c (the same c in all four accumulators, no copy into them first): cu_split.cuh */
+#define mma_s8_c(d, a0, a1, a2, a3, b0, b1, c) mx_mma_s8(d, (uint32_t)(a0), (uint32_t)(a1), (uint32_t)(a2), (uint32_t)(a3), \
+                                                 (uint32_t)(b0), (uint32_t)(b1), c)
 
 /* mx_dot_f, mx_split4, mx_inv_scale and the magic accumulator start
  * (MX_MAGIC_BITS: a piece dot read as a float without I2F) are in

@@ -71,4 +71,13 @@ __device__ __forceinline__ float mx_combine3(int s_top, int s_mid, int s_lo) {
     return __fmaf_rn(mx_dot_f(s_lo), 1.f / 256.f, __fmaf_rn(mx_dot_f(s_top), 256.f, mx_dot_f(s_mid)));
 }
 
+/* d = A.B + c in all four accumulators (int8 m16n8k32, c: a start such as
+ * MX_MAGIC_BITS or 0): the tensor-core kernels' one mma form */
+__device__ __forceinline__ void mx_mma_s8(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                          uint32_t b1, int c) {
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%10,%10,%10};\n"
+                 : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "r"(c));
+}
+
 #endif

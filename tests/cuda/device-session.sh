@@ -5,7 +5,7 @@
 # device image lacks in lib/). Steps are chosen by arguments: tests, quick,
 # bench, benchoff (the same bench with the tensor-core prefill off), prof,
 # variants (the 4096-token prompt bench per env setting), mmqocc, multi
-# (several GPUs: run on nvidia-h200-x2 or larger).
+# (several GPUs: run on nvidia-h200-x2 or larger; MULTI="q2:1 q2:2" picks the runs).
 # Output goes to $OUT.
 H=${H:-build/h12}
 # libnccl: the device image has it in its PyTorch venv, not under /usr/local/cuda
@@ -45,7 +45,7 @@ for step in "$@"; do
           done ;;
     multi) # several GPUs (docs/multigpu.md): the all-reduce alone, then q2 on 1 and 2 GPUs, q4 and MXFP4 on 2
           timeout 120 $MINKE_BUILD/tests/cuda/nccl_check --time 2>&1 | tee $OUT/nccl.log
-          for c in q2:1 q2:2 q4:2 mxfp4:2; do
+          for c in ${MULTI:-q2:1 q2:2 q4:2 mxfp4:2}; do
               timeout ${BENCH_TIMEOUT:-150} $MINKE_BIN bench --synthetic flash-${c%%:*} --ctx-start 4096 --ctx-max 4096 \
                   -n ${NGEN:-32} --gpus ${c##*:} > $OUT/bench-multi.log 2>&1
               echo "flash-${c%%:*} --gpus ${c##*:}: $(grep -E 'ctx +4096' $OUT/bench-multi.log | sed 's/of 790.*decode/decode/')"

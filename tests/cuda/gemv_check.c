@@ -6,6 +6,8 @@
  * (3e-6 of max|y|) in every T = 1 pipeline variant (MINKE_CUDA_GEMVF_V), and
  * --time prints the decode shapes of Flash per variant: the median of 20
  * launches and the mean of 43 back-to-back launches in one CUDA graph.
+ * The tensor-core Q8_0 decode GEMV (cu_gemvq8.cu, MINKE_CUDA_Q8MMA) is checked
+ * and timed beside them.
  * The one-row GEMV of plain-float weights (cu_gemvh.cu) is checked against a
  * double reference in each launch schedule (bit-identical to each other), and
  * --time compares it with the generic kernel on the F16 decode shapes of Flash.
@@ -20,6 +22,7 @@
 #include "quant/quant.h"
 #include "cuda/cu_ops.h"
 #include "cuda/cu_gemvh.h"
+#include "cuda/cu_gemvq8.h"
 
 /* cu_gemv.cu: the T = 1 pipeline variant of the exact-activation GEMV (MINKE_CUDA_GEMVF_V) */
 void cu_gemvf_set_variant(int v);
@@ -411,17 +414,22 @@ static int check_f32(int type, int64_t rows, int64_t in, int T, int E, int K, in
             if (E > 0) snprintf(what + strlen(what), sizeof what - strlen(what), " (E %d K %d)", E, K);
             if (G > 0) snprintf(what + strlen(what), sizeof what - strlen(what), " (%d x %lld rows)", G, (long long)grows);
             if (nt > 1) { fail |= run_f32(what, g, ntiles, ref, (int64_t)P * rows); continue; }
-            /* T = 1: every pipeline variant (MINKE_CUDA_GEMVF_V 0..5, failures only), then the default */
+            /* T = 1: every pipeline variant of k_gemvf (MINKE_CUDA_GEMVF_V 0..5, the
+             * tensor-core kernel off), the tensor-core kernel (MINKE_CUDA_Q8MMA=1, 2:
+             * Q8_0R only, cu_gemvq8.cu) (failures only), then the default */
             size_t wl = strlen(what);
-            for (int v = 0; v <= 6; v++) {
+            for (int v = 0; v <= 8; v++) {
                 if (v < 6) snprintf(what + wl, sizeof what - wl, " V%d", v);
-                else snprintf(what + wl, sizeof what - wl, " (variants 0..5 checked, default)");
+                else if (v < 8) snprintf(what + wl, sizeof what - wl, " Q8MMA=%d", v - 5);
+                else snprintf(what + wl, sizeof what - wl, " (variants checked, default)");
                 cu_gemvf_set_variant(v < 6 ? v : -1);
-                f32_quiet = v < 6;
+                cu_gemvq8_set(v < 6 ? 0 : v < 8 ? v - 5 : -1);
+                f32_quiet = v < 8;
                 fail |= run_f32(what, g, ntiles, ref, (int64_t)P * rows);
             }
             f32_quiet = 0;
             cu_gemvf_set_variant(-1);
+            cu_gemvq8_set(-1);
         }
     }
     cudaFree(dW); cudaFree(dx); cudaFree(dy); cudaFree(dsel); cudaFree(dt);
@@ -530,23 +538,26 @@ static void time_f32(int type, int64_t rows, int64_t in, int E, int paired, int 
     for (int i = 0; i < 21; i++) cudaEventCreate(&ev[i]);
     cudaStream_t gs;
     CK(cudaStreamCreateWithFlags(&gs, cudaStreamNonBlocking));
-    /* mode 0: the q8 kernel; 1..: act_f32 with MINKE_CUDA_GEMVF_V = mode - 1 */
-    const int nvar = 6;
-    float med[1 + 6], graph_us[1 + 6];
+    /* mode 0: the q8 kernel; 1..6: act_f32 with MINKE_CUDA_GEMVF_V = mode - 1 (the
+     * tensor-core kernel off); 7, 8: act_f32 with MINKE_CUDA_Q8MMA = 1, 2 (Q8_0 only) */
+    const int nvar = wt == 108 ? 11 : 6;
+    float med[1 + 15], graph_us[1 + 15];
     for (int mode = 0; mode < 1 + nvar; mode++) {
         int f32 = mode > 0;
-        if (f32) cu_gemvf_set_variant(mode - 1);
+        if (f32) cu_gemvf_set_variant(mode <= 6 ? mode - 1 : -1);
+        cu_gemvq8_set(mode <= 6 ? 0 : mode - 6);
         g.act_f32 = f32;
         g.act = f32 ? (const void *)dx : dq;
         g.act_stride = f32 ? in * 4 : arb;
         time_rotated(&g, ntiles, pool, set, nsets, paired, ev, gs, &med[mode], &graph_us[mode]);
     }
     cu_gemvf_set_variant(-1);
+    cu_gemvq8_set(-1);
     printf("time gemvf %-8s %-26s %6.2f MB: q8 %.2f us (%.0f GB/s), graph %.2f us (%.0f GB/s)\n", quant_get(type)->name, shape,
            set / 1e6, med[0] * 1e3, set / (med[0] * 1e-3) / 1e9, graph_us[0], set / (graph_us[0] * 1e-6) / 1e9);
     for (int v = 0; v < nvar; v++)
-        printf("time gemvf %-8s %-26s    f32 V%d: %.2f us (%.0f GB/s), graph of 43: %.2f us (%.0f GB/s)\n", quant_get(type)->name,
-               shape, v, med[1 + v] * 1e3, set / (med[1 + v] * 1e-3) / 1e9, graph_us[1 + v], set / (graph_us[1 + v] * 1e-6) / 1e9);
+        printf("time gemvf %-8s %-26s    f32 %s%d: %.2f us (%.0f GB/s), graph of 43: %.2f us (%.0f GB/s)\n", quant_get(type)->name,
+               shape, v < 6 ? "V" : "Q8MMA=", v < 6 ? v : v - 5, med[1 + v] * 1e3, set / (med[1 + v] * 1e-3) / 1e9, graph_us[1 + v], set / (graph_us[1 + v] * 1e-6) / 1e9);
     for (int i = 0; i < 21; i++) cudaEventDestroy(ev[i]);
     cudaStreamDestroy(gs);
     cudaFree(pool); cudaFree(dx); cudaFree(dq); cudaFree(dy); cudaFree(dy2); cudaFree(dsel); cudaFree(dt);
@@ -576,6 +587,15 @@ static int check_f32_all(int timing) {
         fail |= check_f32(t, 1408, 4096, 1, 6, 6, 0, 0);      /* MoE decode, 4 rows a warp, 4 items a lane */
         fail |= check_f32(t, 4096, 2048, 1, 6, 6, 0, 0);      /* MoE decode, looping over row groups */
         fail |= check_f32(t, 300, 16384, 1, 0, 0, 0, 0);      /* two chunks */
+        if (t == GGML_TYPE_Q8_0) {
+            /* the tensor-core kernel's shapes (cu_gemvq8.cu): 8 warps a tile, a
+             * grouped decode launch (out_a), one step a row, a partial tile */
+            fail |= check_f32(t, 4096, 2048, 1, 0, 0, 0, 0);
+            fail |= check_f32(t, 0, 4096, 1, 0, 0, 8, 1024);
+            fail |= check_f32(t, 1000, 128, 1, 0, 0, 0, 0);
+            fail |= check_f32(t, 37, 512, 1, 0, 0, 0, 0);
+            fail |= check_f32(t, 0, 256, 1, 0, 0, 2, 64);
+        }
     }
     if (timing) {
         /* the decode shapes of Flash: dense Q8_0 (repacked), then the MoE tiles */

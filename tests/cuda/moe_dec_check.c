@@ -1,5 +1,6 @@
 /* moe_dec_check.c: the one-token MoE kernels of cu_gemv3.cu (gate + up +
- * SwiGLU on IQ2_XXS, as stored and repacked, then the Q2_K down summed over
+ * SwiGLU on IQ2_XXS, as stored and repacked: on dp4a, and repacked on the
+ * tensor cores (MINKE_CUDA_MOE_MMA), then the Q2_K down summed over
  * the selected experts) against a double reference built from src/quant's
  * dequantization of the same random weights: mid within 3e-5 of max|mid|,
  * the output within 3e-5 of max|out| (the activations are split into 24-bit
@@ -25,6 +26,9 @@ static uint64_t rng = 0x9E3779B97F4A7C15ull;
 static uint32_t urand(void) { rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17; return (uint32_t)(rng >> 32); }
 static float frand(void) { return (float)(urand() * (1.0 / 4294967296.0)) * 2.0f - 1.0f; }
 
+
+/* MINKE_CUDA_MOE_MMA for the IQ2R cases: 1 the tensor-core gate + up, 0 the dp4a one */
+static int mma_mode = 1;
 
 static uint16_t f16_bits(float f) {
     /* a normal half near f (|f| in [2^-14, 65504]), enough for random scales */
@@ -117,8 +121,9 @@ static int check(int64_t in, int64_t ff, int E, int nsel, int repack, float limi
     double omax = 0, od = 0;
     for (int64_t r = 0; r < in; r++) { omax = fmax(omax, fabs(out[r])); od = fmax(od, fabs(gout[r] - out[r])); }
     int bad = !(md <= 3e-5 * mmax) || !(od <= 3e-5 * omax) || !(mmax > 0) || !(omax > 0);
-    printf("%s moe_dec in %lld ff %lld sel %d/%d %s limit %g: mid max|diff| %.3g of %.3g, out %.3g of %.3g\n", bad ? "FAIL" : "ok",
-           (long long)in, (long long)ff, nsel, E, repack ? "IQ2R" : "IQ2_XXS", limit, md, mmax, od, omax);
+    printf("%s moe_dec in %lld ff %lld sel %d/%d %s%s limit %g: mid max|diff| %.3g of %.3g, out %.3g of %.3g\n", bad ? "FAIL" : "ok",
+           (long long)in, (long long)ff, nsel, E, repack ? "IQ2R" : "IQ2_XXS", repack && mma_mode ? " mma" : "", limit, md, mmax,
+           od, omax);
     /* one GPU of two (expert parallel): the slots of experts >= E/2 belong to
      * the other GPU (sel -1). The owned slots' mid must be the same bits as
      * above, the others untouched, and out the sum over the owned slots only. */
@@ -222,11 +227,19 @@ int main(int argc, char **argv) {
     if (cu_tables_init_from_quant()) { printf("FAIL tables\n"); return 1; }
     int bad = 0;
     bad += check(256, 256, 16, 6, 0, 0.f);
-    bad += check(1024, 512, 8, 6, 1, 0.f);
-    bad += check(4096, 2048, 8, 6, 1, 0.f);
     bad += check(4096, 2048, 8, 6, 0, 7.f);
-    bad += check(2048, 1024, 4, 3, 1, 0.5f);
-    if (argc > 1 && !strcmp(argv[1], "--time")) timing(4096, 2048, 32, 6);
+    /* repacked: the tensor-core gate + up, then the dp4a one */
+    for (int mm = 1; mm >= 0; mm--) {
+        mma_mode = mm;
+        cu_moe_mma_set(mm);
+        bad += check(1024, 512, 8, 6, 1, 0.f);     /* 264-byte rows: the dp4a kernel either way */
+        bad += check(2048, 256, 8, 6, 1, 0.f);
+        bad += check(4096, 2048, 8, 6, 1, 0.f);
+        bad += check(4096, 2048, 8, 6, 1, 7.f);
+        bad += check(2048, 1024, 4, 3, 1, 0.5f);
+        if (argc > 1 && !strcmp(argv[1], "--time")) { printf("MINKE_CUDA_MOE_MMA=%d: ", mm); timing(4096, 2048, 32, 6); }
+    }
+    cu_moe_mma_set(-1);
     printf("moe_dec_check: %s\n", bad ? "FAIL" : "all ok");
     return bad != 0;
 }
