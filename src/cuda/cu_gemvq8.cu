@@ -103,8 +103,9 @@ __device__ __forceinline__ float4 qm_xl(const float *xg, int ks, int KS, int s, 
     return __ldg((const float4 *)(xg + (int64_t)b * 32 + (lane & 7) * 4));
 }
 
-/* The pieces of one step's 4 blocks by one warp (8 lanes a block, as qm_stage)
- * into the warp's buffer: the same words qm_stage writes for those blocks. */
+/* The pieces of one step's 4 blocks by one warp into the warp's buffer (word
+ * li of piece p of block j at pw[j * QM_IW + 8 p + li], D at dsc[j]): 8 lanes
+ * a block, lane li holding float4 li, so the block's amax is 3 shuffles. */
 __device__ __forceinline__ void qm_split_warp(float4 v, int lane, int *pw, float *dsc) {
     const int li = lane & 7, j = lane >> 3;
     float m = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
@@ -118,7 +119,7 @@ __device__ __forceinline__ void qm_split_warp(float4 v, int lane, int *pw, float
     if (li == 0) dsc[j] = m * (1.f / 32512.f);
 }
 
-/* this lane's rows g and g + 8 of a tile starting at r0 (rows past the end repeat the last one) */
+/* this lane's rows r0 and r0 + 8 (rows past the end repeat the last one) */
 __device__ __forceinline__ void qm_rows(const qm_args &a, const uint8_t *wbase, int64_t r0, const uint8_t *&pg,
                                         const uint8_t *&p8) {
     int64_t ra = r0 < a.rows ? r0 : a.rows - 1, rb = r0 + 8 < a.rows ? r0 + 8 : a.rows - 1;
