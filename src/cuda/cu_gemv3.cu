@@ -806,7 +806,7 @@ extern "C" void cu_moe_dec_glu(int wtype, const void *wg, const void *wu, uint64
     a.row_bytes = row_bytes; a.expert_bytes = expert_bytes;
     a.rows = (int)ff; a.in = (int)in; a.x = x; a.sel = sel; a.rw = rw; a.nsel = nsel; a.limit = limit; a.out = mid;
     if (wtype == CU_TYPE_IQ2R && moe_mma_enabled() && in % 256 == 0 && ff % (16 * (MM_NW / MM_KS)) == 0 &&
-        !(((uintptr_t)wg | (uintptr_t)wu | row_bytes | expert_bytes) & 15)) {     /* 16-byte loads */
+        !(((uintptr_t)wg | (uintptr_t)wu | row_bytes | expert_bytes) & 15)) {     /* 16-byte aligned rows: the shapes checked on the device */
         mm_args m;
         memset(&m, 0, sizeof m);
         m.wg = (const uint8_t *)wg; m.wu = (const uint8_t *)wu; m.row_bytes = row_bytes; m.expert_bytes = expert_bytes;
