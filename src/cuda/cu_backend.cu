@@ -131,9 +131,10 @@ struct cu_session {
 };
 
 /* The model on its GPUs (m->be). Several GPUs: the routed experts split by
- * id, everything else replicated; each GPU runs the same forward on its own
- * host thread (cu_pool) and adds the others' expert outputs with one NCCL
- * all-reduce a layer (docs/multigpu.md). */
+ * id (or by hidden rows), the attention output and shared expert split
+ * (tensor parallel) unless turned off, the rest replicated; each GPU runs the
+ * same forward on its own host thread (cu_pool) and adds the others' partial
+ * sums with NCCL all-reduces, two a layer (docs/multigpu.md). */
 #define CU_MAX_GPUS 8
 typedef struct cu_group {
     int n;
@@ -315,8 +316,9 @@ static void split_cols(upload_job *j, const cu_model *cm) {
 }
 
 /* One GPU's part of the model: every tensor, except that of the routed
- * experts only [own0, own1) is resident (cu_t.d still indexes experts by
- * their global id). Runs with cm->dev current. */
+ * experts only [own0, own1) (cu_t.d still indexes experts by their global id)
+ * and of a split matrix only this GPU's rows or columns (split_rows,
+ * split_cols). Runs with cm->dev current. */
 static int dev_init(minke_model *m, cu_model *cm) {
     const dsv4_config *c = &m->w.cfg;
     upload_job *jobs = NULL;

@@ -676,9 +676,10 @@ __global__ void __launch_bounds__(MM_NW * 32, 2) k_moe_glu_mma(mm_args a) {
     const uint32_t *tg = tgrid + lane, *ts = tsgn + lane;
     mm_step ring[RING];
     const uint8_t *rp[2][2];
+    /* row group rg: selected slot rg / rgs, rows from (rg % rgs) TPB 16 */
     auto rows_of = [&](int rg) {
-        const int jj = rg / rgs, e = (int)(own >> (4 * jj)) & 15;
-        const int r = (rg - jj * rgs) * TPB * 16 + tw * 16 + g;
+        const int e = (int)(own >> (4 * (rg / rgs))) & 15;
+        const int r = (rg % rgs) * TPB * 16 + tw * 16 + g;
         const int64_t off = (int64_t)ssel[e] * (int64_t)a.expert_bytes;
         rp[0][0] = a.wg + off + (int64_t)r * (int64_t)a.row_bytes; rp[0][1] = rp[0][0] + 8 * (int64_t)a.row_bytes;
         rp[1][0] = a.wu + off + (int64_t)r * (int64_t)a.row_bytes; rp[1][1] = rp[1][0] + 8 * (int64_t)a.row_bytes;
@@ -724,7 +725,7 @@ __global__ void __launch_bounds__(MM_NW * 32, 2) k_moe_glu_mma(mm_args a) {
                             int f0, f1, c[4];
                             mm_dec(x0, y0, bsel, sh, tg, ts, lo0, hi0, f0);
                             mm_dec(x1, y1, bsel, sh, tg, ts, lo1, hi1, f1);
-                            mx_mma_s8(c, lo0, lo1, hi0, hi1, (uint32_t)b.x, (uint32_t)b.y, 0);
+                            mx_mma_s8(c, lo0, lo1, hi0, hi1, b.x, b.y, 0);
                             ia[m][0] += c[0] * f0; ia[m][1] += c[1] * f0;
                             ia[m][2] += c[2] * f1; ia[m][3] += c[3] * f1;
                         }
@@ -741,7 +742,7 @@ __global__ void __launch_bounds__(MM_NW * 32, 2) k_moe_glu_mma(mm_args a) {
                     if (i + d + RING < nmine) mm_load(ring[d], rp, (ks + (i + d + RING) * KS) * MM_SB, nb, t);
                 }
         }
-        const int r0 = (rg - (rg / rgs) * rgs) * TPB * 16;
+        const int r0 = (rg % rgs) * TPB * 16;
         loaded = -1;
         if (rg + (int)gridDim.x < nrg) {
             rows_of(rg + gridDim.x);

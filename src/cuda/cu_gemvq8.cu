@@ -87,7 +87,7 @@ __device__ __forceinline__ void qm_step_sum(const qm_step &s, const int *pw, con
         int2 b = make_int2(0, 0);
         if (g < 3) b = *(const int2 *)(pw + (b0 + j) * QM_IW + 8 * g + 2 * t);
         int c[4];
-        mx_mma_s8(c, s.cg[j].x, s.c8[j].x, s.cg[j].y, s.c8[j].y, (uint32_t)b.x, (uint32_t)b.y, MX_MAGIC_BITS);
+        mx_mma_s8(c, s.cg[j].x, s.c8[j].x, s.cg[j].y, s.c8[j].y, b.x, b.y, MX_MAGIC_BITS);
         const float v0 = __fmaf_rn(mx_dot_f(c[0]), w0, mx_dot_f(c[1]) * w1);
         const float v1 = __fmaf_rn(mx_dot_f(c[2]), w0, mx_dot_f(c[3]) * w1);
         acc0 = __fmaf_rn(v0, dg[j] * Dv[j], acc0);

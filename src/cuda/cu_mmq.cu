@@ -334,11 +334,8 @@ __global__ void __launch_bounds__(MQ_THREADS, MINB) k_mmq(cu_gemv_args g) {
  * per 8 threads), and the group amax is 3 shuffles within those 8 threads. */
 
 
-/* d = A.B + c (the same c in all four accumulators, no copy into them first): cu_split.cuh */
-#define mma_s8_c(d, a0, a1, a2, a3, b0, b1, c) mx_mma_s8(d, (uint32_t)(a0), (uint32_t)(a1), (uint32_t)(a2), (uint32_t)(a3), \
-                                                 (uint32_t)(b0), (uint32_t)(b1), c)
-
-/* mx_dot_f, mx_split4, mx_inv_scale and the magic accumulator start
+/* mx_mma_s8 (d = A.B + c, the same c in all four accumulators), mx_dot_f,
+ * mx_split4, mx_inv_scale and the magic accumulator start
  * (MX_MAGIC_BITS: a piece dot read as a float without I2F) are in
  * cu_split.cuh, shared with the decode kernels of cu_gemv3.cu. */
 
@@ -866,7 +863,7 @@ __global__ void __launch_bounds__(mx_lay<TYPE, P, V>::THREADS, MINB) k_mmqx(cu_g
                 for (int mt = 0; mt < 2; mt++) {
                     int e[4][4];
 #pragma unroll
-                    for (int b = 0; b < 4; b++) mma_s8_c(e[b], am[2 * mt], am[2 * mt + 1], 0, 0, bs[b], 0, MX_MAGIC_BITS);
+                    for (int b = 0; b < 4; b++) mx_mma_s8(e[b], am[2 * mt], am[2 * mt + 1], 0, 0, bs[b], 0, MX_MAGIC_BITS);
                     int rw = wm + mt * 16 + gq;
                     float d0 = sws[rw * 2], nm0 = sws[rw * 2 + 1], d1 = sws[(rw + 8) * 2], nm1 = sws[(rw + 8) * 2 + 1];
 #pragma unroll
@@ -904,10 +901,10 @@ __global__ void __launch_bounds__(mx_lay<TYPE, P, V>::THREADS, MINB) k_mmqx(cu_g
 #pragma unroll
                         for (int mt = 0; mt < 2; mt++) {
                             int hv[4], mv[4], lv[4];
-                            mma_s8_c(hv, af[mt][0], af[mt][1], af[mt][2], af[mt][3], bf[0][2 * nn], bf[0][2 * nn + 1], MX_MAGIC_BITS);
-                            mma_s8_c(mv, af[mt][0], af[mt][1], af[mt][2], af[mt][3], bf[1][2 * nn], bf[1][2 * nn + 1], MX_MAGIC_BITS);
+                            mx_mma_s8(hv, af[mt][0], af[mt][1], af[mt][2], af[mt][3], bf[0][2 * nn], bf[0][2 * nn + 1], MX_MAGIC_BITS);
+                            mx_mma_s8(mv, af[mt][0], af[mt][1], af[mt][2], af[mt][3], bf[1][2 * nn], bf[1][2 * nn + 1], MX_MAGIC_BITS);
                             if (P == 3)
-                                mma_s8_c(lv, af[mt][0], af[mt][1], af[mt][2], af[mt][3], bf[P - 1][2 * nn], bf[P - 1][2 * nn + 1],
+                                mx_mma_s8(lv, af[mt][0], af[mt][1], af[mt][2], af[mt][3], bf[P - 1][2 * nn], bf[P - 1][2 * nn + 1],
                                          MX_MAGIC_BITS);
                             const int rw = wm + mt * 16 + gq;
                             const float w0 = sws[rw * MQ_KI + i], w1 = sws[(rw + 8) * MQ_KI + i];
@@ -1027,10 +1024,10 @@ __global__ void __launch_bounds__(mx_lay<TYPE, P, V>::THREADS, MINB) k_mmqx(cu_g
                         /* dot = 256 dot_hi + dot_lo (+ dot_3 / 256), each piece's dot exact in
                          * float, one rounding for the sum, one scale per item */
                         int h[4], l[4], l3[4];
-                        mma_s8_c(h, af[mt][0], af[mt][1], af[mt][2], af[mt][3], bf[0][0], bf[0][1], MX_MAGIC_BITS);
-                        mma_s8_c(l, af[mt][0], af[mt][1], af[mt][2], af[mt][3], bf[1][0], bf[1][1], MX_MAGIC_BITS);
+                        mx_mma_s8(h, af[mt][0], af[mt][1], af[mt][2], af[mt][3], bf[0][0], bf[0][1], MX_MAGIC_BITS);
+                        mx_mma_s8(l, af[mt][0], af[mt][1], af[mt][2], af[mt][3], bf[1][0], bf[1][1], MX_MAGIC_BITS);
                         if (P == 3)
-                            mma_s8_c(l3, af[mt][0], af[mt][1], af[mt][2], af[mt][3], bf[P - 1][0], bf[P - 1][1], MX_MAGIC_BITS);
+                            mx_mma_s8(l3, af[mt][0], af[mt][1], af[mt][2], af[mt][3], bf[P - 1][0], bf[P - 1][1], MX_MAGIC_BITS);
                         const int rw = wm + mt * 16 + gq;
                         const float w0 = sws[rw * MQ_KI + i], w1 = sws[(rw + 8) * MQ_KI + i];
                         float s[4] = {w0 * as0, w0 * as1, w1 * as0, w1 * as1};

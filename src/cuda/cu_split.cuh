@@ -73,8 +73,7 @@ __device__ __forceinline__ float mx_combine3(int s_top, int s_mid, int s_lo) {
 
 /* d = A.B + c in all four accumulators (int8 m16n8k32, c: a start such as
  * MX_MAGIC_BITS or 0): the tensor-core kernels' one mma form */
-__device__ __forceinline__ void mx_mma_s8(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
-                                          uint32_t b1, int c) {
+__device__ __forceinline__ void mx_mma_s8(int (&d)[4], int a0, int a1, int a2, int a3, int b0, int b1, int c) {
     asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%10,%10,%10};\n"
                  : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "r"(c));
