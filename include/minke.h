@@ -35,7 +35,8 @@ typedef struct minke_model_params {
     int sims;              /* FP8 KV / Hadamard+FP4 indexer simulations: 1 (default) or 0 */
     int progress;          /* show a load progress bar on stderr when it is a TTY */
     int n_gpus;            /* cuda: number of GPUs, 0 or 1 = one, -1 = all (routed experts split
-                              by id, the rest replicated; docs/multigpu.md) */
+                              by id, attention output and shared expert split, the rest
+                              replicated; docs/multigpu.md) */
     int act;               /* numerics of quantized-weight products: MINKE_ACT_EXACT (0, default):
                               weights decoded exactly and multiplied with f32 activations (spec
                               §16.3's recommendation; the CUDA tensor-core prefill splits the
