@@ -202,7 +202,26 @@ static void prof_report(void) {
     fprintf(stderr, "  %-14s %10.4f %6s %10.4f\n", "total", prof_tokens[0] ? tot[0] / prof_tokens[0] : 0, "",
             prof_tokens[1] ? tot[1] / prof_tokens[1] : 0);
 }
-#define PROF(f, name) do { if ((f)->cm->rank == 0) prof_mark((f)->st, name); } while (0)
+/* MINKE_CUDA_SKIP=stage[,stage...] (cu_common.cuh): the decode launches of
+ * those stages (the PROF names below) are left out, to time what each costs
+ * inside the decode graph. Wrong results: a measuring aid, announced on stderr. */
+int cu_skip_launch = 0;
+static const char *skip_list = NULL;
+static int skip_matches(const char *name) {
+    size_t n = strlen(name);
+    for (const char *p = skip_list; p && *p; ) {
+        const char *e = strchr(p, ',');
+        size_t k = e ? (size_t)(e - p) : strlen(p);
+        if (k == n && !strncmp(p, name, n)) return 1;
+        p = e ? e + 1 : p + k;
+    }
+    return 0;
+}
+static void stage_mark(int T, cudaStream_t st, int rank, const char *name) {
+    if (rank == 0) prof_mark(st, name);
+    cu_skip_launch = skip_list && T == 1 && skip_matches(name);
+}
+#define PROF(f, name) stage_mark((f)->T, (f)->st, (f)->cm->rank, name)
 
 static size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
 
@@ -587,6 +606,11 @@ static int group_comm_init(cu_group *g, int chunk_floats) {
 static int cu_model_init(minke_model *m) {
     const dsv4_config *c = &m->w.cfg;
     if (prof_on < 0) prof_on = getenv("MINKE_CUDA_PROFILE") && atoi(getenv("MINKE_CUDA_PROFILE")) > 0;
+    if (!skip_list && getenv("MINKE_CUDA_SKIP") && *getenv("MINKE_CUDA_SKIP")) {
+        skip_list = getenv("MINKE_CUDA_SKIP");
+        fprintf(stderr, "minke: MINKE_CUDA_SKIP=%s: these decode stages are not run (timing only; results are wrong)\n",
+                skip_list);
+    }
 
     if (c->head_dim > 512 || c->head_dim % 32 || c->n_hc > 8 || c->hc_mix > 32 || c->rope_dim > 256 ||
         c->indexer_n_head > 64 || c->n_expert_used > 16 || c->n_expert > 4096 || (c->hc_dim % 16) ||
@@ -1146,6 +1170,7 @@ static void attention_layer(fwd *f, int il) {
         CK_ASYNC(cudaEventRecord(f->cm->ev_fork3, st));
         CK_ASYNC(cudaStreamWaitEvent(f->cm->st3, f->cm->ev_fork3, 0));
         f->st = f->cm->st3; f->asplit = s->asplit3;
+        PROF(f, "kv");
         matmul(f, &L->kv, s->x, D, Dh, s->kvp, Dh, T);
         /* one token: its ring slot holds position pos - W, which its attention
          * no longer reads, so the store may precede the attention (done by
@@ -1165,10 +1190,12 @@ static void attention_layer(fwd *f, int il) {
         CK_ASYNC(cudaEventRecord(f->cm->ev_fork3, st));
         CK_ASYNC(cudaStreamWaitEvent(f->cm->st3, f->cm->ev_fork3, 0));
         f->st = f->cm->st3; f->asplit = s->asplit3;
+        PROF(f, "idx_q");
         matmul(f, &L->idx_q_b, s->qn, ql, (int64_t)nih * ihd, s->qi, (int64_t)nih * ihd, T);
         cu_idx_q_prep(s->qi, T, nih, ihd, nrot, rope, s->d_pos, sims, f->cm->st3);
         CK_ASYNC(cudaEventRecord(f->cm->ev_join3, f->cm->st3));
         f->st = st; f->asplit = s->asplit;
+        PROF(f, "q_b");
     }
     matmul(f, &L->q_b, s->qn, ql, (int64_t)H * Dh, s->q, (int64_t)H * Dh, T);
     PROF(f, "q_norm_rope");
@@ -1266,6 +1293,7 @@ static void ffn_layer(fwd *f, int il) {
         CK_ASYNC(cudaEventRecord(f->cm->ev_fork, st));
         CK_ASYNC(cudaStreamWaitEvent(f->cm->st2, f->cm->ev_fork, 0));
         f->st = f->cm->st2; f->act = s->act2; f->asplit = s->asplit2;
+        PROF(f, "shared");
         shared_expert(f, L, clamp);
         CK_ASYNC(cudaEventRecord(f->cm->ev_join, f->cm->st2));
         f->st = st; f->act = s->act; f->asplit = s->asplit;

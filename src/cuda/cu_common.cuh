@@ -218,10 +218,17 @@ __device__ __forceinline__ void cu_pdl_enter() {
 
 extern "C" int cu_pdl_enabled(void);
 
+/* Timing ablation (MINKE_CUDA_SKIP, a measuring aid only: the results are
+ * wrong while it is on): the backend sets this while it launches a decode
+ * stage named in the switch, and cu_launch then launches nothing, so a
+ * bench shows what that stage costs inside the decode graph. */
+extern int cu_skip_launch;
+
 /* k<<<grid, block, smem, st>>>(args...), with the PDL attribute when enabled. */
 template <typename... KArgs, typename... Args>
 static inline void cu_launch(void (*k)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t st,
                              Args &&...args) {
+    if (cu_skip_launch) return;
     cudaLaunchConfig_t cfg = {};
     cudaLaunchAttribute at[1];
     cfg.gridDim = grid; cfg.blockDim = block; cfg.dynamicSmemBytes = smem; cfg.stream = st;

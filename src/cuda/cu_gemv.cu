@@ -454,28 +454,30 @@ struct XTabs { const uint4 *grid16; const uint8_t *signs; const float *kv; };
  * HALVES = 2: two scales (Q2_K sub-blocks of 16: l = 0,1 and 2,3). */
 template <int TYPE> struct XW;
 
+/* dh: the f16 scale's bits, converted where it is used (converted at the
+ * load, the conversion waits for the load and stalls the warp) */
 struct XWQ8 {
     static constexpr int HALVES = 1, MINS = 0;
-    uint32_t q[8]; float d;
+    uint32_t q[8], dh;
     __device__ __forceinline__ void dec8(int l, float *w, const XTabs &) const {
         uint32_t a = q[2 * l] ^ 0x80808080u, b = q[2 * l + 1] ^ 0x80808080u;
 #pragma unroll
         for (int j = 0; j < 4; j++) { w[j] = xf_s8(a, j); w[4 + j] = xf_s8(b, j); }
     }
-    __device__ __forceinline__ float scale(int) const { return d; }
+    __device__ __forceinline__ float scale(int) const { return cu_h2f((uint16_t)dh); }
     __device__ __forceinline__ float mscale(int) const { return 0.f; }
 };
 template <> struct XW<CU_TYPE_Q8_0R> : XWQ8 {
     __device__ __forceinline__ void load(const uint8_t *row, int it, int nit) {
         uint4 a0 = ldw_v4(row + (int64_t)it * 32), a1 = ldw_v4(row + (int64_t)it * 32 + 16);
         q[0] = a0.x; q[1] = a0.y; q[2] = a0.z; q[3] = a0.w; q[4] = a1.x; q[5] = a1.y; q[6] = a1.z; q[7] = a1.w;
-        d = __half2float(__ushort_as_half((unsigned short)ldw_u16(row + (int64_t)nit * 32 + 2 * it)));
+        dh = ldw_u16(row + (int64_t)nit * 32 + 2 * it);
     }
 };
 template <> struct XW<CU_TYPE_Q8_0> : XWQ8 {
     __device__ __forceinline__ void load(const uint8_t *row, int it, int nit) {
         const uint8_t *b = row + (int64_t)it * 34;
-        d = cu_h2f(*(const uint16_t *)b);
+        dh = *(const uint16_t *)b;
 #pragma unroll
         for (int k = 0; k < 8; k++) q[k] = (uint32_t)ld_i32_u16(b + 2 + 4 * k);
     }

@@ -267,6 +267,14 @@ __global__ void __launch_bounds__(256) k_g3_q8(g3_args a) {
  * share a bank. (cu_gemv3_tables_init refuses a grid with other bytes.) */
 #define G3_POS 0x002B1908u
 #define G3_NEG 0x00D5E7F8u
+/* PRMT as the instruction: __byte_perm masks the selector to 0x7777 first
+ * (two more instructions a group); the selectors here never set a nibble's
+ * bit 3 (sign replication), so the plain instruction gives the same bytes */
+__device__ __forceinline__ uint32_t g3_prmt(uint32_t a, uint32_t b, uint32_t sel) {
+    uint32_t r;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(sel));
+    return r;
+}
 
 
 /* Both IQ2_XXS MoE kernels: the selector tables into shared memory (32
@@ -290,14 +298,16 @@ __device__ __forceinline__ int g3_owned(const int *sel, int nsel, uint32_t &own)
 
 /* REP: IQ2R (8-byte groups, then the scales) else IQ2_XXS (66-byte blocks) */
 template <bool REP>
-__device__ __forceinline__ void g3_iq2_load(const uint8_t *row, int it, int nb, uint2 &c, float &d) {
+/* d: the f16 block scale's bits, converted where it is used (a conversion
+ * here would wait for the load and stall the warp for its whole latency) */
+__device__ __forceinline__ void g3_iq2_load(const uint8_t *row, int it, int nb, uint2 &c, uint32_t &d) {
     const int blk = it >> 3, g = it & 7;
     if (REP) {
         c = ldw_v2(row + (int64_t)blk * 64 + g * 8);
-        d = cu_h2f((uint16_t)ldw_u16(row + (int64_t)nb * 64 + 2 * blk));
+        d = ldw_u16(row + (int64_t)nb * 64 + 2 * blk);
     } else {
         const uint8_t *b = row + (int64_t)blk * 66;
-        d = cu_h2f((uint16_t)ldw_u16(b));
+        d = ldw_u16(b);
         c.x = ldw_u16(b + 2 + 8 * g) | (ldw_u16(b + 4 + 8 * g) << 16);
         c.y = ldw_u16(b + 6 + 8 * g) | (ldw_u16(b + 8 + 8 * g) << 16);
     }
@@ -331,13 +341,13 @@ __global__ void __launch_bounds__(256, 3) k_g3_iq2_glu(g3_args a) {
     const bool has = it < nit;
     const int G = gridDim.x * 2;
     int u = blockIdx.x * 2 + grp;
-    auto load = [&](int un, uint2 (&c)[2], float (&d)[2]) {
+    auto load = [&](int un, uint2 (&c)[2], uint32_t (&d)[2]) {
         const int j = un / F, r = un - j * F, e = (int)(own >> (4 * j)) & 15;
         const int64_t off = (int64_t)a.sel[e] * (int64_t)a.expert_bytes + (int64_t)r * (int64_t)a.row_bytes;
         g3_iq2_load<REP>(a.w + off, it, nb, c[0], d[0]);
         g3_iq2_load<REP>(a.w2 + off, it, nb, c[1], d[1]);
     };
-    uint2 c[G3_GLU_D][2]; float d[G3_GLU_D][2];
+    uint2 c[G3_GLU_D][2]; uint32_t d[G3_GLU_D][2];
     if (has) {
 #pragma unroll
         for (int k = 0; k < G3_GLU_D; k++)
@@ -370,7 +380,7 @@ __global__ void __launch_bounds__(256, 3) k_g3_iq2_glu(g3_args a) {
                         s2 = __dp4a(v0, g3_word(act, 2, 2 * l), s2); s2 = __dp4a(v1, g3_word(act, 2, 2 * l + 1), s2);
                     }
                     /* the CPU's dg = d * (0.5 + ls) * 0.25 */
-                    const float dg = d[k][rr] * (0.5f + (float)(cw.y >> 28)) * 0.25f;
+                    const float dg = cu_h2f((uint16_t)d[k][rr]) * (0.5f + (float)(cw.y >> 28)) * 0.25f;
                     acc[rr] = mx_combine3(s0, s1, s2) * (dg * act.D);
                 }
                 /* refill the slot with the unit D steps on */
@@ -387,6 +397,133 @@ __global__ void __launch_bounds__(256, 3) k_g3_iq2_glu(g3_args a) {
             }
             slot ^= 1;
         }
+    }
+}
+
+/* Transposed warp sums: N values (N = 16 or 8) a lane in, the warp's sum of
+ * value L >> (5 - log2 N) out in lane L (the other lanes of a value hold it
+ * too). Each step halves the values a lane holds: it keeps one half, sends
+ * the other to the lane o away and adds what that lane sent, so the pairs
+ * added are those of warp_sum (xor 16, 8, 4, 2, 1) and every sum has
+ * warp_sum's bits, at N - 1 + log2(32 / N) shuffles instead of 5 N. */
+template <int N, int H>
+__device__ __forceinline__ void g3_xstep(float (&v)[N], uint32_t hi, int o) {
+#pragma unroll
+    for (int i = 0; i < H; i++) {
+        /* selp in asm: a C select of two array elements becomes a select of
+         * their addresses, which sends the array to local memory */
+        float keep, send;
+        asm("{ .reg .pred p; setp.ne.u32 p, %4, 0; selp.f32 %0, %2, %3, p; selp.f32 %1, %3, %2, p; }"
+            : "=f"(keep), "=f"(send) : "f"(v[i + H]), "f"(v[i]), "r"(hi));
+        v[i] = keep + __shfl_xor_sync(0xffffffffu, send, o);
+    }
+}
+template <int N>
+__device__ __forceinline__ float g3_xsum(float (&v)[N], int lane) {
+    static_assert(N == 8 || N == 16, "g3_xsum takes 8 or 16 values");
+    g3_xstep<N, N / 2>(v, lane & 16u, 16);
+    g3_xstep<N, N / 4>(v, lane & 8u, 8);
+    g3_xstep<N, N / 8>(v, lane & 4u, 4);
+    g3_xstep<N, N / 16>(v, lane & 2u, 2);
+    float r = v[0];
+    if (N == 8) r += __shfl_xor_sync(0xffffffffu, r, 2);
+    return r + __shfl_xor_sync(0xffffffffu, r, 1);
+}
+
+/* k_g3_iq2_glu's arithmetic (the same bits) with the sums batched: a group
+ * of 4 quarter warps takes a contiguous range of units (selected expert,
+ * row), GB_B of them a batch; each lane keeps its item's scaled dot of every
+ * gate and up row of the batch and the warp adds them with one transposed
+ * sum (g3_xsum) instead of two warp sums a unit, and the group meets at one
+ * barrier a batch instead of one a unit. The ring loader walks the range
+ * row by row (no division a unit). MINKE_CUDA_GLU_V=1 runs k_g3_iq2_glu. */
+#define GB_B 8
+#define GB_D 4
+template <bool REP>
+__global__ void __launch_bounds__(256, 2) k_g3_iq2_glu_b(g3_args a) {
+    extern __shared__ int4 g3_sm[];
+    uint32_t *tgrid = (uint32_t *)g3_sm;                 /* 256 x 32 copies */
+    uint32_t *tsgn = tgrid + 256 * 32;                    /* 128 x 32 copies */
+    int *sh = (int *)(tsgn + 128 * 32);                   /* the split activations */
+    __shared__ float part[2][2][4][2 * GB_B];             /* [group][slot][quarter][gate 0..B-1, up 0..B-1] */
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int grp = warp >> 2, q = warp & 3;
+    g3_tables_copy(tgrid);
+    cu_pdl_enter();
+    uint32_t own;
+    const int nown = g3_owned(a.sel, a.nsel, own);
+    const int F = a.rows, nit = a.in >> 5, nb = a.in >> 8, nunits = nown * F;
+    const int it = q * 32 + lane;
+    const bool has = it < nit;
+    const int ng = gridDim.x * 2, gi = blockIdx.x * 2 + grp;
+    const int u0 = (int)((int64_t)nunits * gi / ng), u1 = (int)((int64_t)nunits * (gi + 1) / ng);
+    /* the loader: next unit lu = (slot lj, row lr) at byte offset loff of both matrices */
+    int lu = u0, lj = F ? u0 / F : 0, lr = u0 - lj * F;
+    int64_t loff = 0;
+    if (lj < nown) loff = (int64_t)a.sel[(own >> (4 * lj)) & 15] * (int64_t)a.expert_bytes + (int64_t)lr * (int64_t)a.row_bytes;
+    uint2 c[GB_D][2]; uint32_t d[GB_D][2];
+    auto load_next = [&](uint2 (&cc)[2], uint32_t (&dd)[2]) {
+        if (has && lu < u1) {
+            g3_iq2_load<REP>(a.w + loff, it, nb, cc[0], dd[0]);
+            g3_iq2_load<REP>(a.w2 + loff, it, nb, cc[1], dd[1]);
+        }
+        lu++; lr++; loff += (int64_t)a.row_bytes;
+        if (lr == F) {
+            lr = 0; lj++;
+            if (lj < nown) loff = (int64_t)a.sel[(own >> (4 * lj)) & 15] * (int64_t)a.expert_bytes;
+        }
+    };
+#pragma unroll
+    for (int k = 0; k < GB_D; k++) load_next(c[k], d[k]);
+    g3_stage<false, false>(a.x, a.in, sh);
+    __syncthreads();
+    g3_act act;
+    if (has) g3_act_load(act, sh, it);
+    else { for (int k = 0; k < 6; k++) act.p[k] = make_int4(0, 0, 0, 0); act.D = 0.f; }
+    /* a lane's copies of the tables, addressed in bytes: entry i at i * 128 */
+    const char *tgb = (const char *)(tgrid + lane), *tsb = (const char *)(tsgn + lane);
+    int slot = 0;
+    for (int b = u0; b < u1; b += GB_B) {
+        float v[2 * GB_B];
+#pragma unroll
+        for (int i = 0; i < GB_B; i++) {
+            const int k = i % GB_D;
+            v[i] = v[GB_B + i] = 0.f;
+            if (b + i < u1) {
+                if (has) {
+#pragma unroll
+                    for (int rr = 0; rr < 2; rr++) {
+                        const uint2 cw = c[k][rr];
+                        int s0 = MX_MAGIC_BITS, s1 = MX_MAGIC_BITS, s2 = MX_MAGIC_BITS;
+#pragma unroll
+                        for (int l = 0; l < 4; l++) {
+                            /* grid index l and sign group l times 128, shifted and masked in one step each */
+                            const uint32_t go = (l == 0 ? cw.x << 7 : cw.x >> (8 * l - 7)) & 0x7f80u;
+                            const uint32_t so = (l == 0 ? cw.y << 7 : cw.y >> (7 * l - 7)) & 0x3f80u;
+                            const uint32_t sel = *(const uint32_t *)(tgb + go) | *(const uint32_t *)(tsb + so);
+                            const int v0 = (int)g3_prmt(G3_POS, G3_NEG, sel), v1 = (int)g3_prmt(G3_POS, G3_NEG, sel >> 16);
+                            s0 = __dp4a(v0, g3_word(act, 0, 2 * l), s0); s0 = __dp4a(v1, g3_word(act, 0, 2 * l + 1), s0);
+                            s1 = __dp4a(v0, g3_word(act, 1, 2 * l), s1); s1 = __dp4a(v1, g3_word(act, 1, 2 * l + 1), s1);
+                            s2 = __dp4a(v0, g3_word(act, 2, 2 * l), s2); s2 = __dp4a(v1, g3_word(act, 2, 2 * l + 1), s2);
+                        }
+                        const float dg = cu_h2f((uint16_t)d[k][rr]) * (0.5f + (float)(cw.y >> 28)) * 0.25f;
+                        v[rr * GB_B + i] = mx_combine3(s0, s1, s2) * (dg * act.D);
+                    }
+                }
+                load_next(c[k], d[k]);
+            }
+        }
+        const float sum = g3_xsum<2 * GB_B>(v, lane);
+        if (!(lane & 1)) part[grp][slot][q][lane >> 1] = sum;
+        asm volatile("bar.sync %0, 128;" ::"r"(1 + grp) : "memory");
+        if (q == 0 && lane < GB_B && b + lane < u1) {
+            const float *p0 = part[grp][slot][0], *p1 = part[grp][slot][1], *p2 = part[grp][slot][2], *p3 = part[grp][slot][3];
+            const float gs = ((p0[lane] + p1[lane]) + p2[lane]) + p3[lane];
+            const float us = ((p0[GB_B + lane] + p1[GB_B + lane]) + p2[GB_B + lane]) + p3[GB_B + lane];
+            const int un = b + lane, j = un / F, e = (int)(own >> (4 * j)) & 15;
+            a.out[e * F + (un - j * F)] = cu_swiglu1(gs, us, a.limit) * (a.rw ? a.rw[e] : 1.f);   /* mid[e][r] */
+        }
+        slot ^= 1;
     }
 }
 
@@ -501,6 +638,99 @@ __global__ void __launch_bounds__(G3_DOWN_GPB * NE * 32) k_g3_q2k_down(g3_args a
             }
             slot ^= 1;
         }
+    }
+}
+
+/* k_g3_q2k_down's arithmetic (the same bits) with the sums batched: each
+ * warp keeps its expert's part of GD_B rows (r, r + G, ...) and adds them
+ * with one transposed sum (g3_xsum), and the group meets at one barrier a
+ * batch instead of one a row. */
+#define GD_B 8
+template <int NE>
+__global__ void __launch_bounds__(G3_DOWN_GPB * NE * 32) k_g3_q2k_down_b(g3_args a) {
+    extern __shared__ int4 g3_sm[];
+    int *sh = (int *)g3_sm;
+    __shared__ float part[G3_DOWN_GPB][2][NE][GD_B];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nsel = a.nsel;
+    const int grp = warp / nsel, e = warp - grp * nsel;
+    cu_pdl_enter();
+    const int nu = a.in >> 6, nitr = a.in >> 5;
+    const int u = lane, blk = u >> 2, n = (u >> 1) & 1, h = u & 1;
+    const int ex = a.sel[e];
+    const bool active = u < nu && ex >= 0;
+    const uint8_t *wbase = a.w + (int64_t)(ex >= 0 ? ex : 0) * (int64_t)a.expert_bytes;
+    const int G = gridDim.x * G3_DOWN_GPB;
+    const int r = blockIdx.x * G3_DOWN_GPB + grp;
+    g3_q2k_w w[G3_DOWN_D];
+    int lr = r;      /* the next row the ring loads */
+#pragma unroll
+    for (int k = 0; k < G3_DOWN_D; k++) {
+        if (active && lr < a.rows) g3_q2k_load(wbase + (int64_t)lr * (int64_t)a.row_bytes, u, w[k]);
+        lr += G;
+    }
+    g3_stage<true, true>(a.x, nsel * a.in, sh);
+    __syncthreads();
+    int xw[4][3][4];
+    float xs[4], D = 0.f;
+    {
+        const int it0 = e * nitr + blk * 8 + 4 * n;
+#pragma unroll
+        for (int s = 0; s < 4; s++) {
+            const int *ip = sh + (active ? (it0 + s) * G3_IW : 0);
+#pragma unroll
+            for (int p = 0; p < 3; p++) {
+                const int4 v = *(const int4 *)(ip + 8 * p + 4 * h);
+                xw[s][p][0] = active ? v.x : 0; xw[s][p][1] = active ? v.y : 0;
+                xw[s][p][2] = active ? v.z : 0; xw[s][p][3] = active ? v.w : 0;
+            }
+            xs[s] = active ? __int_as_float(ip[25 + h]) : 0.f;
+        }
+        if (active) D = __int_as_float(sh[it0 * G3_IW + 24]);
+    }
+    int slot = 0;
+    for (int rb = r; rb < a.rows; rb += GD_B * G) {
+        float v[GD_B];
+#pragma unroll
+        for (int i = 0; i < GD_B; i++) {
+            const int k = i % G3_DOWN_D;
+            v[i] = 0.f;
+            if (rb + i * G < a.rows) {
+                if (active) {
+                    const uint32_t qw[4] = {w[k].qs.x, w[k].qs.y, w[k].qs.z, w[k].qs.w};
+                    int i0 = MX_MAGIC_BITS, i1 = MX_MAGIC_BITS, i2 = MX_MAGIC_BITS;
+                    float mm = 0.f;
+#pragma unroll
+                    for (int s = 0; s < 4; s++) {
+                        const uint32_t sb = ((s < 2 ? w[k].sc.x : w[k].sc.y) >> (8 * (2 * (s & 1) + h))) & 255u;
+                        int t0 = 0, t1 = 0, t2 = 0;
+#pragma unroll
+                        for (int j = 0; j < 4; j++) {
+                            const int cj = (int)((qw[j] >> (2 * s)) & 0x03030303u);
+                            t0 = __dp4a(cj, xw[s][0][j], t0);
+                            t1 = __dp4a(cj, xw[s][1][j], t1);
+                            t2 = __dp4a(cj, xw[s][2][j], t2);
+                        }
+                        const int sc = (int)(sb & 15u);
+                        i0 += sc * t0; i1 += sc * t1; i2 += sc * t2;
+                        mm = __fmaf_rn((float)(sb >> 4), xs[s], mm);
+                    }
+                    const float dd = cu_h2f((uint16_t)w[k].dd), dmin = cu_h2f((uint16_t)(w[k].dd >> 16));
+                    v[i] = __fmaf_rn(dd * D, mx_combine3(i0, i1, i2), -dmin * mm);
+                    if (lr < a.rows) g3_q2k_load(wbase + (int64_t)lr * (int64_t)a.row_bytes, u, w[k]);
+                }
+                lr += G;
+            }
+        }
+        const float sum = g3_xsum<GD_B>(v, lane);
+        if (!(lane & 3)) part[grp][slot][e][lane >> 2] = sum;
+        asm volatile("bar.sync %0, %1;" ::"r"(1 + grp), "r"(nsel * 32) : "memory");
+        const int ro = rb + lane * G;
+        if (e == 0 && lane < GD_B && ro < a.rows) {
+            float o = 0.f;
+            for (int k2 = 0; k2 < nsel; k2++) o += part[grp][slot][k2][lane];
+            if (a.accumulate) a.out[ro] += o; else a.out[ro] = o;
+        }
+        slot ^= 1;
     }
 }
 
@@ -779,6 +1009,19 @@ static int moe_mma_enabled(void) {
     return mm_on;
 }
 
+/* MINKE_CUDA_GLU_V / MINKE_CUDA_DOWN_V: 1 k_g3_iq2_glu / k_g3_q2k_down, 2
+ * (default) the batched k_g3_iq2_glu_b / k_g3_q2k_down_b (the same bits) */
+static int glu_v = -1, down_v = -1;
+static int glu_variant(void) {
+    if (glu_v < 0) { const char *e = getenv("MINKE_CUDA_GLU_V"); glu_v = e && *e ? atoi(e) : 2; }
+    return glu_v;
+}
+static int down_variant(void) {
+    if (down_v < 0) { const char *e = getenv("MINKE_CUDA_DOWN_V"); down_v = e && *e ? atoi(e) : 2; }
+    return down_v;
+}
+extern "C" void cu_moe_dec_variants(int glu, int down) { glu_v = glu; down_v = down; }
+
 /* MoE decode of one token (cu_gemv3.h). */
 #define G3_NE 8
 extern "C" int cu_moe_dec_supported(int gate_type, int up_type, int down_type, int64_t in, int64_t ff, int nsel) {
@@ -821,6 +1064,16 @@ extern "C" void cu_moe_dec_glu(int wtype, const void *wg, const void *wu, uint64
         return;
     }
     const size_t smem = (size_t)(256 + 128) * 32 * 4 + g3_items_bytes(in);
+    if (glu_variant() == 2) {
+#define G3_GLUB(REP) do { \
+        g3_smem_attr(k_g3_iq2_glu_b<REP>, smem); \
+        int nb = g3_resident_blocks(k_g3_iq2_glu_b<REP>, 256, smem, (int64_t)nsel * ff * 4); \
+        cu_launch(k_g3_iq2_glu_b<REP>, dim3((unsigned)nb), 256, smem, st, a); \
+    } while (0)
+        if (wtype == CU_TYPE_IQ2R) G3_GLUB(true); else G3_GLUB(false);
+#undef G3_GLUB
+        return;
+    }
 #define G3_GLU(REP) do { \
         g3_smem_attr(k_g3_iq2_glu<REP>, smem); \
         int nb = g3_resident_blocks(k_g3_iq2_glu<REP>, 256, smem, (int64_t)nsel * ff * 4); \
@@ -838,6 +1091,12 @@ extern "C" void cu_moe_dec_down(const void *wd, uint64_t row_bytes, uint64_t exp
     a.rows = (int)rows; a.in = (int)ff; a.x = mid; a.sel = sel; a.nsel = nsel; a.out = out;
     const size_t smem = g3_items_bytes((int64_t)nsel * ff);
     const int threads = G3_DOWN_GPB * nsel * 32;
+    if (down_variant() == 2) {
+        g3_smem_attr(k_g3_q2k_down_b<G3_NE>, smem);
+        int nb = g3_resident_blocks(k_g3_q2k_down_b<G3_NE>, threads, smem, rows * nsel);
+        cu_launch(k_g3_q2k_down_b<G3_NE>, dim3((unsigned)nb), threads, smem, st, a);
+        return;
+    }
     g3_smem_attr(k_g3_q2k_down<G3_NE>, smem);
     int nb = g3_resident_blocks(k_g3_q2k_down<G3_NE>, threads, smem, rows * nsel);
     cu_launch(k_g3_q2k_down<G3_NE>, dim3((unsigned)nb), threads, smem, st, a);
