@@ -67,16 +67,10 @@ __global__ void k_qhead(float *q, int nh, int hd, int nrot, const float *inv_fre
 #define QH_WARPS 2
 __global__ void __launch_bounds__(QH_WARPS * 32)
 k_qhead_w(float *q, int nh, int hd, int nrot, const float *inv_freq, const int *pos0p, float eps) {
-    cu_pdl_enter();
     __shared__ float sh[QH_WARPS][512];
     int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     int h = blockIdx.x * QH_WARPS + w, t = blockIdx.y;
-    if (h >= nh) return;
-    float *v = q + ((int64_t)t * nh + h) * hd;
-    float *x = sh[w];
-    int nv = hd / 32;
-#pragma unroll
-    for (int j = 0; j < 16; j++) if (j < nv) x[lane + 32 * j] = v[lane + 32 * j];
+    /* the angles before the wait (see cu_rope_early) */
     int pos = *pos0p + t;
     float cs[2], sn[2];
 #pragma unroll
@@ -90,6 +84,13 @@ k_qhead_w(float *q, int nh, int hd, int nrot, const float *inv_freq, const int *
             cs[u] = (float)cd; sn[u] = (float)sd;
         }
     }
+    cu_pdl_enter();
+    if (h >= nh) return;
+    float *v = q + ((int64_t)t * nh + h) * hd;
+    float *x = sh[w];
+    int nv = hd / 32;
+#pragma unroll
+    for (int j = 0; j < 16; j++) if (j < nv) x[lane + 32 * j] = v[lane + 32 * j];
     __syncwarp();
     double ss = ss128_warp(hd, lane, [&](int i) { return x[i]; });
     float r = (float)(1.0 / sqrt(ss / hd + (double)eps));
@@ -150,12 +151,10 @@ __global__ void k_kv_finish(const float *kvp, const float *w, int hd, int nrot, 
 __global__ void __launch_bounds__(512)
 k_kv_finish_w(const float *kvp, const float *w, int hd, int nrot, const float *inv_freq, const int *pos0p,
               float eps, int sims, int f16round, float *out, int W, float *ring) {
-    cu_pdl_enter();
     extern __shared__ float sh[];
     __shared__ float r_sh;
     int t = blockIdx.x, lane = threadIdx.x & 31;
-    const float *v = kvp + (int64_t)t * hd;
-    for (int i = threadIdx.x; i < hd; i += blockDim.x) sh[i] = v[i];
+    /* the angles before the wait (see cu_rope_early) */
     int pos = *pos0p + t;
     float c = 1.f, s = 0.f;
     int k = threadIdx.x;
@@ -165,6 +164,9 @@ k_kv_finish_w(const float *kvp, const float *w, int hd, int nrot, const float *i
         sincos((double)ang, &sd, &cd);
         c = (float)cd; s = (float)sd;
     }
+    cu_pdl_enter();
+    const float *v = kvp + (int64_t)t * hd;
+    for (int i = threadIdx.x; i < hd; i += blockDim.x) sh[i] = v[i];
     __syncthreads();
     if (threadIdx.x < 32) {
         double ss = ss128_warp(hd, lane, [&](int i) { return sh[i]; });
@@ -519,16 +521,11 @@ k_attn_dec(const float *q, const float *kv_batch, const float *ring, const float
 __global__ void __launch_bounds__(128)
 k_attn_dec_combine(const float *part, const float *sinks, const int *nsel, int nh, int hd, int W, int ratio,
                    int nsplit, int min_rows, int fill, int nrot, const float *inv_freq, const int *pos0p, float *o) {
-    cu_pdl_enter();
     __shared__ float fac[ADEC_MAXS];
     __shared__ float inv_sh;
     int h = blockIdx.x, t = blockIdx.y, T = gridDim.y, lane = threadIdx.x & 31;
     int pos0 = *pos0p, qp = pos0 + t;
-    int n = adec_rows(t, pos0, W, ratio, nsel);
-    int S = adec_splits(n, nsplit, min_rows, fill);
-    int64_t rec0 = ((int64_t)t * nh + h) * nsplit;
-    const float *ml = part + (int64_t)T * nh * nsplit * hd + rec0 * 2;
-    /* the RoPE angles of this thread's tail pairs, while the partials load */
+    /* the RoPE angles of this thread's tail pairs, before the wait (see cu_rope_early) */
     int d0 = 4 * threadIdx.x, off = hd - nrot;
     float cs[2] = {1.f, 1.f}, sn[2] = {0.f, 0.f};
     bool rot = d0 < hd && d0 >= off;
@@ -542,6 +539,11 @@ k_attn_dec_combine(const float *part, const float *sinks, const int *nsel, int n
             cs[u] = (float)cd; sn[u] = -(float)sd;
         }
     }
+    cu_pdl_enter();
+    int n = adec_rows(t, pos0, W, ratio, nsel);
+    int S = adec_splits(n, nsplit, min_rows, fill);
+    int64_t rec0 = ((int64_t)t * nh + h) * nsplit;
+    const float *ml = part + (int64_t)T * nh * nsplit * hd + rec0 * 2;
     if (threadIdx.x < 32) {
         float sink = sinks[h];
         float m0 = lane < S ? ml[2 * lane] : -INFINITY, m1 = lane + 32 < S ? ml[2 * (lane + 32)] : -INFINITY;

@@ -216,6 +216,12 @@ __device__ __forceinline__ void cu_pdl_enter() {
 #endif
 }
 
+/* cu_rope_early: a kernel may read the step's position (pos0p) and the RoPE
+ * frequency tables before cu_pdl_enter(): the position is copied in before
+ * the step's first kernel (an ordinary stream dependency) and the tables at
+ * start-up, so neither is written by a kernel it could overlap. The RoPE
+ * kernels compute their (double) sincos there, off the critical path. */
+
 extern "C" int cu_pdl_enabled(void);
 
 /* Timing ablation (MINKE_CUDA_SKIP, a measuring aid only: the results are

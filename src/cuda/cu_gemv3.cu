@@ -282,10 +282,19 @@ __device__ __forceinline__ uint32_t g3_prmt(uint32_t a, uint32_t b, uint32_t sel
  * the PDL wait), and the selected slots this GPU owns (sel >= 0; all of them
  * with one GPU), 4 bits a slot. */
 __device__ __forceinline__ void g3_tables_copy(uint32_t *tgrid) {
-    for (int i = threadIdx.x; i < (256 + 128) * 8; i += blockDim.x) {
-        const int e = i >> 3;
-        const uint32_t v = e < 256 ? g3_tsel[e] : g3_ssel[e - 256];
-        ((uint4 *)tgrid)[i] = make_uint4(v, v, v, v);
+    const int n = (256 + 128) * 8;
+    for (int i0 = threadIdx.x; i0 < n; i0 += 4 * blockDim.x) {
+        uint32_t v[4];      /* four loads in flight before the stores */
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            const int i = i0 + u * blockDim.x, e = i >> 3;
+            v[u] = i < n ? (e < 256 ? g3_tsel[e] : g3_ssel[e - 256]) : 0u;
+        }
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            const int i = i0 + u * blockDim.x;
+            if (i < n) ((uint4 *)tgrid)[i] = make_uint4(v[u], v[u], v[u], v[u]);
+        }
     }
 }
 __device__ __forceinline__ int g3_owned(const int *sel, int nsel, uint32_t &own) {

@@ -50,23 +50,29 @@ __global__ void k_idx_q_prep(float *qI, int nh, int hd, int nrot, const float *i
 #define QP_WARPS 4
 __global__ void __launch_bounds__(QP_WARPS * 32)
 k_idx_q_prep_w(float *qI, int nh, int hd, int nrot, const float *inv_freq, const int *pos0p, int sims) {
-    cu_pdl_enter();
     int lane = threadIdx.x & 31, h = blockIdx.x * QP_WARPS + (threadIdx.x >> 5), t = blockIdx.y;
-    if (h >= nh) return;
+    /* the angles before the wait (see cu_rope_early) */
     int pos = *pos0p + t;
+    int off = 128 - nrot;
+    float cs[2] = {1.f, 1.f}, sn[2] = {0.f, 0.f};
+    if (4 * lane >= off) {
+#pragma unroll
+        for (int u = 0; u < 2; u++) {
+            float ang = (float)pos * inv_freq[(4 * lane - off) / 2 + u];
+            double sd, cd;
+            sincos((double)ang, &sd, &cd);
+            cs[u] = (float)cd; sn[u] = (float)sd;
+        }
+    }
+    cu_pdl_enter();
+    if (h >= nh) return;
     float4 *v4 = (float4 *)(qI + ((int64_t)t * nh + h) * 128);
     float4 xv = v4[lane];
     float x[4] = {xv.x, xv.y, xv.z, xv.w};
-    int off = 128 - nrot;
     if (4 * lane >= off) {
-        int k0 = (4 * lane - off) / 2;
 #pragma unroll
         for (int u = 0; u < 2; u++) {
-            int k = k0 + u;
-            float ang = (float)pos * inv_freq[k];
-            double sd, cd;
-            sincos((double)ang, &sd, &cd);
-            float c = (float)cd, s = (float)sd;
+            float c = cs[u], s = sn[u];
             float x0 = x[2 * u], x1 = x[2 * u + 1];
             x[2 * u] = x0 * c - x1 * s;
             x[2 * u + 1] = x0 * s + x1 * c;
