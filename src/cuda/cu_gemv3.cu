@@ -13,9 +13,12 @@
  * docs/performance.md, third session).
  *
  * The kernels:
- *   k_g3_iq2_glu  the routed experts' gate and up (IQ2_XXS / IQ2R) for the
+ *   k_g3_iq2_glu_b the routed experts' gate and up (IQ2_XXS / IQ2R) for the
  *                 selected experts of one token, with the SwiGLU and the
  *                 router weight in the epilogue (no separate SwiGLU launch);
+ *                 sums batched over 8 units, no branches between its loads
+ *                 (k_g3_iq2_glu, MINKE_CUDA_GLU_V=1: the first version, the
+ *                 same bits, kept as the checks' reference);
  *   k_g3_q2k_down the routed experts' down (Q2_K) summed over the selected
  *                 experts in each output row (no separate sum launch);
  *                 both keep their blocks resident and give each lane one
@@ -459,27 +462,30 @@ __global__ void __launch_bounds__(256, 2) k_g3_iq2_glu_b(g3_args a) {
     const int grp = warp >> 2, q = warp & 3;
     g3_tables_copy(tgrid);
     cu_pdl_enter();
+    __shared__ int64_t eoff[16];                          /* the owned slots' expert offsets */
     uint32_t own;
     const int nown = g3_owned(a.sel, a.nsel, own);
     const int F = a.rows, nit = a.in >> 5, nb = a.in >> 8, nunits = nown * F;
     const int it = q * 32 + lane;
     const bool has = it < nit;
+    const int itc = has ? it : nit - 1;                   /* lanes past the input load a real item (their act is 0) */
+    if (threadIdx.x < nown) eoff[threadIdx.x] = (int64_t)a.sel[(own >> (4 * threadIdx.x)) & 15] * (int64_t)a.expert_bytes;
+    __syncthreads();
     const int ng = gridDim.x * 2, gi = blockIdx.x * 2 + grp;
     const int u0 = (int)((int64_t)nunits * gi / ng), u1 = (int)((int64_t)nunits * (gi + 1) / ng);
-    /* the loader: next unit lu = (slot lj, row lr) at byte offset loff of both matrices */
+    /* The loader: next unit lu = (slot lj, row lr) at byte offset loff of both
+     * matrices. Every call issues the same loads (past the range it reloads the
+     * last unit) and the advance reads only shared memory: with a fixed count
+     * of loads in flight the compiler can wait for the oldest one only. */
     int lu = u0, lj = F ? u0 / F : 0, lr = u0 - lj * F;
-    int64_t loff = 0;
-    if (lj < nown) loff = (int64_t)a.sel[(own >> (4 * lj)) & 15] * (int64_t)a.expert_bytes + (int64_t)lr * (int64_t)a.row_bytes;
+    int64_t loff = u0 < u1 ? eoff[lj] + (int64_t)lr * (int64_t)a.row_bytes : 0;
     uint2 c[GB_D][2]; uint32_t d[GB_D][2];
     auto load_next = [&](uint2 (&cc)[2], uint32_t (&dd)[2]) {
-        if (has && lu < u1) {
-            g3_iq2_load<REP>(a.w + loff, it, nb, cc[0], dd[0]);
-            g3_iq2_load<REP>(a.w2 + loff, it, nb, cc[1], dd[1]);
-        }
-        lu++; lr++; loff += (int64_t)a.row_bytes;
-        if (lr == F) {
-            lr = 0; lj++;
-            if (lj < nown) loff = (int64_t)a.sel[(own >> (4 * lj)) & 15] * (int64_t)a.expert_bytes;
+        g3_iq2_load<REP>(a.w + loff, itc, nb, cc[0], dd[0]);
+        g3_iq2_load<REP>(a.w2 + loff, itc, nb, cc[1], dd[1]);
+        if (lu + 1 < u1) {
+            lu++; lr++; loff += (int64_t)a.row_bytes;
+            if (lr == F) { lr = 0; lj++; loff = eoff[lj]; }
         }
     };
 #pragma unroll
@@ -493,34 +499,31 @@ __global__ void __launch_bounds__(256, 2) k_g3_iq2_glu_b(g3_args a) {
     const char *tgb = (const char *)(tgrid + lane), *tsb = (const char *)(tsgn + lane);
     int slot = 0;
     for (int b = u0; b < u1; b += GB_B) {
+        /* no branches inside a batch: units past the range compute from
+         * the reloaded last unit, and their sums are not stored */
         float v[2 * GB_B];
 #pragma unroll
         for (int i = 0; i < GB_B; i++) {
             const int k = i % GB_D;
-            v[i] = v[GB_B + i] = 0.f;
-            if (b + i < u1) {
-                if (has) {
 #pragma unroll
-                    for (int rr = 0; rr < 2; rr++) {
-                        const uint2 cw = c[k][rr];
-                        int s0 = MX_MAGIC_BITS, s1 = MX_MAGIC_BITS, s2 = MX_MAGIC_BITS;
+            for (int rr = 0; rr < 2; rr++) {
+                const uint2 cw = c[k][rr];
+                int s0 = MX_MAGIC_BITS, s1 = MX_MAGIC_BITS, s2 = MX_MAGIC_BITS;
 #pragma unroll
-                        for (int l = 0; l < 4; l++) {
-                            /* grid index l and sign group l times 128, shifted and masked in one step each */
-                            const uint32_t go = (l == 0 ? cw.x << 7 : cw.x >> (8 * l - 7)) & 0x7f80u;
-                            const uint32_t so = (l == 0 ? cw.y << 7 : cw.y >> (7 * l - 7)) & 0x3f80u;
-                            const uint32_t sel = *(const uint32_t *)(tgb + go) | *(const uint32_t *)(tsb + so);
-                            const int v0 = (int)g3_prmt(G3_POS, G3_NEG, sel), v1 = (int)g3_prmt(G3_POS, G3_NEG, sel >> 16);
-                            s0 = __dp4a(v0, g3_word(act, 0, 2 * l), s0); s0 = __dp4a(v1, g3_word(act, 0, 2 * l + 1), s0);
-                            s1 = __dp4a(v0, g3_word(act, 1, 2 * l), s1); s1 = __dp4a(v1, g3_word(act, 1, 2 * l + 1), s1);
-                            s2 = __dp4a(v0, g3_word(act, 2, 2 * l), s2); s2 = __dp4a(v1, g3_word(act, 2, 2 * l + 1), s2);
-                        }
-                        const float dg = cu_h2f((uint16_t)d[k][rr]) * (0.5f + (float)(cw.y >> 28)) * 0.25f;
-                        v[rr * GB_B + i] = mx_combine3(s0, s1, s2) * (dg * act.D);
-                    }
+                for (int l = 0; l < 4; l++) {
+                    /* grid index l and sign group l times 128, shifted and masked in one step each */
+                    const uint32_t go = (l == 0 ? cw.x << 7 : cw.x >> (8 * l - 7)) & 0x7f80u;
+                    const uint32_t so = (l == 0 ? cw.y << 7 : cw.y >> (7 * l - 7)) & 0x3f80u;
+                    const uint32_t sel = *(const uint32_t *)(tgb + go) | *(const uint32_t *)(tsb + so);
+                    const int v0 = (int)g3_prmt(G3_POS, G3_NEG, sel), v1 = (int)g3_prmt(G3_POS, G3_NEG, sel >> 16);
+                    s0 = __dp4a(v0, g3_word(act, 0, 2 * l), s0); s0 = __dp4a(v1, g3_word(act, 0, 2 * l + 1), s0);
+                    s1 = __dp4a(v0, g3_word(act, 1, 2 * l), s1); s1 = __dp4a(v1, g3_word(act, 1, 2 * l + 1), s1);
+                    s2 = __dp4a(v0, g3_word(act, 2, 2 * l), s2); s2 = __dp4a(v1, g3_word(act, 2, 2 * l + 1), s2);
                 }
-                load_next(c[k], d[k]);
+                const float dg = cu_h2f((uint16_t)d[k][rr]) * (0.5f + (float)(cw.y >> 28)) * 0.25f;
+                v[rr * GB_B + i] = mx_combine3(s0, s1, s2) * (dg * act.D);
             }
+            load_next(c[k], d[k]);
         }
         const float sum = g3_xsum<2 * GB_B>(v, lane);
         if (!(lane & 1)) part[grp][slot][q][lane >> 1] = sum;
@@ -647,99 +650,6 @@ __global__ void __launch_bounds__(G3_DOWN_GPB * NE * 32) k_g3_q2k_down(g3_args a
             }
             slot ^= 1;
         }
-    }
-}
-
-/* k_g3_q2k_down's arithmetic (the same bits) with the sums batched: each
- * warp keeps its expert's part of GD_B rows (r, r + G, ...) and adds them
- * with one transposed sum (g3_xsum), and the group meets at one barrier a
- * batch instead of one a row. */
-#define GD_B 8
-template <int NE>
-__global__ void __launch_bounds__(G3_DOWN_GPB * NE * 32) k_g3_q2k_down_b(g3_args a) {
-    extern __shared__ int4 g3_sm[];
-    int *sh = (int *)g3_sm;
-    __shared__ float part[G3_DOWN_GPB][2][NE][GD_B];
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nsel = a.nsel;
-    const int grp = warp / nsel, e = warp - grp * nsel;
-    cu_pdl_enter();
-    const int nu = a.in >> 6, nitr = a.in >> 5;
-    const int u = lane, blk = u >> 2, n = (u >> 1) & 1, h = u & 1;
-    const int ex = a.sel[e];
-    const bool active = u < nu && ex >= 0;
-    const uint8_t *wbase = a.w + (int64_t)(ex >= 0 ? ex : 0) * (int64_t)a.expert_bytes;
-    const int G = gridDim.x * G3_DOWN_GPB;
-    const int r = blockIdx.x * G3_DOWN_GPB + grp;
-    g3_q2k_w w[G3_DOWN_D];
-    int lr = r;      /* the next row the ring loads */
-#pragma unroll
-    for (int k = 0; k < G3_DOWN_D; k++) {
-        if (active && lr < a.rows) g3_q2k_load(wbase + (int64_t)lr * (int64_t)a.row_bytes, u, w[k]);
-        lr += G;
-    }
-    g3_stage<true, true>(a.x, nsel * a.in, sh);
-    __syncthreads();
-    int xw[4][3][4];
-    float xs[4], D = 0.f;
-    {
-        const int it0 = e * nitr + blk * 8 + 4 * n;
-#pragma unroll
-        for (int s = 0; s < 4; s++) {
-            const int *ip = sh + (active ? (it0 + s) * G3_IW : 0);
-#pragma unroll
-            for (int p = 0; p < 3; p++) {
-                const int4 v = *(const int4 *)(ip + 8 * p + 4 * h);
-                xw[s][p][0] = active ? v.x : 0; xw[s][p][1] = active ? v.y : 0;
-                xw[s][p][2] = active ? v.z : 0; xw[s][p][3] = active ? v.w : 0;
-            }
-            xs[s] = active ? __int_as_float(ip[25 + h]) : 0.f;
-        }
-        if (active) D = __int_as_float(sh[it0 * G3_IW + 24]);
-    }
-    int slot = 0;
-    for (int rb = r; rb < a.rows; rb += GD_B * G) {
-        float v[GD_B];
-#pragma unroll
-        for (int i = 0; i < GD_B; i++) {
-            const int k = i % G3_DOWN_D;
-            v[i] = 0.f;
-            if (rb + i * G < a.rows) {
-                if (active) {
-                    const uint32_t qw[4] = {w[k].qs.x, w[k].qs.y, w[k].qs.z, w[k].qs.w};
-                    int i0 = MX_MAGIC_BITS, i1 = MX_MAGIC_BITS, i2 = MX_MAGIC_BITS;
-                    float mm = 0.f;
-#pragma unroll
-                    for (int s = 0; s < 4; s++) {
-                        const uint32_t sb = ((s < 2 ? w[k].sc.x : w[k].sc.y) >> (8 * (2 * (s & 1) + h))) & 255u;
-                        int t0 = 0, t1 = 0, t2 = 0;
-#pragma unroll
-                        for (int j = 0; j < 4; j++) {
-                            const int cj = (int)((qw[j] >> (2 * s)) & 0x03030303u);
-                            t0 = __dp4a(cj, xw[s][0][j], t0);
-                            t1 = __dp4a(cj, xw[s][1][j], t1);
-                            t2 = __dp4a(cj, xw[s][2][j], t2);
-                        }
-                        const int sc = (int)(sb & 15u);
-                        i0 += sc * t0; i1 += sc * t1; i2 += sc * t2;
-                        mm = __fmaf_rn((float)(sb >> 4), xs[s], mm);
-                    }
-                    const float dd = cu_h2f((uint16_t)w[k].dd), dmin = cu_h2f((uint16_t)(w[k].dd >> 16));
-                    v[i] = __fmaf_rn(dd * D, mx_combine3(i0, i1, i2), -dmin * mm);
-                    if (lr < a.rows) g3_q2k_load(wbase + (int64_t)lr * (int64_t)a.row_bytes, u, w[k]);
-                }
-                lr += G;
-            }
-        }
-        const float sum = g3_xsum<GD_B>(v, lane);
-        if (!(lane & 3)) part[grp][slot][e][lane >> 2] = sum;
-        asm volatile("bar.sync %0, %1;" ::"r"(1 + grp), "r"(nsel * 32) : "memory");
-        const int ro = rb + lane * G;
-        if (e == 0 && lane < GD_B && ro < a.rows) {
-            float o = 0.f;
-            for (int k2 = 0; k2 < nsel; k2++) o += part[grp][slot][k2][lane];
-            if (a.accumulate) a.out[ro] += o; else a.out[ro] = o;
-        }
-        slot ^= 1;
     }
 }
 
@@ -1018,18 +928,13 @@ static int moe_mma_enabled(void) {
     return mm_on;
 }
 
-/* MINKE_CUDA_GLU_V / MINKE_CUDA_DOWN_V: 1 k_g3_iq2_glu / k_g3_q2k_down, 2
- * (default) the batched k_g3_iq2_glu_b / k_g3_q2k_down_b (the same bits) */
-static int glu_v = -1, down_v = -1;
+/* MINKE_CUDA_GLU_V: 1 k_g3_iq2_glu, 2 (default) k_g3_iq2_glu_b (the same bits) */
+static int glu_v = -1;
 static int glu_variant(void) {
     if (glu_v < 0) { const char *e = getenv("MINKE_CUDA_GLU_V"); glu_v = e && *e ? atoi(e) : 2; }
     return glu_v;
 }
-static int down_variant(void) {
-    if (down_v < 0) { const char *e = getenv("MINKE_CUDA_DOWN_V"); down_v = e && *e ? atoi(e) : 2; }
-    return down_v;
-}
-extern "C" void cu_moe_dec_variants(int glu, int down) { glu_v = glu; down_v = down; }
+extern "C" void cu_moe_glu_variant(int v) { glu_v = v; }
 
 /* MoE decode of one token (cu_gemv3.h). */
 #define G3_NE 8
@@ -1100,12 +1005,6 @@ extern "C" void cu_moe_dec_down(const void *wd, uint64_t row_bytes, uint64_t exp
     a.rows = (int)rows; a.in = (int)ff; a.x = mid; a.sel = sel; a.nsel = nsel; a.out = out;
     const size_t smem = g3_items_bytes((int64_t)nsel * ff);
     const int threads = G3_DOWN_GPB * nsel * 32;
-    if (down_variant() == 2) {
-        g3_smem_attr(k_g3_q2k_down_b<G3_NE>, smem);
-        int nb = g3_resident_blocks(k_g3_q2k_down_b<G3_NE>, threads, smem, rows * nsel);
-        cu_launch(k_g3_q2k_down_b<G3_NE>, dim3((unsigned)nb), threads, smem, st, a);
-        return;
-    }
     g3_smem_attr(k_g3_q2k_down<G3_NE>, smem);
     int nb = g3_resident_blocks(k_g3_q2k_down<G3_NE>, threads, smem, rows * nsel);
     cu_launch(k_g3_q2k_down<G3_NE>, dim3((unsigned)nb), threads, smem, st, a);

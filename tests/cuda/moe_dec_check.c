@@ -112,12 +112,12 @@ static int check(int64_t in, int64_t ff, int E, int nsel, int repack, float limi
     CK(cudaMemcpy(gout, dout, sizeof(float) * in, cudaMemcpyDeviceToHost));
     double md = 0;
     for (int64_t i = 0; i < nsel * ff; i++) md = fmax(md, fabs(midf[i] - mid[i]));
-    /* the dp4a kernels' variants (MINKE_CUDA_GLU_V, MINKE_CUDA_DOWN_V) give the same bits */
+    /* the dp4a gate + up kernel's variants (MINKE_CUDA_GLU_V) give the same bits */
     int vbad = 0;
     if (!mma_mode) {
         float *m1 = malloc(sizeof(float) * nsel * ff), *o1 = malloc(sizeof(float) * in);
         for (int v = 1; v <= 2; v++) {
-            cu_moe_dec_variants(v, v);
+            cu_moe_glu_variant(v);
             CK(cudaMemset(dmid, 0xFF, sizeof(float) * nsel * ff));
             cu_moe_dec_glu(wt, dg, du, rbg, rbg * ff, ff, in, dx, dsel, drw, nsel, limit, dmid, 0);
             CK(cudaMemset(dout, 0xFF, sizeof(float) * in));
@@ -134,7 +134,7 @@ static int check(int64_t in, int64_t ff, int E, int nsel, int repack, float limi
             for (int64_t i = 0; i < in; i++) dq += memcmp(&o1[i], &gout[i], 4) != 0;
             if (dm || dq) { printf("FAIL moe_dec variant %d: %d mid and %d out values differ from the default's bits\n", v, dm, dq); vbad = 1; }
         }
-        cu_moe_dec_variants(-1, -1);
+        cu_moe_glu_variant(-1);
         free(m1); free(o1);
     }
     for (int e = 0; e < nsel; e++)
@@ -271,11 +271,11 @@ int main(int argc, char **argv) {
         if (argc > 1 && !strcmp(argv[1], "--time")) {
             if (mm) { printf("MINKE_CUDA_MOE_MMA=1: "); timing(4096, 2048, 32, 6); }
             else for (int v = 1; v <= 2; v++) {
-                cu_moe_dec_variants(v, v);
+                cu_moe_glu_variant(v);
                 printf("dp4a variant %d: ", v);
                 timing(4096, 2048, 32, 6);
             }
-            cu_moe_dec_variants(-1, -1);
+            cu_moe_glu_variant(-1);
         }
     }
     cu_moe_mma_set(-1);
