@@ -15,10 +15,8 @@
  * The kernels:
  *   k_g3_iq2_glu_b the routed experts' gate and up (IQ2_XXS / IQ2R) for the
  *                 selected experts of one token, with the SwiGLU and the
- *                 router weight in the epilogue (no separate SwiGLU launch);
- *                 sums batched over 8 units, no branches between its loads
- *                 (k_g3_iq2_glu, MINKE_CUDA_GLU_V=1: the first version, the
- *                 same bits, kept as the checks' reference);
+ *                 router weight in the epilogue (no separate SwiGLU launch),
+ *                 sums batched over 8 units, no branches between its loads;
  *   k_g3_q2k_down the routed experts' down (Q2_K) summed over the selected
  *                 experts in each output row (no separate sum launch);
  *                 both keep their blocks resident and give each lane one
@@ -26,7 +24,7 @@
  *   k_g3_q8       dense Q8_0 / Q8_0R (MINKE_CUDA_G3=2 only: slower than
  *                 k_gemvf today, since every block splits the whole input
  *                 for a few rows);
- *   k_moe_glu_mma k_g3_iq2_glu's work on the int8 tensor cores (an
+ *   k_moe_glu_mma k_g3_iq2_glu_b's work on the int8 tensor cores (an
  *                 experiment, MINKE_CUDA_MOE_MMA=1: no faster, see there).
  * Each output is summed in a fixed order (the same bits every run).
  */
@@ -40,7 +38,7 @@
 
 /* the IQ2_XXS grid as byte selectors, and the sign selectors of the 128
  * stored sign patterns (cu_gemv3_tables_init, from the grid src/quant
- * decodes with; see k_g3_iq2_glu) */
+ * decodes with; see k_g3_iq2_glu_b) */
 __device__ uint32_t g3_tsel[256];
 __device__ uint32_t g3_ssel[128];
 
@@ -325,93 +323,6 @@ __device__ __forceinline__ void g3_iq2_load(const uint8_t *row, int it, int nb, 
     }
 }
 
-/* Work split: a row's items are split over the 4 warps of a group ("quarters":
- * warp q takes items q * 32 + lane), so each lane meets one item of the
- * activations for the whole launch and keeps its pieces in registers. A
- * group takes units (selected expert e, row r: the gate row and the up row)
- * in turn with a ring of D units' codes in flight; per unit the 4 quarter sums
- * meet in shared memory (named barrier of the group) and warp 0 of the group
- * adds them in quarter order and applies the SwiGLU. Blocks stay resident
- * (grid: as many as fit) so the tables and the split are made once a block. */
-#define G3_GLU_D 4
-template <bool REP>
-__global__ void __launch_bounds__(256, 3) k_g3_iq2_glu(g3_args a) {
-    extern __shared__ int4 g3_sm[];
-    uint32_t *tgrid = (uint32_t *)g3_sm;                 /* 256 x 32 copies */
-    uint32_t *tsgn = tgrid + 256 * 32;                    /* 128 x 32 copies */
-    int *sh = (int *)(tsgn + 128 * 32);                   /* the split activations */
-    __shared__ float part[2][2][4][2];                    /* [group][slot][quarter][gate, up] */
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int grp = warp >> 2, q = warp & 3;
-    g3_tables_copy(tgrid);
-    cu_pdl_enter();
-    /* units run over the owned slots only */
-    uint32_t own;
-    const int nown = g3_owned(a.sel, a.nsel, own);
-    const int F = a.rows, nit = a.in >> 5, nb = a.in >> 8, nunits = nown * F;
-    const int it = q * 32 + lane;
-    const bool has = it < nit;
-    const int G = gridDim.x * 2;
-    int u = blockIdx.x * 2 + grp;
-    auto load = [&](int un, uint2 (&c)[2], uint32_t (&d)[2]) {
-        const int j = un / F, r = un - j * F, e = (int)(own >> (4 * j)) & 15;
-        const int64_t off = (int64_t)a.sel[e] * (int64_t)a.expert_bytes + (int64_t)r * (int64_t)a.row_bytes;
-        g3_iq2_load<REP>(a.w + off, it, nb, c[0], d[0]);
-        g3_iq2_load<REP>(a.w2 + off, it, nb, c[1], d[1]);
-    };
-    uint2 c[G3_GLU_D][2]; uint32_t d[G3_GLU_D][2];
-    if (has) {
-#pragma unroll
-        for (int k = 0; k < G3_GLU_D; k++)
-            if (u + k * G < nunits) load(u + k * G, c[k], d[k]);
-    }
-    g3_stage<false, false>(a.x, a.in, sh);
-    __syncthreads();
-    g3_act act;
-    if (has) g3_act_load(act, sh, it);
-    else { for (int k = 0; k < 6; k++) act.p[k] = make_int4(0, 0, 0, 0); act.D = 0.f; }
-    const uint32_t *tg = tgrid + lane, *ts = tsgn + lane;
-    int slot = 0;
-    for (; u < nunits; u += G3_GLU_D * G) {
-#pragma unroll
-        for (int k = 0; k < G3_GLU_D; k++) {
-            const int un = u + k * G;
-            if (un >= nunits) break;
-            float acc[2] = {0.f, 0.f};
-            if (has) {
-#pragma unroll
-                for (int rr = 0; rr < 2; rr++) {
-                    const uint2 cw = c[k][rr];
-                    int s0 = MX_MAGIC_BITS, s1 = MX_MAGIC_BITS, s2 = MX_MAGIC_BITS;
-#pragma unroll
-                    for (int l = 0; l < 4; l++) {
-                        const uint32_t sel = tg[((cw.x >> (8 * l)) & 255u) << 5] | ts[((cw.y >> (7 * l)) & 127u) << 5];
-                        const int v0 = (int)__byte_perm(G3_POS, G3_NEG, sel), v1 = (int)__byte_perm(G3_POS, G3_NEG, sel >> 16);
-                        s0 = __dp4a(v0, g3_word(act, 0, 2 * l), s0); s0 = __dp4a(v1, g3_word(act, 0, 2 * l + 1), s0);
-                        s1 = __dp4a(v0, g3_word(act, 1, 2 * l), s1); s1 = __dp4a(v1, g3_word(act, 1, 2 * l + 1), s1);
-                        s2 = __dp4a(v0, g3_word(act, 2, 2 * l), s2); s2 = __dp4a(v1, g3_word(act, 2, 2 * l + 1), s2);
-                    }
-                    /* the CPU's dg = d * (0.5 + ls) * 0.25 */
-                    const float dg = cu_h2f((uint16_t)d[k][rr]) * (0.5f + (float)(cw.y >> 28)) * 0.25f;
-                    acc[rr] = mx_combine3(s0, s1, s2) * (dg * act.D);
-                }
-                /* refill the slot with the unit D steps on */
-                if (un + G3_GLU_D * G < nunits) load(un + G3_GLU_D * G, c[k], d[k]);
-            }
-            const float g = warp_sum(acc[0]), up = warp_sum(acc[1]);
-            if (lane == 0) { part[grp][slot][q][0] = g; part[grp][slot][q][1] = up; }
-            asm volatile("bar.sync %0, 128;" ::"r"(1 + grp) : "memory");
-            if (q == 0 && lane == 0) {
-                const float gs = ((part[grp][slot][0][0] + part[grp][slot][1][0]) + part[grp][slot][2][0]) + part[grp][slot][3][0];
-                const float us = ((part[grp][slot][0][1] + part[grp][slot][1][1]) + part[grp][slot][2][1]) + part[grp][slot][3][1];
-                const int j = un / F, e = (int)(own >> (4 * j)) & 15;
-                a.out[e * F + (un - j * F)] = cu_swiglu1(gs, us, a.limit) * (a.rw ? a.rw[e] : 1.f);   /* mid[e][r] */
-            }
-            slot ^= 1;
-        }
-    }
-}
-
 /* Transposed warp sums: N values (N = 16 or 8) a lane in, the warp's sum of
  * value L >> (5 - log2 N) out in lane L (the other lanes of a value hold it
  * too). Each step halves the values a lane holds: it keeps one half, sends
@@ -442,13 +353,19 @@ __device__ __forceinline__ float g3_xsum(float (&v)[N], int lane) {
     return r + __shfl_xor_sync(0xffffffffu, r, 1);
 }
 
-/* k_g3_iq2_glu's arithmetic (the same bits) with the sums batched: a group
- * of 4 quarter warps takes a contiguous range of units (selected expert,
- * row), GB_B of them a batch; each lane keeps its item's scaled dot of every
- * gate and up row of the batch and the warp adds them with one transposed
- * sum (g3_xsum) instead of two warp sums a unit, and the group meets at one
- * barrier a batch instead of one a unit. The ring loader walks the range
- * row by row (no division a unit). MINKE_CUDA_GLU_V=1 runs k_g3_iq2_glu. */
+/* Work split: a row's items are split over the 4 warps of a group
+ * ("quarters": warp q takes items q * 32 + lane), so each lane meets one item
+ * of the activations for the whole launch and keeps its pieces in registers.
+ * A group takes a contiguous range of units (selected expert e, row r: the
+ * gate row and the up row), GB_B of them a batch, with a ring of GB_D units'
+ * codes in flight. Each lane keeps its item's scaled dot of every gate and up
+ * row of the batch; the warp adds them with one transposed sum (g3_xsum, the
+ * pairs of warp_sum) and the group meets at one named barrier a batch, where
+ * warp 0 adds the 4 quarter sums in quarter order and applies the SwiGLU and
+ * the router weight. Blocks stay resident (grid: as many as fit) so the
+ * tables and the split are made once a block. The first version summed and
+ * met once a unit (two warp sums, a barrier and a division each): the same
+ * bits, 35 us alone against 25 (docs/performance.md, sixth session). */
 #define GB_B 8
 #define GB_D 4
 template <bool REP>
@@ -709,7 +626,7 @@ extern "C" int cu_gemv3(const cu_gemv_args *g, cudaStream_t st) {
 /* IQ2R gate + up of the selected experts on the int8 tensor cores: an
  * experiment, off by default (MINKE_CUDA_MOE_MMA=1 turns it on).
  *
- * The idea: k_g3_iq2_glu issues ~6.3 instructions a weight (ncu, fifth
+ * The idea: the first dp4a kernel issued ~6.3 instructions a weight (ncu, fifth
  * session: 57% of issue slots busy, DRAM at 16%); its dp4a are 12% of them,
  * the rest is table indexing, the per-unit quarter sums and barriers. Here
  * one mma.sync m16n8k32 takes 16 rows x one 32-weight group with the
@@ -928,14 +845,6 @@ static int moe_mma_enabled(void) {
     return mm_on;
 }
 
-/* MINKE_CUDA_GLU_V: 1 k_g3_iq2_glu, 2 (default) k_g3_iq2_glu_b (the same bits) */
-static int glu_v = -1;
-static int glu_variant(void) {
-    if (glu_v < 0) { const char *e = getenv("MINKE_CUDA_GLU_V"); glu_v = e && *e ? atoi(e) : 2; }
-    return glu_v;
-}
-extern "C" void cu_moe_glu_variant(int v) { glu_v = v; }
-
 /* MoE decode of one token (cu_gemv3.h). */
 #define G3_NE 8
 extern "C" int cu_moe_dec_supported(int gate_type, int up_type, int down_type, int64_t in, int64_t ff, int nsel) {
@@ -978,20 +887,10 @@ extern "C" void cu_moe_dec_glu(int wtype, const void *wg, const void *wu, uint64
         return;
     }
     const size_t smem = (size_t)(256 + 128) * 32 * 4 + g3_items_bytes(in);
-    if (glu_variant() == 2) {
-#define G3_GLUB(REP) do { \
+#define G3_GLU(REP) do { \
         g3_smem_attr(k_g3_iq2_glu_b<REP>, smem); \
         int nb = g3_resident_blocks(k_g3_iq2_glu_b<REP>, 256, smem, (int64_t)nsel * ff * 4); \
         cu_launch(k_g3_iq2_glu_b<REP>, dim3((unsigned)nb), 256, smem, st, a); \
-    } while (0)
-        if (wtype == CU_TYPE_IQ2R) G3_GLUB(true); else G3_GLUB(false);
-#undef G3_GLUB
-        return;
-    }
-#define G3_GLU(REP) do { \
-        g3_smem_attr(k_g3_iq2_glu<REP>, smem); \
-        int nb = g3_resident_blocks(k_g3_iq2_glu<REP>, 256, smem, (int64_t)nsel * ff * 4); \
-        cu_launch(k_g3_iq2_glu<REP>, dim3((unsigned)nb), 256, smem, st, a); \
     } while (0)
     if (wtype == CU_TYPE_IQ2R) G3_GLU(true); else G3_GLU(false);
 #undef G3_GLU

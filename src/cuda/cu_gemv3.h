@@ -23,9 +23,6 @@ int cu_moe_dec_supported(int gate_type, int up_type, int down_type, int64_t in, 
  * IQ2R on the tensor cores with MINKE_CUDA_MOE_MMA=1 (an experiment, off by default; cu_moe_mma_set
  * for the checks; -1: the environment). */
 void cu_moe_mma_set(int v);
-/* the dp4a gate + up kernel's variant (MINKE_CUDA_GLU_V; -1: the
- * environment's or the default), for the checks */
-void cu_moe_glu_variant(int v);
 void cu_moe_dec_glu(int wtype, const void *wg, const void *wu, uint64_t row_bytes, uint64_t expert_bytes, int64_t ff,
                     int64_t in, const float *x, const int *sel, const float *rw, int nsel, float limit, float *mid,
                     cudaStream_t st);
