@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cpu/numerics.h"
 
@@ -84,6 +85,91 @@ static void test_fp4(json_t *r) {
         close_arr("fp4 out", x, y, n, 0, 0);
         close_arr("fp4 scale", s, ws, ns, 0, 0);
     }
+}
+
+/* The KV storage formats (nm_fp8_pack / nm_fp4_pack): every code round
+ * trips; the simulations' outputs (the fixtures' and fresh random rows over
+ * a wide range of magnitudes, zero and -0 blocks, blocks under the FP8
+ * floor) pack and come back bit for bit with a scale no larger than the
+ * simulation's; blocks the formats cannot hold are refused. */
+static uint64_t kv_rng;
+static double kv_u01(void) {
+    kv_rng ^= kv_rng << 13; kv_rng ^= kv_rng >> 7; kv_rng ^= kv_rng << 17;
+    return (double)(kv_rng >> 11) * (1.0 / 9007199254740992.0);
+}
+static void kv_random_row(float *x, int n, int blk) {
+    for (int b = 0; b < n / blk; b++) {
+        double mag = pow(10.0, -12.0 + 18.0 * kv_u01());
+        int kind = (int)(kv_u01() * 8);
+        for (int i = 0; i < blk; i++) {
+            double v = (kv_u01() * 2.0 - 1.0) * mag * (kv_u01() < 0.1 ? 30.0 : 1.0);
+            x[b * blk + i] = kind == 0 ? 0.0f : kind == 1 ? -0.0f : (float)v;
+        }
+        if (kind == 2) x[b * blk] = -0.0f;
+    }
+}
+static void kv_roundtrip(const char *what, const float *sim, const float *scales, int n, int fp4) {
+    uint8_t codes[4096], exps[128];
+    float back[4096];
+    int blk = fp4 ? 32 : 64;
+    int ok = fp4 ? nm_fp4_pack(sim, n, codes, exps) : nm_fp8_pack(sim, n, codes, exps);
+    check(ok, what, ok, 1);
+    if (!ok) return;
+    if (fp4) nm_fp4_unpack(codes, exps, n, back); else nm_fp8_unpack(codes, exps, n, back);
+    int same = !memcmp(back, sim, sizeof(float) * (size_t)n);
+    check(same, what, same, 1);
+    for (int b = 0; b < n / blk && scales; b++) {
+        float s = ldexpf(1.0f, (int)exps[b] - 127);
+        check(s <= scales[b], what, s, scales[b]);
+    }
+}
+static void test_kv_formats(json_t *r) {
+    for (int c = 0; c < 256; c++) {
+        if ((c & 0x7F) == 0x7F) { check(isnan(nm_e4m3_decode((uint8_t)c)), "e4m3 NaN code", c, 0); continue; }
+        float v = nm_e4m3_decode((uint8_t)c);
+        check(nm_e4m3_encode(v) == c && nm_e4m3_round(v) == v, "e4m3 code round trip", nm_e4m3_encode(v), c);
+    }
+    check(nm_e4m3_decode(0x7E) == 448.0f && nm_e4m3_decode(0x01) == ldexpf(1.0f, -9), "e4m3 ends", nm_e4m3_decode(0x7E), 448);
+    for (int c = 0; c < 16; c++) {
+        float v = nm_e2m1_decode((uint8_t)c);
+        check(nm_e2m1_encode(v) == c && nm_e2m1_round(v) == v, "e2m1 code round trip", nm_e2m1_encode(v), c);
+    }
+    /* the fixtures' FP8 rows */
+    json_t *in = path(r, "fp8_e4m3_block64.input");
+    for (size_t c = 0; c < json_array_size(in); c++) {
+        float x[4096], s[64];
+        int n = flat(json_array_get(in, c), x, 4096);
+        nm_fp8_sim(x, n, s);
+        kv_roundtrip("fp8 pack of the fixture's simulated row", x, s, n, 0);
+    }
+    /* fresh random rows (the seed is printed to reproduce a failure) */
+    kv_rng = 0x9E3779B97F4A7C15ull ^ (uint64_t)time(NULL);
+    uint64_t seed = kv_rng;
+    int fails0 = n_fail;
+    for (int t = 0; t < 400; t++) {
+        float x[512], s[16];
+        kv_random_row(x, 448, 64);
+        nm_fp8_sim(x, 448, s);
+        kv_roundtrip("fp8 pack of a simulated random row", x, s, 448, 0);
+        kv_random_row(x, 128, 32);
+        nm_hadamard128(x);
+        nm_fp4_sim(x, 128, s);
+        kv_roundtrip("fp4 pack of a simulated random row", x, s, 128, 1);
+    }
+    if (n_fail > fails0) fprintf(stderr, "kv formats: random seed 0x%016llx\n", (unsigned long long)seed);
+    /* refused: a value between codes, a NaN, an infinity */
+    float bad[64];
+    uint8_t codes[64], exps[2];
+    for (int i = 0; i < 64; i++) bad[i] = 1.0f;
+    bad[5] = 1.0f + ldexpf(1.0f, -8);
+    check(!nm_fp8_pack(bad, 64, codes, exps), "fp8 pack refuses a value between codes", 1, 0);
+    bad[5] = NAN;
+    check(!nm_fp8_pack(bad, 64, codes, exps), "fp8 pack refuses NaN", 1, 0);
+    bad[5] = INFINITY;
+    check(!nm_fp8_pack(bad, 64, codes, exps), "fp8 pack refuses inf", 1, 0);
+    for (int i = 0; i < 32; i++) bad[i] = 1.0f;
+    bad[7] = 1.25f;
+    check(!nm_fp4_pack(bad, 32, codes, exps), "fp4 pack refuses a value between codes", 1, 0);
 }
 
 static void test_hadamard(json_t *r) {
@@ -303,6 +389,7 @@ int main(void) {
     if (!root) { fprintf(stderr, "cannot read %s: %s\n", p, err.text); return 1; }
     test_fp8(root);
     test_fp4(root);
+    test_kv_formats(root);
     test_hadamard(root);
     test_rope(root);
     test_norms(root);

@@ -160,6 +160,96 @@ void nm_fp4_sim(float *x, int n, float *scales) {
     }
 }
 
+/* ---- KV rows in the simulations' formats ---- */
+float nm_e4m3_decode(uint8_t c) {
+    int e = (c >> 3) & 15, m = c & 7;
+    float a;
+    if (e == 15 && m == 7) a = NAN;
+    else if (e == 0) a = ldexpf((float)m, -9);
+    else a = ldexpf((float)(8 + m), e - 10);
+    return (c & 0x80) ? -a : a;
+}
+
+uint8_t nm_e4m3_encode(float u) {
+    uint8_t sgn = signbit(u) ? 0x80 : 0;
+    float a = fabsf(u);
+    if (a < 0.015625f) return sgn | (uint8_t)(int)(a * 512.0f);      /* subnormal: m x 2^-9 */
+    int e;
+    frexpf(a, &e);                                                   /* a = f x 2^e, f in [0.5, 1) */
+    int m = (int)ldexpf(a, 4 - e) - 8;                               /* a = (8 + m) x 2^(e - 4) */
+    return sgn | (uint8_t)((e + 6) << 3) | (uint8_t)m;
+}
+
+float nm_e2m1_decode(uint8_t c) {
+    static const float v[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+    float a = v[c & 7];
+    return (c & 8) ? -a : a;
+}
+
+uint8_t nm_e2m1_encode(float u) {
+    float a = fabsf(u);
+    uint8_t k = a < 2.0f ? (uint8_t)(int)(a * 2.0f) : a < 4.0f ? (uint8_t)(4 + (int)(a - 2.0f)) : a < 6.0f ? 6 : 7;
+    return (signbit(u) ? 8 : 0) | k;
+}
+
+/* the block's scale exponent k (s = 2^k) for values up to vmax: 2^ceil(log2(amax / vmax)),
+ * or -127 (the smallest) for an all-zero block; -1000 when it is out of UE8M0's range */
+static int kv_block_exp(const float *x, int n, float vmax) {
+    float amax = 0.0f;
+    for (int i = 0; i < n; i++) if (fabsf(x[i]) > amax) amax = fabsf(x[i]);
+    if (!(amax < INFINITY)) return -1000;
+    if (amax == 0.0f) return -127;
+    int e;
+    frexpf(nm_pow2_ceil(amax / vmax), &e);
+    return e - 1 >= -127 && e - 1 <= 127 ? e - 1 : -1000;
+}
+
+int nm_fp8_pack(const float *x, int n, uint8_t *codes, uint8_t *exps) {
+    for (int b = 0; b < n / 64; b++) {
+        const float *v = x + 64 * b;
+        int k = kv_block_exp(v, 64, 448.0f);
+        if (k == -1000) return 0;
+        exps[b] = (uint8_t)(k + 127);
+        for (int i = 0; i < 64; i++) {
+            float u = ldexpf(v[i], -k);
+            if (!(fabsf(u) <= 448.0f) || nm_e4m3_round(u) != u) return 0;
+            uint8_t c = nm_e4m3_encode(u);
+            float back = ldexpf(nm_e4m3_decode(c), k);
+            if (memcmp(&back, &v[i], 4)) return 0;      /* bit for bit, the sign of zero too */
+            codes[64 * b + i] = c;
+        }
+    }
+    return 1;
+}
+
+void nm_fp8_unpack(const uint8_t *codes, const uint8_t *exps, int n, float *x) {
+    for (int i = 0; i < n; i++) x[i] = ldexpf(nm_e4m3_decode(codes[i]), (int)exps[i / 64] - 127);
+}
+
+int nm_fp4_pack(const float *x, int n, uint8_t *codes, uint8_t *exps) {
+    for (int b = 0; b < n / 32; b++) {
+        const float *v = x + 32 * b;
+        int k = kv_block_exp(v, 32, 6.0f);
+        if (k == -1000) return 0;
+        exps[b] = (uint8_t)(k + 127);
+        for (int i = 0; i < 32; i++) {
+            float u = ldexpf(v[i], -k);
+            if (!(fabsf(u) <= 6.0f) || nm_e2m1_round(u) != u) return 0;
+            uint8_t c = nm_e2m1_encode(u);
+            float back = ldexpf(nm_e2m1_decode(c), k);
+            if (memcmp(&back, &v[i], 4)) return 0;
+            uint8_t *o = codes + (32 * b + i) / 2;
+            *o = (i & 1) ? (uint8_t)((*o & 0x0F) | (c << 4)) : c;
+        }
+    }
+    return 1;
+}
+
+void nm_fp4_unpack(const uint8_t *codes, const uint8_t *exps, int n, float *x) {
+    for (int i = 0; i < n; i++)
+        x[i] = ldexpf(nm_e2m1_decode((uint8_t)(codes[i / 2] >> (4 * (i & 1)))), (int)exps[i / 32] - 127);
+}
+
 void nm_hadamard128(float *x) {
     /* double inside so the result is the exactly rounded rotation */
     double t[128];

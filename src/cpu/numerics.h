@@ -50,6 +50,26 @@ void nm_hadamard128(float *x);
 float nm_e4m3_round(float u);   /* |u| <= 448 */
 float nm_e2m1_round(float u);   /* |u| <= 6 */
 
+/* ---- KV rows in the simulations' own formats (issue #6, docs/numerics.md) ----
+ * A block that nm_fp8_sim (nm_fp4_sim) produced is exactly code x 2^k for
+ * E4M3FN (E2M1) codes and one power-of-two scale, so it can be stored as
+ * one byte (half a byte) a value and one exponent byte (UE8M0: k + 127) a
+ * block, and read back bit for bit. The pack functions find the scale from
+ * the block itself (2^ceil(log2(amax / 448)), at most the simulation's own,
+ * and any smaller power of two keeps every code representable), check that
+ * every value comes back bit for bit, and return 0 when one does not (a
+ * block these formats cannot hold: keep the row in f32). */
+uint8_t nm_e4m3_encode(float u);        /* u an E4M3FN value (|u| <= 448): its code */
+float nm_e4m3_decode(uint8_t c);        /* the value of a code (0x7F / 0xFF: NaN) */
+uint8_t nm_e2m1_encode(float u);        /* u an E2M1 value (|u| <= 6): its 4-bit code */
+float nm_e2m1_decode(uint8_t c);        /* the value of the low 4 bits */
+/* n a multiple of 64: codes[n], exps[n / 64] */
+int nm_fp8_pack(const float *x, int n, uint8_t *codes, uint8_t *exps);
+void nm_fp8_unpack(const uint8_t *codes, const uint8_t *exps, int n, float *x);
+/* n a multiple of 32: codes[n / 2] (value 2i in the low nibble of byte i), exps[n / 32] */
+int nm_fp4_pack(const float *x, int n, uint8_t *codes, uint8_t *exps);
+void nm_fp4_unpack(const uint8_t *codes, const uint8_t *exps, int n, float *x);
+
 /* ---- §6.7 / §6.8 hyper-connections ---- */
 /* mix: (2+nhc)*nhc values; outputs pre[nhc], post[nhc], comb[nhc*nhc] (row r, col c at r*nhc+c). */
 void nm_hc_split(const float *mix, const float *scale, const float *base, int nhc,
