@@ -5,7 +5,10 @@
 # device image lacks in lib/). Steps are chosen by arguments: tests, quick,
 # bench, benchoff (the same bench with the tensor-core prefill off), prof,
 # variants (the 4096-token prompt bench per env setting), mmqocc, multi
-# (several GPUs: run on nvidia-h200-x2 or larger; MULTI="q2:1 q2:2" picks the runs).
+# (several GPUs: run on nvidia-h200-x2 or larger; MULTI="q2:1 q2:2" picks the runs),
+# ablation (each decode stage left out of the graph in turn: its in-graph cost),
+# long (ctx 65536: prefill of the interval and decode there), ncupf (ncu of the
+# exact prefill's MoE product kernels: PFK="116 10" picks IQ2R / Q2_K).
 # Output goes to $OUT.
 H=${H:-build/h12}
 # libnccl: the device image has it in its PyTorch venv, not under /usr/local/cuda
@@ -49,6 +52,23 @@ for step in "$@"; do
               timeout ${BENCH_TIMEOUT:-150} $MINKE_BIN bench --synthetic flash-${c%%:*} --ctx-start 4096 --ctx-max 4096 \
                   -n ${NGEN:-32} --gpus ${c##*:} > $OUT/bench-multi.log 2>&1
               echo "flash-${c%%:*} --gpus ${c##*:}: $(grep -E 'ctx +4096' $OUT/bench-multi.log | sed 's/of 790.*decode/decode/')"
+          done ;;
+    ablation) # MINKE_CUDA_SKIP=stage: the step without that stage's launches (results wrong, time right)
+          for k in base ${SKIPS:-moe_gate_up moe_down out_a out_b q_a+q_b q_b attention hc_pre router shared kv compressor,idx_comp idx_score,idx_topk q_norm_rope idx_q} base; do
+              e=""; [ "$k" = base ] || e="MINKE_CUDA_SKIP=$k"
+              env $e timeout 60 $MINKE_BIN bench --synthetic flash-q2 --ctx-start 4096 --ctx-max 4096 -n ${NGEN:-32} \
+                  --csv $OUT/abl.csv > $OUT/abl.log 2>&1
+              echo "skip $k: $(tail -1 $OUT/abl.csv 2>/dev/null)"
+          done ;;
+    long) timeout 300 $MINKE_BIN bench --synthetic flash-q2 --ctx-start ${LCTX:-65536} --ctx-max ${LCTX:-65536} -n 32 \
+              --csv $OUT/long.csv > $OUT/long.log 2>&1; tail -2 $OUT/long.log ;;
+    ncupf) for kk in ${PFK:-116 10}; do
+              timeout 300 ncu --clock-control none --set full --import-source yes --kernel-name-base demangled \
+                  -k "regex:k_mmqx<.int.$kk," --launch-skip ${PFS:-8} --launch-count 1 -o $OUT/pf$kk $MINKE_BIN bench \
+                  --synthetic flash-q2 --ctx-start 4096 --ctx-max 4096 -n 1 > $OUT/ncu-pf$kk.log 2>&1
+              ncu -i $OUT/pf$kk.ncu-rep --page details > $OUT/pf$kk-details.txt 2>&1
+              ncu -i $OUT/pf$kk.ncu-rep --page source --csv --print-source sass > $OUT/pf$kk-sass.csv 2>&1
+              rm -f $OUT/pf$kk.ncu-rep
           done ;;
     prof) MINKE_CUDA_PROFILE=1 timeout 200 $MINKE_BIN bench --synthetic flash-q2 --ctx-start 4096 --ctx-max 4096 -n 16 \
               --csv $OUT/prof.csv 2>&1 | tee $OUT/prof.log ;;
