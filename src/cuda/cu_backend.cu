@@ -205,7 +205,7 @@ static void prof_report(void) {
 /* MINKE_CUDA_SKIP=stage[,stage...] (cu_common.cuh): the decode launches of
  * those stages (the PROF names below) are left out, to time what each costs
  * inside the decode graph. Wrong results: a measuring aid, announced on stderr. */
-int cu_skip_launch = 0;
+thread_local int cu_skip_launch = 0;
 static const char *skip_list = NULL;
 static int skip_matches(const char *name) {
     size_t n = strlen(name);

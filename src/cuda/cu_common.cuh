@@ -227,8 +227,9 @@ extern "C" int cu_pdl_enabled(void);
 /* Timing ablation (MINKE_CUDA_SKIP, a measuring aid only: the results are
  * wrong while it is on): the backend sets this while it launches a decode
  * stage named in the switch, and cu_launch then launches nothing, so a
- * bench shows what that stage costs inside the decode graph. */
-extern int cu_skip_launch;
+ * bench shows what that stage costs inside the decode graph. One per host
+ * thread (each GPU's forward runs on its own). */
+extern thread_local int cu_skip_launch;
 
 /* k<<<grid, block, smem, st>>>(args...), with the PDL attribute when enabled. */
 template <typename... KArgs, typename... Args>
