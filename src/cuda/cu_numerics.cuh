@@ -78,6 +78,57 @@ static __device__ void d_fp4_sim_sh(float *x, int n) {
     }
     __syncthreads();
 }
+/* KV rows in the simulations' formats: the twins of nm_e4m3_encode / _decode,
+ * nm_e2m1_encode / _decode and the pack checks of nm_fp8_pack / nm_fp4_pack
+ * (src/cpu/numerics.c says why they are lossless). Codes of exact values only. */
+static __device__ __forceinline__ float d_e4m3_decode(uint32_t c) {
+    int e = (c >> 3) & 15, m = c & 7;
+    float a = (e == 15 && m == 7) ? __int_as_float(0x7fc00000) : e == 0 ? ldexpf((float)m, -9) : ldexpf((float)(8 + m), e - 10);
+    return (c & 0x80) ? -a : a;
+}
+static __device__ __forceinline__ uint32_t d_e4m3_encode(float u) {
+    uint32_t sgn = signbit(u) ? 0x80u : 0u;
+    float a = fabsf(u);
+    if (a < 0.015625f) return sgn | (uint32_t)(int)(a * 512.0f);
+    int e;
+    frexpf(a, &e);
+    return sgn | (uint32_t)((e + 6) << 3) | (uint32_t)((int)ldexpf(a, 4 - e) - 8);
+}
+static __device__ __forceinline__ float d_e2m1_decode(uint32_t c) {
+    const float a = (c & 7) < 4 ? 0.5f * (float)(c & 7) : (c & 7) == 4 ? 2.0f : (c & 7) == 5 ? 3.0f : (c & 7) == 6 ? 4.0f : 6.0f;
+    return (c & 8) ? -a : a;
+}
+static __device__ __forceinline__ uint32_t d_e2m1_encode(float u) {
+    float a = fabsf(u);
+    uint32_t k = a < 2.0f ? (uint32_t)(int)(a * 2.0f) : a < 4.0f ? (uint32_t)(4 + (int)(a - 2.0f)) : a < 6.0f ? 6u : 7u;
+    return (signbit(u) ? 8u : 0u) | k;
+}
+/* The scale exponent k of a block whose largest magnitude is amax (values up to
+ * vmax): -127 for zeros, -1000 outside UE8M0 or for a non-finite amax. */
+static __device__ __forceinline__ int d_kv_block_exp(float amax, float vmax) {
+    if (!(amax < INFINITY)) return -1000;
+    if (amax == 0.0f) return -127;
+    int e;
+    frexpf(d_pow2_ceil(amax / vmax), &e);
+    return e - 1 >= -127 && e - 1 <= 127 ? e - 1 : -1000;
+}
+/* One value of a block with exponent k: its code, and whether it comes back
+ * bit for bit (the pack's check, per value). */
+static __device__ __forceinline__ uint32_t d_fp8_code(float v, int k, bool &ok) {
+    const float u = ldexpf(v, -k);
+    ok = fabsf(u) <= 448.0f && d_e4m3_round(u) == u;
+    const uint32_t c = ok ? d_e4m3_encode(u) : 0u;
+    ok = ok && __float_as_uint(ldexpf(d_e4m3_decode(c), k)) == __float_as_uint(v);
+    return c;
+}
+static __device__ __forceinline__ uint32_t d_fp4_code(float v, int k, bool &ok) {
+    const float u = ldexpf(v, -k);
+    ok = fabsf(u) <= 6.0f && d_e2m1_round(u) == u;
+    const uint32_t c = ok ? d_e2m1_encode(u) : 0u;
+    ok = ok && __float_as_uint(ldexpf(d_e2m1_decode(c), k)) == __float_as_uint(v);
+    return c;
+}
+
 /* Hadamard-128 in double (as the CPU) on shared memory; needs 128 doubles of scratch. */
 static __device__ void d_hadamard128_sh(float *x, double *t) {
     __syncthreads();

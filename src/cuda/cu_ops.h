@@ -164,6 +164,12 @@ void cu_argmax(const float *x, int64_t n, int skip, int *out, cudaStream_t st);
 /* byte_off: where dst starts in the whole tensor (a GPU's slice of the experts; a
  * multiple of 4), so the slice holds the values of that part of the whole */
 void cu_synth_fill(void *dst, int type, int64_t nel, uint64_t seed, float scale, uint64_t byte_off, cudaStream_t st);
+/* KV row formats (cu_kvfmt.cu): pack nrows rows of n floats into FP8 (fp4 = 0:
+ * codes[n], exps[n / 64] a row) or FP4 (codes[n / 2], exps[n / 32]) blocks and
+ * unpack them into y; ok[row] (set to 1 by the caller) becomes 0 when a block
+ * of the row does not pack. */
+void cu_kvfmt_roundtrip(int fp4, const float *x, int nrows, int n, uint8_t *codes, uint8_t *exps, float *y, int *ok,
+                        cudaStream_t st);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,104 @@
+/* kvfmt_check.c: the GPU's KV row formats (cu_kvfmt.cu) against the CPU
+ * reference (nm_fp8_pack / nm_fp4_pack, src/cpu/numerics.c): rows the
+ * simulations produced (fresh random rows each run, magnitudes 1e-12 .. 1e6,
+ * zero, -0 and floor-scale blocks; FP4 rows through the Hadamard rotation
+ * first) must give the same code and exponent bytes as the CPU and come
+ * back bit for bit; rows with a value between codes, a NaN or an infinity
+ * must be refused. Run on a GPU machine (tests/run-cuda.sh).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <cuda_runtime_api.h>
+
+#include "cpu/numerics.h"
+#include "cuda/cu_ops.h"
+
+#define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("FAIL cuda %s: %s\n", #x, cudaGetErrorString(e_)); exit(1); } } while (0)
+
+static uint64_t rng;
+static double u01(void) {
+    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+    return (double)(rng >> 11) * (1.0 / 9007199254740992.0);
+}
+
+/* a row of n values in blocks of blk, each block of one kind */
+static void random_row(float *x, int n, int blk) {
+    for (int b = 0; b < n / blk; b++) {
+        double mag = pow(10.0, -12.0 + 18.0 * u01());
+        int kind = (int)(u01() * 8);
+        for (int i = 0; i < blk; i++) {
+            double v = (u01() * 2.0 - 1.0) * mag * (u01() < 0.1 ? 30.0 : 1.0);
+            x[b * blk + i] = kind == 0 ? 0.0f : kind == 1 ? -0.0f : (float)v;
+        }
+        if (kind == 2) x[b * blk] = -0.0f;
+    }
+}
+
+static int check(int fp4, int nrows, int n) {
+    const int bs = fp4 ? 32 : 64, nb = n / bs, cb = fp4 ? n / 2 : n;
+    float *x = malloc(sizeof(float) * (size_t)nrows * n), *y = malloc(sizeof(float) * (size_t)nrows * n);
+    uint8_t *codes = malloc((size_t)nrows * cb), *exps = malloc((size_t)nrows * nb);
+    uint8_t *rc = malloc((size_t)cb), *re = malloc((size_t)nb);
+    int *ok = malloc(sizeof(int) * nrows), *want = malloc(sizeof(int) * nrows);
+    for (int r = 0; r < nrows; r++) {
+        float *row = x + (size_t)r * n;
+        random_row(row, n, bs);
+        if (fp4) {
+            for (int h = 0; h + 128 <= n; h += 128) nm_hadamard128(row + h);
+            nm_fp4_sim(row, n, NULL);
+        } else {
+            nm_fp8_sim(row, n, NULL);
+        }
+        /* every eighth row: one value made unpackable */
+        if (r % 8 == 7) {
+            int i = (int)(u01() * n), kind = r % 3;
+            row[i] = kind == 0 ? NAN : kind == 1 ? INFINITY : (row[i] == 0.0f ? 1.0f : row[i]) * (1.0f + ldexpf(1.0f, -12));
+        }
+        ok[r] = 1;
+    }
+    float *dx, *dy; uint8_t *dc, *de; int *dok;
+    CK(cudaMalloc((void **)&dx, sizeof(float) * (size_t)nrows * n)); CK(cudaMalloc((void **)&dy, sizeof(float) * (size_t)nrows * n));
+    CK(cudaMalloc((void **)&dc, (size_t)nrows * cb)); CK(cudaMalloc((void **)&de, (size_t)nrows * nb));
+    CK(cudaMalloc((void **)&dok, sizeof(int) * nrows));
+    CK(cudaMemcpy(dx, x, sizeof(float) * (size_t)nrows * n, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dok, ok, sizeof(int) * nrows, cudaMemcpyHostToDevice));
+    cu_kvfmt_roundtrip(fp4, dx, nrows, n, dc, de, dy, dok, 0);
+    CK(cudaGetLastError());
+    CK(cudaDeviceSynchronize());
+    CK(cudaMemcpy(y, dy, sizeof(float) * (size_t)nrows * n, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(codes, dc, (size_t)nrows * cb, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(exps, de, (size_t)nrows * nb, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(ok, dok, sizeof(int) * nrows, cudaMemcpyDeviceToHost));
+    int bad_ok = 0, bad_bytes = 0, bad_vals = 0, refused = 0;
+    for (int r = 0; r < nrows; r++) {
+        const float *row = x + (size_t)r * n;
+        want[r] = fp4 ? nm_fp4_pack(row, n, rc, re) : nm_fp8_pack(row, n, rc, re);
+        refused += !want[r];
+        if (ok[r] != want[r]) { bad_ok++; continue; }
+        if (!want[r]) continue;
+        bad_bytes += memcmp(rc, codes + (size_t)r * cb, (size_t)cb) != 0 || memcmp(re, exps + (size_t)r * nb, (size_t)nb) != 0;
+        bad_vals += memcmp(row, y + (size_t)r * n, sizeof(float) * (size_t)n) != 0;
+    }
+    int bad = bad_ok || bad_bytes || bad_vals || refused < nrows / 8 || refused > nrows / 8 + 1;
+    printf("%s kvfmt %s rows %d x %d: %d refused (CPU), %d packing verdicts differ, %d rows with other bytes, %d rows "
+           "not back bit for bit\n", bad ? "FAIL" : "ok", fp4 ? "fp4" : "fp8", nrows, n, refused, bad_ok, bad_bytes, bad_vals);
+    cudaFree(dx); cudaFree(dy); cudaFree(dc); cudaFree(de); cudaFree(dok);
+    free(x); free(y); free(codes); free(exps); free(rc); free(re); free(ok); free(want);
+    return bad;
+}
+
+int main(void) {
+    int dev = 0;
+    if (cudaGetDeviceCount(&dev) != cudaSuccess || dev < 1) { printf("skip kvfmt_check: no CUDA device\n"); return 0; }
+    rng = 0x9E3779B97F4A7C15ull ^ (uint64_t)time(NULL);
+    printf("kvfmt_check: seed 0x%016llx\n", (unsigned long long)rng);
+    int bad = 0;
+    bad += check(0, 2000, 448);     /* the FP8 part of a 512-dim row with 64 RoPE dims */
+    bad += check(0, 300, 64);
+    bad += check(1, 2000, 128);     /* an indexer row */
+    printf("kvfmt_check: %s\n", bad ? "FAIL" : "all ok");
+    return bad != 0;
+}
