@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "cpu/numerics.h"
+#include "kvrows.h"
 
 static int n_fail, n_check;
 
@@ -92,22 +93,6 @@ static void test_fp4(json_t *r) {
  * a wide range of magnitudes, zero and -0 blocks, blocks under the FP8
  * floor) pack and come back bit for bit with a scale no larger than the
  * simulation's; blocks the formats cannot hold are refused. */
-static uint64_t kv_rng;
-static double kv_u01(void) {
-    kv_rng ^= kv_rng << 13; kv_rng ^= kv_rng >> 7; kv_rng ^= kv_rng << 17;
-    return (double)(kv_rng >> 11) * (1.0 / 9007199254740992.0);
-}
-static void kv_random_row(float *x, int n, int blk) {
-    for (int b = 0; b < n / blk; b++) {
-        double mag = pow(10.0, -12.0 + 18.0 * kv_u01());
-        int kind = (int)(kv_u01() * 8);
-        for (int i = 0; i < blk; i++) {
-            double v = (kv_u01() * 2.0 - 1.0) * mag * (kv_u01() < 0.1 ? 30.0 : 1.0);
-            x[b * blk + i] = kind == 0 ? 0.0f : kind == 1 ? -0.0f : (float)v;
-        }
-        if (kind == 2) x[b * blk] = -0.0f;
-    }
-}
 static void kv_roundtrip(const char *what, const float *sim, const float *scales, int n, int fp4) {
     uint8_t codes[4096], exps[128];
     float back[4096];
@@ -143,15 +128,15 @@ static void test_kv_formats(json_t *r) {
         kv_roundtrip("fp8 pack of the fixture's simulated row", x, s, n, 0);
     }
     /* fresh random rows (the seed is printed to reproduce a failure) */
-    kv_rng = 0x9E3779B97F4A7C15ull ^ (uint64_t)time(NULL);
-    uint64_t seed = kv_rng;
+    kvrows_rng = 0x9E3779B97F4A7C15ull ^ (uint64_t)time(NULL);
+    uint64_t seed = kvrows_rng;
     int fails0 = n_fail;
     for (int t = 0; t < 400; t++) {
         float x[512], s[16];
-        kv_random_row(x, 448, 64);
+        kvrows_random(x, 448, 64);
         nm_fp8_sim(x, 448, s);
         kv_roundtrip("fp8 pack of a simulated random row", x, s, 448, 0);
-        kv_random_row(x, 128, 32);
+        kvrows_random(x, 128, 32);
         nm_hadamard128(x);
         nm_fp4_sim(x, 128, s);
         kv_roundtrip("fp4 pack of a simulated random row", x, s, 128, 1);

@@ -204,46 +204,37 @@ static int kv_block_exp(const float *x, int n, float vmax) {
     return e - 1 >= -127 && e - 1 <= 127 ? e - 1 : -1000;
 }
 
-int nm_fp8_pack(const float *x, int n, uint8_t *codes, uint8_t *exps) {
-    for (int b = 0; b < n / 64; b++) {
-        const float *v = x + 64 * b;
-        int k = kv_block_exp(v, 64, 448.0f);
+/* The pack of either format: blocks of blk values up to vmax; fp4 stores two
+ * codes a byte (value 2i in the low nibble of byte i). */
+static int kv_pack(const float *x, int n, int fp4, uint8_t *codes, uint8_t *exps) {
+    const int blk = fp4 ? 32 : 64;
+    const float vmax = fp4 ? 6.0f : 448.0f;
+    for (int b = 0; b < n / blk; b++) {
+        const float *v = x + blk * b;
+        int k = kv_block_exp(v, blk, vmax);
         if (k == -1000) return 0;
         exps[b] = (uint8_t)(k + 127);
-        for (int i = 0; i < 64; i++) {
+        for (int i = 0; i < blk; i++) {
             float u = ldexpf(v[i], -k);
-            if (!(fabsf(u) <= 448.0f) || nm_e4m3_round(u) != u) return 0;
-            uint8_t c = nm_e4m3_encode(u);
-            float back = ldexpf(nm_e4m3_decode(c), k);
+            if (!(fabsf(u) <= vmax) || (fp4 ? nm_e2m1_round(u) : nm_e4m3_round(u)) != u) return 0;
+            uint8_t c = fp4 ? nm_e2m1_encode(u) : nm_e4m3_encode(u);
+            float back = ldexpf(fp4 ? nm_e2m1_decode(c) : nm_e4m3_decode(c), k);
             if (memcmp(&back, &v[i], 4)) return 0;      /* bit for bit, the sign of zero too */
-            codes[64 * b + i] = c;
+            int at = blk * b + i;
+            if (!fp4) codes[at] = c;
+            else codes[at / 2] = (at & 1) ? (uint8_t)((codes[at / 2] & 0x0F) | (c << 4)) : c;
         }
     }
     return 1;
 }
+
+int nm_fp8_pack(const float *x, int n, uint8_t *codes, uint8_t *exps) { return kv_pack(x, n, 0, codes, exps); }
 
 void nm_fp8_unpack(const uint8_t *codes, const uint8_t *exps, int n, float *x) {
     for (int i = 0; i < n; i++) x[i] = ldexpf(nm_e4m3_decode(codes[i]), (int)exps[i / 64] - 127);
 }
 
-int nm_fp4_pack(const float *x, int n, uint8_t *codes, uint8_t *exps) {
-    for (int b = 0; b < n / 32; b++) {
-        const float *v = x + 32 * b;
-        int k = kv_block_exp(v, 32, 6.0f);
-        if (k == -1000) return 0;
-        exps[b] = (uint8_t)(k + 127);
-        for (int i = 0; i < 32; i++) {
-            float u = ldexpf(v[i], -k);
-            if (!(fabsf(u) <= 6.0f) || nm_e2m1_round(u) != u) return 0;
-            uint8_t c = nm_e2m1_encode(u);
-            float back = ldexpf(nm_e2m1_decode(c), k);
-            if (memcmp(&back, &v[i], 4)) return 0;
-            uint8_t *o = codes + (32 * b + i) / 2;
-            *o = (i & 1) ? (uint8_t)((*o & 0x0F) | (c << 4)) : c;
-        }
-    }
-    return 1;
-}
+int nm_fp4_pack(const float *x, int n, uint8_t *codes, uint8_t *exps) { return kv_pack(x, n, 1, codes, exps); }
 
 void nm_fp4_unpack(const uint8_t *codes, const uint8_t *exps, int n, float *x) {
     for (int i = 0; i < n; i++)

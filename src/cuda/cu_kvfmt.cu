@@ -28,8 +28,8 @@ __global__ void k_kvfmt_roundtrip(const float *x, int nrows, int n, uint8_t *cod
     bool g0 = k != -1000, g1 = g0;
     uint32_t c0 = 0, c1 = 0;
     if (g0) {
-        if (FP4) c0 = d_fp4_code(a0, k, g0);
-        else { c0 = d_fp8_code(a0, k, g0); c1 = d_fp8_code(a1, k, g1); }
+        c0 = d_kv_code<FP4>(a0, k, g0);
+        if (!FP4) c1 = d_kv_code<FP4>(a1, k, g1);
     }
     const bool good = __all_sync(0xffffffffu, g0 && g1);
     if (lane == 0) {

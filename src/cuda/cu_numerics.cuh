@@ -112,20 +112,14 @@ static __device__ __forceinline__ int d_kv_block_exp(float amax, float vmax) {
     frexpf(d_pow2_ceil(amax / vmax), &e);
     return e - 1 >= -127 && e - 1 <= 127 ? e - 1 : -1000;
 }
-/* One value of a block with exponent k: its code, and whether it comes back
- * bit for bit (the pack's check, per value). */
-static __device__ __forceinline__ uint32_t d_fp8_code(float v, int k, bool &ok) {
+/* One value of a block with exponent k: its code (FP4: E2M1, else E4M3), and
+ * whether it comes back bit for bit (the pack's check, per value). */
+template <bool FP4>
+static __device__ __forceinline__ uint32_t d_kv_code(float v, int k, bool &ok) {
     const float u = ldexpf(v, -k);
-    ok = fabsf(u) <= 448.0f && d_e4m3_round(u) == u;
-    const uint32_t c = ok ? d_e4m3_encode(u) : 0u;
-    ok = ok && __float_as_uint(ldexpf(d_e4m3_decode(c), k)) == __float_as_uint(v);
-    return c;
-}
-static __device__ __forceinline__ uint32_t d_fp4_code(float v, int k, bool &ok) {
-    const float u = ldexpf(v, -k);
-    ok = fabsf(u) <= 6.0f && d_e2m1_round(u) == u;
-    const uint32_t c = ok ? d_e2m1_encode(u) : 0u;
-    ok = ok && __float_as_uint(ldexpf(d_e2m1_decode(c), k)) == __float_as_uint(v);
+    ok = fabsf(u) <= (FP4 ? 6.0f : 448.0f) && (FP4 ? d_e2m1_round(u) : d_e4m3_round(u)) == u;
+    const uint32_t c = ok ? (FP4 ? d_e2m1_encode(u) : d_e4m3_encode(u)) : 0u;
+    ok = ok && __float_as_uint(ldexpf(FP4 ? d_e2m1_decode(c) : d_e4m3_decode(c), k)) == __float_as_uint(v);
     return c;
 }
 

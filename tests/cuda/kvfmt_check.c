@@ -15,27 +15,9 @@
 
 #include "cpu/numerics.h"
 #include "cuda/cu_ops.h"
+#include "../kvrows.h"
 
 #define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("FAIL cuda %s: %s\n", #x, cudaGetErrorString(e_)); exit(1); } } while (0)
-
-static uint64_t rng;
-static double u01(void) {
-    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
-    return (double)(rng >> 11) * (1.0 / 9007199254740992.0);
-}
-
-/* a row of n values in blocks of blk, each block of one kind */
-static void random_row(float *x, int n, int blk) {
-    for (int b = 0; b < n / blk; b++) {
-        double mag = pow(10.0, -12.0 + 18.0 * u01());
-        int kind = (int)(u01() * 8);
-        for (int i = 0; i < blk; i++) {
-            double v = (u01() * 2.0 - 1.0) * mag * (u01() < 0.1 ? 30.0 : 1.0);
-            x[b * blk + i] = kind == 0 ? 0.0f : kind == 1 ? -0.0f : (float)v;
-        }
-        if (kind == 2) x[b * blk] = -0.0f;
-    }
-}
 
 static int check(int fp4, int nrows, int n) {
     const int bs = fp4 ? 32 : 64, nb = n / bs, cb = fp4 ? n / 2 : n;
@@ -45,7 +27,7 @@ static int check(int fp4, int nrows, int n) {
     int *ok = malloc(sizeof(int) * nrows), *want = malloc(sizeof(int) * nrows);
     for (int r = 0; r < nrows; r++) {
         float *row = x + (size_t)r * n;
-        random_row(row, n, bs);
+        kvrows_random(row, n, bs);
         if (fp4) {
             for (int h = 0; h + 128 <= n; h += 128) nm_hadamard128(row + h);
             nm_fp4_sim(row, n, NULL);
@@ -54,7 +36,7 @@ static int check(int fp4, int nrows, int n) {
         }
         /* every eighth row: one value made unpackable */
         if (r % 8 == 7) {
-            int i = (int)(u01() * n), kind = r % 3;
+            int i = (int)(kvrows_u01() * n), kind = r % 3;
             row[i] = kind == 0 ? NAN : kind == 1 ? INFINITY : (row[i] == 0.0f ? 1.0f : row[i]) * (1.0f + ldexpf(1.0f, -12));
         }
         ok[r] = 1;
@@ -93,8 +75,8 @@ static int check(int fp4, int nrows, int n) {
 int main(void) {
     int dev = 0;
     if (cudaGetDeviceCount(&dev) != cudaSuccess || dev < 1) { printf("skip kvfmt_check: no CUDA device\n"); return 0; }
-    rng = 0x9E3779B97F4A7C15ull ^ (uint64_t)time(NULL);
-    printf("kvfmt_check: seed 0x%016llx\n", (unsigned long long)rng);
+    kvrows_rng = 0x9E3779B97F4A7C15ull ^ (uint64_t)time(NULL);
+    printf("kvfmt_check: seed 0x%016llx\n", (unsigned long long)kvrows_rng);
     int bad = 0;
     bad += check(0, 2000, 448);     /* the FP8 part of a 512-dim row with 64 RoPE dims */
     bad += check(0, 300, 64);
