@@ -323,14 +323,13 @@ __device__ __forceinline__ void g3_iq2_load(const uint8_t *row, int it, int nb, 
     }
 }
 
-/* Transposed warp sums: N values (N = 16 or 8) a lane in, the warp's sum of
- * value L >> (5 - log2 N) out in lane L (the other lanes of a value hold it
- * too). Each step halves the values a lane holds: it keeps one half, sends
- * the other to the lane o away and adds what that lane sent, so the pairs
- * added are those of warp_sum (xor 16, 8, 4, 2, 1) and every sum has
- * warp_sum's bits, at N - 1 + log2(32 / N) shuffles instead of 5 N. */
-template <int N, int H>
-__device__ __forceinline__ void g3_xstep(float (&v)[N], uint32_t hi, int o) {
+/* Transposed warp sum: 16 values a lane in, the warp's sum of value L >> 1
+ * out in lane L (and in lane L ^ 1). Each step halves the values a lane
+ * holds: it keeps one half, sends the other to the lane o away and adds what
+ * that lane sent, so the pairs added are those of warp_sum (xor 16, 8, 4, 2,
+ * 1) and every sum has warp_sum's bits, at 16 shuffles instead of 80. */
+template <int H>
+__device__ __forceinline__ void g3_xstep(float (&v)[16], uint32_t hi, int o) {
 #pragma unroll
     for (int i = 0; i < H; i++) {
         /* selp in asm: a C select of two array elements becomes a select of
@@ -341,16 +340,12 @@ __device__ __forceinline__ void g3_xstep(float (&v)[N], uint32_t hi, int o) {
         v[i] = keep + __shfl_xor_sync(0xffffffffu, send, o);
     }
 }
-template <int N>
-__device__ __forceinline__ float g3_xsum(float (&v)[N], int lane) {
-    static_assert(N == 8 || N == 16, "g3_xsum takes 8 or 16 values");
-    g3_xstep<N, N / 2>(v, lane & 16u, 16);
-    g3_xstep<N, N / 4>(v, lane & 8u, 8);
-    g3_xstep<N, N / 8>(v, lane & 4u, 4);
-    g3_xstep<N, N / 16>(v, lane & 2u, 2);
-    float r = v[0];
-    if (N == 8) r += __shfl_xor_sync(0xffffffffu, r, 2);
-    return r + __shfl_xor_sync(0xffffffffu, r, 1);
+__device__ __forceinline__ float g3_xsum16(float (&v)[16], int lane) {
+    g3_xstep<8>(v, lane & 16u, 16);
+    g3_xstep<4>(v, lane & 8u, 8);
+    g3_xstep<2>(v, lane & 4u, 4);
+    g3_xstep<1>(v, lane & 2u, 2);
+    return v[0] + __shfl_xor_sync(0xffffffffu, v[0], 1);
 }
 
 /* Work split: a row's items are split over the 4 warps of a group
@@ -359,14 +354,14 @@ __device__ __forceinline__ float g3_xsum(float (&v)[N], int lane) {
  * A group takes a contiguous range of units (selected expert e, row r: the
  * gate row and the up row), GB_B of them a batch, with a ring of GB_D units'
  * codes in flight. Each lane keeps its item's scaled dot of every gate and up
- * row of the batch; the warp adds them with one transposed sum (g3_xsum, the
+ * row of the batch; the warp adds them with one transposed sum (g3_xsum16, the
  * pairs of warp_sum) and the group meets at one named barrier a batch, where
  * warp 0 adds the 4 quarter sums in quarter order and applies the SwiGLU and
  * the router weight. Blocks stay resident (grid: as many as fit) so the
  * tables and the split are made once a block. The first version summed and
  * met once a unit (two warp sums, a barrier and a division each): the same
  * bits, 35 us alone against 25 (docs/performance.md, sixth session). */
-#define GB_B 8
+#define GB_B 8     /* units a batch: 2 GB_B = 16 values to g3_xsum16 */
 #define GB_D 4
 template <bool REP>
 __global__ void __launch_bounds__(256, 2) k_g3_iq2_glu_b(g3_args a) {
@@ -442,7 +437,7 @@ __global__ void __launch_bounds__(256, 2) k_g3_iq2_glu_b(g3_args a) {
             }
             load_next(c[k], d[k]);
         }
-        const float sum = g3_xsum<2 * GB_B>(v, lane);
+        const float sum = g3_xsum16(v, lane);
         if (!(lane & 1)) part[grp][slot][q][lane >> 1] = sum;
         asm volatile("bar.sync %0, 128;" ::"r"(1 + grp) : "memory");
         if (q == 0 && lane < GB_B && b + lane < u1) {
