@@ -329,7 +329,9 @@ await check('responses non-stream with reasoning summary', async () => {
 });
 
 await check('responses max_output_tokens -> incomplete', async () => {
-  const r = await openai.responses.create({ model: MODEL, input: [{ role: 'user', content: 'Hello' }], max_output_tokens: 3 });
+  // scripted: the random tiny model may end its reply within 3 tokens on its own
+  const r = await openai.responses.create({ model: MODEL, input: [{ role: 'user', content: 'Hello' }], max_output_tokens: 3,
+    minke_script: 'Let me think about it.</think>Hello, how are you today?' });
   assert.equal(r.status, 'incomplete');
   assert.equal(r.incomplete_details.reason, 'max_output_tokens');
   assert.equal(r.usage.output_tokens, 3);
