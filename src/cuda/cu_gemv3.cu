@@ -478,13 +478,8 @@ __device__ __forceinline__ void g3_q2k_load(const uint8_t *row, int u, g3_q2k_w 
  * the group), added by warp 0 in expert order. */
 #define G3_DOWN_D 4
 #define G3_DOWN_GPB 2
-/* XS: the lane's activation pieces are read from shared memory at every row
- * instead of held in 48 registers, so two blocks fit an SM (24 warps instead
- * of 12: the kernel waits on its code loads; MINKE_CUDA_DOWN_XS=1, an
- * experiment not yet run on a GPU: moe_dec_check compares its bits with the
- * default's and times both). */
-template <int NE, bool XS = false>
-__global__ void __launch_bounds__(G3_DOWN_GPB * NE * 32, XS ? 2 : 1) k_g3_q2k_down(g3_args a) {
+template <int NE>
+__global__ void __launch_bounds__(G3_DOWN_GPB * NE * 32) k_g3_q2k_down(g3_args a) {
     extern __shared__ int4 g3_sm[];
     int *sh = (int *)g3_sm;
     __shared__ float part[G3_DOWN_GPB][2][NE];
@@ -508,21 +503,18 @@ __global__ void __launch_bounds__(G3_DOWN_GPB * NE * 32, XS ? 2 : 1) k_g3_q2k_do
     g3_stage<true, true>(a.x, nsel * a.in, sh);
     __syncthreads();
     /* this lane's unit: plane s is item 8 blk + 4 n + s of expert e's row, words 4h .. 4h + 3 */
-    int xw[XS ? 1 : 4][3][4];
+    int xw[4][3][4];
     float xs[4], D = 0.f;
-    const int it0 = e * nitr + blk * 8 + 4 * n;
-    const int *xp = sh + (active ? it0 * G3_IW : 0) + 4 * h;       /* XS: piece p of plane s at xp + s G3_IW + 8 p */
     {
+        const int it0 = e * nitr + blk * 8 + 4 * n;
 #pragma unroll
         for (int s = 0; s < 4; s++) {
             const int *ip = sh + (active ? (it0 + s) * G3_IW : 0);
-            if (!XS) {
 #pragma unroll
-                for (int p = 0; p < 3; p++) {
-                    const int4 v = *(const int4 *)(ip + 8 * p + 4 * h);
-                    xw[XS ? 0 : s][p][0] = active ? v.x : 0; xw[XS ? 0 : s][p][1] = active ? v.y : 0;
-                    xw[XS ? 0 : s][p][2] = active ? v.z : 0; xw[XS ? 0 : s][p][3] = active ? v.w : 0;
-                }
+            for (int p = 0; p < 3; p++) {
+                const int4 v = *(const int4 *)(ip + 8 * p + 4 * h);
+                xw[s][p][0] = active ? v.x : 0; xw[s][p][1] = active ? v.y : 0;
+                xw[s][p][2] = active ? v.z : 0; xw[s][p][3] = active ? v.w : 0;
             }
             xs[s] = active ? __int_as_float(ip[25 + h]) : 0.f;
         }
@@ -544,26 +536,12 @@ __global__ void __launch_bounds__(G3_DOWN_GPB * NE * 32, XS ? 2 : 1) k_g3_q2k_do
                     /* sub-block 8 n + 2 s + h: byte 2 s + h of the 8 scale bytes at 8 n */
                     const uint32_t sb = ((s < 2 ? w[k].sc.x : w[k].sc.y) >> (8 * (2 * (s & 1) + h))) & 255u;
                     int t0 = 0, t1 = 0, t2 = 0;
-                    if (XS) {
-                        const int4 p0 = *(const int4 *)(xp + s * G3_IW), p1 = *(const int4 *)(xp + s * G3_IW + 8),
-                                   p2 = *(const int4 *)(xp + s * G3_IW + 16);
-                        const int a0[4] = {p0.x, p0.y, p0.z, p0.w}, a1[4] = {p1.x, p1.y, p1.z, p1.w},
-                                  a2[4] = {p2.x, p2.y, p2.z, p2.w};
 #pragma unroll
-                        for (int j = 0; j < 4; j++) {
-                            const int cj = (int)((qw[j] >> (2 * s)) & 0x03030303u);
-                            t0 = __dp4a(cj, a0[j], t0);
-                            t1 = __dp4a(cj, a1[j], t1);
-                            t2 = __dp4a(cj, a2[j], t2);
-                        }
-                    } else {
-#pragma unroll
-                        for (int j = 0; j < 4; j++) {
-                            const int cj = (int)((qw[j] >> (2 * s)) & 0x03030303u);
-                            t0 = __dp4a(cj, xw[XS ? 0 : s][0][j], t0);
-                            t1 = __dp4a(cj, xw[XS ? 0 : s][1][j], t1);
-                            t2 = __dp4a(cj, xw[XS ? 0 : s][2][j], t2);
-                        }
+                    for (int j = 0; j < 4; j++) {
+                        const int cj = (int)((qw[j] >> (2 * s)) & 0x03030303u);
+                        t0 = __dp4a(cj, xw[s][0][j], t0);
+                        t1 = __dp4a(cj, xw[s][1][j], t1);
+                        t2 = __dp4a(cj, xw[s][2][j], t2);
                     }
                     const int sc = (int)(sb & 15u);
                     i0 += sc * t0; i1 += sc * t1; i2 += sc * t2;
@@ -862,14 +840,6 @@ static int moe_mma_enabled(void) {
     return mm_on;
 }
 
-/* MINKE_CUDA_DOWN_XS=1: the down kernel's pieces from shared memory (k_g3_q2k_down, XS) */
-static int down_xs = -1;
-extern "C" void cu_moe_down_xs_set(int v) { down_xs = v; }
-static int down_xs_enabled(void) {
-    if (down_xs < 0) { const char *e = getenv("MINKE_CUDA_DOWN_XS"); down_xs = e && *e ? atoi(e) : 0; }
-    return down_xs;
-}
-
 /* MoE decode of one token (cu_gemv3.h). */
 #define G3_NE 8
 extern "C" int cu_moe_dec_supported(int gate_type, int up_type, int down_type, int64_t in, int64_t ff, int nsel) {
@@ -929,12 +899,6 @@ extern "C" void cu_moe_dec_down(const void *wd, uint64_t row_bytes, uint64_t exp
     a.rows = (int)rows; a.in = (int)ff; a.x = mid; a.sel = sel; a.nsel = nsel; a.out = out;
     const size_t smem = g3_items_bytes((int64_t)nsel * ff);
     const int threads = G3_DOWN_GPB * nsel * 32;
-    if (down_xs_enabled() && nsel <= 6) {
-        g3_smem_attr(k_g3_q2k_down<6, true>, smem);
-        int nb = g3_resident_blocks(k_g3_q2k_down<6, true>, threads, smem, rows * nsel);
-        cu_launch(k_g3_q2k_down<6, true>, dim3((unsigned)nb), threads, smem, st, a);
-        return;
-    }
     g3_smem_attr(k_g3_q2k_down<G3_NE>, smem);
     int nb = g3_resident_blocks(k_g3_q2k_down<G3_NE>, threads, smem, rows * nsel);
     cu_launch(k_g3_q2k_down<G3_NE>, dim3((unsigned)nb), threads, smem, st, a);

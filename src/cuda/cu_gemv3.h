@@ -26,10 +26,7 @@ void cu_moe_mma_set(int v);
 void cu_moe_dec_glu(int wtype, const void *wg, const void *wu, uint64_t row_bytes, uint64_t expert_bytes, int64_t ff,
                     int64_t in, const float *x, const int *sel, const float *rw, int nsel, float limit, float *mid,
                     cudaStream_t st);
-/* out[rows] = sum over e of down_e mid[e] (Q2_K). MINKE_CUDA_DOWN_XS=1 (an
- * experiment, off by default; cu_moe_down_xs_set for the checks, -1: the
- * environment): the activation pieces from shared memory, the same bits. */
-void cu_moe_down_xs_set(int v);
+/* out[rows] = sum over e of down_e mid[e] (Q2_K). */
 void cu_moe_dec_down(const void *wd, uint64_t row_bytes, uint64_t expert_bytes, int64_t rows, int64_t ff,
                      const float *mid, const int *sel, int nsel, float *out, cudaStream_t st);
 
