@@ -21,9 +21,10 @@
  *                 experts in each output row (no separate sum launch);
  *                 both keep their blocks resident and give each lane one
  *                 fixed slice of the activations, held in registers;
- *   k_g3_q8       dense Q8_0 / Q8_0R (MINKE_CUDA_G3=2 only: slower than
- *                 k_gemvf today, since every block splits the whole input
- *                 for a few rows);
+ *   k_g3_q8       dense Q8_0 / Q8_0R of one token (the decode projections;
+ *                 default since the seventh session: blocks of up to 32 rows,
+ *                 about one an SM, so a block's split of the input serves
+ *                 many rows; MINKE_CUDA_G3=1 gives them back to k_gemvf);
  *   k_moe_glu_mma k_g3_iq2_glu_b's work on the int8 tensor cores (an
  *                 experiment, MINKE_CUDA_MOE_MMA=1: no faster, see there).
  * Each output is summed in a fixed order (the same bits every run).
@@ -48,12 +49,15 @@ __device__ uint32_t g3_ssel[128];
  * aligned, and 8 lanes reading 8 consecutive items hit 8 different bank quads. */
 #define G3_IW 28
 #define G3_MAXIN 16384
+#define G3_DENSE_MIN 2048     /* dense: the least rows and inputs with MINKE_CUDA_G3=2 */
 
 /* MINKE_CUDA_G3: 0 turns these kernels off (the f32 GEMVs run instead), 1
- * (default) keeps the MoE kernels only, 2 uses the dense one too */
+ * keeps the MoE kernels only, 2 (default) uses the dense one too where it is
+ * faster (cu_gemv3), 3 the dense one for every shape (the checks) */
 static int g3_on = -1;
+extern "C" void cu_gemv3_set(int v) { g3_on = v; }
 extern "C" int cu_gemv3_enabled(void) {
-    if (g3_on < 0) { const char *e = getenv("MINKE_CUDA_G3"); g3_on = e && *e ? atoi(e) : 1; }
+    if (g3_on < 0) { const char *e = getenv("MINKE_CUDA_G3"); g3_on = e && *e ? atoi(e) : 2; }
     return g3_on;
 }
 
@@ -577,7 +581,9 @@ static void g3_smem_attr(K k, size_t smem) {
 
 template <bool REP, int R, int KS>
 static void g3_launch_q8(const g3_args &a, int pairs, cudaStream_t st) {
-    constexpr int NI = 4 / R;     /* 4 row-items of 34 bytes a lane in flight */
+    /* 4 row-items of 34 bytes a lane in flight (8 was slower: 124-126 against
+     * 147-148 tok/s in decode, seventh session) */
+    constexpr int NI = 4 / R;
     const int nwr = 8 / KS;
     const size_t smem = g3_items_bytes(a.in);
     g3_smem_attr(k_g3_q8<REP, R, KS, NI>, smem);
@@ -587,9 +593,15 @@ static void g3_launch_q8(const g3_args &a, int pairs, cudaStream_t st) {
 /* Dense T = 1 products of Q8_0 / Q8_0R weights with f32 activations (cu_gemv
  * calls it first for those); 0 when it does not apply. */
 extern "C" int cu_gemv3(const cu_gemv_args *g, cudaStream_t st) {
-    if (cu_gemv3_enabled() < 2 || !g->act_f32 || g->ntok != 1 || g->tile_pairs) return 0;
+    const int on = cu_gemv3_enabled();
+    if (on < 2 || !g->act_f32 || g->ntok != 1 || g->tile_pairs) return 0;
     if (g->wtype != CU_TYPE_Q8_0 && g->wtype != CU_TYPE_Q8_0R) return 0;
     if (g->in % 32 || g->in > G3_MAXIN || g->rows <= 0 || g->rows > 0x7fffffff) return 0;
+    /* where it is faster (gemv_check --time, graphs of 43 on the H200): out_b
+     * 4096 x 8192 11.8 us against 14.7, 4096 x 4096 7.3 against 8.7, but q_b
+     * 32768 x 1024 16.3 against 12.9 (rows of 32 items: too little work a
+     * block for its split) and kv 512 x 4096 4.1 against 3.7 */
+    if (on == 2 && (g->in < G3_DENSE_MIN || g->rows < G3_DENSE_MIN)) return 0;
     if (((uintptr_t)g->act & 15) || (g->group_rows && (g->group_act_bytes & 15))) return 0;
     const bool rep = g->wtype == CU_TYPE_Q8_0R;
     if (rep && (((uintptr_t)g->w | (uintptr_t)(g->w2 ? g->w2 : g->w) | g->row_bytes) & 15)) return 0;
@@ -601,16 +613,28 @@ extern "C" int cu_gemv3(const cu_gemv_args *g, cudaStream_t st) {
     a.group_rows = g->group_rows; a.group_floats = g->group_act_bytes / 4;
     a.out = g->out; a.out2 = g->out2; a.accumulate = g->accumulate;
     const int pairs = g->w2 ? 2 : 1;
-    /* the shape: 4 rows a warp while that leaves >= 2 blocks an SM, else fewer
-     * rows, then K split over warps; a block's rows stay in one input group */
-    const int64_t want = 2 * (int64_t)cu_num_sms(), gr = g->group_rows;
-    auto blocks = [&](int64_t rpb) { return (g->rows + rpb - 1) / rpb * pairs; };
+    /* the shape: K split over warps (KS) only where one matrix gives too few
+     * blocks of 8 warp rows, then 4 rows a warp while that leaves a block an
+     * SM, else fewer; a block's rows stay in one input group. KS sets the
+     * order of a row's sums, so it is chosen from one matrix: a paired launch
+     * gives the same bits as two single ones.
+     * A block splits the whole input for its rows, so few large blocks win:
+     * wanting 2 blocks an SM (out_a in 512 blocks of 16 rows, out_b 8 rows a
+     * block) gave 133.7 tok/s in decode, 1 block an SM 147.0-148.1, against
+     * 137.8-140.2 for the f32 kernels (seventh session). MINKE_CUDA_G3_WANT:
+     * the blocks wanted in half SMs (default 2). */
+    static int want_half = -1;
+    if (want_half < 0) { const char *e = getenv("MINKE_CUDA_G3_WANT"); want_half = e && atoi(e) > 0 ? atoi(e) : 2; }
+    const int64_t want = want_half * (int64_t)cu_num_sms() / 2, gr = g->group_rows;
+    auto blocks1 = [&](int64_t rpb) { return (g->rows + rpb - 1) / rpb; };
+    auto blocks = [&](int64_t rpb) { return blocks1(rpb) * pairs; };
     auto fits = [&](int64_t rpb) { return !gr || gr % rpb == 0; };
 #define G3_Q8(R, KS) do { if (rep) g3_launch_q8<true, R, KS>(a, pairs, st); else g3_launch_q8<false, R, KS>(a, pairs, st); } while (0)
-    if (fits(32) && blocks(32) >= want) G3_Q8(4, 1);
-    else if (fits(16) && blocks(16) >= want) G3_Q8(2, 1);
-    else if (fits(8) && blocks(8) >= want) G3_Q8(1, 1);
-    else if (fits(4) && blocks(4) >= want) G3_Q8(1, 2);
+    if (fits(8) && blocks1(8) >= want) {
+        if (fits(32) && blocks(32) >= want) G3_Q8(4, 1);
+        else if (fits(16) && blocks(16) >= want) G3_Q8(2, 1);
+        else G3_Q8(1, 1);
+    } else if (fits(4) && blocks1(4) >= want) G3_Q8(1, 2);
     else if (fits(2)) G3_Q8(1, 4);
     else return 0;
 #undef G3_Q8

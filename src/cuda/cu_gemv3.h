@@ -11,9 +11,11 @@
 extern "C" {
 #endif
 
-/* MINKE_CUDA_G3: 0 leaves these products to the f32 GEMVs, 1 (default) keeps
- * the MoE kernels only, 2 the dense one too. */
+/* MINKE_CUDA_G3: 0 leaves these products to the f32 GEMVs, 1 keeps the MoE
+ * kernels only, 2 (default) the dense one too where it is faster, 3 the dense
+ * one for every shape; cu_gemv3_set for the checks (-1: the environment). */
 int cu_gemv3_enabled(void);
+void cu_gemv3_set(int v);
 int cu_gemv3_tables_init(const uint64_t *grid);
 /* Dense Q8_0 / Q8_0R at ntok = 1 with act_f32 (cu_gemv tries it first); 0 when it does not apply. */
 int cu_gemv3(const cu_gemv_args *g, cudaStream_t st);

@@ -6,8 +6,9 @@
  * (3e-6 of max|y|) in every T = 1 pipeline variant (MINKE_CUDA_GEMVF_V), and
  * --time prints the decode shapes of Flash per variant: the median of 20
  * launches and the mean of 43 back-to-back launches in one CUDA graph.
- * The tensor-core Q8_0 decode GEMV (cu_gemvq8.cu, MINKE_CUDA_Q8MMA) is checked
- * and timed beside them.
+ * The tensor-core Q8_0 decode GEMV (cu_gemvq8.cu, MINKE_CUDA_Q8MMA) and the
+ * dense dp4a one (cu_gemv3.cu, MINKE_CUDA_G3=3: every shape) are checked and
+ * timed beside them.
  * The one-row GEMV of plain-float weights (cu_gemvh.cu) is checked against a
  * double reference in each launch schedule (bit-identical to each other), and
  * --time compares it with the generic kernel on the F16 decode shapes of Flash.
@@ -23,6 +24,7 @@
 #include "cuda/cu_ops.h"
 #include "cuda/cu_gemvh.h"
 #include "cuda/cu_gemvq8.h"
+#include "cuda/cu_gemv3.h"
 
 /* cu_gemv.cu: the T = 1 pipeline variant of the exact-activation GEMV (MINKE_CUDA_GEMVF_V) */
 void cu_gemvf_set_variant(int v);
@@ -415,21 +417,26 @@ static int check_f32(int type, int64_t rows, int64_t in, int T, int E, int K, in
             if (G > 0) snprintf(what + strlen(what), sizeof what - strlen(what), " (%d x %lld rows)", G, (long long)grows);
             if (nt > 1) { fail |= run_f32(what, g, ntiles, ref, (int64_t)P * rows); continue; }
             /* T = 1: every pipeline variant of k_gemvf (MINKE_CUDA_GEMVF_V 0..5, the
-             * tensor-core kernel off), the tensor-core kernel (MINKE_CUDA_Q8MMA=1, 2:
-             * Q8_0R only, cu_gemvq8.cu) (failures only), then the default */
+             * tensor-core and dp4a kernels off), the tensor-core kernel
+             * (MINKE_CUDA_Q8MMA=1, 2: Q8_0R only, cu_gemvq8.cu), the dense dp4a
+             * kernel on every shape (MINKE_CUDA_G3=3, cu_gemv3.cu: Q8_0 and Q8_0R) (failures
+             * only), then the default */
             size_t wl = strlen(what);
-            for (int v = 0; v <= 8; v++) {
+            for (int v = 0; v <= 9; v++) {
                 if (v < 6) snprintf(what + wl, sizeof what - wl, " V%d", v);
                 else if (v < 8) snprintf(what + wl, sizeof what - wl, " Q8MMA=%d", v - 5);
+                else if (v == 8) snprintf(what + wl, sizeof what - wl, " G3=3");
                 else snprintf(what + wl, sizeof what - wl, " (variants checked, default)");
                 cu_gemvf_set_variant(v < 6 ? v : -1);
-                cu_gemvq8_set(v < 6 ? 0 : v < 8 ? v - 5 : -1);
-                f32_quiet = v < 8;
+                cu_gemvq8_set(v < 8 ? (v < 6 ? 0 : v - 5) : v == 8 ? 0 : -1);
+                cu_gemv3_set(v < 8 ? 1 : v == 8 ? 3 : -1);
+                f32_quiet = v < 9;
                 fail |= run_f32(what, g, ntiles, ref, (int64_t)P * rows);
             }
             f32_quiet = 0;
             cu_gemvf_set_variant(-1);
             cu_gemvq8_set(-1);
+            cu_gemv3_set(-1);
         }
     }
     cudaFree(dW); cudaFree(dx); cudaFree(dy); cudaFree(dsel); cudaFree(dt);
@@ -539,13 +546,15 @@ static void time_f32(int type, int64_t rows, int64_t in, int E, int paired, int 
     cudaStream_t gs;
     CK(cudaStreamCreateWithFlags(&gs, cudaStreamNonBlocking));
     /* mode 0: the q8 kernel; 1..6: act_f32 with MINKE_CUDA_GEMVF_V = mode - 1 (the
-     * tensor-core kernel off); 7, 8: act_f32 with MINKE_CUDA_Q8MMA = 1, 2 (Q8_0 only) */
-    const int nvar = wt == 108 ? 11 : 6;
+     * tensor-core and dense dp4a kernels off); 7..11: act_f32 with MINKE_CUDA_Q8MMA =
+     * 1..5 (Q8_0 only); 12: the dense dp4a kernel (MINKE_CUDA_G3=3, Q8_0 only) */
+    const int nvar = wt == 108 ? 12 : 6;
     float med[1 + 15], graph_us[1 + 15];
     for (int mode = 0; mode < 1 + nvar; mode++) {
         int f32 = mode > 0;
         if (f32) cu_gemvf_set_variant(mode <= 6 ? mode - 1 : -1);
-        cu_gemvq8_set(mode <= 6 ? 0 : mode - 6);
+        cu_gemvq8_set(mode <= 6 || mode == 12 ? 0 : mode - 6);
+        cu_gemv3_set(mode == 12 ? 3 : 1);
         g.act_f32 = f32;
         g.act = f32 ? (const void *)dx : dq;
         g.act_stride = f32 ? in * 4 : arb;
@@ -553,11 +562,12 @@ static void time_f32(int type, int64_t rows, int64_t in, int E, int paired, int 
     }
     cu_gemvf_set_variant(-1);
     cu_gemvq8_set(-1);
+    cu_gemv3_set(-1);
     printf("time gemvf %-8s %-26s %6.2f MB: q8 %.2f us (%.0f GB/s), graph %.2f us (%.0f GB/s)\n", quant_get(type)->name, shape,
            set / 1e6, med[0] * 1e3, set / (med[0] * 1e-3) / 1e9, graph_us[0], set / (graph_us[0] * 1e-6) / 1e9);
     for (int v = 0; v < nvar; v++)
         printf("time gemvf %-8s %-26s    f32 %s%d: %.2f us (%.0f GB/s), graph of 43: %.2f us (%.0f GB/s)\n", quant_get(type)->name,
-               shape, v < 6 ? "V" : "Q8MMA=", v < 6 ? v : v - 5, med[1 + v] * 1e3, set / (med[1 + v] * 1e-3) / 1e9, graph_us[1 + v], set / (graph_us[1 + v] * 1e-6) / 1e9);
+               shape, v < 6 ? "V" : v < 11 ? "Q8MMA=" : "G3=", v < 6 ? v : v < 11 ? v - 5 : 3, med[1 + v] * 1e3, set / (med[1 + v] * 1e-3) / 1e9, graph_us[1 + v], set / (graph_us[1 + v] * 1e-6) / 1e9);
     for (int i = 0; i < 21; i++) cudaEventDestroy(ev[i]);
     cudaStreamDestroy(gs);
     cudaFree(pool); cudaFree(dx); cudaFree(dq); cudaFree(dy); cudaFree(dy2); cudaFree(dsel); cudaFree(dt);
