@@ -26,7 +26,9 @@
  * tilings of V1's arithmetic (the same bits), MINKE_CUDA_MMQ_V=2..7: V2 128
  * weight rows x 32 pairs, V4 128 x 64 with 8 warps, V6 256 x 32 with 8 warps
  * (odd numbers: only for MoE tiles), with a cheaper IQ2_XXS decode and
- * cp.async activation staging; see "V2" below. F16 weights run k_mmf16 (f16
+ * cp.async activation staging; see "V2" below. Q2_K's V2 kernel copies the
+ * next stage's weights by cp.async during the products (MINKE_CUDA_MMQ_WPIPE,
+ * default 1; the same bits; see "WP" below). F16 weights run k_mmf16 (f16
  * hi + lo split of the f32 activations) in both modes.
  */
 #include <stdlib.h>
@@ -410,7 +412,7 @@ __device__ __forceinline__ void mx_split_stage(const uint8_t *arow, int nvalid, 
  *   <= 75.5 KB, so 3 blocks per SM with 3 pieces (168 registers).
  * The integers are the same; the float roundings per output (order, not count)
  * differ from V0, and are the same in every launch shape. */
-template <int TYPE, int P, int V>
+template <int TYPE, int P, int V, bool WP = false>
 struct mx_lay {
     static constexpr bool Q2K = TYPE == CU_TYPE_Q2_K;
     static constexpr bool IQ2 = TYPE == CU_TYPE_IQ2R || TYPE == CU_TYPE_IQ2_XXS;
@@ -434,7 +436,10 @@ struct mx_lay {
     static constexpr size_t o_off = o_grid + (size_t)(n_grid + n_smask) * 8;
     static constexpr size_t o_min = o_off + (size_t)BN * 8;
     static constexpr size_t o_id = o_min + (size_t)n_min;
-    static constexpr size_t bytes = o_id + (size_t)BN * 4;
+    /* WP (MINKE_CUDA_MMQ_WPIPE, Q2_K in V2 tiles): the next stage's raw blocks, 64 code bytes per
+     * row, then d|dmin per row (the 16 scale bytes go to the pad of the row's sw line) */
+    static constexpr size_t o_raw = (o_id + (size_t)BN * 4 + 15) & ~(size_t)15;
+    static constexpr size_t bytes = WP ? o_raw + (size_t)BM * (64 + 4) : o_id + (size_t)BN * 4;
 };
 
 /* 4 8x8 b16 matrices from shared memory: lane L gives the address of row L % 8
@@ -581,11 +586,120 @@ __device__ __forceinline__ void mq_wload_tab(const uint8_t *row, int it, int nit
  * rows with 8 warps stacked over the rows, __launch_bounds__(256, 2): a
  * quarter of V1's activation traffic per output, V2's weight decode per
  * output, 2 blocks of ~105 KB per SM. Q2_K runs V2. Same bits as V1. */
-/* PRE: the activations are pre-split rows (k_mmq_split, cu_mmq_presplit) instead of f32. V: 0, 1, 2, 4 or 6 (above). */
-template <int TYPE, int MINB, int P, bool PRE, int V>
+
+/* ---- WP: pipelined weight loads (MINKE_CUDA_MMQ_WPIPE=1: Q2_K in V2 tiles; 2: and IQ2R in V4) ----
+ * Why: ncu on Flash's MoE down product (Q2_K, V2, pre-split) showed the warps
+ * stalled on the weight words: each stage loads them with LDG into registers
+ * and decodes them at once, a global-memory round trip per stage with only
+ * the other blocks' warps to cover it. WP copies stage s + 1's raw blocks
+ * (one Q2_K block of 84 bytes per row: a stage is 256 elements) to shared
+ * memory by cp.async right after stage s's staging barrier, so the copy runs
+ * during stage s's products, and stage s + 1 decodes from shared memory: the
+ * same integer codes, scales and mins as mq_wload, so the same bits. Space
+ * (3 blocks per SM keep <= 75 KB each): 64 code bytes + d|dmin per row in
+ * their own area (8.5 KB), the 16 scale bytes in the 16-byte pad at the end
+ * of the row's sw line, which no fragment load reads. Single-buffered: the
+ * decode of stage s is done (staging barrier) before stage s + 1's copy is
+ * issued, and the copy is waited for before the stage's closing barrier.
+ * H200, mmq_exact --time, Flash's MoE down (4096 x 2048, 4096 tokens x 6 of
+ * 256): the pre-split product 6.97 -> 5.59 ms, on the fly 7.39 -> 6.02 ms;
+ * ncu: long-scoreboard stalls 2.87 -> 0.55 cycles per issued instruction.
+ * IQ2R (the MoE gate and up, V4: 2 blocks of <= 113 KB per SM) the same way:
+ * the stage's 64 code bytes per row, and the 4-byte word holding its block
+ * scale; decoded by mq_wload_tab's arithmetic. Only with WPIPE=2: there the
+ * 16 warps per SM hid the loads already (MoE gate, pre-split: 5.15 -> 5.23
+ * ms, slower; on the fly 7.32 -> 7.07). */
+/* cp.async of 4 bytes where on (predicated: no branch around it) */
+__device__ __forceinline__ void mq_cp4_if(unsigned dst, const void *src, bool on) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %2, 0;\n@p cp.async.ca.shared.global [%0], [%1], 4;\n}\n" ::"r"(dst),
+                 "l"(src), "r"((int)on) : "memory");
+}
+/* stage blk's raw blocks of the BM rows: cp.async of 4 bytes (a block is 4-byte aligned),
+ * per row 21 words among its 8 threads li: code words li and li + 8, then scale word li
+ * (li < 4) or d|dmin (li = 4); rows past the last repeat it, as the direct loads do */
+template <int BM, int THREADS>
+__device__ __forceinline__ void mq_q2k_fetch(const uint8_t *wbase, int64_t r0, int64_t rows, int64_t row_bytes, int blk,
+                                             int tid, unsigned raw_s, unsigned sw_s) {
+    const int li = tid & 7;
+#pragma unroll
+    for (int j = 0; j < BM * MQ_KI / THREADS; j++) {
+        const int r = (tid >> 3) + (THREADS / 8) * j;
+        const uint8_t *b = wbase + (r0 + r < rows ? r0 + r : rows - 1) * row_bytes + (int64_t)blk * 84;
+        mq_cp4(raw_s + r * 64 + li * 4, b + 16 + li * 4, 4);
+        mq_cp4(raw_s + r * 64 + 32 + li * 4, b + 48 + li * 4, 4);
+        mq_cp4_if(li < 4 ? sw_s + (r * MQ_LDI + 64 + li) * 4 : raw_s + BM * 64 + r * 4, b + (li < 4 ? li * 4 : 80), li <= 4);
+    }
+}
+/* IQ2R (rows of nb blocks of 64 code bytes, then nb f16 scales; 8-byte aligned with nb % 4 = 0,
+ * as mq_wload's uint2 loads need): item li of each row by its thread, the scale word by li = 0 */
+template <int BM, int THREADS>
+__device__ __forceinline__ void mq_iq2r_fetch(const uint8_t *wbase, int64_t r0, int64_t rows, int64_t row_bytes, int nb,
+                                              int blk, int tid, unsigned raw_s) {
+    const int li = tid & 7;
+#pragma unroll
+    for (int j = 0; j < BM * MQ_KI / THREADS; j++) {
+        const int r = (tid >> 3) + (THREADS / 8) * j;
+        const uint8_t *row = wbase + (r0 + r < rows ? r0 + r : rows - 1) * row_bytes;
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(raw_s + r * 64 + li * 8),
+                     "l"(row + (int64_t)blk * 64 + li * 8) : "memory");
+        mq_cp4_if(raw_s + BM * 64 + r * 4, row + (int64_t)nb * 64 + (blk & ~1) * 2, li == 0);
+    }
+}
+/* row r, item li from the raw copy: mq_wload_tab<CU_TYPE_IQ2R>'s codes into sw, its scale x sc3 into sws */
+template <int BM>
+__device__ __forceinline__ void mq_iq2r_stage_row(const uint8_t *raw, int *sw, float *sws, const uint64_t *tab,
+                                                  const uint64_t *smask, int r, int li, int blk, float sc3) {
+    const uint2 v = *(const uint2 *)(raw + r * 64 + li * 8);
+    int q[8];
+    mq_iq2_codes_tab(v.x, v.y, tab, smask, q);
+    const float s = cu_h2f(((const uint16_t *)(raw + BM * 64 + r * 4))[blk & 1]) * mq_odd_f(v.y) * 0.125f;
+    int4 *d = (int4 *)&sw[r * MQ_LDI + li * 8];
+    d[0] = make_int4(q[0], q[1], q[2], q[3]);
+    d[1] = make_int4(q[4], q[5], q[6], q[7]);
+    sws[r * MQ_KI + li] = s * sc3;
+}
+/* the next stage's copy, for either type */
+template <int TYPE, int BM, int THREADS>
+__device__ __forceinline__ void mx_wfetch(const uint8_t *wbase, int64_t r0, const cu_gemv_args &g, int blk, int tid,
+                                          unsigned raw_s, unsigned sw_s) {
+    if constexpr (TYPE == CU_TYPE_Q2_K) mq_q2k_fetch<BM, THREADS>(wbase, r0, g.rows, g.row_bytes, blk, tid, raw_s, sw_s);
+    else mq_iq2r_fetch<BM, THREADS>(wbase, r0, g.rows, g.row_bytes, g.items >> 3, blk, tid, raw_s);
+}
+/* row r, item li of the stage from the raw copy: mq_wload<CU_TYPE_Q2_K>'s codes into sw, and
+ * (li = 0) d, -dmin times sc3 into sws, (li = 1) the 16 mins into smin, as the direct path */
+template <int BM>
+__device__ __forceinline__ void mq_q2k_stage_row(const uint8_t *raw, int *sw, float *sws, uint8_t *smin, int r, int li,
+                                                 float sc3) {
+    const int4 *c = (const int4 *)(raw + r * 64 + 32 * (li >> 2));
+    const int4 c0 = c[0], c1 = c[1];
+    const int qs[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
+    const uint8_t *scl = (const uint8_t *)&sw[r * MQ_LDI + 64];
+    const uint32_t sc = *(const uint16_t *)(scl + 2 * li), sc0 = sc & 15, sc1 = (sc >> 8) & 15;
+    const int sh = 2 * (li & 3);
+    int q[8];
+#pragma unroll
+    for (int k = 0; k < 8; k++) q[k] = (int)((((uint32_t)qs[k] >> sh) & 0x03030303u) * (k < 4 ? sc0 : sc1));
+    int4 *d = (int4 *)&sw[r * MQ_LDI + li * 8];
+    d[0] = make_int4(q[0], q[1], q[2], q[3]);
+    d[1] = make_int4(q[4], q[5], q[6], q[7]);
+    if (li == 0) {
+        const uint32_t dd = *(const uint32_t *)(raw + BM * 64 + r * 4);
+        sws[r * 2 + 0] = cu_h2f((uint16_t)dd) * sc3;
+        sws[r * 2 + 1] = -cu_h2f((uint16_t)(dd >> 16)) * sc3;
+    } else if (li == 1) {
+        const uint4 b4 = *(const uint4 *)scl;
+        *(uint4 *)&smin[r * 16] = make_uint4((b4.x >> 4) & 0x0F0F0F0Fu, (b4.y >> 4) & 0x0F0F0F0Fu, (b4.z >> 4) & 0x0F0F0F0Fu,
+                                             (b4.w >> 4) & 0x0F0F0F0Fu);
+    }
+}
+
+/* PRE: the activations are pre-split rows (k_mmq_split, cu_mmq_presplit) instead of f32. V: 0, 1, 2, 4 or 6 (above).
+ * WP: pipelined weight loads (above; Q2_K with V = 2, IQ2R with V = 4). */
+template <int TYPE, int MINB, int P, bool PRE, int V, bool WP = false>
 __global__ void __launch_bounds__(mx_lay<TYPE, P, V>::THREADS, MINB) k_mmqx(cu_gemv_args g) {
     cu_pdl_enter();
-    typedef mx_lay<TYPE, P, V> L;
+    typedef mx_lay<TYPE, P, V, WP> L;
+    static_assert(!WP || (TYPE == CU_TYPE_Q2_K && V == 2) || (TYPE == CU_TYPE_IQ2R && V == 4), "WP: Q2_K in V2, IQ2R in V4");
     constexpr bool Q2K = L::Q2K;
     constexpr bool IQ2 = L::IQ2;
     constexpr bool WIDE = V >= 2;       /* 128 or 256 rows; empty slots neither loaded nor multiplied */
@@ -604,6 +718,7 @@ __global__ void __launch_bounds__(mx_lay<TYPE, P, V>::THREADS, MINB) k_mmqx(cu_g
     int64_t *soff = (int64_t *)(sbase + L::o_off);          /* byte offset of each slot's activation row */
     uint8_t *smin = sbase + L::o_min;
     int *sid = (int *)(sbase + L::o_id);
+    uint8_t *sraw = sbase + L::o_raw;                       /* WP: the next stage's raw weight blocks */
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int gq = lane >> 2, tq = lane & 3;
     /* V2, V6: warps stacked over the 128 or 256 rows, each over all 32 activation rows; V4: 4 x 2 warps */
@@ -662,6 +777,12 @@ __global__ void __launch_bounds__(mx_lay<TYPE, P, V>::THREADS, MINB) k_mmqx(cu_g
             wrow[j] = wbase + row * (int64_t)g.row_bytes;
         }
     }
+    /* WP: stage 0's raw weights, then each stage's copy of the next one during the products */
+    const unsigned sraw_s = (unsigned)__cvta_generic_to_shared(sraw), sw_s = (unsigned)__cvta_generic_to_shared(sw);
+    if constexpr (WP) {
+        mx_wfetch<TYPE, BM, THREADS>(wbase, r0, g, 0, tid, sraw_s, sw_s);
+        mq_cp_wait();
+    }
     /* the activation rows' addresses come from shared memory each stage (registers for the cap) */
     __syncthreads();
     /* V1: this lane's ldmatrix rows: weights (row wm + lane % 16, ints 4 (lane / 16)), activations
@@ -708,42 +829,48 @@ __global__ void __launch_bounds__(mx_lay<TYPE, P, V>::THREADS, MINB) k_mmqx(cu_g
 #pragma unroll 4
         for (int j = 0; j < NJW; j++) {
             int r = (tid >> 3) + (THREADS / 8) * j;
-            const uint8_t *wr;
-            if (WIDE) wr = wbase + (r0 + r < g.rows ? r0 + r : g.rows - 1) * (int64_t)g.row_bytes;
-            else wr = wrow[j];
-            int q[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-            float s = 0.f;
-            if (it < nit) {
-                if (WIDE) mq_wload_tab<TYPE>(wr, it, nit, tab, smask, q, s);
-                else mq_wload<TYPE>(wr, it, nit, tab, q, s);
-            }
-            int4 *d = (int4 *)&sw[r * MQ_LDI + li * 8];
-            d[0] = make_int4(q[0], q[1], q[2], q[3]);
-            d[1] = make_int4(q[4], q[5], q[6], q[7]);
-            if (Q2K) {
-                if (li == 0) {
-                    const uint8_t *b = wr + (int64_t)(it0 >> 3) * 84;
-                    if (V) {
-                        /* d / 256 with 3 pieces; -dmin: the min term adds with the same FFMA */
-                        sws[r * 2 + 0] = cu_h2f(*(const uint16_t *)(b + 80)) * SC3;
-                        sws[r * 2 + 1] = -cu_h2f(*(const uint16_t *)(b + 82)) * SC3;
-                    } else {
-                        sws[r * MQ_KI + 0] = cu_h2f(*(const uint16_t *)(b + 80));
-                        sws[r * MQ_KI + 1] = cu_h2f(*(const uint16_t *)(b + 82));
-                    }
-                } else if (li == 1) {
-                    const uint8_t *b = wr + (int64_t)(it0 >> 3) * 84;
-                    if (V) {
-                        const uint32_t *b4 = (const uint32_t *)b;
-                        *(uint4 *)&smin[r * 16] = make_uint4((b4[0] >> 4) & 0x0F0F0F0Fu, (b4[1] >> 4) & 0x0F0F0F0Fu,
-                                                             (b4[2] >> 4) & 0x0F0F0F0Fu, (b4[3] >> 4) & 0x0F0F0F0Fu);
-                    } else {
-#pragma unroll
-                        for (int k = 0; k < 16; k++) smin[r * 16 + k] = b[k] >> 4;
-                    }
-                }
+            if constexpr (WP && Q2K) {
+                mq_q2k_stage_row<BM>(sraw, sw, sws, smin, r, li, SC3);
+            } else if constexpr (WP) {
+                mq_iq2r_stage_row<BM>(sraw, sw, sws, tab, smask, r, li, it0 >> 3, SC3);
             } else {
-                sws[r * MQ_KI + li] = s * SC3;
+                const uint8_t *wr;
+                if (WIDE) wr = wbase + (r0 + r < g.rows ? r0 + r : g.rows - 1) * (int64_t)g.row_bytes;
+                else wr = wrow[j];
+                int q[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+                float s = 0.f;
+                if (it < nit) {
+                    if (WIDE) mq_wload_tab<TYPE>(wr, it, nit, tab, smask, q, s);
+                    else mq_wload<TYPE>(wr, it, nit, tab, q, s);
+                }
+                int4 *d = (int4 *)&sw[r * MQ_LDI + li * 8];
+                d[0] = make_int4(q[0], q[1], q[2], q[3]);
+                d[1] = make_int4(q[4], q[5], q[6], q[7]);
+                if (Q2K) {
+                    if (li == 0) {
+                        const uint8_t *b = wr + (int64_t)(it0 >> 3) * 84;
+                        if (V) {
+                            /* d / 256 with 3 pieces; -dmin: the min term adds with the same FFMA */
+                            sws[r * 2 + 0] = cu_h2f(*(const uint16_t *)(b + 80)) * SC3;
+                            sws[r * 2 + 1] = -cu_h2f(*(const uint16_t *)(b + 82)) * SC3;
+                        } else {
+                            sws[r * MQ_KI + 0] = cu_h2f(*(const uint16_t *)(b + 80));
+                            sws[r * MQ_KI + 1] = cu_h2f(*(const uint16_t *)(b + 82));
+                        }
+                    } else if (li == 1) {
+                        const uint8_t *b = wr + (int64_t)(it0 >> 3) * 84;
+                        if (V) {
+                            const uint32_t *b4 = (const uint32_t *)b;
+                            *(uint4 *)&smin[r * 16] = make_uint4((b4[0] >> 4) & 0x0F0F0F0Fu, (b4[1] >> 4) & 0x0F0F0F0Fu,
+                                                                 (b4[2] >> 4) & 0x0F0F0F0Fu, (b4[3] >> 4) & 0x0F0F0F0Fu);
+                        } else {
+#pragma unroll
+                            for (int k = 0; k < 16; k++) smin[r * 16 + k] = b[k] >> 4;
+                        }
+                    }
+                } else {
+                    sws[r * MQ_KI + li] = s * SC3;
+                }
             }
             if (!PRE && j < NJA)
                 /* f32 row: the stage's 8 items, float4 li of each (V2: slots past the last pair read nothing) */
@@ -799,6 +926,9 @@ __global__ void __launch_bounds__(mx_lay<TYPE, P, V>::THREADS, MINB) k_mmqx(cu_g
             }
         }
         __syncthreads();
+        /* WP: every thread is past its decode of this stage's raw blocks */
+        if (WP && it0 + MQ_KI < nit)
+            mx_wfetch<TYPE, BM, THREADS>(wbase, r0, g, (it0 >> 3) + 1, tid, sraw_s, sw_s);
         /* V2, V4: a warp whose 32 activation rows are all past the last one (V4: tiles of <= 32
          * pairs) skips the products (warp-uniform, no barrier inside) */
         if (WIDE && wn >= nt) {
@@ -1041,6 +1171,7 @@ __global__ void __launch_bounds__(mx_lay<TYPE, P, V>::THREADS, MINB) k_mmqx(cu_g
                 }
             }
         }
+        if (WP) mq_cp_wait();     /* the next stage's raw weights, visible to all after the barrier */
         __syncthreads();
     }
 #pragma unroll
@@ -1272,16 +1403,44 @@ static int mx_occ3(void) {
 
 /* k_mmqx needs more than the 48 KB of static shared memory: opt in once per
  * instantiation, and ask for the largest carveout so 3 blocks fit per SM. */
-template <int T, int MINB, int P, bool PRE, int V>
+template <int T, int MINB, int P, bool PRE, int V, bool WP = false>
 static void mx_launch(dim3 grid, cudaStream_t st, const cu_gemv_args &g) {
     static unsigned ready = 0;
-    const size_t smem = mx_lay<T, P, V>::bytes;
+    const size_t smem = mx_lay<T, P, V, WP>::bytes;
     if (cu_dev_first(&ready)) {
-        cudaFuncSetAttribute(k_mmqx<T, MINB, P, PRE, V>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-        cudaFuncSetAttribute(k_mmqx<T, MINB, P, PRE, V>, cudaFuncAttributePreferredSharedMemoryCarveout,
+        cudaFuncSetAttribute(k_mmqx<T, MINB, P, PRE, V, WP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        cudaFuncSetAttribute(k_mmqx<T, MINB, P, PRE, V, WP>, cudaFuncAttributePreferredSharedMemoryCarveout,
                              (int)cudaSharedmemCarveoutMaxShared);
     }
-    cu_launch(k_mmqx<T, MINB, P, PRE, V>, grid, mx_lay<T, P, V>::THREADS, smem, st, g);
+    cu_launch(k_mmqx<T, MINB, P, PRE, V, WP>, grid, mx_lay<T, P, V>::THREADS, smem, st, g);
+}
+
+/* MINKE_CUDA_MMQ_WPIPE=1 (default): Q2_K's V2 kernels with pipelined weight loads (WP,
+ * above; the same bits), 2: IQ2R's V4 kernels too, 0: the direct loads. A 4096-token
+ * prompt of Flash q2 on the H200: 2,813-2,815 tok/s with 1 against 2,701-2,702 with 0
+ * and 2,801 with 2 (seventh session). Read once per process; cu_mmq_set_wpipe overrides
+ * it (mmq_exact compares them in one process). */
+#define MX_WPIPE_DEFAULT 1
+static int mx_wp = -1;
+static int mx_wpipe(void) {
+    if (mx_wp < 0) {
+        const char *e = getenv("MINKE_CUDA_MMQ_WPIPE");
+        const int n = e ? atoi(e) : MX_WPIPE_DEFAULT;
+        mx_wp = n >= 0 && n <= 2 ? n : 1;
+    }
+    return mx_wp;
+}
+extern "C" void cu_mmq_set_wpipe(int level) { mx_wp = level >= 0 && level <= 2 ? level : 1; }
+static_assert(3 * (mx_lay<CU_TYPE_Q2_K, 3, 2, true>::bytes + 1024) <= 228 * 1024 &&
+                  2 * (mx_lay<CU_TYPE_IQ2R, 3, 4, true>::bytes + 1024) <= 228 * 1024,
+              "WP: 3 blocks per SM (Q2_K, V2), 2 (IQ2R, V4) on the H200");
+
+/* V2 or V4 tiles, with WP where asked and built (Q2_K in V2; IQ2R in V4 with WPIPE=2) */
+template <int T, int MINB, int P, bool PRE, int V>
+static void mx_launch_wp(dim3 grid, cudaStream_t st, const cu_gemv_args &g) {
+    if constexpr ((T == CU_TYPE_Q2_K && V == 2) || (T == CU_TYPE_IQ2R && V == 4))
+        if (mx_wpipe() >= (T == CU_TYPE_Q2_K ? 1 : 2)) { mx_launch<T, MINB, P, PRE, V, true>(grid, st, g); return; }
+    mx_launch<T, MINB, P, PRE, V>(grid, st, g);
 }
 
 /* ntiles: blocks of 64 activation rows (the backend's MoE tiles of CU_MMQ_TILE pairs) */
@@ -1302,10 +1461,10 @@ static void mx_pick(int ntiles, cudaStream_t st, const cu_gemv_args &g) {
     if (tiling == 2) {
         dim3 wgrid(wrows, (unsigned)ntiles * 2);
         if (mx_pieces() == 3) {
-            if (mx_occ3() == 2) mx_launch<T, 2, 3, PRE, 2>(wgrid, st, g);
-            else mx_launch<T, 3, 3, PRE, 2>(wgrid, st, g);
+            if (mx_occ3() == 2) mx_launch_wp<T, 2, 3, PRE, 2>(wgrid, st, g);
+            else mx_launch_wp<T, 3, 3, PRE, 2>(wgrid, st, g);
         } else {
-            mx_launch<T, MQ_OCC_DEFAULT, 2, PRE, 2>(wgrid, st, g);
+            mx_launch_wp<T, MQ_OCC_DEFAULT, 2, PRE, 2>(wgrid, st, g);
         }
         return;
     }
@@ -1313,8 +1472,8 @@ static void mx_pick(int ntiles, cudaStream_t st, const cu_gemv_args &g) {
         if (tiling == 4) {
             /* 2 blocks of 8 warps per SM (shared memory and registers), for 2 or 3 pieces */
             dim3 wgrid(wrows, (unsigned)ntiles);
-            if (mx_pieces() == 3) mx_launch<T, 2, 3, PRE, 4>(wgrid, st, g);
-            else mx_launch<T, 2, 2, PRE, 4>(wgrid, st, g);
+            if (mx_pieces() == 3) mx_launch_wp<T, 2, 3, PRE, 4>(wgrid, st, g);
+            else mx_launch_wp<T, 2, 2, PRE, 4>(wgrid, st, g);
             return;
         }
         if (tiling == 6) {

@@ -26,7 +26,12 @@
  * for MoE tiles only) with 3, V6 (256 x 32 tiles of 8 warps) with 3 and 2, V7
  * (V6 for MoE tiles only) with 3. V2-V7 keep V1's per-output arithmetic: their
  * outputs must also equal V1's bit for bit (cu_mmq_set_version switches
- * in-process).
+ * in-process). Then V4 (Q2_K: V2) with 3 and 2 pieces with
+ * MINKE_CUDA_MMQ_WPIPE=2 and V2 with 3 at 2 blocks per SM with WPIPE=1
+ * (pipelined weight loads: 1, the default, for Q2_K in V2 tiles, 2 also IQ2R
+ * in V4): in every run where they are on (all but WPIPE=0) the outputs, on
+ * the fly and pre-split, must equal the direct loads' bit for bit
+ * (cu_mmq_set_wpipe switches in-process).
  * --time adds prefill-shaped timings: the q8 kernel against the exact ones
  * (on the fly; pre-split: split launch + product) on
  * 4096 x 4096 weights at T = 512 and on Flash's MoE shapes (4096 tokens x 6
@@ -47,6 +52,7 @@ int64_t cu_mmq_split_row_bytes(int64_t n);
 int cu_mmq_split_act(int wtype, const float *x, int64_t nrows, int64_t n, int64_t xstride, void *out, cudaStream_t st);
 int cu_mmq_presplit(const cu_gemv_args *g, int ntiles, cudaStream_t st);
 void cu_mmq_set_version(int v);
+void cu_mmq_set_wpipe(int level);
 
 #define TYPE_Q8_0R 108
 #define TYPE_IQ2R 116
@@ -62,7 +68,8 @@ static float frand(void) { return (float)(urand() * 2.0 - 1.0); }
 
 static int pieces;
 static int version = 1;    /* the exact kernels' version under test (MINKE_CUDA_MMQ_X / MINKE_CUDA_MMQ_V) */
-static char variant[48];   /* kernel version and occupancy from the environment, for the lines printed */
+static int wpipe;          /* MINKE_CUDA_MMQ_WPIPE (1, 2): pipelined weight loads, compared with the direct ones */
+static char variant[64];   /* kernel version, occupancy and weight loads from the environment, for the lines printed */
 
 
 /* Activation row t of n elements; the kind cycles with t. */
@@ -93,6 +100,24 @@ static const char *tname(int wt) {
  * the device by cu_moe_tiles; ngroups > 1: grouped input (weight row r reads
  * the in-wide slice r / (rows / ngroups) of a wider activation row). repack:
  * run the device layout (Q8_0 -> 108, IQ2_XXS -> 116). */
+/* The product g again with a kernel switch set to `other` (then back to
+ * `back`): 1 (a FAIL line) unless it gives the bits of ygpu. */
+static int rerun_same(const cu_gemv_args *g, int ntiles, float *dy, const float *ygpu, int64_t n, void (*set)(int),
+                      int other, int back, const char *what, const char *claim) {
+    float *y = malloc(sizeof(float) * n);
+    CK(cudaMemset(dy, 0xFF, sizeof(float) * n));
+    set(other);
+    int ran = cu_mmq(g, ntiles, 0);
+    set(back);
+    CK(cudaGetLastError());
+    CK(cudaMemcpy(y, dy, sizeof(float) * n, cudaMemcpyDeviceToHost));
+    int same = ran && !memcmp(y, ygpu, sizeof(float) * n);
+    printf("%s mmq exact %d pieces%s %s: %s%s\n", same ? "ok  " : "FAIL", pieces, variant, what, claim,
+           !ran ? " (refused)" : same ? "" : " (they differ)");
+    free(y);
+    return !same;
+}
+
 static int check(int type, int repack, int64_t rows, int64_t in, int T, int E, int K, int ngroups) {
     const quant_traits *tr = quant_get(type);
     uint64_t rb = quant_row_bytes(type, in);
@@ -181,21 +206,10 @@ static int check(int type, int repack, int64_t rows, int64_t in, int T, int E, i
                what, rel, worst_row);
         fail |= bad;
     }
-    if (version >= 2) {
-        /* V2-V7 change the tiling, not the arithmetic: V1's bits */
-        float *y1 = malloc(sizeof(float) * P * rows);
-        CK(cudaMemset(dy, 0xFF, sizeof(float) * P * rows));
-        cu_mmq_set_version(1);
-        int ran = cu_mmq(&g, ntiles, 0);
-        cu_mmq_set_version(version);
-        CK(cudaGetLastError());
-        CK(cudaMemcpy(y1, dy, sizeof(float) * P * rows, cudaMemcpyDeviceToHost));
-        int same = ran && !memcmp(y1, ygpu, sizeof(float) * P * rows);
-        printf("%s mmq exact %d pieces%s %s: V1 %s\n", same ? "ok  " : "FAIL", pieces, variant, what,
-               !ran ? "refused" : same ? "gives the same bits" : "differs");
-        fail |= !same;
-        free(y1);
-    }
+    /* V2-V7 change the tiling, not the arithmetic: V1's bits; the pipelined
+     * weight loads change the schedule, not the arithmetic: the direct loads' bits */
+    if (version >= 2) fail |= rerun_same(&g, ntiles, dy, ygpu, P * rows, cu_mmq_set_version, 1, version, what, "V1 gives the same bits");
+    if (wpipe) fail |= rerun_same(&g, ntiles, dy, ygpu, P * rows, cu_mmq_set_wpipe, 0, wpipe, what, "direct weight loads give the same bits");
     {
         /* pre-split rows (a split launch, then the product on pieces): the same bits */
         int64_t sb = cu_mmq_split_row_bytes(arow);
@@ -212,6 +226,19 @@ static int check(int type, int repack, int64_t rows, int64_t in, int T, int E, i
         printf("%s mmq exact %d pieces%s %s: pre-split rows %s\n", same ? "ok  " : "FAIL", pieces, variant, what,
                !ran ? "refused" : same ? "give the same bits" : "differ");
         fail |= !same;
+        if (wpipe && ran) {
+            /* pre-split rows with the direct weight loads: the same bits */
+            CK(cudaMemset(dy, 0xFF, sizeof(float) * P * rows));
+            cu_mmq_set_wpipe(0);
+            int ran0 = cu_mmq_presplit(&gs, ntiles, 0);
+            cu_mmq_set_wpipe(wpipe);
+            CK(cudaGetLastError());
+            CK(cudaMemcpy(ys, dy, sizeof(float) * P * rows, cudaMemcpyDeviceToHost));
+            int same0 = ran0 && !memcmp(ys, ygpu, sizeof(float) * P * rows);
+            printf("%s mmq exact %d pieces%s %s: pre-split rows, direct weight loads %s\n", same0 ? "ok  " : "FAIL", pieces,
+                   variant, what, !ran0 ? "refused" : same0 ? "give the same bits" : "differ");
+            fail |= !same0;
+        }
         cudaFree(dsp); free(ys);
     }
     if (E > 0) {
@@ -352,13 +379,17 @@ int main(int argc, char **argv) {
             "MINKE_CUDA_MMQ_PIECES=2 MINKE_CUDA_MMQ_V=2", "MINKE_CUDA_MMQ_PIECES=3 MINKE_CUDA_MMQ_V=3",
             "MINKE_CUDA_MMQ_PIECES=3 MINKE_CUDA_MMQ_V=4", "MINKE_CUDA_MMQ_PIECES=2 MINKE_CUDA_MMQ_V=4",
             "MINKE_CUDA_MMQ_PIECES=3 MINKE_CUDA_MMQ_V=5", "MINKE_CUDA_MMQ_PIECES=3 MINKE_CUDA_MMQ_V=6",
-            "MINKE_CUDA_MMQ_PIECES=2 MINKE_CUDA_MMQ_V=6", "MINKE_CUDA_MMQ_PIECES=3 MINKE_CUDA_MMQ_V=7"};
+            "MINKE_CUDA_MMQ_PIECES=2 MINKE_CUDA_MMQ_V=6", "MINKE_CUDA_MMQ_PIECES=3 MINKE_CUDA_MMQ_V=7",
+            "MINKE_CUDA_MMQ_PIECES=3 MINKE_CUDA_MMQ_V=4 MINKE_CUDA_MMQ_WPIPE=2",
+            "MINKE_CUDA_MMQ_PIECES=2 MINKE_CUDA_MMQ_V=4 MINKE_CUDA_MMQ_WPIPE=2",
+            "MINKE_CUDA_MMQ_PIECES=3 MINKE_CUDA_MMQ_V=2 MINKE_CUDA_MMQ_XOCC=2 MINKE_CUDA_MMQ_WPIPE=1"};
         char cmd[4096];
         int rc = 0;
         /* each child gets exactly its run's settings, whatever this process was started with */
         unsetenv("MINKE_CUDA_MMQ_X");
         unsetenv("MINKE_CUDA_MMQ_V");
         unsetenv("MINKE_CUDA_MMQ_XOCC");
+        unsetenv("MINKE_CUDA_MMQ_WPIPE");
         for (int k = 0; k < (int)(sizeof runs / sizeof runs[0]); k++) {
             snprintf(cmd, sizeof cmd, "%s '%s'%s", runs[k], argv[0], timing ? " --time" : "");
             fflush(stdout);
@@ -374,7 +405,11 @@ int main(int argc, char **argv) {
         const char *xv = getenv("MINKE_CUDA_MMQ_X"), *vv = getenv("MINKE_CUDA_MMQ_V"), *xo = getenv("MINKE_CUDA_MMQ_XOCC");
         int n = vv ? atoi(vv) : -1;
         version = n >= 0 && n <= 7 ? n : xv && atoi(xv) == 0 ? 0 : 4;
-        snprintf(variant, sizeof variant, " V%d%s", version, version && pieces == 3 && xo && atoi(xo) == 2 ? " occ2" : "");
+        const char *wp = getenv("MINKE_CUDA_MMQ_WPIPE");
+        wpipe = wp ? atoi(wp) : 1;     /* cu_mmq.cu's MX_WPIPE_DEFAULT */
+        if (wpipe < 0 || wpipe > 2) wpipe = 1;    /* as cu_mmq.cu reads it */
+        snprintf(variant, sizeof variant, " V%d%s%s", version, version && pieces == 3 && xo && atoi(xo) == 2 ? " occ2" : "",
+                 wpipe == 2 ? " wpipe2" : wpipe ? " wpipe" : "");
     }
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess || n < 1) { printf("SKIP no CUDA device\n"); return 0; }
