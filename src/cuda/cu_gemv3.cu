@@ -473,16 +473,66 @@ __device__ __forceinline__ void g3_q2k_load(const uint8_t *row, int u, g3_q2k_w 
     w.dd = ldw_u32(b + 80);
 }
 
+/* the unit's dot with one row's weights: sum over its 4 planes of the sub-block
+ * scale x the integer dots of the 3 pieces, minus dmin x the mins' sums */
+__device__ __forceinline__ float g3_q2k_unit(const g3_q2k_w &w, const int (&xw)[4][3][4], const float (&xs)[4], float D) {
+    const uint32_t qw[4] = {w.qs.x, w.qs.y, w.qs.z, w.qs.w};
+    const int h = threadIdx.x & 1;
+    int i0 = MX_MAGIC_BITS, i1 = MX_MAGIC_BITS, i2 = MX_MAGIC_BITS;
+    float mm = 0.f;
+#pragma unroll
+    for (int s = 0; s < 4; s++) {
+        /* sub-block 8 n + 2 s + h: byte 2 s + h of the 8 scale bytes at 8 n */
+        const uint32_t sb = ((s < 2 ? w.sc.x : w.sc.y) >> (8 * (2 * (s & 1) + h))) & 255u;
+        int t0 = 0, t1 = 0, t2 = 0;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const int cj = (int)((qw[j] >> (2 * s)) & 0x03030303u);
+            t0 = __dp4a(cj, xw[s][0][j], t0);
+            t1 = __dp4a(cj, xw[s][1][j], t1);
+            t2 = __dp4a(cj, xw[s][2][j], t2);
+        }
+        const int sc = (int)(sb & 15u);
+        i0 += sc * t0; i1 += sc * t1; i2 += sc * t2;
+        mm = __fmaf_rn((float)(sb >> 4), xs[s], mm);
+    }
+    const float dd = cu_h2f((uint16_t)w.dd), dmin = cu_h2f((uint16_t)(w.dd >> 16));
+    return __fmaf_rn(dd * D, mx_combine3(i0, i1, i2), -dmin * mm);
+}
+
+/* SR: the unit's 28 bytes of a row by cp.async into the lane's ring slot
+ * (codes at qs_s, scales and d|dmin at sd_s: 16-byte lanes, no bank conflict) */
+__device__ __forceinline__ void cp_async_commit_g3() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait_g3() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
+__device__ __forceinline__ void g3_cp4(unsigned dst, const void *src) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst), "l"(src) : "memory");
+}
+__device__ __forceinline__ void g3_q2k_fetch(const uint8_t *row, int u, unsigned qs_s, unsigned sd_s) {
+    const int blk = u >> 2, n = (u >> 1) & 1, h = u & 1;
+    const uint8_t *b = row + (int64_t)blk * 84, *q = b + 16 + 32 * n + 16 * h;
+#pragma unroll
+    for (int k = 0; k < 4; k++) g3_cp4(qs_s + 4 * k, q + 4 * k);
+    g3_cp4(sd_s, b + 8 * n);
+    g3_cp4(sd_s + 4, b + 8 * n + 4);
+    g3_cp4(sd_s + 8, b + 80);
+}
+
 /* Work split: a group of nsel warps per output row, warp e taking selected
  * expert e's part of it (lane u: unit u), so each lane meets one unit of the
  * activations for the whole launch and keeps its pieces in registers. The
  * split activations of all experts are staged once per block (blocks stay
- * resident); a group takes rows in turn with a ring of D rows' codes in
- * flight, and per row the expert sums meet in shared memory (named barrier of
- * the group), added by warp 0 in expert order. */
+ * resident); a group takes rows in turn with the codes of the next rows in
+ * flight, and per row the expert sums meet in shared memory (named barrier
+ * of the group), added by warp 0 in expert order.
+ * SR = 0: a ring of G3_DOWN_D rows' codes in registers (47% of the stall
+ * samples on their first use, 12 warps an SM at 127 registers: ncu, sixth
+ * session). SR > 0 (MINKE_CUDA_DOWN_SR, default 4): a ring of SR rows in
+ * shared memory, filled by cp.async, 98 registers; each lane reads back only
+ * what it copied, so a wait_group suffices. The same bits. */
 #define G3_DOWN_D 4
 #define G3_DOWN_GPB 2
-template <int NE>
+template <int NE, int SR>
 __global__ void __launch_bounds__(G3_DOWN_GPB * NE * 32) k_g3_q2k_down(g3_args a) {
     extern __shared__ int4 g3_sm[];
     int *sh = (int *)g3_sm;
@@ -498,8 +548,18 @@ __global__ void __launch_bounds__(G3_DOWN_GPB * NE * 32) k_g3_q2k_down(g3_args a
     const uint8_t *wbase = a.w + (int64_t)(ex >= 0 ? ex : 0) * (int64_t)a.expert_bytes;
     const int G = gridDim.x * G3_DOWN_GPB;
     int r = blockIdx.x * G3_DOWN_GPB + grp;
-    g3_q2k_w w[G3_DOWN_D];
-    if (active) {
+    g3_q2k_w w[SR ? 1 : G3_DOWN_D];
+    /* SR: this lane's ring slots, after the staged activations */
+    const unsigned ring = (unsigned)__cvta_generic_to_shared(sh) + (unsigned)(nsel * nitr * G3_IW * 4) +
+                          (unsigned)warp * SR * 1024u + (unsigned)lane * 16u;
+    if constexpr (SR > 0) {
+#pragma unroll
+        for (int k = 0; k < SR; k++) {
+            if (active && r + k * G < a.rows)
+                g3_q2k_fetch(wbase + (int64_t)(r + k * G) * (int64_t)a.row_bytes, u, ring + k * 1024u, ring + k * 1024u + 512u);
+            cp_async_commit_g3();
+        }
+    } else if (active) {
 #pragma unroll
         for (int k = 0; k < G3_DOWN_D; k++)
             if (r + k * G < a.rows) g3_q2k_load(wbase + (int64_t)(r + k * G) * (int64_t)a.row_bytes, u, w[k]);
@@ -525,46 +585,53 @@ __global__ void __launch_bounds__(G3_DOWN_GPB * NE * 32) k_g3_q2k_down(g3_args a
         if (active) D = __int_as_float(sh[it0 * G3_IW + 24]);
     }
     int slot = 0;
-    for (; r < a.rows; r += G3_DOWN_D * G) {
-#pragma unroll
-        for (int k = 0; k < G3_DOWN_D; k++) {
-            const int rk = r + k * G;
-            if (rk >= a.rows) break;
+    /* one output row: this expert's part, then the group's sum in expert order */
+    auto row_out = [&](int rk, float acc) {
+        acc = warp_sum(acc);
+        if (lane == 0) part[grp][slot][e] = acc;
+        asm volatile("bar.sync %0, %1;" ::"r"(1 + grp), "r"(nsel * 32) : "memory");
+        if (e == 0 && lane == 0) {
+            float o = 0.f;
+            for (int k2 = 0; k2 < nsel; k2++) o += part[grp][slot][k2];
+            if (a.accumulate) a.out[rk] += o; else a.out[rk] = o;
+        }
+        slot ^= 1;
+    };
+    if constexpr (SR > 0) {
+        const uint8_t *sbase = (const uint8_t *)sh;
+        const unsigned sh0 = (unsigned)__cvta_generic_to_shared(sh);
+        for (int k = 0; r < a.rows; r += G) {
+            cp_async_wait_g3<SR - 1>();     /* this lane's copy of row r has landed */
             float acc = 0.f;
             if (active) {
-                const uint32_t qw[4] = {w[k].qs.x, w[k].qs.y, w[k].qs.z, w[k].qs.w};
-                int i0 = MX_MAGIC_BITS, i1 = MX_MAGIC_BITS, i2 = MX_MAGIC_BITS;
-                float mm = 0.f;
+                const unsigned qs_s = ring + k * 1024u;
+                g3_q2k_w wk;
+                wk.qs = *(const uint4 *)(sbase + (qs_s - sh0));
+                const uint4 sd = *(const uint4 *)(sbase + (qs_s + 512u - sh0));
+                wk.sc = make_uint2(sd.x, sd.y); wk.dd = sd.z;
+                acc = g3_q2k_unit(wk, xw, xs, D);
+                /* the slot, read and used, takes the row SR steps on */
+                if (r + SR * G < a.rows)
+                    g3_q2k_fetch(wbase + (int64_t)(r + SR * G) * (int64_t)a.row_bytes, u, qs_s, qs_s + 512u);
+            }
+            cp_async_commit_g3();
+            row_out(r, acc);
+            k = k + 1 == SR ? 0 : k + 1;
+        }
+    } else {
+        for (; r < a.rows; r += G3_DOWN_D * G) {
 #pragma unroll
-                for (int s = 0; s < 4; s++) {
-                    /* sub-block 8 n + 2 s + h: byte 2 s + h of the 8 scale bytes at 8 n */
-                    const uint32_t sb = ((s < 2 ? w[k].sc.x : w[k].sc.y) >> (8 * (2 * (s & 1) + h))) & 255u;
-                    int t0 = 0, t1 = 0, t2 = 0;
-#pragma unroll
-                    for (int j = 0; j < 4; j++) {
-                        const int cj = (int)((qw[j] >> (2 * s)) & 0x03030303u);
-                        t0 = __dp4a(cj, xw[s][0][j], t0);
-                        t1 = __dp4a(cj, xw[s][1][j], t1);
-                        t2 = __dp4a(cj, xw[s][2][j], t2);
-                    }
-                    const int sc = (int)(sb & 15u);
-                    i0 += sc * t0; i1 += sc * t1; i2 += sc * t2;
-                    mm = __fmaf_rn((float)(sb >> 4), xs[s], mm);
+            for (int k = 0; k < G3_DOWN_D; k++) {
+                const int rk = r + k * G;
+                if (rk >= a.rows) break;
+                float acc = 0.f;
+                if (active) {
+                    acc = g3_q2k_unit(w[k], xw, xs, D);
+                    /* refill the slot with the row D steps on */
+                    if (rk + G3_DOWN_D * G < a.rows) g3_q2k_load(wbase + (int64_t)(rk + G3_DOWN_D * G) * (int64_t)a.row_bytes, u, w[k]);
                 }
-                const float dd = cu_h2f((uint16_t)w[k].dd), dmin = cu_h2f((uint16_t)(w[k].dd >> 16));
-                acc = __fmaf_rn(dd * D, mx_combine3(i0, i1, i2), -dmin * mm);
-                /* refill the slot with the row D steps on */
-                if (rk + G3_DOWN_D * G < a.rows) g3_q2k_load(wbase + (int64_t)(rk + G3_DOWN_D * G) * (int64_t)a.row_bytes, u, w[k]);
+                row_out(rk, acc);
             }
-            acc = warp_sum(acc);
-            if (lane == 0) part[grp][slot][e] = acc;
-            asm volatile("bar.sync %0, %1;" ::"r"(1 + grp), "r"(nsel * 32) : "memory");
-            if (e == 0 && lane == 0) {
-                float o = 0.f;
-                for (int k2 = 0; k2 < nsel; k2++) o += part[grp][slot][k2];
-                if (a.accumulate) a.out[rk] += o; else a.out[rk] = o;
-            }
-            slot ^= 1;
         }
     }
 }
@@ -915,15 +982,35 @@ extern "C" void cu_moe_dec_glu(int wtype, const void *wg, const void *wu, uint64
 #undef G3_GLU
 }
 
+/* MINKE_CUDA_DOWN_SR: the down kernel's ring of rows in flight: 4 (default), 8
+ * or 12 rows in shared memory, 0 the register ring (k_g3_q2k_down). On the
+ * H200 (moe_dec_check --time, seventh session): down alone 19.7 / 20.7 / 22.7
+ * us against 21.5 for the register ring, the gate+up, down pair in a graph of
+ * 43: 34.1 / 35.5 / 36.9 against 36.5 us; decode at ctx 4096 152.9-153.3 tok/s
+ * with 4 against 148.8-151.6 with 0. cu_moe_down_sr_set for the checks. */
+static int down_sr_v = -1;
+extern "C" void cu_moe_down_sr_set(int v) { down_sr_v = v; }
+static int down_sr(void) {
+    if (down_sr_v < 0) { const char *e = getenv("MINKE_CUDA_DOWN_SR"); down_sr_v = e && *e ? atoi(e) : 4; }
+    return down_sr_v == 4 || down_sr_v == 8 || down_sr_v == 12 ? down_sr_v : 0;
+}
+
 extern "C" void cu_moe_dec_down(const void *wd, uint64_t row_bytes, uint64_t expert_bytes, int64_t rows, int64_t ff,
                                 const float *mid, const int *sel, int nsel, float *out, cudaStream_t st) {
     g3_args a;
     memset(&a, 0, sizeof a);
     a.w = (const uint8_t *)wd; a.row_bytes = row_bytes; a.expert_bytes = expert_bytes;
     a.rows = (int)rows; a.in = (int)ff; a.x = mid; a.sel = sel; a.nsel = nsel; a.out = out;
-    const size_t smem = g3_items_bytes((int64_t)nsel * ff);
-    const int threads = G3_DOWN_GPB * nsel * 32;
-    g3_smem_attr(k_g3_q2k_down<G3_NE>, smem);
-    int nb = g3_resident_blocks(k_g3_q2k_down<G3_NE>, threads, smem, rows * nsel);
-    cu_launch(k_g3_q2k_down<G3_NE>, dim3((unsigned)nb), threads, smem, st, a);
+    const int threads = G3_DOWN_GPB * nsel * 32, sr = down_sr();
+    const size_t smem = g3_items_bytes((int64_t)nsel * ff) + (size_t)(threads / 32) * sr * 1024;
+#define G3_DOWN(SR) do { \
+        g3_smem_attr(k_g3_q2k_down<G3_NE, SR>, smem); \
+        int nb = g3_resident_blocks(k_g3_q2k_down<G3_NE, SR>, threads, smem, rows * nsel); \
+        cu_launch(k_g3_q2k_down<G3_NE, SR>, dim3((unsigned)nb), threads, smem, st, a); \
+    } while (0)
+    if (sr == 4) G3_DOWN(4);
+    else if (sr == 8) G3_DOWN(8);
+    else if (sr == 12) G3_DOWN(12);
+    else G3_DOWN(0);
+#undef G3_DOWN
 }

@@ -28,7 +28,11 @@ void cu_moe_mma_set(int v);
 void cu_moe_dec_glu(int wtype, const void *wg, const void *wu, uint64_t row_bytes, uint64_t expert_bytes, int64_t ff,
                     int64_t in, const float *x, const int *sel, const float *rw, int nsel, float limit, float *mid,
                     cudaStream_t st);
-/* out[rows] = sum over e of down_e mid[e] (Q2_K). */
+/* out[rows] = sum over e of down_e mid[e] (Q2_K). MINKE_CUDA_DOWN_SR = 4
+ * (default), 8 or 12: the next rows' codes in a shared-memory ring, 0 in
+ * registers (the same bits; cu_moe_down_sr_set for the checks, -1: the
+ * environment). */
+void cu_moe_down_sr_set(int v);
 void cu_moe_dec_down(const void *wd, uint64_t row_bytes, uint64_t expert_bytes, int64_t rows, int64_t ff,
                      const float *mid, const int *sel, int nsel, float *out, cudaStream_t st);
 

@@ -5,7 +5,9 @@
  * dequantization of the same random weights: mid within 3e-5 of max|mid|,
  * the output within 3e-5 of max|out| (the activations are split into 24-bit
  * pieces of each group's amax, so an element is exact to ~6e-8 of its
- * group's largest, not of itself: a few 1e-6 of the result). --time times both launches on the Flash
+ * group's largest, not of itself: a few 1e-6 of the result); the down
+ * kernel's rings of rows in flight (MINKE_CUDA_DOWN_SR = 0: registers, 8,
+ * 12; the default 4) must all give the same bits. --time times both launches on the Flash
  * shape (4096 -> 2048 experts, 6 of 32 selected, a different set every
  * launch so the weights come from memory) alone and in a graph of 43.
  * Run on a GPU machine (tests/run-cuda.sh).
@@ -111,6 +113,27 @@ static int check(int64_t in, int64_t ff, int E, int nsel, int repack, float limi
     CK(cudaMemcpy(gout, dout, sizeof(float) * in, cudaMemcpyDeviceToHost));
     double md = 0;
     for (int64_t i = 0; i < nsel * ff; i++) md = fmax(md, fabs(midf[i] - mid[i]));
+    /* the down kernel with its shared-memory ring of rows (MINKE_CUDA_DOWN_SR): the same bits */
+    int srbad = 0;
+    {
+        static const int srs[3] = {0, 8, 12};     /* against gout: the default ring (4) */
+        float *o1 = malloc(sizeof(float) * in);
+        for (int k = 0; k < 3; k++) {
+            cu_moe_down_sr_set(srs[k]);
+            CK(cudaMemset(dout, 0xFF, sizeof(float) * in));
+            cu_moe_dec_down(dd, rbd, rbd * in, in, ff, dmid, dsel, nsel, dout, 0);
+            CK(cudaDeviceSynchronize());
+            CK(cudaMemcpy(o1, dout, sizeof(float) * in, cudaMemcpyDeviceToHost));
+            int dq = 0;
+            for (int64_t i = 0; i < in; i++) dq += memcmp(&o1[i], &gout[i], 4) != 0;
+            if (dq) {
+                printf("FAIL moe_dec down SR=%d: %d of %lld values differ from the default ring's bits\n", srs[k], dq, (long long)in);
+                srbad = 1;
+            }
+        }
+        cu_moe_down_sr_set(-1);
+        free(o1);
+    }
     for (int e = 0; e < nsel; e++)
         for (int64_t r = 0; r < in; r++) {
             td->dequant(hd + ((size_t)sel[e] * in + r) * rbd, row, ff);
@@ -120,7 +143,7 @@ static int check(int64_t in, int64_t ff, int E, int nsel, int repack, float limi
         }
     double omax = 0, od = 0;
     for (int64_t r = 0; r < in; r++) { omax = fmax(omax, fabs(out[r])); od = fmax(od, fabs(gout[r] - out[r])); }
-    int bad = !(md <= 3e-5 * mmax) || !(od <= 3e-5 * omax) || !(mmax > 0) || !(omax > 0);
+    int bad = srbad || !(md <= 3e-5 * mmax) || !(od <= 3e-5 * omax) || !(mmax > 0) || !(omax > 0);
     printf("%s moe_dec in %lld ff %lld sel %d/%d %s%s limit %g: mid max|diff| %.3g of %.3g, out %.3g of %.3g\n", bad ? "FAIL" : "ok",
            (long long)in, (long long)ff, nsel, E, repack ? "IQ2R" : "IQ2_XXS", repack && mma_mode ? " mma" : "", limit, md, mmax,
            od, omax);
@@ -242,7 +265,12 @@ int main(int argc, char **argv) {
         bad += check(4096, 2048, 8, 6, 1, 0.f);
         bad += check(4096, 2048, 8, 6, 1, 7.f);
         bad += check(2048, 1024, 4, 3, 1, 0.5f);
-        if (argc > 1 && !strcmp(argv[1], "--time")) { printf("MINKE_CUDA_MOE_MMA=%d: ", mm); timing(4096, 2048, 32, 6); }
+        if (argc > 1 && !strcmp(argv[1], "--time")) {
+            printf("MINKE_CUDA_MOE_MMA=%d: ", mm); timing(4096, 2048, 32, 6);
+            for (int sr = 0; !mm && sr <= 12; sr += 4) {
+                cu_moe_down_sr_set(sr); printf("MINKE_CUDA_DOWN_SR=%d: ", sr); timing(4096, 2048, 32, 6); cu_moe_down_sr_set(-1);
+            }
+        }
     }
     cu_moe_mma_set(-1);
     printf("moe_dec_check: %s\n", bad ? "FAIL" : "all ok");
