@@ -52,6 +52,59 @@ __global__ void k_hc_mix_partial(const float *X, int hcdim, const void *fn, int 
     }
 }
 
+/* k_hc_mix_partial for HC_NT tokens a block (prefill): a block per (split,
+ * token) re-read the split's 24 fn rows (96 KB of f32) from L2 for every
+ * token, ~6 GB of L2 reads per pre step of a 4096-token chunk; here once per
+ * HC_NT tokens. Each token's sums run exactly as there (the squares per
+ * thread in double then block_sum_d, a mix row lane-strided then warp_sum,
+ * the same expressions), so the partials should have the same bits (hc_check;
+ * not yet run on a GPU: off by default, MINKE_CUDA_HC_MIXNT below). */
+#define HC_NT 8
+__global__ void __launch_bounds__(256) k_hc_mix_partial_nt(const float *X, int T, int hcdim, const void *fn, int fntype,
+                                                           int nmix, float *partial, double *psq) {
+    cu_pdl_enter();
+    const int t0 = blockIdx.y * HC_NT, sp = blockIdx.x, chunk = hcdim / HC_SPLIT;
+    const int nt = T - t0 < HC_NT ? T - t0 : HC_NT;
+    const float *x0 = X + (int64_t)t0 * hcdim + (int64_t)sp * chunk;
+    __shared__ double shd[33];
+    for (int k = 0; k < nt; k++) {
+        const float *x = x0 + (int64_t)k * hcdim;
+        double ss = 0.0;
+        for (int i = threadIdx.x; i < chunk; i += blockDim.x) ss += (double)x[i] * (double)x[i];
+        ss = block_sum_d(ss, shd);
+        if (threadIdx.x == 0) psq[(t0 + k) * HC_SPLIT + sp] = ss;
+    }
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    for (int m = w; m < nmix; m += nw) {
+        float acc[HC_NT];
+#pragma unroll
+        for (int k = 0; k < HC_NT; k++) acc[k] = 0.f;
+        int64_t base = (int64_t)m * hcdim + (int64_t)sp * chunk;
+        if (fntype == CU_TYPE_F16 && (chunk % 64) == 0) {
+            const __half2 *h = (const __half2 *)((const uint16_t *)fn + base);
+            for (int i = lane; i < chunk / 2; i += 32) {
+                float2 f = __half22float2(h[i]);
+#pragma unroll
+                for (int k = 0; k < HC_NT; k++) {
+                    const float *x = x0 + (int64_t)(k < nt ? k : 0) * hcdim;
+                    acc[k] += f.x * x[2 * i] + f.y * x[2 * i + 1];
+                }
+            }
+        } else {
+            for (int i = lane; i < chunk; i += 32) {
+                const float wv = cu_wload(fn, fntype, base + i);
+#pragma unroll
+                for (int k = 0; k < HC_NT; k++) acc[k] += wv * x0[(int64_t)(k < nt ? k : 0) * hcdim + i];
+            }
+        }
+#pragma unroll
+        for (int k = 0; k < HC_NT; k++) {
+            const float a = warp_sum(acc[k]);
+            if (lane == 0 && k < nt) partial[((int64_t)(t0 + k) * HC_SPLIT + sp) * HC_MAXMIX + m] = a;
+        }
+    }
+}
+
 /* The hyper-connection split of token t on one warp (spec model.md §6.7):
  * pre weights sigmoid(mix*scale0+base)+eps, post weights 2*sigmoid(...), and
  * the comb matrix by Sinkhorn with one lane per entry, each sum taken in the
@@ -128,11 +181,26 @@ __global__ void k_hc_pre_finish(const float *X, int D, int nhc, int nmix, const 
     for (int d = threadIdx.x; d < D; d += blockDim.x) y[d] = y[d] * r * norm_w[d];
 }
 
+/* MINKE_CUDA_HC_MIXNT=1: the unfused pre step's mixes a block per HC_NT
+ * tokens (k_hc_mix_partial_nt); 0 (default until it has run on a GPU: written
+ * in the seventh session after its device time was spent) a block per token.
+ * hc_check compares both (the same bits); cu_hc_mix_nt_set for the checks. */
+static int hc_mix_nt = -1;
+extern "C" void cu_hc_mix_nt_set(int on) { hc_mix_nt = on; }
+static int hc_mix_nt_on(void) {
+    if (hc_mix_nt < 0) { const char *e = getenv("MINKE_CUDA_HC_MIXNT"); hc_mix_nt = e && *e ? atoi(e) != 0 : 0; }
+    return hc_mix_nt;
+}
+
 void cu_hc_pre(const float *X, int T, int D, int nhc, const void *fn, int fntype, int nmix,
                const float *scale, const float *base, const float *norm_w, int iters, float hc_eps,
                float rms_eps, int head, float *partial, double *psq, float *x, float *post, float *comb,
                cudaStream_t st) {
-    cu_launch(k_hc_mix_partial, dim3(HC_SPLIT, T), 256, 0, st, X, D * nhc, fn, fntype, nmix, partial, psq);
+    if (T >= HC_NT && hc_mix_nt_on())
+        cu_launch(k_hc_mix_partial_nt, dim3(HC_SPLIT, (T + HC_NT - 1) / HC_NT), 256, 0, st, X, T, D * nhc, fn, fntype,
+                  nmix, partial, psq);
+    else
+        cu_launch(k_hc_mix_partial, dim3(HC_SPLIT, T), 256, 0, st, X, D * nhc, fn, fntype, nmix, partial, psq);
     cu_launch(k_hc_pre_finish, T, 256, 0, st, X, D, nhc, nmix, partial, psq, scale, base, norm_w, iters, hc_eps,
                                       rms_eps, head, x, post, comb);
 }

@@ -14,6 +14,9 @@
  * to v1 (same per-element operations and summation orders); each line says
  * whether they are ("bits v2 = v1 yes/NO", including the partial/psq scratch),
  * but only the tolerance and determinism decide ok/FAIL.
+ * The unfused form's mixes with a block per 8 tokens (k_hc_mix_partial_nt,
+ * MINKE_CUDA_HC_MIXNT=1 for prefill; from T = 8) must give the bits of a
+ * block per token.
  * The router, RMSNorm, SwiGLU and MoE sum: v2 must be BIT-identical to v1.
  * With --time, the median microseconds per launch of each schedule (200
  * back-to-back launches between events, PDL as in the engine, 7 repeats);
@@ -34,6 +37,7 @@
 /* switches and the fused router+tiles entry of cu_hc.cu / cu_moe.cu / cu_ops.cu */
 void cu_hc_use_version(int v);
 void cu_hc3_set_blocks(int n);
+void cu_hc_mix_nt_set(int on);
 int cu_hc_fused_version(int D, int nhc, int nmix, int head);
 void cu_moe_use_v1(int on);
 void cu_ops_use_v1(int on);
@@ -387,6 +391,23 @@ static int hc_run(int T, int D, int nhc, int nmix, int head, int fntype, int use
         }
         o[i] = hc_fetch(&c);
     }
+    /* the unfused pre step's mixes with a block per 8 tokens (from 8 tokens,
+     * MINKE_CUDA_HC_MIXNT, k_hc_mix_partial_nt) against a block per token: the same bits */
+    int ntbad = 0;
+    if (T >= 8) {
+        hc_out o2[2];
+        for (int k = 0; k < 2; k++) {
+            hc_reset(&c);
+            cu_hc_mix_nt_set(k);
+            hc_launch_unfused(&c);
+            o2[k] = hc_fetch(&c);
+        }
+        cu_hc_mix_nt_set(-1);
+        ntbad = !hc_bits(&c, &o2[1], &o2[0]);
+        if (ntbad) printf("FAIL %s: the unfused mixes a block per 8 tokens differ from a block per token\n", what);
+        hc_out_free(&o2[0]);
+        hc_out_free(&o2[1]);
+    }
     /* the default twice: the ticket counters must come back to zero and the result repeat */
     cu_hc_use_version(0);
     cu_hc3_set_blocks(0);
@@ -395,7 +416,7 @@ static int hc_run(int T, int D, int nhc, int nmix, int head, int fntype, int use
     hc_ref ref = hc_reference(&c);
 
     double ex[NS];
-    int ok = 1;
+    int ok = !ntbad;
     for (int i = 0; i < NS; i++) ok &= hc_check_ref(what, names[i], &c, &o[i], &ref, &ex[i]);
     for (int t = 0; t < T; t++) {
         int bad = orep.cnt[t] != 0;
@@ -713,6 +734,10 @@ int main(int argc, char **argv) {
     ok &= hc_run(1, 4096, 4, 24, 0, 0, 1, 1, 1, 0);
     /* the largest fused batch: 31 x 64 blocks, more than are resident at once */
     ok &= hc_run(31, 4096, 4, 24, 0, 1, 1, 1, 1, 0);
+    /* the unfused mixes 8 tokens a block: f32 weights, and the generic f16 path (chunk % 64 != 0), partial last blocks */
+    ok &= hc_run(13, 512, 4, 24, 0, 0, 1, 1, 1, 0);
+    ok &= hc_run(9, 64, 4, 24, 0, 1, 1, 1, 1, 0);
+    ok &= hc_run(16, 4096, 4, 4, 1, 1, 0, 0, 1, 0);
     /* a shape v2 and v3 do not take (v1 each time) */
     ok &= hc_run(1, 8192, 4, 24, 0, 1, 1, 1, 1, 0);
 
