@@ -406,13 +406,29 @@ __device__ __forceinline__ int adec_splits(int n, int nsplit, int min_rows, int 
     if (s > nsplit) s = nsplit;
     return s < 1 ? 1 : s;
 }
-__device__ __forceinline__ void cp_async16(void *smem, const void *gmem) {
-    unsigned sa = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(sa), "l"(gmem) : "memory");
+
+/* The split combine's inverse RoPE of dims d0 .. d0 + 3 (tail pairs; the
+ * angles in double, as the CPU): the cos / -sin of the two pairs, then the
+ * rotation. (1, 0) outside the tail leaves y as it is. */
+__device__ __forceinline__ void adec_rope_angles(int d0, int off, int qp, const float *inv_freq, float (&cs)[2],
+                                                 float (&sn)[2]) {
+#pragma unroll
+    for (int u = 0; u < 2; u++) {
+        const int k = (d0 - off) / 2 + u;
+        const float ang = (float)qp * inv_freq[k];
+        double sd, cd;
+        sincos((double)ang, &sd, &cd);
+        cs[u] = (float)cd; sn[u] = -(float)sd;
+    }
 }
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
+__device__ __forceinline__ void adec_rope_apply(float (&y)[4], const float (&cs)[2], const float (&sn)[2]) {
+#pragma unroll
+    for (int u = 0; u < 2; u++) {
+        const float c = cs[u], s = sn[u], x0 = y[2 * u], x1 = y[2 * u + 1];
+        y[2 * u] = x0 * c - x1 * s;
+        y[2 * u + 1] = x0 * s + x1 * c;
+    }
+}
 
 /* The cluster epilogue of k_attn_dec<HPB, true> (see there): acc holds this
  * warp's head h's unnormalised output (lane: float4 k * 32 + lane), M and L
@@ -456,17 +472,9 @@ __device__ __forceinline__ void adec_cluster_combine(float *srow, const float4 (
         const float inv = 1.0f / den;
         float y[4] = {v.x * inv, v.y * inv, v.z * inv, v.w * inv};
         if (d0 >= off) {
-#pragma unroll
-            for (int u = 0; u < 2; u++) {
-                const int k = (d0 - off) / 2 + u;
-                const float ang = (float)qp * inv_freq[k];
-                double sd, cd;
-                sincos((double)ang, &sd, &cd);
-                const float c = (float)cd, sn = -(float)sd;
-                const float x0 = y[2 * u], x1 = y[2 * u + 1];
-                y[2 * u] = x0 * c - x1 * sn;
-                y[2 * u + 1] = x0 * sn + x1 * c;
-            }
+            float cs[2], sn[2];
+            adec_rope_angles(d0, off, qp, inv_freq, cs, sn);
+            adec_rope_apply(y, cs, sn);
         }
         *(float4 *)(o + ((int64_t)t * nh + hg) * hd + d0) = make_float4(y[0], y[1], y[2], y[3]);
     }
@@ -608,16 +616,7 @@ k_attn_dec_combine(const float *part, const float *sinks, const int *nsel, int n
     int d0 = 4 * threadIdx.x, off = hd - nrot;
     float cs[2] = {1.f, 1.f}, sn[2] = {0.f, 0.f};
     bool rot = d0 < hd && d0 >= off;
-    if (rot) {
-#pragma unroll
-        for (int u = 0; u < 2; u++) {
-            int k = (d0 - off) / 2 + u;
-            float ang = (float)qp * inv_freq[k];
-            double sd, cd;
-            sincos((double)ang, &sd, &cd);
-            cs[u] = (float)cd; sn[u] = -(float)sd;
-        }
-    }
+    if (rot) adec_rope_angles(d0, off, qp, inv_freq, cs, sn);
     cu_pdl_enter();
     int n = adec_rows(t, pos0, W, ratio, nsel);
     int S = adec_splits(n, nsplit, min_rows, fill);
@@ -659,15 +658,7 @@ k_attn_dec_combine(const float *part, const float *sinks, const int *nsel, int n
             }
     }
     float y[4] = {v.x * inv, v.y * inv, v.z * inv, v.w * inv};
-    if (rot) {
-#pragma unroll
-        for (int u = 0; u < 2; u++) {
-            float c = cs[u], s = sn[u];
-            float x0 = y[2 * u], x1 = y[2 * u + 1];
-            y[2 * u] = x0 * c - x1 * s;
-            y[2 * u + 1] = x0 * s + x1 * c;
-        }
-    }
+    if (rot) adec_rope_apply(y, cs, sn);
     *(float4 *)(o + ((int64_t)t * nh + h) * hd + d0) = make_float4(y[0], y[1], y[2], y[3]);
 }
 

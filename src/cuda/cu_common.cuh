@@ -200,6 +200,19 @@ static inline int cu_dev_first(unsigned *mask) {
 }
 static inline int cu_cur_dev(void) { int d = 0; cudaGetDevice(&d); return d & 31; }
 
+/* cp.async (sm_80+) into shared memory: 16 bytes (generic shared pointer) or
+ * 4 bytes (shared address), and the commit / wait of groups of them */
+__device__ __forceinline__ void cp_async16(void *smem, const void *gmem) {
+    unsigned sa = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(sa), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_async4(unsigned dst, const void *src) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
+
 /* Programmatic dependent launch (MINKE_CUDA_PDL, default on): every kernel of
  * the backend starts with cu_pdl_enter(): wait until the grids it depends on
  * have completed and their writes are visible (a no-op when it was launched

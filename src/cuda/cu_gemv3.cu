@@ -502,20 +502,14 @@ __device__ __forceinline__ float g3_q2k_unit(const g3_q2k_w &w, const int (&xw)[
 
 /* SR: the unit's 28 bytes of a row by cp.async into the lane's ring slot
  * (codes at qs_s, scales and d|dmin at sd_s: 16-byte lanes, no bank conflict) */
-__device__ __forceinline__ void cp_async_commit_g3() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait_g3() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
-__device__ __forceinline__ void g3_cp4(unsigned dst, const void *src) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst), "l"(src) : "memory");
-}
 __device__ __forceinline__ void g3_q2k_fetch(const uint8_t *row, int u, unsigned qs_s, unsigned sd_s) {
     const int blk = u >> 2, n = (u >> 1) & 1, h = u & 1;
     const uint8_t *b = row + (int64_t)blk * 84, *q = b + 16 + 32 * n + 16 * h;
 #pragma unroll
-    for (int k = 0; k < 4; k++) g3_cp4(qs_s + 4 * k, q + 4 * k);
-    g3_cp4(sd_s, b + 8 * n);
-    g3_cp4(sd_s + 4, b + 8 * n + 4);
-    g3_cp4(sd_s + 8, b + 80);
+    for (int k = 0; k < 4; k++) cp_async4(qs_s + 4 * k, q + 4 * k);
+    cp_async4(sd_s, b + 8 * n);
+    cp_async4(sd_s + 4, b + 8 * n + 4);
+    cp_async4(sd_s + 8, b + 80);
 }
 
 /* Work split: a group of nsel warps per output row, warp e taking selected
@@ -549,15 +543,17 @@ __global__ void __launch_bounds__(G3_DOWN_GPB * NE * 32) k_g3_q2k_down(g3_args a
     const int G = gridDim.x * G3_DOWN_GPB;
     int r = blockIdx.x * G3_DOWN_GPB + grp;
     g3_q2k_w w[SR ? 1 : G3_DOWN_D];
-    /* SR: this lane's ring slots, after the staged activations */
-    const unsigned ring = (unsigned)__cvta_generic_to_shared(sh) + (unsigned)(nsel * nitr * G3_IW * 4) +
-                          (unsigned)warp * SR * 1024u + (unsigned)lane * 16u;
+    /* SR: this lane's ring slots, after the staged activations (slot k at
+     * + k 1024: codes, then + 512 scales and d|dmin), as a pointer and as the
+     * shared address cp.async takes */
+    const uint8_t *ringp = (const uint8_t *)sh + nsel * nitr * G3_IW * 4 + warp * SR * 1024 + lane * 16;
+    const unsigned ring = (unsigned)__cvta_generic_to_shared(ringp);
     if constexpr (SR > 0) {
 #pragma unroll
         for (int k = 0; k < SR; k++) {
             if (active && r + k * G < a.rows)
                 g3_q2k_fetch(wbase + (int64_t)(r + k * G) * (int64_t)a.row_bytes, u, ring + k * 1024u, ring + k * 1024u + 512u);
-            cp_async_commit_g3();
+            cp_async_commit();
         }
     } else if (active) {
 #pragma unroll
@@ -598,23 +594,21 @@ __global__ void __launch_bounds__(G3_DOWN_GPB * NE * 32) k_g3_q2k_down(g3_args a
         slot ^= 1;
     };
     if constexpr (SR > 0) {
-        const uint8_t *sbase = (const uint8_t *)sh;
-        const unsigned sh0 = (unsigned)__cvta_generic_to_shared(sh);
         for (int k = 0; r < a.rows; r += G) {
-            cp_async_wait_g3<SR - 1>();     /* this lane's copy of row r has landed */
+            cp_async_wait<SR - 1>();     /* this lane's copy of row r has landed */
             float acc = 0.f;
             if (active) {
                 const unsigned qs_s = ring + k * 1024u;
                 g3_q2k_w wk;
-                wk.qs = *(const uint4 *)(sbase + (qs_s - sh0));
-                const uint4 sd = *(const uint4 *)(sbase + (qs_s + 512u - sh0));
+                wk.qs = *(const uint4 *)(ringp + k * 1024);
+                const uint4 sd = *(const uint4 *)(ringp + k * 1024 + 512);
                 wk.sc = make_uint2(sd.x, sd.y); wk.dd = sd.z;
                 acc = g3_q2k_unit(wk, xw, xs, D);
                 /* the slot, read and used, takes the row SR steps on */
                 if (r + SR * G < a.rows)
                     g3_q2k_fetch(wbase + (int64_t)(r + SR * G) * (int64_t)a.row_bytes, u, qs_s, qs_s + 512u);
             }
-            cp_async_commit_g3();
+            cp_async_commit();
             row_out(r, acc);
             k = k + 1 == SR ? 0 : k + 1;
         }

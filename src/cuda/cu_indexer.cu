@@ -200,10 +200,6 @@ __global__ void __launch_bounds__(256) k_idx_scores(const float *qI, const float
  * bit-identical. */
 #define IDXW_MAXRPT 4
 #define IDXW_SMEM_MAX (200 * 1024)
-__device__ __forceinline__ void cp_async16_idx(void *smem, const void *gmem) {
-    unsigned sa = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(sa), "l"(gmem) : "memory");
-}
 __host__ __device__ __forceinline__ int idxw_q_floats(int nh, int hd) { return nh * hd + 4 * nh; }
 
 template <int SLOTS, int RPT>
@@ -284,13 +280,13 @@ k_idx_scores_w(const float *qI, const float *wI, const float *rows, int nh, int 
     const float *q = qI + (int64_t)t * nh * hd;
     for (int i = threadIdx.x; i < nh * hd4; i += blockDim.x) {
         int h = i / hd4, d = i - h * hd4;
-        cp_async16_idx(qs + (int64_t)h * hd + 4 * (h / hpg) + 4 * d, q + 4 * i);
+        cp_async16(qs + (int64_t)h * hd + 4 * (h / hpg) + 4 * d, q + 4 * i);
     }
     int nr = min(SLOTS * rpt, nI - c0);
     const float *src = rows + (int64_t)c0 * hd;
     for (int i = threadIdx.x; i < nr * hd4; i += blockDim.x) {
         int r = i / hd4, d = i - r * hd4;
-        cp_async16_idx(rs + r * (hd + 4) + 4 * d, src + 4 * i);
+        cp_async16(rs + r * (hd + 4) + 4 * d, src + 4 * i);
     }
     asm volatile("cp.async.commit_group;" ::: "memory");
     for (int i = threadIdx.x; i < nh; i += blockDim.x) ws[i] = wI[(int64_t)t * nh + i] * wscale;

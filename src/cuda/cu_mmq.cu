@@ -543,22 +543,35 @@ __device__ __forceinline__ void mq_iq2_codes_tab(uint32_t a, uint32_t w, const u
 __device__ __forceinline__ float mq_odd_f(uint32_t w) {
     return __int_as_float(0x4B000000 | (2 * (w >> 28) + 1)) - 8388608.f;
 }
+/* One IQ2 item (IQ2R or IQ2_XXS as stored): its codes, the word whose top 4
+ * bits are the item's ls, and its block's d */
+template <int TYPE>
+__device__ __forceinline__ void mq_iq2_item(const uint8_t *row, int it, int nit, const uint64_t *tab, const uint64_t *smask,
+                                            int (&q)[8], uint32_t &w, float &d) {
+    static_assert(TYPE == CU_TYPE_IQ2R || TYPE == CU_TYPE_IQ2_XXS, "IQ2 weights");
+    const int blk = it >> 3, g = it & 7;
+    if constexpr (TYPE == CU_TYPE_IQ2R) {
+        const uint2 v = *(const uint2 *)(row + (int64_t)blk * 64 + g * 8);
+        mq_iq2_codes_tab(v.x, v.y, tab, smask, q);
+        w = v.y;
+        d = cu_h2f(((const uint16_t *)(row + (int64_t)(nit >> 3) * 64))[blk]);
+    } else {
+        const uint8_t *b = row + (int64_t)blk * 66;
+        const uint16_t *qs = (const uint16_t *)(b + 2 + 8 * g);
+        const uint32_t a = (uint32_t)qs[0] | ((uint32_t)qs[1] << 16);
+        w = (uint32_t)qs[2] | ((uint32_t)qs[3] << 16);
+        mq_iq2_codes_tab(a, w, tab, smask, q);
+        d = cu_h2f(*(const uint16_t *)b);
+    }
+}
 template <int TYPE>
 __device__ __forceinline__ void mq_wload_tab(const uint8_t *row, int it, int nit, const uint64_t *tab, const uint64_t *smask,
                                              int (&q)[8], float &s) {
-    if constexpr (TYPE == CU_TYPE_IQ2R) {
-        int blk = it >> 3, g = it & 7;
-        uint2 v = *(const uint2 *)(row + (int64_t)blk * 64 + g * 8);
-        mq_iq2_codes_tab(v.x, v.y, tab, smask, q);
-        s = cu_h2f(((const uint16_t *)(row + (int64_t)(nit >> 3) * 64))[blk]) * mq_odd_f(v.y) * 0.125f;
-    } else if constexpr (TYPE == CU_TYPE_IQ2_XXS) {
-        int blk = it >> 3, g = it & 7;
-        const uint8_t *b = row + (int64_t)blk * 66;
-        const uint16_t *qs = (const uint16_t *)(b + 2 + 8 * g);
-        uint32_t a = (uint32_t)qs[0] | ((uint32_t)qs[1] << 16);
-        uint32_t w = (uint32_t)qs[2] | ((uint32_t)qs[3] << 16);
-        mq_iq2_codes_tab(a, w, tab, smask, q);
-        s = cu_h2f(*(const uint16_t *)b) * mq_odd_f(w) * 0.125f;
+    if constexpr (TYPE == CU_TYPE_IQ2R || TYPE == CU_TYPE_IQ2_XXS) {
+        uint32_t w;
+        float d;
+        mq_iq2_item<TYPE>(row, it, nit, tab, smask, q, w, d);
+        s = d * mq_odd_f(w) * 0.125f;
     } else {
         mq_wload<TYPE>(row, it, nit, tab, q, s);
     }
@@ -569,22 +582,9 @@ __device__ __forceinline__ void mq_wload_tab(const uint8_t *row, int it, int nit
 template <int TYPE>
 __device__ __forceinline__ void mq_wload_tab_ab(const uint8_t *row, int it, int nit, const uint64_t *tab, const uint64_t *smask,
                                                 int (&q)[8], int &m, float &d) {
-    static_assert(TYPE == CU_TYPE_IQ2R || TYPE == CU_TYPE_IQ2_XXS, "V4B: IQ2 weights");
-    const int blk = it >> 3, g = it & 7;
-    if constexpr (TYPE == CU_TYPE_IQ2R) {
-        const uint2 v = *(const uint2 *)(row + (int64_t)blk * 64 + g * 8);
-        mq_iq2_codes_tab(v.x, v.y, tab, smask, q);
-        m = (int)(2 * (v.y >> 28) + 1);
-        d = cu_h2f(((const uint16_t *)(row + (int64_t)(nit >> 3) * 64))[blk]);
-    } else {
-        const uint8_t *b = row + (int64_t)blk * 66;
-        const uint16_t *qs = (const uint16_t *)(b + 2 + 8 * g);
-        const uint32_t a = (uint32_t)qs[0] | ((uint32_t)qs[1] << 16);
-        const uint32_t w = (uint32_t)qs[2] | ((uint32_t)qs[3] << 16);
-        mq_iq2_codes_tab(a, w, tab, smask, q);
-        m = (int)(2 * (w >> 28) + 1);
-        d = cu_h2f(*(const uint16_t *)b);
-    }
+    uint32_t w;
+    mq_iq2_item<TYPE>(row, it, nit, tab, smask, q, w, d);
+    m = (int)(2 * (w >> 28) + 1);
 }
 /* V4B: the byte of row r (of a block's BM) in an item's BM multipliers: the rows
  * wm + gq + 8 a (a = 0..3) a lane multiplies are bytes a of one word */
@@ -704,31 +704,36 @@ __device__ __forceinline__ void mq_iq2r_fetch(const uint8_t *wbase, int64_t r0, 
         mq_cp4_if(raw_s + BM * 64 + r * 4, row + (int64_t)nb * 64 + (blk & ~1) * 2, li == 0);
     }
 }
-/* row r, item li from the raw copy: mq_wload_tab<CU_TYPE_IQ2R>'s codes into sw, its scale x sc3 into sws */
+/* row r, item li from the raw copy: the codes into sw; returns the word
+ * holding the item's ls, *d the block's d */
+template <int BM>
+__device__ __forceinline__ uint32_t mq_iq2r_stage_codes(const uint8_t *raw, int *sw, const uint64_t *tab, const uint64_t *smask,
+                                                        int r, int li, int blk, float &d) {
+    const uint2 v = *(const uint2 *)(raw + r * 64 + li * 8);
+    int q[8];
+    mq_iq2_codes_tab(v.x, v.y, tab, smask, q);
+    d = cu_h2f(((const uint16_t *)(raw + BM * 64 + r * 4))[blk & 1]);
+    int4 *dst = (int4 *)&sw[r * MQ_LDI + li * 8];
+    dst[0] = make_int4(q[0], q[1], q[2], q[3]);
+    dst[1] = make_int4(q[4], q[5], q[6], q[7]);
+    return v.y;
+}
+/* the same as mq_wload_tab<CU_TYPE_IQ2R>: codes into sw, the item's scale x sc3 into sws */
 template <int BM>
 __device__ __forceinline__ void mq_iq2r_stage_row(const uint8_t *raw, int *sw, float *sws, const uint64_t *tab,
                                                   const uint64_t *smask, int r, int li, int blk, float sc3) {
-    const uint2 v = *(const uint2 *)(raw + r * 64 + li * 8);
-    int q[8];
-    mq_iq2_codes_tab(v.x, v.y, tab, smask, q);
-    const float s = cu_h2f(((const uint16_t *)(raw + BM * 64 + r * 4))[blk & 1]) * mq_odd_f(v.y) * 0.125f;
-    int4 *d = (int4 *)&sw[r * MQ_LDI + li * 8];
-    d[0] = make_int4(q[0], q[1], q[2], q[3]);
-    d[1] = make_int4(q[4], q[5], q[6], q[7]);
-    sws[r * MQ_KI + li] = s * sc3;
+    float d;
+    const uint32_t w = mq_iq2r_stage_codes<BM>(raw, sw, tab, smask, r, li, blk, d);
+    sws[r * MQ_KI + li] = d * mq_odd_f(w) * 0.125f * sc3;
 }
-/* V4B: the same from the raw copy: codes into sw, the multiplier into smb, d x sc (li = 0) into sdw */
+/* V4B: codes into sw, the multiplier into smb, d x sc (li = 0) into sdw */
 template <int BM>
 __device__ __forceinline__ void mq_iq2r_stage_row_ab(const uint8_t *raw, int *sw, float *sdw, uint8_t *smb, const uint64_t *tab,
                                                      const uint64_t *smask, int r, int li, int blk, float sc) {
-    const uint2 v = *(const uint2 *)(raw + r * 64 + li * 8);
-    int q[8];
-    mq_iq2_codes_tab(v.x, v.y, tab, smask, q);
-    int4 *d = (int4 *)&sw[r * MQ_LDI + li * 8];
-    d[0] = make_int4(q[0], q[1], q[2], q[3]);
-    d[1] = make_int4(q[4], q[5], q[6], q[7]);
-    smb[li * BM + mx_mrow(r)] = (uint8_t)(2 * (v.y >> 28) + 1);
-    if (li == 0) sdw[r] = cu_h2f(((const uint16_t *)(raw + BM * 64 + r * 4))[blk & 1]) * sc;
+    float d;
+    const uint32_t w = mq_iq2r_stage_codes<BM>(raw, sw, tab, smask, r, li, blk, d);
+    smb[li * BM + mx_mrow(r)] = (uint8_t)(2 * (w >> 28) + 1);
+    if (li == 0) sdw[r] = d * sc;
 }
 /* the next stage's copy, for either type */
 template <int TYPE, int BM, int THREADS>
