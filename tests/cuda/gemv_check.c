@@ -428,7 +428,7 @@ static int check_f32(int type, int64_t rows, int64_t in, int T, int E, int K, in
                 else if (v == 8) snprintf(what + wl, sizeof what - wl, " G3=3");
                 else snprintf(what + wl, sizeof what - wl, " (variants checked, default)");
                 cu_gemvf_set_variant(v < 6 ? v : -1);
-                cu_gemvq8_set(v < 8 ? (v < 6 ? 0 : v - 5) : v == 8 ? 0 : -1);
+                cu_gemvq8_set(v < 6 || v == 8 ? 0 : v < 8 ? v - 5 : -1);
                 cu_gemv3_set(v < 8 ? 1 : v == 8 ? 3 : -1);
                 f32_quiet = v < 9;
                 fail |= run_f32(what, g, ntiles, ref, (int64_t)P * rows);
