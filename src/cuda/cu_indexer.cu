@@ -340,6 +340,341 @@ void cu_idx_scores(const float *qI, const float *wI, const float *rows, int T, i
     cu_launch(k_idx_scores, dim3(gx, T), 256, shm, st, qI, wI, rows, nh, hd, wscale, topk, pos0p, scores, score_stride);
 }
 
+/* ------------------------------------------------------------------ */
+/* Indexer scores on the tensor cores (prefill batches, simulations on). */
+/*
+ * With the simulations on, every query head (k_idx_q_prep) and every index
+ * row (k_comp_emit, is_index) is E2M1 codes times a power-of-two scale per 32
+ * dims: a handful of significant bits, so bf16 holds each value exactly, the
+ * products are exact in f32 and the 128-term sums stay exact in any order.
+ * k_idx_scores_tc computes the 64 dots of a (token, row) on bf16 mma.sync
+ * (m16n8k16, f32 accumulate) and then folds them into the score with
+ * idx_scores_rows' own operations, so the score has the FMA kernel's bits.
+ *
+ * Exactness is not assumed, it is checked per (token, row): each vector v
+ * (a query head, a row) gives E = floor(log2 max|v_i|) and L = the exponent
+ * of the lowest set bit of any nonzero v_i (read off the f32 bits). Every
+ * product q_i k_i is then a multiple of 2^(Lq + Lk) and the 128 of them sum
+ * in magnitude to < 2^(Eq + Ek + 9). When Eq + Ek + 9 <= Lq + Lk + 24, every
+ * partial sum, in any order, is an integer below 2^24 times 2^(Lq + Lk): an
+ * f32 value, so the FMA chain, the tensor core's accumulation (exact
+ * products, sums aligned to the largest addend with >= 24 bits) and the
+ * exact dot coincide. Also required: every value bf16-exact (low 16 f32
+ * bits zero), Lq, Lk >= -126 and Lq + Lk >= -126 (no subnormal input,
+ * product or partial sum: tensor cores may flush those), Eq + Ek + 9 <= 127
+ * (no overflow; also rejects Inf / NaN). A (token, row) that fails (an
+ * inexact, tiny or Inf/NaN value, or scales 2^9+ apart: not from the FP4
+ * simulation, or far outside its usual range) takes the dots from
+ * idxt_dot_fma, k_idx_scores_w's exact arithmetic in f32 from global memory:
+ * slow, but only for such scores. So the result is bit-identical to
+ * k_idx_scores_w for any input (sims off keeps k_idx_scores_w all the same:
+ * every score would take the slow path).
+ *
+ * The aggregate per token: A = max over heads of (Eq + 9 - Lq), min Lq, max
+ * Eq; per row: B = Ek - Lk, Lk, Ek. The test is A + B <= 24 (Hadamard-rotated
+ * FP4 vectors: A ~ 12-13, B ~ 3-4).
+ *
+ * Layout: the rows are the mma's M (A operand, 16 rows an m-tile), the heads
+ * its N (B operand, 8 heads an n-tile), dims K (8 steps of 16). A block has 8
+ * warps, each holding MT m-tiles of rows as bf16 fragments in registers
+ * (converted once from f32, straight from global memory), and walks the
+ * block's tokens: a token's 64 heads are staged once per block as bf16 in
+ * shared memory (two buffers; the next token's f32 loads are issued before
+ * the current token's products) and read by ldmatrix. The heads are staged
+ * in a permuted order (idxt_slot): n-tile i, column 2 qd + e holds head
+ * 8 (2 qd + i / 4) + 2 (i % 4) + e, so the lane with column pair qd holds,
+ * for its rows, exactly the 16 dots of head groups 2 qd and 2 qd + 1 (the
+ * FMA kernel's threads g = 2 qd, 2 qd + 1), in head order: the per-group
+ * chains need no data movement, and the xor-1 / xor-2 shuffles inside a
+ * quad are the FMA kernel's xor-2 / xor-4 ones (the xor-1 sum is in-lane).
+ * Rows c >= nI(t) are computed (zero past the batch's last row) but never
+ * written; a warp skips a token whose nI(t) its first row reaches; tokens
+ * with nI <= topk or nI <= the block's first row are skipped by the block.
+ */
+#define IDXT_NH 64
+#define IDXT_HD 128
+#define IDXT_WARPS 8
+#define IDXT_THREADS (IDXT_WARPS * 32)
+#define IDXT_QS (IDXT_HD + 8)       /* bf16 a staged head: +16 bytes, conflict-free ldmatrix rows */
+#define IDXT_MIN_T 16               /* fewer tokens (decode, short batches): k_idx_scores_w */
+#define IDXT_BAD (1 << 20)          /* A or B of a vector that fails outright */
+#define IDXT_NOBIT 4096             /* lowest-bit key of a vector with no nonzero value */
+
+/* head staged at row `slot` of the shared query (see above) */
+__device__ __forceinline__ int idxt_slot(int h) {
+    int g = h >> 3, k = h & 7;                      /* group (FMA thread) and place in it */
+    int ntile = 4 * (g & 1) + (k >> 1), col = 2 * (g >> 1) + (k & 1);
+    return 8 * ntile + col;
+}
+
+/* running (max biased exponent, min lowest-bit key, inexact bits) of values */
+__device__ __forceinline__ void idxt_stat(float x, int &emax, int &kmin, uint32_t &inexact) {
+    uint32_t b = __float_as_uint(x) & 0x7fffffffu;
+    inexact |= b & 0xffffu;                          /* bf16 keeps the top 16 bits */
+    int e = (int)(b >> 23);
+    int key = e + __ffs((b & 0x7fffffu) | 0x800000u) - 1;   /* lowest set bit: 2^(key - 150) */
+    emax = max(emax, e);
+    kmin = min(kmin, b ? key : IDXT_NOBIT);
+}
+__device__ __forceinline__ void idxt_stat_quad(int &emax, int &kmin, uint32_t &inexact) {
+#pragma unroll
+    for (int m = 1; m <= 2; m <<= 1) {
+        emax = max(emax, __shfl_xor_sync(0xffffffffu, emax, m));
+        kmin = min(kmin, __shfl_xor_sync(0xffffffffu, kmin, m));
+        inexact |= __shfl_xor_sync(0xffffffffu, inexact, m);
+    }
+}
+/* E, L (unbiased) of a vector; a vector of zeros gives E = -1000, L = 1000 */
+__device__ __forceinline__ void idxt_el(int emax, int kmin, int &E, int &L) {
+    bool zero = kmin == IDXT_NOBIT;
+    E = zero ? -1000 : emax - 127;
+    L = zero ? 1000 : kmin - 150;
+}
+
+__device__ __forceinline__ uint32_t idxt_bf16x2(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);    /* exact for the values the test admits */
+    return *(uint32_t *)&v;
+}
+
+__device__ __forceinline__ void idxt_mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ void idxt_ldm_x4(uint32_t &r0, uint32_t &r1, uint32_t &r2, uint32_t &r3, const void *p) {
+    uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(a));
+}
+
+/* one head's dot with one row in idx_scores_rows' arithmetic (4 dims a step,
+ * the same expression, so the same contraction): the scores the test rejects */
+__device__ __forceinline__ float idxt_dot_fma(const float *q, const float *k) {
+    float acc = 0.f;
+#pragma unroll 1
+    for (int d0 = 0; d0 < IDXT_HD; d0 += 4) {
+        float4 qq = *(const float4 *)(q + d0), kv = *(const float4 *)(k + d0);
+        acc += qq.x * kv.x + qq.y * kv.y + qq.z * kv.z + qq.w * kv.w;
+    }
+    return acc;
+}
+
+/* a token's query: thread i reads head i / 4, dims 4 (i % 4) + 16 j (j < 8),
+ * and threads < 64 the head weights */
+__device__ __forceinline__ void idxt_q_load(const float *qI, const float *wI, float wscale, int t, float4 (&pf)[8],
+                                            float &pw) {
+    const float4 *src = (const float4 *)(qI + ((int64_t)t * IDXT_NH + (threadIdx.x >> 2)) * IDXT_HD) + (threadIdx.x & 3);
+#pragma unroll
+    for (int j = 0; j < 8; j++) pf[j] = src[4 * j];
+    pw = threadIdx.x < IDXT_NH ? wI[(int64_t)t * IDXT_NH + threadIdx.x] * wscale : 0.f;
+}
+/* ... converted to bf16 into its slot, the weights stored, and the warp's
+ * part of the token's test values (A, min L, max E over its 8 heads) */
+__device__ __forceinline__ void idxt_q_store(const float4 (&pf)[8], float pw, __nv_bfloat16 *qs, float *ws,
+                                             int (*qstat)[3]) {
+    int emax = 0, kmin = IDXT_NOBIT;
+    uint32_t inexact = 0;
+    __nv_bfloat16 *dst = qs + idxt_slot(threadIdx.x >> 2) * IDXT_QS + 4 * (threadIdx.x & 3);
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        float4 v = pf[j];
+        idxt_stat(v.x, emax, kmin, inexact); idxt_stat(v.y, emax, kmin, inexact);
+        idxt_stat(v.z, emax, kmin, inexact); idxt_stat(v.w, emax, kmin, inexact);
+        *(uint2 *)(dst + 16 * j) = make_uint2(idxt_bf16x2(v.x, v.y), idxt_bf16x2(v.z, v.w));
+    }
+    if (threadIdx.x < IDXT_NH) ws[threadIdx.x] = pw;
+    idxt_stat_quad(emax, kmin, inexact);              /* the head's 4 threads */
+    int E, L;
+    idxt_el(emax, kmin, E, L);
+    int A = inexact ? IDXT_BAD : kmin == IDXT_NOBIT ? -2000 : E + 9 - L;
+#pragma unroll
+    for (int m = 4; m < 32; m <<= 1) {                /* the warp's 8 heads */
+        A = max(A, __shfl_xor_sync(0xffffffffu, A, m));
+        L = min(L, __shfl_xor_sync(0xffffffffu, L, m));
+        E = max(E, __shfl_xor_sync(0xffffffffu, E, m));
+    }
+    if ((threadIdx.x & 31) == 0) {
+        int w = threadIdx.x >> 5;
+        qstat[w][0] = A; qstat[w][1] = L; qstat[w][2] = E;
+    }
+}
+
+/* grid (row tiles of RB = 16 MT IDXT_WARPS rows, token tiles of tok_tile);
+ * a block takes row tiles blockIdx.x, + gridDim.x, ... until its tokens see
+ * no more rows (the host caps gridDim.x: max_rows may be far above the rows
+ * of this batch, and blocks that find nothing to do still cost time) */
+template <int MT>
+__global__ void __launch_bounds__(IDXT_THREADS, 1)
+k_idx_scores_tc(const float *qI, const float *wI, const float *rows, int T, float wscale, int topk,
+                const int *pos0p, float *scores, int64_t sstride, int tok_tile) {
+    cu_pdl_enter();
+    constexpr int RB = 16 * MT * IDXT_WARPS;
+    __shared__ __align__(16) __nv_bfloat16 qs[2][IDXT_NH * IDXT_QS];
+    __shared__ __align__(16) float ws[2][IDXT_NH];
+    __shared__ int qstat[2][IDXT_WARPS][3];
+    int pos0 = *pos0p;
+    /* the latest tokens (the most rows) first: the light blocks make the tail */
+    int t0 = (gridDim.y - 1 - blockIdx.y) * tok_tile, t_end = min(T, t0 + tok_tile);
+    int n_last = (pos0 + t_end) / 4;                 /* nI of the tile's last token: rows below it exist */
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, qd = lane & 3;
+    for (int c0 = blockIdx.x * RB;; c0 += gridDim.x * RB) {
+        /* the tokens with nI(t) = (pos0 + t + 1) / 4 > max(topk, c0): a suffix
+         * of the token tile (nI grows with t); none: none for later row tiles either */
+        int ta = max(t0, 4 * max(topk, c0) + 3 - pos0);
+        if (ta >= t_end) return;
+        int rw0 = c0 + w * 16 * MT;                      /* the warp's first row */
+
+        /* the warp's rows as A fragments (a0a1: row g, dims 16 ks + 2 qd; a2a3:
+         * row g + 8; a4a5, a6a7: dims + 8) and each row's test values */
+        uint32_t af[MT][8][4];
+        int rB[MT][2], rL[MT][2], rE[MT][2];
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int h2 = 0; h2 < 2; h2++) {
+                int c = rw0 + 16 * mt + g + 8 * h2;
+                const float *src = rows + (int64_t)(c < n_last ? c : 0) * IDXT_HD + 2 * qd;
+                int emax = 0, kmin = IDXT_NOBIT;
+                uint32_t inexact = 0;
+#pragma unroll
+                for (int ks = 0; ks < 8; ks++)
+#pragma unroll
+                    for (int half = 0; half < 2; half++) {
+                        float2 v = c < n_last ? *(const float2 *)(src + 16 * ks + 8 * half) : make_float2(0.f, 0.f);
+                        idxt_stat(v.x, emax, kmin, inexact); idxt_stat(v.y, emax, kmin, inexact);
+                        af[mt][ks][h2 + 2 * half] = idxt_bf16x2(v.x, v.y);
+                    }
+                idxt_stat_quad(emax, kmin, inexact);
+                int E, L;
+                idxt_el(emax, kmin, E, L);
+                rE[mt][h2] = E; rL[mt][h2] = L;
+                rB[mt][h2] = inexact || L < -126 || E > 127 ? IDXT_BAD : kmin == IDXT_NOBIT ? -2000 : E - L;
+            }
+
+        float4 pf[8];
+        float pw;
+        idxt_q_load(qI, wI, wscale, ta, pf, pw);
+        idxt_q_store(pf, pw, qs[0], ws[0], qstat[0]);
+        __syncthreads();
+        for (int t = ta; t < t_end; t++) {
+            int buf = (t - ta) & 1;
+            bool more = t + 1 < t_end;
+            if (more) idxt_q_load(qI, wI, wscale, t + 1, pf, pw);    /* consumed after the products */
+            int nI = (pos0 + t + 1) / 4;
+            if (rw0 < nI) {
+                float acc[MT][8][4];
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                    for (int i = 0; i < 8; i++)
+#pragma unroll
+                        for (int r = 0; r < 4; r++) acc[mt][i][r] = 0.f;
+                /* ldmatrix x4: lanes 8m..8m+7 address matrix m = (n-tile 2 np + m / 2, dims + 8 (m % 2)) */
+                const __nv_bfloat16 *qb = qs[buf] + (8 * (lane >> 4) + (lane & 7)) * IDXT_QS + 8 * ((lane >> 3) & 1);
+#pragma unroll
+                for (int ks = 0; ks < 8; ks++) {
+                    uint32_t b[8][2];
+#pragma unroll
+                    for (int np = 0; np < 4; np++)
+                        idxt_ldm_x4(b[2 * np][0], b[2 * np][1], b[2 * np + 1][0], b[2 * np + 1][1],
+                                    qb + 16 * np * IDXT_QS + 16 * ks);
+#pragma unroll
+                    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                        for (int i = 0; i < 8; i++) idxt_mma(acc[mt][i], af[mt][ks], b[i][0], b[i][1]);
+                }
+                /* the token's test values */
+                int A = qstat[buf][0][0], Lq = qstat[buf][0][1], Eq = qstat[buf][0][2];
+#pragma unroll
+                for (int v = 1; v < IDXT_WARPS; v++) {
+                    A = max(A, qstat[buf][v][0]); Lq = min(Lq, qstat[buf][v][1]); Eq = max(Eq, qstat[buf][v][2]);
+                }
+                if (Lq < -126 || Eq > 127) A = IDXT_BAD;
+                /* this lane's heads: groups 2 qd (wv[0..7]) and 2 qd + 1 (wv[8..15]) */
+                float wv[16];
+#pragma unroll
+                for (int j = 0; j < 4; j++) {
+                    float4 x = *(const float4 *)(ws[buf] + 16 * qd + 4 * j);
+                    wv[4 * j] = x.x; wv[4 * j + 1] = x.y; wv[4 * j + 2] = x.z; wv[4 * j + 3] = x.w;
+                }
+                float *srow = scores + (int64_t)t * sstride;
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                    for (int h2 = 0; h2 < 2; h2++) {
+                        int c = rw0 + 16 * mt + g + 8 * h2;
+                        bool exact = A + rB[mt][h2] <= 24 && Lq + rL[mt][h2] >= -126 && Eq + rE[mt][h2] <= 118;
+                        if (!exact && c < nI) {      /* the same for the quad's 4 lanes */
+                            const float *qt = qI + (int64_t)t * IDXT_NH * IDXT_HD, *kr = rows + (int64_t)c * IDXT_HD;
+#pragma unroll 1
+                            for (int j = 0; j < 16; j++) {     /* n-tile j / 2, column 2 qd + j % 2 */
+                                int h = 8 * (2 * qd + (j >> 3)) + 2 * ((j >> 1) & 3) + (j & 1);
+                                float d = idxt_dot_fma(qt + h * IDXT_HD, kr);
+#pragma unroll
+                                for (int i = 0; i < 8; i++)     /* constant indices: acc stays in registers */
+#pragma unroll
+                                    for (int e = 0; e < 2; e++)
+                                        if (2 * i + e == j) acc[mt][i][2 * h2 + e] = d;
+                            }
+                        }
+                        /* idx_scores_rows' fold: per group, heads in order, sc += w a for a > 0;
+                         * then the groups by xor 1, 2, 4 (here: in-lane, quad xor 1, 2) */
+                        float s_lo = 0.f, s_hi = 0.f;
+#pragma unroll
+                        for (int i = 0; i < 4; i++)
+#pragma unroll
+                            for (int e = 0; e < 2; e++) {
+                                float a = acc[mt][i][2 * h2 + e];
+                                if (a > 0.f) s_lo += wv[2 * i + e] * a;
+                            }
+#pragma unroll
+                        for (int i = 4; i < 8; i++)
+#pragma unroll
+                            for (int e = 0; e < 2; e++) {
+                                float a = acc[mt][i][2 * h2 + e];
+                                if (a > 0.f) s_hi += wv[8 + 2 * (i - 4) + e] * a;
+                            }
+                        float sc = s_lo + s_hi;
+                        sc += __shfl_xor_sync(0xffffffffu, sc, 1);
+                        sc += __shfl_xor_sync(0xffffffffu, sc, 2);
+                        if (qd == 0 && c < nI) srow[c] = sc;
+                    }
+            }
+            if (more) idxt_q_store(pf, pw, qs[buf ^ 1], ws[buf ^ 1], qstat[buf ^ 1]);
+            __syncthreads();
+        }
+    }
+}
+
+void cu_idx_scores_sims(const float *qI, const float *wI, const float *rows, int T, int nh, int hd, float wscale,
+                        int topk, int max_rows, const int *pos0p, float *scores, int64_t score_stride, int sims,
+                        cudaStream_t st) {
+    /* MINKE_CUDA_IDX_TC: 1 (default) tensor cores for prefill batches with
+     * the simulations on; 0 never; 2 also with them off (a check of the
+     * fallback: then nearly every score takes it) */
+    int mode = env_int("MINKE_CUDA_IDX_TC", 1);
+    if (nh == IDXT_NH && hd == IDXT_HD && T >= IDXT_MIN_T && !cu_dec_old(CU_OLD_IDX_SCORES) &&
+        (mode == 2 || (mode == 1 && sims))) {
+        int mt = env_int("MINKE_CUDA_IDX_TC_MT", 2) == 1 ? 1 : 2;
+        int tok = env_int("MINKE_CUDA_IDX_TC_TOK", 8);
+        if (tok < 1) tok = 1;
+        if (tok < (T + 65534) / 65535) tok = (T + 65534) / 65535;
+        int rb = 16 * mt * IDXT_WARPS, gy = (T + tok - 1) / tok;
+        int tiles = (max_rows + rb - 1) / rb, gx = (8 * cu_num_sms() + gy - 1) / gy;    /* ~8 blocks an SM */
+        if (gx > tiles) gx = tiles;
+        if (gx < 1) gx = 1;
+        dim3 grid(gx, gy);
+        if (mt == 1)
+            cu_launch(k_idx_scores_tc<1>, grid, IDXT_THREADS, 0, st, qI, wI, rows, T, wscale, topk, pos0p, scores,
+                      score_stride, tok);
+        else
+            cu_launch(k_idx_scores_tc<2>, grid, IDXT_THREADS, 0, st, qI, wI, rows, T, wscale, topk, pos0p, scores,
+                      score_stride, tok);
+        return;
+    }
+    cu_idx_scores(qI, wI, rows, T, nh, hd, wscale, topk, max_rows, pos0p, scores, score_stride, st);
+}
+
 /* Top-k by (score desc, index asc) with a 4-pass 8-bit radix select on
  * order-preserving keys; output ascending by index. One block per query. */
 __device__ __forceinline__ uint32_t f2key(float f) {

@@ -130,6 +130,11 @@ void cu_idx_q_prep(float *qI, int T, int nh, int hd, int nrot, const float *inv_
                    int sims, cudaStream_t st);
 void cu_idx_scores(const float *qI, const float *wI, const float *rows, int T, int nh, int hd, float wscale,
                    int topk, int max_rows, const int *pos0p, float *scores, int64_t score_stride, cudaStream_t st);
+/* the same scores; with sims (the simulations on: q and rows FP4-exact), nh 64, hd 128 and T >= 16
+ * on the tensor cores (k_idx_scores_tc), bit-identical to cu_idx_scores */
+void cu_idx_scores_sims(const float *qI, const float *wI, const float *rows, int T, int nh, int hd, float wscale,
+                        int topk, int max_rows, const int *pos0p, float *scores, int64_t score_stride, int sims,
+                        cudaStream_t st);
 void cu_idx_topk(const float *scores, int64_t score_stride, int T, int topk, const int *pos0p,
                  int *sel, int *nsel, cudaStream_t st);
 
