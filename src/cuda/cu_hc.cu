@@ -9,6 +9,10 @@
  * k_hc_pre_fused3 (v3, 64 blocks of 288; default where the shape fits,
  * see its comment). tests/cuda/hc_check.c checks them against each other
  * and a double-precision CPU reference, and times them.
+ *
+ * The unfused pre step's first kernel (the mix partials) has two forms with
+ * the same bits: a block per token (k_hc_mix_partial) and, for prefill, 16
+ * tokens a block (k_hc_mix_tiled, MINKE_CUDA_HC_MIXT); hc_check compares them.
  */
 #include <stdlib.h>
 
@@ -52,56 +56,201 @@ __global__ void k_hc_mix_partial(const float *X, int hcdim, const void *fn, int 
     }
 }
 
-/* k_hc_mix_partial for HC_NT tokens a block (prefill): a block per (split,
- * token) re-read the split's 24 fn rows (96 KB of f32) from L2 for every
- * token, ~6 GB of L2 reads per pre step of a 4096-token chunk; here once per
- * HC_NT tokens. Each token's sums run exactly as there (the squares per
- * thread in double then block_sum_d, a mix row lane-strided then warp_sum,
- * the same expressions), so the partials should have the same bits (hc_check;
- * not yet run on a GPU: off by default, MINKE_CUDA_HC_MIXNT below). */
-#define HC_NT 8
-__global__ void __launch_bounds__(256) k_hc_mix_partial_nt(const float *X, int T, int hcdim, const void *fn, int fntype,
-                                                           int nmix, float *partial, double *psq) {
-    cu_pdl_enter();
-    const int t0 = blockIdx.y * HC_NT, sp = blockIdx.x, chunk = hcdim / HC_SPLIT;
-    const int nt = T - t0 < HC_NT ? T - t0 : HC_NT;
-    const float *x0 = X + (int64_t)t0 * hcdim + (int64_t)sp * chunk;
-    __shared__ double shd[33];
-    for (int k = 0; k < nt; k++) {
-        const float *x = x0 + (int64_t)k * hcdim;
-        double ss = 0.0;
-        for (int i = threadIdx.x; i < chunk; i += blockDim.x) ss += (double)x[i] * (double)x[i];
-        ss = block_sum_d(ss, shd);
-        if (threadIdx.x == 0) psq[(t0 + k) * HC_SPLIT + sp] = ss;
+/* warp_sum of each of a lane's N values at once, in about N shuffles instead
+ * of 5 N (the prefill mix kernel below sums 48 values a lane). At each
+ * butterfly offset o = 16 .. 1, while N is even a lane keeps half of its
+ * values (the upper half where its bit o is set), sends its partner (lane ^ o)
+ * the other half and adds what it receives; once N is odd the values take the
+ * plain butterfly. Partners agree on every higher bit, so they kept the same
+ * values: each value meets the same partial sums in the same pairs, in the
+ * same tree, as in warp_sum's butterfly (warp_sum at lane 0 adds
+ * lower + upper group; a lane here adds its own + its partner's, which for a
+ * lane with bit o set is upper + lower: the same bits, IEEE addition being
+ * exactly commutative). Afterwards slot s (< warp_sum_many_left<N>()) of a
+ * lane holds the sum of input warp_sum_many_index<N>(s, lane), the same in
+ * the lanes that differ only in the plain steps' bits; warp_sum_many_owner
+ * picks one of them to store it. */
+template <int N, int O = 16, typename F>
+__device__ __forceinline__ void warp_sum_many(F *v, int lane) {
+    if constexpr (O > 0) {
+        if constexpr (N % 2 == 0) {
+            constexpr int H = N / 2;
+            const bool up = (lane & O) != 0;
+#pragma unroll
+            for (int s = 0; s < H; s++) {
+                const F keep = up ? v[s + H] : v[s], give = up ? v[s] : v[s + H];
+                v[s] = keep + __shfl_xor_sync(0xffffffffu, give, O);
+            }
+            warp_sum_many<H, O / 2>(v, lane);
+        } else {
+#pragma unroll
+            for (int s = 0; s < N; s++) v[s] += __shfl_xor_sync(0xffffffffu, v[s], O);
+            warp_sum_many<N, O / 2>(v, lane);
+        }
     }
-    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    for (int m = w; m < nmix; m += nw) {
-        float acc[HC_NT];
+}
+template <int N, int O = 16>
+__host__ __device__ constexpr int warp_sum_many_left() {
+    if constexpr (O == 0) return N;
+    else if constexpr (N % 2 == 0) return warp_sum_many_left<N / 2, O / 2>();
+    else return warp_sum_many_left<N, O / 2>();
+}
+template <int N, int O = 16>
+__device__ __forceinline__ int warp_sum_many_index(int s, int lane) {
+    if constexpr (O == 0) return s;
+    else if constexpr (N % 2 == 0) return ((lane & O) ? N / 2 : 0) + warp_sum_many_index<N / 2, O / 2>(s, lane);
+    else return warp_sum_many_index<N, O / 2>(s, lane);
+}
+template <int N, int O = 16>
+__device__ __forceinline__ bool warp_sum_many_owner(int lane) {
+    if constexpr (O == 0) return true;
+    else if constexpr (N % 2 == 0) return warp_sum_many_owner<N / 2, O / 2>(lane);
+    else return !(lane & O) && warp_sum_many_owner<N, O / 2>(lane);
+}
+
+/* k_hc_mix_partial for HCT_NT tokens a block (prefill, MINKE_CUDA_HC_MIXT).
+ * A block per (split, token) re-reads the split's 24 fn rows from L2 for
+ * every token (~3 GB a 4096-token pre step) and each lane walks one
+ * dependent chain: 627 us on the H200 against a ~70 us floor (reading X
+ * once). Here a block (split sp, HCT_NT tokens) stages its tokens' chunks in
+ * shared memory and a warp keeps a register tile of HCT_MR mix rows x HCT_TG
+ * tokens, so one fn load serves HCT_TG tokens and one x load HCT_MR rows;
+ * the 8 warps are HCT_WM row groups x 2 token groups (rows past the
+ * first HCT_WM x HCT_MR = 24, none in Flash: more blocks along z, which
+ * stage the tile again).
+ *
+ * The same bits as k_hc_mix_partial, by construction (hc_check compares):
+ * - partial[t][sp][m]: lane L of the warp owning (m, t) runs the chain over
+ *   i = L, L+32, ... in the same order, on the same values (x copied
+ *   unchanged, fn converted alike), with the expression written as there so
+ *   nvcc contracts it alike; the 32 chains are summed by warp_sum_many, the
+ *   additions of warp_sum.
+ * - psq[t][sp]: thread i of 256 sums (double) x[k]^2 for k = i, i+256, ...
+ *   in order, as there; block_sum_d's two butterflies (in each warp, then
+ *   over the 8 warp sums and 24 zero lanes) by warp_sum_many.
+ * Tokens past T in the last tile compute on zeros and are not stored.
+ * Flash: 64 KB of tile a block, ~107 registers (no spills; 80 for three
+ * blocks an SM spilled), so two blocks an SM. */
+#define HCT_NT 16        /* tokens a block */
+#define HCT_TG 8         /* tokens a warp */
+#define HCT_MR 6         /* mix rows a warp */
+#define HCT_WM 4         /* row groups at once: warps = HCT_WM x HCT_NT / HCT_TG */
+#define HCT_THREADS 256  /* k_hc_mix_partial's block: the squares' order depends on it */
+#define HCT_SMEM_MAX (160 * 1024)
+static_assert(HCT_WM * (HCT_NT / HCT_TG) * 32 == HCT_THREADS, "the warps are row groups x token groups");
+template <bool H2>
+__global__ void __launch_bounds__(HCT_THREADS, 2)
+k_hc_mix_tiled(const float *X, int T, int hcdim, const void *fn, int fntype, int nmix, float *partial, double *psq) {
+    cu_pdl_enter();
+    extern __shared__ float4 hct_xs4[];   /* [HCT_NT][chunk] floats: the tile's chunks of X */
+    __shared__ double wsum[HCT_NT][HCT_THREADS / 32];
+    const float *xs = (const float *)hct_xs4;
+    const int sp = blockIdx.x, t0 = blockIdx.y * HCT_NT, chunk = hcdim / HC_SPLIT;
+    const int nt = T - t0 < HCT_NT ? T - t0 : HCT_NT;
+    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
+
+    const int c4 = chunk / 4;
+    for (int tt = 0; tt < HCT_NT; tt++)
+        for (int j = tid; j < c4; j += HCT_THREADS) {
+            if (tt < nt) cp_async16(&hct_xs4[tt * c4 + j], X + (int64_t)(t0 + tt) * hcdim + (int64_t)sp * chunk + 4 * j);
+            else hct_xs4[tt * c4 + j] = make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+    cp_async_commit();
+    cp_async_wait<0>();
+    __syncthreads();
+
+    /* the squares (in the first slice of row groups): each thread's sums, then each warp's */
+    if (blockIdx.z == 0) {
+        double ss[HCT_NT];
 #pragma unroll
-        for (int k = 0; k < HC_NT; k++) acc[k] = 0.f;
-        int64_t base = (int64_t)m * hcdim + (int64_t)sp * chunk;
-        if (fntype == CU_TYPE_F16 && (chunk % 64) == 0) {
-            const __half2 *h = (const __half2 *)((const uint16_t *)fn + base);
-            for (int i = lane; i < chunk / 2; i += 32) {
-                float2 f = __half22float2(h[i]);
+        for (int tt = 0; tt < HCT_NT; tt++) {
+            const float *x = xs + tt * chunk;
+            double s = 0.0;
+            for (int i = tid; i < chunk; i += HCT_THREADS) s += (double)x[i] * (double)x[i];
+            ss[tt] = s;
+        }
+        warp_sum_many<HCT_NT>(ss, lane);
+        if (warp_sum_many_owner<HCT_NT>(lane)) wsum[warp_sum_many_index<HCT_NT>(0, lane)][w] = ss[0];
+    }
+
+    /* the mixes: warp (wm, wt) takes rows g*HCT_MR.. (row group g = wm + HCT_WM * blockIdx.z) of tokens wt*HCT_TG.. */
+    const int wm = w % HCT_WM, wt = w / HCT_WM, g = wm + HCT_WM * blockIdx.z;
+    if (g * HCT_MR < nmix) {
+        /* row r of the group starts at fn element off0 + row(r) * hcdim; rows past nmix read the last row, not stored */
+        const int off0 = g * HCT_MR * hcdim + sp * chunk, last = nmix - 1 - g * HCT_MR;
+#define HCT_ROW(r) ((r) < last ? (r) : last)
+        float acc[HCT_MR * HCT_TG];
 #pragma unroll
-                for (int k = 0; k < HC_NT; k++) {
-                    const float *x = x0 + (int64_t)(k < nt ? k : 0) * hcdim;
-                    acc[k] += f.x * x[2 * i] + f.y * x[2 * i + 1];
+        for (int k = 0; k < HCT_MR * HCT_TG; k++) acc[k] = 0.f;
+        /* the fn loads run a step ahead (their latency is L2's) */
+        if constexpr (H2) {
+            const __half2 *h = (const __half2 *)fn + off0 / 2;   /* off0, hcdim even: chunk % 64 == 0 */
+            const float2 *x2 = (const float2 *)(xs + wt * HCT_TG * chunk);
+            const int half = chunk / 2;
+            __half2 hn[HCT_MR];
+#pragma unroll
+            for (int r = 0; r < HCT_MR; r++) hn[r] = h[HCT_ROW(r) * (hcdim / 2) + lane];   /* half >= 32 */
+#pragma unroll 1
+            for (int i = lane; i < half; i += 32) {
+                float2 f[HCT_MR];
+#pragma unroll
+                for (int r = 0; r < HCT_MR; r++) f[r] = __half22float2(hn[r]);
+                if (i + 32 < half) {
+#pragma unroll
+                    for (int r = 0; r < HCT_MR; r++) hn[r] = h[HCT_ROW(r) * (hcdim / 2) + i + 32];
+                }
+#pragma unroll
+                for (int tt = 0; tt < HCT_TG; tt++) {
+                    const float2 xv = x2[tt * half + i];
+#pragma unroll
+                    for (int r = 0; r < HCT_MR; r++) acc[r * HCT_TG + tt] += f[r].x * xv.x + f[r].y * xv.y;
                 }
             }
         } else {
-            for (int i = lane; i < chunk; i += 32) {
-                const float wv = cu_wload(fn, fntype, base + i);
+            const float *xw = xs + wt * HCT_TG * chunk;
+            float wn[HCT_MR];
+            if (lane < chunk) {
 #pragma unroll
-                for (int k = 0; k < HC_NT; k++) acc[k] += wv * x0[(int64_t)(k < nt ? k : 0) * hcdim + i];
+                for (int r = 0; r < HCT_MR; r++) wn[r] = cu_wload(fn, fntype, off0 + HCT_ROW(r) * hcdim + lane);
+            }
+#pragma unroll 1
+            for (int i = lane; i < chunk; i += 32) {
+                float wv[HCT_MR];
+#pragma unroll
+                for (int r = 0; r < HCT_MR; r++) wv[r] = wn[r];
+                if (i + 32 < chunk) {
+#pragma unroll
+                    for (int r = 0; r < HCT_MR; r++) wn[r] = cu_wload(fn, fntype, off0 + HCT_ROW(r) * hcdim + i + 32);
+                }
+#pragma unroll
+                for (int tt = 0; tt < HCT_TG; tt++) {
+                    const float xv = xw[tt * chunk + i];
+#pragma unroll
+                    for (int r = 0; r < HCT_MR; r++) acc[r * HCT_TG + tt] += wv[r] * xv;
+                }
             }
         }
+#undef HCT_ROW
+        warp_sum_many<HCT_MR * HCT_TG>(acc, lane);
+        if (warp_sum_many_owner<HCT_MR * HCT_TG>(lane)) {
 #pragma unroll
-        for (int k = 0; k < HC_NT; k++) {
-            const float a = warp_sum(acc[k]);
-            if (lane == 0 && k < nt) partial[((int64_t)(t0 + k) * HC_SPLIT + sp) * HC_MAXMIX + m] = a;
+            for (int s = 0; s < warp_sum_many_left<HCT_MR * HCT_TG>(); s++) {
+                const int k = warp_sum_many_index<HCT_MR * HCT_TG>(s, lane);
+                const int m = g * HCT_MR + k / HCT_TG, tt = wt * HCT_TG + k % HCT_TG;
+                if (m < nmix && tt < nt) partial[((int64_t)(t0 + tt) * HC_SPLIT + sp) * HC_MAXMIX + m] = acc[s];
+            }
         }
+    }
+
+    /* block_sum_d's second butterfly: lane l < 8 holds warp l's sum, the others 0 */
+    __syncthreads();
+    if (blockIdx.z == 0 && w == 0) {
+        double v[HCT_NT];
+#pragma unroll
+        for (int tt = 0; tt < HCT_NT; tt++) v[tt] = lane < HCT_THREADS / 32 ? wsum[tt][lane] : 0.0;
+        warp_sum_many<HCT_NT>(v, lane);
+        const int tt = warp_sum_many_index<HCT_NT>(0, lane);
+        if (warp_sum_many_owner<HCT_NT>(lane) && tt < nt) psq[(t0 + tt) * HC_SPLIT + sp] = v[0];
     }
 }
 
@@ -181,26 +330,63 @@ __global__ void k_hc_pre_finish(const float *X, int D, int nhc, int nmix, const 
     for (int d = threadIdx.x; d < D; d += blockDim.x) y[d] = y[d] * r * norm_w[d];
 }
 
-/* MINKE_CUDA_HC_MIXNT=1: the unfused pre step's mixes a block per HC_NT
- * tokens (k_hc_mix_partial_nt); 0 (default until it has run on a GPU: written
- * in the seventh session after its device time was spent) a block per token.
- * hc_check compares both (the same bits); cu_hc_mix_nt_set for the checks. */
-static int hc_mix_nt = -1;
-extern "C" void cu_hc_mix_nt_set(int on) { hc_mix_nt = on; }
-static int hc_mix_nt_on(void) {
-    if (hc_mix_nt < 0) { const char *e = getenv("MINKE_CUDA_HC_MIXNT"); hc_mix_nt = e && *e ? atoi(e) != 0 : 0; }
-    return hc_mix_nt;
+/* MINKE_CUDA_HC_MIXT: the unfused pre step's mixes HCT_NT tokens a block
+ * (k_hc_mix_tiled; 1, the default, from HCT_NT tokens) or a block per token
+ * (0). Written in the eighth session, not yet run on a GPU when it was made
+ * the default: hc_check compares both bit for bit and times them.
+ * cu_hc_mix_t_set for the checks (-1: the environment again). */
+static int hc_mix_t = -1;
+extern "C" void cu_hc_mix_t_set(int on) { hc_mix_t = on; }
+static int hc_mix_t_on(void) {
+    if (hc_mix_t < 0) { const char *e = getenv("MINKE_CUDA_HC_MIXT"); hc_mix_t = e && *e ? atoi(e) != 0 : 1; }
+    return hc_mix_t;
+}
+
+/* the opt-in above 48 KB of dynamic shared memory, per device (a refusal: the per-token kernel) */
+static int hct_smem_ok(size_t bytes) {
+    static size_t granted[32], refused[32];
+    const int dev = cu_cur_dev();
+    if (bytes <= 48 * 1024 || bytes <= granted[dev]) return 1;
+    if (refused[dev] && bytes >= refused[dev]) return 0;
+    if (cudaFuncSetAttribute(k_hc_mix_tiled<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes) !=
+            cudaSuccess ||
+        cudaFuncSetAttribute(k_hc_mix_tiled<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes) !=
+            cudaSuccess) {
+        cudaGetLastError();
+        refused[dev] = bytes;
+        return 0;
+    }
+    granted[dev] = bytes;
+    return 1;
+}
+
+/* cu_hc_pre's first kernel: partial and psq of T tokens, by k_hc_mix_tiled
+ * when tiled is set and the shape fits (16-byte rows for cp.async, int fn
+ * offsets, the tile in HCT_SMEM_MAX), else a block per token; the same bits.
+ * Returns 1 when it ran the tiled kernel (hc_check calls it directly). */
+extern "C" int cu_hc_mix_partials(const float *X, int T, int hcdim, const void *fn, int fntype, int nmix,
+                                  float *partial, double *psq, int tiled, cudaStream_t st) {
+    const int chunk = hcdim / HC_SPLIT;
+    const size_t smem = sizeof(float) * HCT_NT * (size_t)chunk;
+    if (tiled && T > 0 && nmix >= 1 && nmix <= HC_MAXMIX && hcdim % (4 * HC_SPLIT) == 0 && chunk > 0 &&
+        ((uintptr_t)X & 15) == 0 && (int64_t)nmix * hcdim <= INT32_MAX && smem <= HCT_SMEM_MAX &&
+        hct_smem_ok(smem)) {
+        const dim3 grid(HC_SPLIT, (T + HCT_NT - 1) / HCT_NT, (nmix + HCT_WM * HCT_MR - 1) / (HCT_WM * HCT_MR));
+        if (fntype == CU_TYPE_F16 && chunk % 64 == 0)
+            cu_launch(k_hc_mix_tiled<true>, grid, HCT_THREADS, smem, st, X, T, hcdim, fn, fntype, nmix, partial, psq);
+        else
+            cu_launch(k_hc_mix_tiled<false>, grid, HCT_THREADS, smem, st, X, T, hcdim, fn, fntype, nmix, partial, psq);
+        return 1;
+    }
+    cu_launch(k_hc_mix_partial, dim3(HC_SPLIT, T), 256, 0, st, X, hcdim, fn, fntype, nmix, partial, psq);
+    return 0;
 }
 
 void cu_hc_pre(const float *X, int T, int D, int nhc, const void *fn, int fntype, int nmix,
                const float *scale, const float *base, const float *norm_w, int iters, float hc_eps,
                float rms_eps, int head, float *partial, double *psq, float *x, float *post, float *comb,
                cudaStream_t st) {
-    if (T >= HC_NT && hc_mix_nt_on())
-        cu_launch(k_hc_mix_partial_nt, dim3(HC_SPLIT, (T + HC_NT - 1) / HC_NT), 256, 0, st, X, T, D * nhc, fn, fntype,
-                  nmix, partial, psq);
-    else
-        cu_launch(k_hc_mix_partial, dim3(HC_SPLIT, T), 256, 0, st, X, D * nhc, fn, fntype, nmix, partial, psq);
+    cu_hc_mix_partials(X, T, D * nhc, fn, fntype, nmix, partial, psq, T >= HCT_NT && hc_mix_t_on(), st);
     cu_launch(k_hc_pre_finish, T, 256, 0, st, X, D, nhc, nmix, partial, psq, scale, base, norm_w, iters, hc_eps,
                                       rms_eps, head, x, post, comb);
 }

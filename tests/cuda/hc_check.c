@@ -14,9 +14,12 @@
  * to v1 (same per-element operations and summation orders); each line says
  * whether they are ("bits v2 = v1 yes/NO", including the partial/psq scratch),
  * but only the tolerance and determinism decide ok/FAIL.
- * The unfused form's mixes with a block per 8 tokens (k_hc_mix_partial_nt,
- * MINKE_CUDA_HC_MIXNT=1 for prefill; from T = 8) must give the bits of a
- * block per token.
+ * The unfused form's mixes 16 tokens a block (k_hc_mix_tiled,
+ * MINKE_CUDA_HC_MIXT, default on from T = 16: prefill) must give the bits of
+ * a block per token (k_hc_mix_partial): through cu_hc_pre in every run from
+ * 16 tokens, and alone (cu_hc_mix_partials: partial and psq) over more
+ * shapes and T up to 4096, with a timing of both at T 4096 printed always
+ * ("hc_check time: hc mixes T 4096 ...").
  * The router, RMSNorm, SwiGLU and MoE sum: v2 must be BIT-identical to v1.
  * With --time, the median microseconds per launch of each schedule (200
  * back-to-back launches between events, PDL as in the engine, 7 repeats);
@@ -37,7 +40,9 @@
 /* switches and the fused router+tiles entry of cu_hc.cu / cu_moe.cu / cu_ops.cu */
 void cu_hc_use_version(int v);
 void cu_hc3_set_blocks(int n);
-void cu_hc_mix_nt_set(int on);
+void cu_hc_mix_t_set(int on);
+int cu_hc_mix_partials(const float *X, int T, int hcdim, const void *fn, int fntype, int nmix, float *partial,
+                       double *psq, int tiled, cudaStream_t st);
 int cu_hc_fused_version(int D, int nhc, int nmix, int head);
 void cu_moe_use_v1(int on);
 void cu_ops_use_v1(int on);
@@ -391,20 +396,20 @@ static int hc_run(int T, int D, int nhc, int nmix, int head, int fntype, int use
         }
         o[i] = hc_fetch(&c);
     }
-    /* the unfused pre step's mixes with a block per 8 tokens (from 8 tokens,
-     * MINKE_CUDA_HC_MIXNT, k_hc_mix_partial_nt) against a block per token: the same bits */
+    /* the unfused pre step's mixes 16 tokens a block (from 16 tokens,
+     * MINKE_CUDA_HC_MIXT, k_hc_mix_tiled) against a block per token: the same bits */
     int ntbad = 0;
-    if (T >= 8) {
+    if (T >= 16) {
         hc_out o2[2];
         for (int k = 0; k < 2; k++) {
             hc_reset(&c);
-            cu_hc_mix_nt_set(k);
+            cu_hc_mix_t_set(k);
             hc_launch_unfused(&c);
             o2[k] = hc_fetch(&c);
         }
-        cu_hc_mix_nt_set(-1);
+        cu_hc_mix_t_set(-1);
         ntbad = !hc_bits(&c, &o2[1], &o2[0]);
-        if (ntbad) printf("FAIL %s: the unfused mixes a block per 8 tokens differ from a block per token\n", what);
+        if (ntbad) printf("FAIL %s: the unfused mixes 16 tokens a block differ from a block per token\n", what);
         hc_out_free(&o2[0]);
         hc_out_free(&o2[1]);
     }
@@ -464,6 +469,63 @@ static int hc_run(int T, int D, int nhc, int nmix, int head, int fntype, int use
     for (int i = 0; i < NS; i++) hc_out_free(&o[i]);
     hc_out_free(&orep);
     hc_ref_free(&ref);
+    hc_free(&c);
+    return ok;
+}
+
+/* The unfused pre step's first kernel alone: partial and psq from 16 tokens
+ * a block (k_hc_mix_tiled) against a block per token (k_hc_mix_partial), bit
+ * for bit; the tiled kernel must have run (a refused shape falls back). */
+typedef struct { hc_case *c; int tiled; } hc_mix_ctx;
+static void hc_mix_launch(void *p) {
+    hc_mix_ctx *m = p;
+    hc_case *c = m->c;
+    cu_hc_mix_partials(c->dX, c->T, c->D * c->nhc, c->dfn, c->fntype, c->nmix, c->dpart, c->dpsq, m->tiled, 0);
+}
+
+static int hc_mix_run(int T, int D, int nhc, int nmix, int fntype, int timing) {
+    hc_case c;
+    memset(&c, 0, sizeof c);
+    c.T = T; c.D = D; c.nhc = nhc; c.nmix = nmix; c.iters = 20; c.fntype = fntype;
+    c.hc_eps = 1e-6f; c.rms_eps = 1e-6f;
+    hc_setup(&c);
+    int hcdim = D * nhc, chunk = hcdim / 16;
+    char what[160];
+    snprintf(what, sizeof what, "hc mixes T %d D %d nhc %d nmix %d fn %s (chunk %d)", T, D, nhc, nmix,
+             fntype == 1 ? "f16" : "f32", chunk);
+    float *part[2];
+    double *psq[2];
+    int ran = 0;
+    for (int k = 0; k < 2; k++) {
+        hc_reset(&c);
+        int r = cu_hc_mix_partials(c.dX, T, hcdim, c.dfn, fntype, nmix, c.dpart, c.dpsq, k, 0);
+        if (k) ran = r;
+        part[k] = to_host(c.dpart, sizeof(float) * T * 16 * 32);
+        psq[k] = to_host(c.dpsq, sizeof(double) * T * 16);
+    }
+    int ok = 1;
+    if (!ran) { printf("FAIL %s: the tiled kernel did not run (shape refused)\n", what); ok = 0; }
+    /* the first difference, as (token, split, mix) */
+    for (int i = 0; i < T * 16 * 32 && ok; i++)
+        if (memcmp(&part[0][i], &part[1][i], sizeof(float))) {
+            printf("FAIL %s: partial of token %d split %d mix %d: tiled %.9g, per token %.9g\n", what, i / 512,
+                   i / 32 % 16, i % 32, part[1][i], part[0][i]);
+            ok = 0;
+        }
+    for (int i = 0; i < T * 16 && ok; i++)
+        if (memcmp(&psq[0][i], &psq[1][i], sizeof(double))) {
+            printf("FAIL %s: psq of token %d split %d: tiled %.17g, per token %.17g\n", what, i / 16, i % 16,
+                   psq[1][i], psq[0][i]);
+            ok = 0;
+        }
+    printf("%s %s: 16 tokens a block = a block per token, bit for bit (partial, psq)\n", ok ? "ok  " : "FAIL", what);
+    if (timing) {
+        hc_mix_ctx m0 = {&c, 0}, m1 = {&c, 1};
+        float t0 = time_us(hc_mix_launch, &m0), t1 = time_us(hc_mix_launch, &m1);
+        printf("hc_check time: %s, cu_hc_pre's first kernel: a block per token %.1f us, 16 tokens a block %.1f us "
+               "per launch (%.2fx)\n", what, t0, t1, t0 / t1);
+    }
+    for (int k = 0; k < 2; k++) { free(part[k]); free(psq[k]); }
     hc_free(&c);
     return ok;
 }
@@ -734,10 +796,21 @@ int main(int argc, char **argv) {
     ok &= hc_run(1, 4096, 4, 24, 0, 0, 1, 1, 1, 0);
     /* the largest fused batch: 31 x 64 blocks, more than are resident at once */
     ok &= hc_run(31, 4096, 4, 24, 0, 1, 1, 1, 1, 0);
-    /* the unfused mixes 8 tokens a block: f32 weights, and the generic f16 path (chunk % 64 != 0), partial last blocks */
-    ok &= hc_run(13, 512, 4, 24, 0, 0, 1, 1, 1, 0);
-    ok &= hc_run(9, 64, 4, 24, 0, 1, 1, 1, 1, 0);
+    /* the unfused mixes 16 tokens a block: f32 weights, and the generic f16 path (chunk % 64 != 0), partial last tiles */
+    ok &= hc_run(17, 512, 4, 24, 0, 0, 1, 1, 1, 0);
+    ok &= hc_run(19, 64, 4, 24, 0, 1, 1, 1, 1, 0);
     ok &= hc_run(16, 4096, 4, 4, 1, 1, 0, 0, 1, 0);
+    /* the same kernels alone (partial, psq) over more shapes; timed at T 4096 (Flash) */
+    static const int mTs[7] = {1, 15, 16, 33, 47, 100, 4096};
+    for (int i = 0; i < 7; i++) ok &= hc_mix_run(mTs[i], 4096, 4, 24, 1, mTs[i] == 4096);
+    ok &= hc_mix_run(33, 4096, 4, 24, 0, 0);     /* f32 weights: the generic path */
+    ok &= hc_mix_run(100, 4096, 4, 24, 0, 0);
+    ok &= hc_mix_run(47, 4096, 4, 4, 1, 0);      /* the head's 4 mixes */
+    ok &= hc_mix_run(33, 4096, 4, 32, 1, 0);     /* 32 mixes: two slices of row groups */
+    ok &= hc_mix_run(20, 512, 4, 7, 0, 0);       /* a partial row group, chunk 128 */
+    ok &= hc_mix_run(47, 64, 4, 24, 1, 0);       /* chunk 16: the generic f16 path */
+    ok &= hc_mix_run(33, 256, 4, 24, 1, 0);      /* chunk 64: one half2 step a lane */
+    ok &= hc_mix_run(33, 8192, 4, 24, 1, 0);     /* chunk 2048: 128 KB of tile */
     /* a shape v2 and v3 do not take (v1 each time) */
     ok &= hc_run(1, 8192, 4, 24, 0, 1, 1, 1, 1, 0);
 
