@@ -1218,8 +1218,8 @@ static void attention_layer(fwd *f, int il) {
             cu_idx_q_prep(s->qi, T, nih, ihd, nrot, rope, s->d_pos, sims, st);
         }
         PROF(f, "idx_score");
-        cu_idx_scores(s->qi, s->wi, lc->index, T, nih, ihd, c->indexer_scale, (int)c->indexer_top_k,
-                      lc->index_cap, s->d_pos, s->scores, s->score_stride, st);
+        cu_idx_scores_sims(s->qi, s->wi, lc->index, T, nih, ihd, c->indexer_scale, (int)c->indexer_top_k,
+                           lc->index_cap, s->d_pos, s->scores, s->score_stride, sims, st);
         PROF(f, "idx_topk");
         cu_idx_topk(s->scores, s->score_stride, T, (int)c->indexer_top_k, s->d_pos, s->sel, s->nsel, st);
     }
