@@ -71,6 +71,9 @@ int cu_mmq_supported(const cu_gemv_args *g);
  * ntiles = ceil(ntok / 64); MoE: tiles built with nt = 64). 0 when unsupported. */
 int cu_mmq(const cu_gemv_args *g, int ntiles, cudaStream_t st);
 int cu_mmq_tables_init(const uint64_t *grid);
+/* cu_mmf16.cu: the F16 case of cu_mmq (tiles of 64 tokens; ntiles = ceil(ntok / 64)) */
+int cu_mmf16_supported(const cu_gemv_args *g);
+void cu_mmf16(const cu_gemv_args *g, int ntiles, cudaStream_t st);
 #define CU_MMQ_TILE 64
 /* Exact activations split into int8 pieces by a launch of their own, then the
  * product on those rows (cu_mmq.cu): split_row_bytes(n) bytes per row of n f32;
