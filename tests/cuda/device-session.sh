@@ -8,9 +8,7 @@
 # (several GPUs: run on nvidia-h200-x2 or larger; MULTI="q2:1 q2:2" picks the runs),
 # ablation (each decode stage left out of the graph in turn: its in-graph cost),
 # long (ctx 65536: prefill of the interval and decode there), ncupf (ncu of the
-# exact prefill's MoE product kernels: PFK="116 10" picks IQ2R / Q2_K),
-# pending (the experiments written without a GPU, off by default: their checks,
-# then an A/B each against the default; see docs/performance.md "what remains").
+# exact prefill's MoE product kernels: PFK="116 10" picks IQ2R / Q2_K).
 # Output goes to $OUT.
 H=${H:-build/h12}
 # libnccl: the device image has it in its PyTorch venv, not under /usr/local/cuda
@@ -54,19 +52,6 @@ for step in "$@"; do
               timeout ${BENCH_TIMEOUT:-150} $MINKE_BIN bench --synthetic flash-${c%%:*} --ctx-start 4096 --ctx-max 4096 \
                   -n ${NGEN:-32} --gpus ${c##*:} > $OUT/bench-multi.log 2>&1
               echo "flash-${c%%:*} --gpus ${c##*:}: $(grep -E 'ctx +4096' $OUT/bench-multi.log | sed 's/of 790.*decode/decode/')"
-          done ;;
-    pending) # the off-by-default experiments awaiting a GPU: bits / tolerance checks first, then A/B
-          timeout 90 $MINKE_BUILD/tests/cuda/hc_check > $OUT/pending-hc.txt 2>&1; echo "hc_check rc=$?"
-          grep -E '^FAIL|hc_check' $OUT/pending-hc.txt | head -5
-          timeout 120 $MINKE_BUILD/tests/cuda/attn_check > $OUT/pending-attn.txt 2>&1; echo "attn_check rc=$?"
-          grep -E '^FAIL|attention cluster' $OUT/pending-attn.txt | head -12
-          timeout 400 $MINKE_BUILD/tests/cuda/mmq_exact > $OUT/pending-mmq.txt 2>&1; echo "mmq_exact rc=$?"
-          grep -E '^FAIL|mmq_exact' $OUT/pending-mmq.txt | head -8
-          for v in default MINKE_CUDA_HC_MIXNT=1 MINKE_CUDA_MMQ_IQ2BLK=1 MINKE_CUDA_ATT_CLUSTER=1 default \
-                   MINKE_CUDA_HC_MIXNT=1 MINKE_CUDA_MMQ_IQ2BLK=1 MINKE_CUDA_ATT_CLUSTER=1; do
-              env $(echo "$v" | grep -v '^default$') timeout 60 $MINKE_BIN bench --synthetic flash-q2 --ctx-start 4096 \
-                  --ctx-max 4096 -n ${NGEN:-64} --csv $OUT/pending.csv > $OUT/pending.log 2>&1
-              echo "bench $v: $(tail -1 $OUT/pending.csv 2>/dev/null)"
           done ;;
     ablation) # MINKE_CUDA_SKIP=stage: the step without that stage's launches (results wrong, time right)
           for k in base ${SKIPS:-moe_gate_up moe_down out_a out_b q_a+q_b q_b attention hc_pre router shared kv compressor,idx_comp idx_score,idx_topk q_norm_rope idx_q} base; do
