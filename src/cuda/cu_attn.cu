@@ -8,9 +8,7 @@
  * MINKE_CUDA_OLD_KERNELS): q head and kv finish are bit-identical, the split
  * attention is not (other splits, see k_attn_dec).
  */
-#include <stdio.h>
 #include <stdlib.h>
-#include <cooperative_groups.h>
 
 #include "cuda/cu_common.cuh"
 #include "cuda/cu_numerics.cuh"
@@ -388,8 +386,6 @@ __global__ void k_attn_combine(const float *part, const float *sinks, int nh, in
 #define ADEC_CH 16
 #define ADEC_NST 3
 #define ADEC_MAXS 64
-#define ADEC_CL_MAX 16    /* the most splits a cluster takes (non-portable cluster size) */
-static int att_cluster_on(void);
 #define ADEC_V4 4     /* float4 per lane: hd / 128 */
 
 __device__ __forceinline__ int adec_rows(int t, int pos0, int W, int ratio, const int *nsel) {
@@ -430,74 +426,11 @@ __device__ __forceinline__ void adec_rope_apply(float (&y)[4], const float (&cs)
     }
 }
 
-/* The cluster epilogue of k_attn_dec<HPB, true> (see there): acc holds this
- * warp's head h's unnormalised output (lane: float4 k * 32 + lane), M and L
- * its running max and sum over this split's rows. */
 template <int HPB>
-__device__ __forceinline__ void adec_cluster_combine(float *srow, const float4 (&acc)[ADEC_V4], float M, float L, int h,
-                                                     int nh, int hd, int S, int t, int qp, const float *sinks, int nrot,
-                                                     const float *inv_freq, float *o) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    namespace cg = cooperative_groups;
-    cg::cluster_group cl = cg::this_cluster();
-    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nv = hd / 128;
-    float *pacc = srow, *pml = srow + HPB * hd;     /* [HPB][hd], then (M, L) a head */
-    __syncthreads();                                 /* every warp is done with the staged rows */
-    float4 *pa = (float4 *)(pacc + w * hd);
-#pragma unroll
-    for (int k = 0; k < ADEC_V4; k++)
-        if (k < nv) pa[k * 32 + lane] = acc[k];
-    if (lane == 0) { pml[2 * w] = M; pml[2 * w + 1] = L; }
-    cl.sync();
-    /* this block's share of the group's HPB x hd outputs, 4 dims a thread:
-     * k_attn_dec_combine's arithmetic, the splits in ascending order */
-    const int CS = (int)cl.num_blocks(), rank = (int)cl.block_rank(), nq4 = HPB * hd / 4, off = hd - nrot;
-    for (int j = rank * (int)blockDim.x + (int)threadIdx.x; j < nq4; j += CS * (int)blockDim.x) {
-        const int hh = 4 * j / hd, d0 = 4 * j - hh * hd, hg = (int)blockIdx.x * HPB + hh;
-        if (hg >= nh) continue;
-        const float sink = sinks[hg];
-        float Mt = sink;
-        for (int s2 = 0; s2 < S; s2++) Mt = fmaxf(Mt, cl.map_shared_rank(pml, s2)[2 * hh]);
-        float den = expf(sink - Mt);
-        float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-        for (int s2 = 0; s2 < S; s2++) {
-            const float *rml = cl.map_shared_rank(pml, s2);
-            const float m = rml[2 * hh], l = rml[2 * hh + 1];
-            const float f = m == -INFINITY ? 0.f : expf(m - Mt);
-            den = __fadd_rn(den, __fmul_rn(l, f));
-            const float4 a = *(const float4 *)(cl.map_shared_rank(pacc, s2) + hh * hd + d0);
-            v.x = __fmaf_rn(a.x, f, v.x); v.y = __fmaf_rn(a.y, f, v.y);
-            v.z = __fmaf_rn(a.z, f, v.z); v.w = __fmaf_rn(a.w, f, v.w);
-        }
-        const float inv = 1.0f / den;
-        float y[4] = {v.x * inv, v.y * inv, v.z * inv, v.w * inv};
-        if (d0 >= off) {
-            float cs[2], sn[2];
-            adec_rope_angles(d0, off, qp, inv_freq, cs, sn);
-            adec_rope_apply(y, cs, sn);
-        }
-        *(float4 *)(o + ((int64_t)t * nh + hg) * hd + d0) = make_float4(y[0], y[1], y[2], y[3]);
-    }
-    cl.sync();     /* the other blocks have read this block's shared memory */
-#endif
-}
-
-/* CL (MINKE_CUDA_ATT_CLUSTER=1, sm_90; written in the seventh session after
- * its device time was spent: not yet run on a GPU, off by default): the
- * nsplit blocks of a head group form one thread block cluster, and instead of
- * writing partials for k_attn_dec_combine each block puts its (M, L, acc) in
- * its own shared memory; after a cluster barrier block r combines its slice
- * of the group's heads x dims from all the splits' shared memory (DSMEM),
- * with the combine's arithmetic in the combine's order, then applies the
- * inverse RoPE. No second launch and no partials' round trip through L2.
- * Splits past S take part with empty partials (every block must meet the
- * cluster barriers). */
-template <int HPB, bool CL = false>
 __global__ void __launch_bounds__(HPB * 32)
 k_attn_dec(const float *q, const float *kv_batch, const float *ring, const float *comp, const int *sel,
            const int *nsel, int topk, int nh, int hd, int W, int ratio, float scale, const int *pos0p,
-           int nsplit, int min_rows, int fill, float *part, const float *sinks, int nrot, const float *inv_freq,
-           float *o) {
+           int nsplit, int min_rows, int fill, float *part) {
     cu_pdl_enter();
     extern __shared__ __align__(16) float srow[];     /* ADEC_NST x ADEC_CH rows of hd */
     int t = blockIdx.y, sp = blockIdx.z, T = gridDim.y;
@@ -507,8 +440,8 @@ k_attn_dec(const float *q, const float *kv_batch, const float *ring, const float
     int nraw = qp + 1 < W ? qp + 1 : W;
     int n = adec_rows(t, pos0, W, ratio, nsel);
     int S = adec_splits(n, nsplit, min_rows, fill);
-    if (!CL && sp >= S) return;
-    int i0 = sp < S ? (int)((int64_t)n * sp / S) : 0, i1 = sp < S ? (int)((int64_t)n * (sp + 1) / S) : 0;
+    if (sp >= S) return;
+    int i0 = (int)((int64_t)n * sp / S), i1 = (int)((int64_t)n * (sp + 1) / S);
     const int *sel_t = sel ? sel + (int64_t)t * topk : nullptr;
     int nv = hd / 128, per_row = hd / 4;
     int nrows = i1 - i0, nchunk = (nrows + ADEC_CH - 1) / ADEC_CH;
@@ -588,10 +521,6 @@ k_attn_dec(const float *q, const float *kv_batch, const float *ring, const float
         __syncthreads();
     }
     cp_async_wait<0>();
-    if constexpr (CL) {
-        adec_cluster_combine<HPB>(srow, acc, M, L, h, nh, hd, S, t, qp, sinks, nrot, inv_freq, o);
-        return;
-    }
     if (h >= nh) return;
     int64_t rec = ((int64_t)t * nh + h) * nsplit + sp;
     float4 *pa = (float4 *)(part + rec * hd);
@@ -841,40 +770,18 @@ void cu_attention(const float *q, const float *kv_batch, const float *ring, cons
         /* 8 heads per block (a row read from L2 once per 8 heads, 2 warps per
          * scheduler) when the splits can still give every SM a block, else 4 */
         int hg8 = (nh + 7) / 8;
-        const int cl = nsplit <= ADEC_CL_MAX && att_cluster_on();     /* the cluster form: 8 heads a block */
-        int hpb = cl ? 8 : hpb_env == 4 || hpb_env == 8 ? hpb_env : 4 * nsplit * hg8 * T >= 3 * nsm ? 8 : 4;
+        int hpb = hpb_env == 4 || hpb_env == 8 ? hpb_env : 4 * nsplit * hg8 * T >= 3 * nsm ? 8 : 4;
         int fill = fill_mult * nsm / (((nh + hpb - 1) / hpb) * T);
         if (fill < 1) fill = 1;
         size_t smem = (size_t)ADEC_NST * ADEC_CH * hd * sizeof(float);
         static unsigned attr_done = 0;
         if (cu_dev_first(&attr_done)) cu_attn_init();
-        if (cl) {
-            /* the splits of a head group in one cluster, combined there: no combine launch */
-            if (cu_skip_launch) return;
-            cudaLaunchConfig_t cfg = {};
-            cudaLaunchAttribute at[2];
-            cfg.gridDim = dim3((nh + 7) / 8, T, nsplit); cfg.blockDim = dim3(8 * 32); cfg.dynamicSmemBytes = smem;
-            cfg.stream = st;
-            at[0].id = cudaLaunchAttributeClusterDimension;
-            at[0].val.clusterDim.x = 1; at[0].val.clusterDim.y = 1; at[0].val.clusterDim.z = (unsigned)nsplit;
-            cfg.attrs = at; cfg.numAttrs = 1;
-            if (cu_pdl_enabled()) {
-                at[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-                at[1].val.programmaticStreamSerializationAllowed = 1;
-                cfg.numAttrs = 2;
-            }
-            cudaLaunchKernelEx(&cfg, k_attn_dec<8, true>, q, kv_batch, ring, comp, sel, nsel, topk, nh, hd, W, ratio, scale,
-                               pos0p, nsplit, min_rows, fill, part, sinks, nrot, inv_freq, o);
-            return;
-        }
         if (hpb == 8)
             cu_launch(k_attn_dec<8>, dim3((nh + 7) / 8, T, nsplit), 8 * 32, smem, st, q, kv_batch, ring, comp, sel,
-                      nsel, topk, nh, hd, W, ratio, scale, pos0p, nsplit, min_rows, fill, part, (const float *)nullptr, 0,
-                      (const float *)nullptr, (float *)nullptr);
+                      nsel, topk, nh, hd, W, ratio, scale, pos0p, nsplit, min_rows, fill, part);
         else
             cu_launch(k_attn_dec<4>, dim3((nh + 3) / 4, T, nsplit), 4 * 32, smem, st, q, kv_batch, ring, comp, sel,
-                      nsel, topk, nh, hd, W, ratio, scale, pos0p, nsplit, min_rows, fill, part, (const float *)nullptr, 0,
-                      (const float *)nullptr, (float *)nullptr);
+                      nsel, topk, nh, hd, W, ratio, scale, pos0p, nsplit, min_rows, fill, part);
         cu_launch(k_attn_dec_combine, dim3(nh, T), 128, 0, st, part, sinks, nsel, nh, hd, W, ratio, nsplit, min_rows, fill,
                   nrot, inv_freq, pos0p, o);
         return;
@@ -891,26 +798,5 @@ void cu_attn_init(void) {
     size_t smem = (size_t)ADEC_NST * ADEC_CH * 512 * sizeof(float);
     cudaFuncSetAttribute(k_attn_dec<8>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     cudaFuncSetAttribute(k_attn_dec<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-    cudaFuncSetAttribute(k_attn_dec<8, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-    cudaFuncSetAttribute(k_attn_dec<8, true>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
-}
-
-/* MINKE_CUDA_ATT_CLUSTER=1: decode attention's splits combined inside a
- * cluster (k_attn_dec CL) where the device has clusters (sm_90) and the
- * splits fit one (ADEC_CL_MAX); default 0 until it has run on a GPU.
- * cu_attn_cluster_set for the checks. */
-static int att_cl = -1;
-void cu_attn_cluster_set(int on) { att_cl = on; }
-static int att_cluster_on(void) {
-    static int cc = -1;
-    if (att_cl < 0) { const char *e = getenv("MINKE_CUDA_ATT_CLUSTER"); att_cl = e && *e ? atoi(e) != 0 : 0; }
-    if (!att_cl) return 0;
-    if (cc < 0) {
-        int dev = 0, v = 0;
-        cc = cudaGetDevice(&dev) == cudaSuccess && cudaDeviceGetAttribute(&v, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess
-                 ? v : 0;
-        if (cc < 9) fprintf(stderr, "minke: MINKE_CUDA_ATT_CLUSTER needs sm_90 (this device: sm_%d0): not used\n", cc);
-    }
-    return cc >= 9;
 }
 

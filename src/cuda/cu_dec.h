@@ -42,8 +42,6 @@ int cu_kv_finish_ring(const float *kvp, const float *w, int T, int hd, int nrot,
 int64_t cu_attention_part_floats(int T, int nh, int hd, int nsplit);
 
 void cu_attn_init(void);
-/* MINKE_CUDA_ATT_CLUSTER for the checks: 1 on, 0 off, -1 the environment */
-void cu_attn_cluster_set(int on);
 
 #ifdef __cplusplus
 }

@@ -8,10 +8,7 @@
  * bit: indexer q prep, scores, top-k (also with many exact ties, and past the
  * top-k key cache), q head, kv finish (+ ring row), ratio-128 compressor
  * state. The split attention changed its summation order: old and new are
- * both compared with a double-precision reference (max |diff| / max |ref|),
- * and so is the cluster form (MINKE_CUDA_ATT_CLUSTER: the splits combined in
- * a thread block cluster, 8 and 16 splits; its bits against the combine
- * kernel's are printed).
+ * both compared with a double-precision reference (max |diff| / max |ref|).
  * Prints one ok/FAIL line per check; exit 1 on any FAIL.
  *   attn_check            the checks
  *   attn_check --time     also median kernel times, old vs new (cudaEvent
@@ -473,28 +470,6 @@ static void check_attention(int T, int ratio, int ncomp_rows) {
             strncat(what, extra, sizeof what - strlen(what) - 1);
         }
         report(md / rmax < 2e-5, what);
-    }
-    /* the splits of a head group combined inside a cluster (MINKE_CUDA_ATT_CLUSTER,
-     * sm_90): the same tolerance; bits against the combine kernel reported */
-    for (int ci = 0; ci < 2; ci++) {
-        static const int csplits[2] = {8, 16};
-        float *o2 = malloc(sizeof(float) * nq);
-        c.nsplit = csplits[ci];
-        cu_dec_old_set(0);
-        CK(cudaMemset(c.o, 0, sizeof(float) * nq));
-        l_att(&c); CK(cudaGetLastError());
-        to_host(o2, c.o, sizeof(float) * nq);
-        cu_attn_cluster_set(1);
-        CK(cudaMemset(c.o, 0, sizeof(float) * nq));
-        l_att(&c); CK(cudaGetLastError());
-        cu_attn_cluster_set(-1);
-        to_host(o, c.o, sizeof(float) * nq);
-        double md = 0;
-        for (size_t i = 0; i < nq; i++) { double d = fabs(o[i] - ref[i]); if (!(d <= md)) md = d; }
-        snprintf(what, sizeof what, "attention cluster nsplit=%d ratio=%d rows=%d+%d T=%d: max|o-ref|/max|ref| %.2e (bits = combine kernel: %s)",
-                 c.nsplit, ratio, nraw, ncomp, T, md / rmax, memcmp(o, o2, sizeof(float) * nq) ? "no" : "yes");
-        report(md / rmax < 2e-5, what);
-        free(o2);
     }
     if (T == 1)
         for (int vi = 0; vi < 4; vi++) {
