@@ -28,11 +28,8 @@
  * (odd numbers: only for MoE tiles), with a cheaper IQ2_XXS decode and
  * cp.async activation staging; see "V2" below. Q2_K's V2 kernel copies the
  * next stage's weights by cp.async during the products (MINKE_CUDA_MMQ_WPIPE,
- * default 1; the same bits; see "WP" below). MINKE_CUDA_MMQ_IQ2BLK=1 (default
- * 0) gives IQ2 weights in V4 tiles V4B: one activation scale per 256 and the
- * items' scale multipliers folded in int32 (not V1's bits; see "V4B" below).
- * F16 weights run k_mmf16 (cu_mmf16.cu: f16
- * hi + lo split of the f32 activations) in both modes.
+ * default 1; the same bits; see "WP" below). F16 weights run k_mmf16
+ * (cu_mmf16.cu: f16 hi + lo split of the f32 activations) in both modes.
  */
 #include <stdlib.h>
 
@@ -415,19 +412,15 @@ __device__ __forceinline__ void mx_split_stage(const uint8_t *arow, int nvalid, 
  *   <= 75.5 KB, so 3 blocks per SM with 3 pieces (168 registers).
  * The integers are the same; the float roundings per output (order, not count)
  * differ from V0, and are the same in every launch shape. */
-/* MX_V4B: the template V of V4's tiles with one activation scale per block of
- * 256 and IQ2's integer fold (MINKE_CUDA_MMQ_IQ2BLK, see "V4B" below); an
- * internal value, not one of MINKE_CUDA_MMQ_V's */
-#define MX_V4B 8
 template <int TYPE, int P, int V, bool WP = false>
 struct mx_lay {
     static constexpr bool Q2K = TYPE == CU_TYPE_Q2_K;
     static constexpr bool IQ2 = TYPE == CU_TYPE_IQ2R || TYPE == CU_TYPE_IQ2_XXS;
-    /* V2 (wide tiles, see "V2" below): 128 weight rows x 32 activation rows; V4 (and V4B): 128 x 64,
+    /* V2 (wide tiles, see "V2" below): 128 weight rows x 32 activation rows; V4: 128 x 64,
      * 8 warps; V6: 256 x 32, 8 warps */
     static constexpr int BM = V == 6 ? 4 * MQ_BM : V >= 2 ? 2 * MQ_BM : MQ_BM;
     static constexpr int BN = (V == 2 || V == 6) ? MQ_BN / 2 : MQ_BN;
-    static constexpr int THREADS = (V == 4 || V == 6 || V == MX_V4B) ? 2 * MQ_THREADS : MQ_THREADS;
+    static constexpr int THREADS = (V == 4 || V == 6) ? 2 * MQ_THREADS : MQ_THREADS;
     static constexpr int LDS = BN * MQ_LDI;                                /* ints of one activation piece */
     static constexpr int n_ws = (V && Q2K) ? BM * 2 : BM * MQ_KI;          /* floats */
     static constexpr int n_as = (V && Q2K) ? BN : BN * MQ_KI;              /* floats */
@@ -577,19 +570,6 @@ __device__ __forceinline__ void mq_wload_tab(const uint8_t *row, int it, int nit
     }
 }
 
-/* V4B (below): mq_wload_tab's codes, with the item's odd multiplier m = 2 ls + 1
- * (1..31) and its block's d as they are, instead of their product as a float */
-template <int TYPE>
-__device__ __forceinline__ void mq_wload_tab_ab(const uint8_t *row, int it, int nit, const uint64_t *tab, const uint64_t *smask,
-                                                int (&q)[8], int &m, float &d) {
-    uint32_t w;
-    mq_iq2_item<TYPE>(row, it, nit, tab, smask, q, w, d);
-    m = (int)(2 * (w >> 28) + 1);
-}
-/* V4B: the byte of row r (of a block's BM) in an item's BM multipliers: the rows
- * wm + gq + 8 a (a = 0..3) a lane multiplies are bytes a of one word */
-__device__ __forceinline__ int mx_mrow(int r) { return (r & ~31) | ((r & 7) << 2) | ((r >> 3) & 3); }
-
 /* ---- V2 (MINKE_CUDA_MMQ_V=2; 3: only for MoE tiles) ----
  * Wide tiles: a block computes 128 weight rows x 32 activation rows (V1: 64 x
  * 64), each warp the same 32 x 32 with the same per-output arithmetic, so the
@@ -622,29 +602,7 @@ __device__ __forceinline__ int mx_mrow(int r) { return (r & ~31) | ((r & 7) << 2
  * V6 (MINKE_CUDA_MMQ_V=6; 7: only for MoE tiles): 256 rows x 32 activation
  * rows with 8 warps stacked over the rows, __launch_bounds__(256, 2): a
  * quarter of V1's activation traffic per output, V2's weight decode per
- * output, 2 blocks of ~105 KB per SM. Q2_K runs V2. Same bits as V1.
- * V4B (MINKE_CUDA_MMQ_IQ2BLK=1, IQ2R and IQ2_XXS where V4 runs; template V =
- * MX_V4B): V4's tiles, staging and WP, but the activations split with one scale
- * D per block of 256 (a stage: mx_split_stage<true>, as Q2_K; pre-split rows
- * likewise, D still stored per item) and the items' weight scales d m_i / 8
- * (m_i = 2 ls + 1 odd, 1..31) taken apart: per output and piece p the block's
- * sum_i m_i dot_p(i) in int32 (one IMAD per piece and item instead of V4's five
- * float operations per output and item: FMUL of the scales, FFMA + FADD + FFMA
- * fold, FFMA), then once per block 3 I2F, 2 FFMA, 1 FMUL and the FFMA with
- * d / 8 (/ 256) x D. Exact: |code| <= 43 (grid bytes 8, 25, 43), |piece| <= 128
- * (top in [-127, 127], mid and lo in [-128, 127]; 2 pieces: hi in [-127, 127]),
- * so |dot_p(i)| <= 32 x 43 x 128 = 176128 and |sum| <= 8 x 31 x 176128 =
- * 43,679,744 < 2^26 (int32 holds it; not always a float, hence I2F, a correct
- * rounding, rather than the magic start, exact only below 2^22). The mma
- * accumulators start at 0. Loop order: per 8 token columns (2 pieces: 16) the
- * 8 items, so that 24 int32 sums are live (2 pieces: 32), not 32 P; the weight
- * fragments are then read 4 (2) times per stage: 1.75x V4's ldmatrix bytes with
- * 3 pieces. Cost to weigh on the GPU: IMAD issues at half the FFMA rate on
- * sm_80/sm_90 (64 per SM and clock), so 3 IMAD hold that pipe as long as 6
- * FFMA, for 3 issue slots instead of 5. Rounding differs from V1 (the pieces
- * are 24 or 16 bits of the block's amax, not the item's; fewer float sums):
- * not V1's bits; mmq_exact checks it against its double reference, and that
- * MoE tiles, dense launches, pre-split rows and WP agree bit for bit. */
+ * output, 2 blocks of ~105 KB per SM. Q2_K runs V2. Same bits as V1. */
 
 /* ---- WP: pipelined weight loads (MINKE_CUDA_MMQ_WPIPE=1: Q2_K in V2 tiles; 2: and IQ2R in V4) ----
  * Why: ncu on Flash's MoE down product (Q2_K, V2, pre-split) showed the warps
@@ -726,15 +684,6 @@ __device__ __forceinline__ void mq_iq2r_stage_row(const uint8_t *raw, int *sw, f
     const uint32_t w = mq_iq2r_stage_codes<BM>(raw, sw, tab, smask, r, li, blk, d);
     sws[r * MQ_KI + li] = d * mq_odd_f(w) * 0.125f * sc3;
 }
-/* V4B: codes into sw, the multiplier into smb, d x sc (li = 0) into sdw */
-template <int BM>
-__device__ __forceinline__ void mq_iq2r_stage_row_ab(const uint8_t *raw, int *sw, float *sdw, uint8_t *smb, const uint64_t *tab,
-                                                     const uint64_t *smask, int r, int li, int blk, float sc) {
-    float d;
-    const uint32_t w = mq_iq2r_stage_codes<BM>(raw, sw, tab, smask, r, li, blk, d);
-    smb[li * BM + mx_mrow(r)] = (uint8_t)(2 * (w >> 28) + 1);
-    if (li == 0) sdw[r] = d * sc;
-}
 /* the next stage's copy, for either type */
 template <int TYPE, int BM, int THREADS>
 __device__ __forceinline__ void mx_wfetch(const uint8_t *wbase, int64_t r0, const cu_gemv_args &g, int blk, int tid,
@@ -776,12 +725,10 @@ template <int TYPE, int MINB, int P, bool PRE, int V, bool WP = false>
 __global__ void __launch_bounds__(mx_lay<TYPE, P, V>::THREADS, MINB) k_mmqx(cu_gemv_args g) {
     cu_pdl_enter();
     typedef mx_lay<TYPE, P, V, WP> L;
-    static_assert(!WP || (TYPE == CU_TYPE_Q2_K && V == 2) || (TYPE == CU_TYPE_IQ2R && (V == 4 || V == MX_V4B)),
+    static_assert(!WP || (TYPE == CU_TYPE_Q2_K && V == 2) || (TYPE == CU_TYPE_IQ2R && V == 4),
                   "WP: Q2_K in V2, IQ2R in V4");
     constexpr bool Q2K = L::Q2K;
     constexpr bool IQ2 = L::IQ2;
-    constexpr bool AB = V == MX_V4B;    /* V4B: one activation scale per block, IQ2's integer fold */
-    static_assert(!AB || IQ2, "V4B: IQ2 weights");
     constexpr bool WIDE = V >= 2;       /* 128 or 256 rows; empty slots neither loaded nor multiplied */
     constexpr bool HALVES = L::BN == MQ_BN / 2;   /* 32 activation rows: two blocks per MoE tile */
     constexpr int BM = L::BM, BN = L::BN, LDS = L::LDS, THREADS = L::THREADS;
@@ -911,22 +858,8 @@ __global__ void __launch_bounds__(mx_lay<TYPE, P, V>::THREADS, MINB) k_mmqx(cu_g
             int r = (tid >> 3) + (THREADS / 8) * j;
             if constexpr (WP && Q2K) {
                 mq_q2k_stage_row<BM>(sraw, sw, sws, smin, r, li, SC3);
-            } else if constexpr (WP && AB) {
-                mq_iq2r_stage_row_ab<BM>(sraw, sw, sws, (uint8_t *)(sws + BM), tab, smask, r, li, it0 >> 3, 0.125f * SC3);
             } else if constexpr (WP) {
                 mq_iq2r_stage_row<BM>(sraw, sw, sws, tab, smask, r, li, it0 >> 3, SC3);
-            } else if constexpr (AB) {
-                /* V4B: d x 1/8 (x 1/256 with 3 pieces) per row in sws[0, BM), the items' odd
-                 * multipliers as bytes after them (mx_mrow) */
-                const uint8_t *wr = wbase + (r0 + r < g.rows ? r0 + r : g.rows - 1) * (int64_t)g.row_bytes;
-                int q[8] = {0, 0, 0, 0, 0, 0, 0, 0}, m = 0;
-                float dw = 0.f;
-                if (it < nit) mq_wload_tab_ab<TYPE>(wr, it, nit, tab, smask, q, m, dw);
-                int4 *d = (int4 *)&sw[r * MQ_LDI + li * 8];
-                d[0] = make_int4(q[0], q[1], q[2], q[3]);
-                d[1] = make_int4(q[4], q[5], q[6], q[7]);
-                ((uint8_t *)(sws + BM))[li * BM + mx_mrow(r)] = (uint8_t)m;
-                if (li == 0) sws[r] = dw * (0.125f * SC3);
             } else {
                 const uint8_t *wr;
                 if (WIDE) wr = wbase + (r0 + r < g.rows ? r0 + r : g.rows - 1) * (int64_t)g.row_bytes;
@@ -968,9 +901,9 @@ __global__ void __launch_bounds__(mx_lay<TYPE, P, V>::THREADS, MINB) k_mmqx(cu_g
             }
             if (!PRE && j < NJA)
                 /* f32 row: the stage's 8 items, float4 li of each (V2: slots past the last pair read nothing) */
-                mx_split_stage<Q2K || AB, P>(act + soff[r] + li * 16 + (int64_t)it0 * 128, (WIDE && r >= nt) ? 0 : nit - it0,
-                                             MQ_KI, (AB || (V && Q2K)) ? 1 : MQ_KI, li, sa + r * MQ_LDI, LDS, 8,
-                                             (V && Q2K) ? sas + r : sas + r * MQ_KI);
+                mx_split_stage<Q2K, P>(act + soff[r] + li * 16 + (int64_t)it0 * 128, (WIDE && r >= nt) ? 0 : nit - it0,
+                                       MQ_KI, (V && Q2K) ? 1 : MQ_KI, li, sa + r * MQ_LDI, LDS, 8,
+                                       (V && Q2K) ? sas + r : sas + r * MQ_KI);
         }
         if (ACP) {
             mq_cp_wait();
@@ -1026,80 +959,6 @@ __global__ void __launch_bounds__(mx_lay<TYPE, P, V>::THREADS, MINB) k_mmqx(cu_g
         /* V2, V4: a warp whose 32 activation rows are all past the last one (V4: tiles of <= 32
          * pairs) skips the products (warp-uniform, no barrier inside) */
         if (WIDE && wn >= nt) {
-        } else if constexpr (AB) {
-            /* V4B (see "V4B" above): per NG token tiles of 8 columns the block's piece dots of
-             * each output as sum_i m_i dot_p(i) in int32, then one float fold per block. NG = 2
-             * with 2 pieces (32 sums live), 1 with 3 (24: 48 spill 100-150 bytes under the
-             * 128-register cap); the weight fragments are read 4 / NG times per stage. Items
-             * 2 at a time with 3 pieces (ptxas -v, sm_90a: 128 registers, no spills; 1 at a
-             * time: 106-111), 1 with 2 (124-128). */
-            constexpr int NG = P == 3 ? 1 : 2;
-            /* this lane's ldmatrix rows: token wn + lane % 8, ints 4 ((lane / 8) % 2) of piece
-             * lane / 16 (one ldsm4: pieces 0 and 1 of a token tile) */
-            const unsigned sa_n = (unsigned)__cvta_generic_to_shared(sa) +
-                                  ((wn + (lane & 7)) * MQ_LDI + ((lane >> 3) & 1) * 4 + (lane >> 4) * LDS) * 4;
-            const float *sdw = sws;
-            const uint8_t *smb = (const uint8_t *)(sws + BM);
-#pragma unroll
-            for (int n0 = 0; n0 < 4; n0 += NG) {
-                const unsigned wl = mx_opaque(sw_l), al = mx_opaque(sa_n + n0 * 8 * MQ_LDI * 4);
-                int S[P][2][NG][4];      /* piece, row tile, token tile n0 + nn, fragment element */
-#pragma unroll
-                for (int p = 0; p < P; p++)
-#pragma unroll
-                    for (int a = 0; a < 2; a++)
-#pragma unroll
-                        for (int b = 0; b < NG; b++)
-#pragma unroll
-                            for (int k = 0; k < 4; k++) S[p][a][b][k] = 0;
-#pragma unroll (P == 3 ? 2 : 1)
-                for (int i = 0; i < MQ_KI; i++) {
-                    int af[2][4];
-#pragma unroll
-                    for (int mt = 0; mt < 2; mt++) ldsm4(af[mt], wl + (mt * 16 * MQ_LDI + i * 8) * 4);
-                    /* m of rows wm + gq + 8 a, a = 2 mt + (k >> 1) */
-                    const uint32_t mw = *(const uint32_t *)(smb + i * BM + wm + 4 * gq);
-#pragma unroll
-                    for (int nn = 0; nn < NG; nn++) {
-                        /* b0, b1 of pieces 0 and 1 (sa_n), of piece 2 (lanes 0..15's addresses) */
-                        int bf[4], b3[2];
-                        ldsm4(bf, al + (nn * 8 * MQ_LDI + i * 8) * 4);
-                        if (P == 3) ldsm2(b3, al + (nn * 8 * MQ_LDI + 2 * LDS + i * 8) * 4);
-#pragma unroll
-                        for (int mt = 0; mt < 2; mt++) {
-                            int dt[P][4];
-                            mx_mma_s8(dt[0], af[mt][0], af[mt][1], af[mt][2], af[mt][3], bf[0], bf[1], 0);
-                            mx_mma_s8(dt[1], af[mt][0], af[mt][1], af[mt][2], af[mt][3], bf[2], bf[3], 0);
-                            if (P == 3) mx_mma_s8(dt[P - 1], af[mt][0], af[mt][1], af[mt][2], af[mt][3], b3[0], b3[1], 0);
-#pragma unroll
-                            for (int k = 0; k < 4; k++) {
-                                const int m = (int)((mw >> (8 * (2 * mt + (k >> 1)))) & 255u);
-#pragma unroll
-                                for (int p = 0; p < P; p++) S[p][mt][nn][k] += m * dt[p][k];
-                            }
-                        }
-                    }
-                }
-#pragma unroll
-                for (int nn = 0; nn < NG; nn++) {
-                    const int n4 = n0 + nn, tc = wn + n4 * 8 + 2 * tq;
-                    const float as0 = sas[tc * MQ_KI], as1 = sas[(tc + 1) * MQ_KI];
-#pragma unroll
-                    for (int mt = 0; mt < 2; mt++) {
-                        const int rw = wm + mt * 16 + gq;
-                        const float w0 = sdw[rw], w1 = sdw[rw + 8];
-                        const float s[4] = {w0 * as0, w0 * as1, w1 * as0, w1 * as1};
-#pragma unroll
-                        for (int k = 0; k < 4; k++) {
-                            /* 256 S_0 + S_1 (x 256 + S_2): each sum converted once (I2F, correctly
-                             * rounded: |S| < 2^26 is not always a float), two roundings */
-                            float f = __fmaf_rn(__int2float_rn(S[0][mt][nn][k]), 256.f, __int2float_rn(S[1][mt][nn][k]));
-                            if (P == 3) f = __fmaf_rn(f, 256.f, __int2float_rn(S[P - 1][mt][nn][k]));
-                            acc[mt][n4][k] = __fmaf_rn(f, s[k], acc[mt][n4][k]);
-                        }
-                    }
-                }
-            }
         } else if (V && Q2K) {
             /* per piece: its dots over the block in int32 from the magic bits (each |sum| <=
              * 256 x 45 x 128 < 2^22: an exact float), folded into f = 256 hi + mid (+ lo / 256,
@@ -1503,28 +1362,10 @@ static_assert(3 * (mx_lay<CU_TYPE_Q2_K, 3, 2, true>::bytes + 1024) <= 228 * 1024
                   2 * (mx_lay<CU_TYPE_IQ2R, 3, 4, true>::bytes + 1024) <= 228 * 1024,
               "WP: 3 blocks per SM (Q2_K, V2), 2 (IQ2R, V4) on the H200");
 
-/* MINKE_CUDA_MMQ_IQ2BLK=1 (default 0): V4B for IQ2R and IQ2_XXS where V4 tiles run
- * (MINKE_CUDA_MMQ_V=4, the default, or 5 for MoE tiles), and one activation scale per
- * block of 256 in every split launch (see "V4B" above). Read once per process;
- * cu_mmq_set_iq2blk overrides it (mmq_exact). */
-#define MX_IQ2BLK_DEFAULT 0
-static int mx_blk = -1;
-static int mx_iq2blk(void) {
-    if (mx_blk < 0) {
-        const char *e = getenv("MINKE_CUDA_MMQ_IQ2BLK");
-        mx_blk = e ? atoi(e) == 1 : MX_IQ2BLK_DEFAULT;
-    }
-    return mx_blk;
-}
-extern "C" void cu_mmq_set_iq2blk(int on) { mx_blk = on == 1; }
-static_assert(2 * (mx_lay<CU_TYPE_IQ2R, 3, MX_V4B, true>::bytes + 1024) <= 228 * 1024 &&
-                  2 * (mx_lay<CU_TYPE_IQ2_XXS, 3, MX_V4B>::bytes + 1024) <= 228 * 1024,
-              "V4B: 2 blocks per SM on the H200");
-
-/* V2 or V4 tiles, with WP where asked and built (Q2_K in V2; IQ2R in V4 or V4B with WPIPE=2) */
+/* V2 or V4 tiles, with WP where asked and built (Q2_K in V2; IQ2R in V4 with WPIPE=2) */
 template <int T, int MINB, int P, bool PRE, int V>
 static void mx_launch_wp(dim3 grid, cudaStream_t st, const cu_gemv_args &g) {
-    if constexpr ((T == CU_TYPE_Q2_K && V == 2) || (T == CU_TYPE_IQ2R && (V == 4 || V == MX_V4B)))
+    if constexpr ((T == CU_TYPE_Q2_K && V == 2) || (T == CU_TYPE_IQ2R && V == 4))
         if (mx_wpipe() >= (T == CU_TYPE_Q2_K ? 1 : 2)) { mx_launch<T, MINB, P, PRE, V, true>(grid, st, g); return; }
     mx_launch<T, MINB, P, PRE, V>(grid, st, g);
 }
@@ -1558,13 +1399,6 @@ static void mx_pick(int ntiles, cudaStream_t st, const cu_gemv_args &g) {
         if (tiling == 4) {
             /* 2 blocks of 8 warps per SM (shared memory and registers), for 2 or 3 pieces */
             dim3 wgrid(wrows, (unsigned)ntiles);
-            if constexpr (T == CU_TYPE_IQ2R || T == CU_TYPE_IQ2_XXS) {
-                if (mx_iq2blk()) {
-                    if (mx_pieces() == 3) mx_launch_wp<T, 2, 3, PRE, MX_V4B>(wgrid, st, g);
-                    else mx_launch_wp<T, 2, 2, PRE, MX_V4B>(wgrid, st, g);
-                    return;
-                }
-            }
             if (mx_pieces() == 3) mx_launch_wp<T, 2, 3, PRE, 4>(wgrid, st, g);
             else mx_launch_wp<T, 2, 2, PRE, 4>(wgrid, st, g);
             return;
@@ -1648,10 +1482,7 @@ extern "C" int64_t cu_mmq_split_row_bytes(int64_t n) {
 
 extern "C" int cu_mmq_split_act(int wtype, const float *x, int64_t nrows, int64_t n, int64_t xstride, void *out,
                                 cudaStream_t st) {
-    /* one scale per 256: Q2_K's pieces; with MINKE_CUDA_MMQ_IQ2BLK every type's where n allows,
-     * so that rows split for one product fit every kernel (the memo of cu_backend.cu reuses
-     * them across weight types; D stays stored per item, so the per-item kernels take them) */
-    int blk = wtype == CU_TYPE_Q2_K || (mx_iq2blk() && n % 256 == 0);
+    int blk = wtype == CU_TYPE_Q2_K;
     if (nrows <= 0 || n % (blk ? 256 : 32) || ((uintptr_t)x & 15) || xstride % 16 || ((uintptr_t)out & 15)) return 0;
     int items = (int)(n / 32), stages = (items + MQ_KI - 1) / MQ_KI;
     int64_t threads = nrows * stages * 8;

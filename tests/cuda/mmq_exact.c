@@ -32,22 +32,6 @@
  * in V4): in every run where they are on (all but WPIPE=0) the outputs, on
  * the fly and pre-split, must equal the direct loads' bit for bit
  * (cu_mmq_set_wpipe switches in-process).
- * Last, V4 with MINKE_CUDA_MMQ_IQ2BLK=1 with 3 pieces, 2 pieces, and 3 with
- * WPIPE=2: IQ2_XXS / IQ2R then run V4B (one activation scale per block of 256,
- * the items' odd scale multipliers folded in int32; cu_mmq.cu "V4B"), not V1's
- * arithmetic: for them "V1 gives the same bits" is skipped, the outputs must
- * differ from V4's (cu_mmq_set_iq2blk(0): the switch took effect) and meet the
- * same limits against the double reference; MoE tiles against dense launches,
- * pre-split rows and WP keep their bit-for-bit checks. The other types keep
- * V1's bits on the fly, but their pre-split rows (split with one scale per 256
- * where the width allows, as every split launch is under the switch) are
- * checked against the reference with the same limits instead of bit for bit.
- * The limits stay: a CPU emulation of the pieces alone (IQ2_XXS 300 x 1024,
- * 120 rows of the six kinds, exact products in double), scale per item -> per
- * 256: 3 pieces max|err|/max|y| 1.6e-7 -> 1.8e-7, worst row 2.4e-7 -> 4.2e-7
- * (kinds 1 and 3, a large range inside the block: 2.2 -> 3.7e-7 and 2.4 ->
- * 4.2e-7; plain rows ~1e-7 both); 2 pieces 3.3e-5 -> 4.9e-5, worst row 9.4e-5
- * both (limits 2e-6 / 6e-6 and 1e-4 / 3e-4; the float sums add ~1e-7).
  * --time adds prefill-shaped timings: the q8 kernel against the exact ones
  * (on the fly; pre-split: split launch + product) on
  * 4096 x 4096 weights at T = 512 and on Flash's MoE shapes (4096 tokens x 6
@@ -69,7 +53,6 @@ int cu_mmq_split_act(int wtype, const float *x, int64_t nrows, int64_t n, int64_
 int cu_mmq_presplit(const cu_gemv_args *g, int ntiles, cudaStream_t st);
 void cu_mmq_set_version(int v);
 void cu_mmq_set_wpipe(int level);
-void cu_mmq_set_iq2blk(int on);
 
 #define TYPE_Q8_0R 108
 #define TYPE_IQ2R 116
@@ -86,7 +69,6 @@ static float frand(void) { return (float)(urand() * 2.0 - 1.0); }
 static int pieces;
 static int version = 1;    /* the exact kernels' version under test (MINKE_CUDA_MMQ_X / MINKE_CUDA_MMQ_V) */
 static int wpipe;          /* MINKE_CUDA_MMQ_WPIPE (1, 2): pipelined weight loads, compared with the direct ones */
-static int iq2blk;         /* MINKE_CUDA_MMQ_IQ2BLK=1: V4B for IQ2 in V4 tiles, split launches with one scale per 256 */
 static char variant[64];   /* kernel version, occupancy and weight loads from the environment, for the lines printed */
 
 
@@ -232,28 +214,9 @@ static int check(int type, int repack, int64_t rows, int64_t in, int T, int E, i
                what, rel, worst_row);
         fail |= bad;
     }
-    /* MINKE_CUDA_MMQ_IQ2BLK: IQ2 weights in V4 tiles (V4, or V5's MoE tiles; grouped input
-     * only with groups of whole 128-row blocks) run V4B, with arithmetic of its own */
-    int v4b = iq2blk && (wt == TYPE_IQ2R || wt == GGML_TYPE_IQ2_XXS) && (version == 4 || (version == 5 && E > 0)) &&
-              (ngroups == 1 || grows % 128 == 0);
-    if (v4b) {
-        /* V4's arithmetic on the same product: other bits (else the switch did nothing) */
-        float *y4 = malloc(sizeof(float) * P * rows);
-        CK(cudaMemset(dy, 0xFF, sizeof(float) * P * rows));
-        cu_mmq_set_iq2blk(0);
-        int ran = cu_mmq(&g, ntiles, 0);
-        cu_mmq_set_iq2blk(1);
-        CK(cudaGetLastError());
-        CK(cudaMemcpy(y4, dy, sizeof(float) * P * rows, cudaMemcpyDeviceToHost));
-        int differ = ran && memcmp(y4, ygpu, sizeof(float) * P * rows);
-        printf("%s mmq exact %d pieces%s %s: V4B differs from V4 (the switch took effect)%s\n", differ ? "ok  " : "FAIL", pieces,
-               variant, what, !ran ? " (refused)" : differ ? "" : " (the same bits)");
-        fail |= !differ;
-        free(y4);
-    }
-    /* V2-V7 change the tiling, not the arithmetic: V1's bits (not V4B's); the pipelined
-     * weight loads change the schedule, not the arithmetic: the direct loads' bits */
-    if (version >= 2 && !v4b)
+    /* V2-V7 change the tiling, not the arithmetic: V1's bits; the pipelined weight loads
+     * change the schedule, not the arithmetic: the direct loads' bits */
+    if (version >= 2)
         fail |= rerun_same(&g, ntiles, dy, ygpu, P * rows, cu_mmq_set_version, 1, version, what, "V1 gives the same bits");
     if (wpipe) fail |= rerun_same(&g, ntiles, dy, ygpu, P * rows, cu_mmq_set_wpipe, 0, wpipe, what, "direct weight loads give the same bits");
     {
@@ -268,26 +231,10 @@ static int check(int type, int repack, int64_t rows, int64_t in, int T, int E, i
         int ran = cu_mmq_split_act(wt, dx, T, arow, arow * 4, dsp, 0) && cu_mmq_presplit(&gs, ntiles, 0);
         CK(cudaGetLastError());
         CK(cudaMemcpy(ys, dy, sizeof(float) * P * rows, cudaMemcpyDeviceToHost));
-        /* MINKE_CUDA_MMQ_IQ2BLK: rows split with one scale per 256 (every type, where the width
-         * allows) meet per-item kernels (not V4B, not Q2_K's own): not the on-the-fly bits */
-        const int blkrows = iq2blk && !v4b && wt != GGML_TYPE_Q2_K && arow % 256 == 0;
-        if (blkrows) {
-            double rel, worst_row;
-            int ok = ran && out_err(yref, ys, P, rows, &rel, &worst_row);
-            if (ran)
-                printf("%s mmq exact %d pieces%s %s: pre-split rows (a scale per 256) max|err|/max|y| %.2e, worst row %.2e\n",
-                       ok ? "ok  " : "FAIL", pieces, variant, what, rel, worst_row);
-            else
-                printf("FAIL mmq exact %d pieces%s %s: pre-split rows refused\n", pieces, variant, what);
-            fail |= !ok;
-        } else {
-            int same = ran && !memcmp(ys, ygpu, sizeof(float) * P * rows);
-            printf("%s mmq exact %d pieces%s %s: pre-split rows %s\n", same ? "ok  " : "FAIL", pieces, variant, what,
-                   !ran ? "refused" : same ? "give the same bits" : "differ");
-            fail |= !same;
-        }
-        float *ysp = malloc(sizeof(float) * P * rows);
-        memcpy(ysp, ys, sizeof(float) * P * rows);
+        int same = ran && !memcmp(ys, ygpu, sizeof(float) * P * rows);
+        printf("%s mmq exact %d pieces%s %s: pre-split rows %s\n", same ? "ok  " : "FAIL", pieces, variant, what,
+               !ran ? "refused" : same ? "give the same bits" : "differ");
+        fail |= !same;
         if (wpipe && ran) {
             /* pre-split rows with the direct weight loads: the same bits */
             CK(cudaMemset(dy, 0xFF, sizeof(float) * P * rows));
@@ -296,13 +243,12 @@ static int check(int type, int repack, int64_t rows, int64_t in, int T, int E, i
             cu_mmq_set_wpipe(wpipe);
             CK(cudaGetLastError());
             CK(cudaMemcpy(ys, dy, sizeof(float) * P * rows, cudaMemcpyDeviceToHost));
-            /* (IQ2BLK's rows of a scale per 256 for per-item kernels: the pre-split result) */
-            int same0 = ran0 && !memcmp(ys, blkrows ? ysp : ygpu, sizeof(float) * P * rows);
+            int same0 = ran0 && !memcmp(ys, ygpu, sizeof(float) * P * rows);
             printf("%s mmq exact %d pieces%s %s: pre-split rows, direct weight loads %s\n", same0 ? "ok  " : "FAIL", pieces,
                    variant, what, !ran0 ? "refused" : same0 ? "give the same bits" : "differ");
             fail |= !same0;
         }
-        cudaFree(dsp); free(ys); free(ysp);
+        cudaFree(dsp); free(ys);
     }
     if (E > 0) {
         /* the dense launch on each expert gives the MoE outputs bit for bit */
@@ -445,10 +391,7 @@ int main(int argc, char **argv) {
             "MINKE_CUDA_MMQ_PIECES=2 MINKE_CUDA_MMQ_V=6", "MINKE_CUDA_MMQ_PIECES=3 MINKE_CUDA_MMQ_V=7",
             "MINKE_CUDA_MMQ_PIECES=3 MINKE_CUDA_MMQ_V=4 MINKE_CUDA_MMQ_WPIPE=2",
             "MINKE_CUDA_MMQ_PIECES=2 MINKE_CUDA_MMQ_V=4 MINKE_CUDA_MMQ_WPIPE=2",
-            "MINKE_CUDA_MMQ_PIECES=3 MINKE_CUDA_MMQ_V=2 MINKE_CUDA_MMQ_XOCC=2 MINKE_CUDA_MMQ_WPIPE=1",
-            "MINKE_CUDA_MMQ_PIECES=3 MINKE_CUDA_MMQ_V=4 MINKE_CUDA_MMQ_IQ2BLK=1",
-            "MINKE_CUDA_MMQ_PIECES=2 MINKE_CUDA_MMQ_V=4 MINKE_CUDA_MMQ_IQ2BLK=1",
-            "MINKE_CUDA_MMQ_PIECES=3 MINKE_CUDA_MMQ_V=4 MINKE_CUDA_MMQ_WPIPE=2 MINKE_CUDA_MMQ_IQ2BLK=1"};
+            "MINKE_CUDA_MMQ_PIECES=3 MINKE_CUDA_MMQ_V=2 MINKE_CUDA_MMQ_XOCC=2 MINKE_CUDA_MMQ_WPIPE=1"};
         char cmd[4096];
         int rc = 0;
         /* each child gets exactly its run's settings, whatever this process was started with */
@@ -456,7 +399,6 @@ int main(int argc, char **argv) {
         unsetenv("MINKE_CUDA_MMQ_V");
         unsetenv("MINKE_CUDA_MMQ_XOCC");
         unsetenv("MINKE_CUDA_MMQ_WPIPE");
-        unsetenv("MINKE_CUDA_MMQ_IQ2BLK");
         for (int k = 0; k < (int)(sizeof runs / sizeof runs[0]); k++) {
             snprintf(cmd, sizeof cmd, "%s '%s'%s", runs[k], argv[0], timing ? " --time" : "");
             fflush(stdout);
@@ -475,10 +417,8 @@ int main(int argc, char **argv) {
         const char *wp = getenv("MINKE_CUDA_MMQ_WPIPE");
         wpipe = wp ? atoi(wp) : 1;     /* cu_mmq.cu's MX_WPIPE_DEFAULT */
         if (wpipe < 0 || wpipe > 2) wpipe = 1;    /* as cu_mmq.cu reads it */
-        const char *ib = getenv("MINKE_CUDA_MMQ_IQ2BLK");
-        iq2blk = ib && atoi(ib) == 1;    /* as cu_mmq.cu reads it (default 0) */
-        snprintf(variant, sizeof variant, " V%d%s%s%s", version, version && pieces == 3 && xo && atoi(xo) == 2 ? " occ2" : "",
-                 wpipe == 2 ? " wpipe2" : wpipe ? " wpipe" : "", iq2blk ? " iq2blk" : "");
+        snprintf(variant, sizeof variant, " V%d%s%s", version, version && pieces == 3 && xo && atoi(xo) == 2 ? " occ2" : "",
+                 wpipe == 2 ? " wpipe2" : wpipe ? " wpipe" : "");
     }
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess || n < 1) { printf("SKIP no CUDA device\n"); return 0; }
