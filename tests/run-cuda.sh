@@ -3,7 +3,8 @@
 # (make test-cuda, or directly with MINKE_BIN = a CUDA build of minke and
 # MINKE_BUILD = its build dir holding tests/cuda/*):
 #   1. the kernel checks: gemv_check (every GEMV / tensor-core product against
-#      src/quant), and mmq_exact, hc_check, attn_check, idx_check where built;
+#      src/quant), and mmq_exact, mmf16_check, hc_check, attn_check, idx_check
+#      where built;
 #   2. tiny-a (tests/fixtures/oracle) converted to F32 and to the default q2
 #      policy, simulations on and off, one prefill, uneven chunks and
 #      token-by-token decode (CUDA graphs), default numerics (exact
@@ -31,7 +32,7 @@ if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; t
 fi
 nvidia-smi -L
 
-for k in gemv_check mmq_exact hc_check attn_check idx_check argmax_check moe_dec_check kvfmt_check nccl_check; do
+for k in gemv_check mmq_exact mmf16_check hc_check attn_check idx_check argmax_check moe_dec_check kvfmt_check nccl_check; do
     [ -x "$B/tests/cuda/$k" ] || continue
     if "$B/tests/cuda/$k" ${GEMV_TIME:+--time} > "$T/$k.log" 2>&1; then ok $k; else bad $k; fi
     grep -E '^(FAIL|time)' "$T/$k.log"

@@ -71,9 +71,29 @@ int cu_mmq_supported(const cu_gemv_args *g);
  * ntiles = ceil(ntok / 64); MoE: tiles built with nt = 64). 0 when unsupported. */
 int cu_mmq(const cu_gemv_args *g, int ntiles, cudaStream_t st);
 int cu_mmq_tables_init(const uint64_t *grid);
-/* cu_mmf16.cu: the F16 case of cu_mmq (tiles of 64 tokens; ntiles = ceil(ntok / 64)) */
+/* cu_mmf16.cu: the F16 case of cu_mmq (ntiles = ceil(ntok / 64): the tokens
+ * covered are min(ntok, 64 ntiles)). MINKE_CUDA_MMF16=0 runs the first kernel
+ * (A/B), 1 (default) the pipelined one, 2..5 force its huge/big/mid/small tiles. */
 int cu_mmf16_supported(const cu_gemv_args *g);
 void cu_mmf16(const cu_gemv_args *g, int ntiles, cudaStream_t st);
+/* Several F16 matrices over the same f32 input in one launch (blocks split by
+ * row ranges): out_i[t][r] (+)= W_i[r] . x[t] for t < ntok. x: rows of in
+ * floats, x_stride bytes apart. Each matrix gets the same arithmetic in every
+ * launch of the same set of shapes, whatever ntok. 0 when it does not apply
+ * (in a multiple of 64, 16-byte aligned weights rows and x). */
+#define CU_MMF16_MAX_SETS 5
+typedef struct cu_mmf16_set {
+    const void *w;            /* F16 rows */
+    uint64_t row_bytes;
+    int64_t rows;
+    float *out;
+    int64_t out_stride;       /* floats between output rows (tokens) */
+} cu_mmf16_set;
+int cu_mmf16_multi(const cu_mmf16_set *sets, int nsets, const float *x, int64_t in, int64_t x_stride, int ntok,
+                   int accumulate, cudaStream_t st);
+/* Checks: force the kernel of the following calls (0 first, 1 auto, 2..5 huge/big/mid/small;
+ * -1: back to MINKE_CUDA_MMF16); returns the previous forcing. */
+int cu_mmf16_mode(int mode);
 #define CU_MMQ_TILE 64
 /* Exact activations split into int8 pieces by a launch of their own, then the
  * product on those rows (cu_mmq.cu): split_row_bytes(n) bytes per row of n f32;
