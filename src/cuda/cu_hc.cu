@@ -330,66 +330,6 @@ __global__ void k_hc_pre_finish(const float *X, int D, int nhc, int nmix, const 
     for (int d = threadIdx.x; d < D; d += blockDim.x) y[d] = y[d] * r * norm_w[d];
 }
 
-/* k_hc_pre_finish for HCF_NT tokens a block (prefill): there, warp 0 runs a
- * token's mixes and Sinkhorn split alone (~20 dependent shuffle rounds)
- * while the other 7 warps wait, so a 4096-token pre step spent most of its
- * 195 us in that serial part. Here warp w splits token t0 + w, all at once,
- * then the block walks its tokens' weighted sums and norms one after the
- * other with k_hc_pre_finish's own loops and block_sum_d: every value is
- * computed by the same expressions in the same order (the same bits). */
-#define HCF_NT 8
-__global__ void __launch_bounds__(256) k_hc_pre_finish_nt(const float *X, int T, int D, int nhc, int nmix,
-                                                          const float *partial, const double *psq, const float *scale,
-                                                          const float *base, const float *norm_w, int iters,
-                                                          float hc_eps, float rms_eps, int head, float *xout,
-                                                          float *post_out, float *comb_out) {
-    cu_pdl_enter();
-    const int t0 = blockIdx.x * HCF_NT, nt = T - t0 < HCF_NT ? T - t0 : HCF_NT;
-    const int hcdim = D * nhc;
-    __shared__ float mix[HCF_NT][HC_MAXMIX], wpre[HCF_NT][8];
-    __shared__ double shd[33];
-    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-    if (w < nt) {
-        const int t = t0 + w;
-        double ss = 0.0;
-        for (int sp = 0; sp < HC_SPLIT; sp++) ss += psq[t * HC_SPLIT + sp];
-        float r = (float)(1.0 / sqrt(ss / hcdim + (double)rms_eps));
-        if (lane < nmix) {
-            float a = 0.f;
-            for (int sp = 0; sp < HC_SPLIT; sp++) a += partial[((int64_t)t * HC_SPLIT + sp) * HC_MAXMIX + lane];
-            mix[w][lane] = a * r;
-        }
-        __syncwarp();
-        hc_split_warp(mix[w], scale, base, nhc, iters, hc_eps, head, lane, t, wpre[w], post_out, comb_out);
-    }
-    __syncthreads();
-    for (int k = 0; k < nt; k++) {
-        const int t = t0 + k;
-        const float *x = X + (int64_t)t * hcdim;
-        float *y = xout + (int64_t)t * D;
-        double ss = 0.0;
-        for (int d = threadIdx.x; d < D; d += blockDim.x) {
-            float u = 0.f;
-            for (int i = 0; i < nhc; i++) u += wpre[k][i] * x[(int64_t)i * D + d];
-            y[d] = u;
-            ss += (double)u * (double)u;
-        }
-        if (!norm_w) continue;
-        ss = block_sum_d(ss, shd);
-        float r = (float)(1.0 / sqrt(ss / D + (double)rms_eps));
-        for (int d = threadIdx.x; d < D; d += blockDim.x) y[d] = y[d] * r * norm_w[d];
-    }
-}
-
-/* MINKE_CUDA_HC_FINNT=0: the pre step's finish a block per token (default 1:
- * HCF_NT tokens a block from HCF_NT tokens, k_hc_pre_finish_nt); cu_hc_fin_nt_set
- * for hc_check (-1: back to the environment) */
-static int hc_fin_nt = -1;
-extern "C" void cu_hc_fin_nt_set(int on) { hc_fin_nt = on; }
-static int hc_fin_nt_on(void) {
-    if (hc_fin_nt < 0) { const char *e = getenv("MINKE_CUDA_HC_FINNT"); hc_fin_nt = e && *e ? atoi(e) != 0 : 1; }
-    return hc_fin_nt;
-}
 /* MINKE_CUDA_HC_MIXT: the unfused pre step's mixes HCT_NT tokens a block
  * (k_hc_mix_tiled; 1, the default, from HCT_NT tokens) or a block per token
  * (0): 275 instead of 613 us a 4096-token launch on the H200 (eighth session;
@@ -447,12 +387,8 @@ void cu_hc_pre(const float *X, int T, int D, int nhc, const void *fn, int fntype
                float rms_eps, int head, float *partial, double *psq, float *x, float *post, float *comb,
                cudaStream_t st) {
     cu_hc_mix_partials(X, T, D * nhc, fn, fntype, nmix, partial, psq, T >= HCT_NT && hc_mix_t_on(), st);
-    if (T >= HCF_NT && hc_fin_nt_on())
-        cu_launch(k_hc_pre_finish_nt, (T + HCF_NT - 1) / HCF_NT, 256, 0, st, X, T, D, nhc, nmix, partial, psq, scale,
-                  base, norm_w, iters, hc_eps, rms_eps, head, x, post, comb);
-    else
-        cu_launch(k_hc_pre_finish, T, 256, 0, st, X, D, nhc, nmix, partial, psq, scale, base, norm_w, iters, hc_eps,
-                  rms_eps, head, x, post, comb);
+    cu_launch(k_hc_pre_finish, T, 256, 0, st, X, D, nhc, nmix, partial, psq, scale, base, norm_w, iters, hc_eps,
+              rms_eps, head, x, post, comb);
 }
 
 /* One kernel per hyper-connection pre step (MINKE_CUDA_HC_FUSED, default on
@@ -1290,9 +1226,11 @@ __global__ void k_hc_post(const float *X, const float *f1, const float *f2, cons
         for (int k = 0; k < 16; k++) cb[k] = comb[t * 16 + k];
 #pragma unroll
         for (int c = 0; c < 4; c++) {
-            float v = pc[c] * f;
+            /* the rounding steps spelled out: unrolled, v = p f; v += c x may contract
+             * the other way (fma(p, f, c x)), not the loop's (and the fused kernels') */
+            float v = __fmul_rn(pc[c], f);
 #pragma unroll
-            for (int r = 0; r < 4; r++) v += cb[r * 4 + c] * xr[r];
+            for (int r = 0; r < 4; r++) v = __fmaf_rn(cb[r * 4 + c], xr[r], v);
             Xout[((int64_t)t * 4 + c) * D + d] = v;
         }
         return;

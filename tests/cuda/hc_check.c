@@ -41,7 +41,6 @@
 void cu_hc_use_version(int v);
 void cu_hc3_set_blocks(int n);
 void cu_hc_mix_t_set(int on);
-void cu_hc_fin_nt_set(int on);
 int cu_hc_mix_partials(const float *X, int T, int hcdim, const void *fn, int fntype, int nmix, float *partial,
                        double *psq, int tiled, cudaStream_t st);
 int cu_hc_fused_version(int D, int nhc, int nmix, int head);
@@ -411,23 +410,6 @@ static int hc_run(int T, int D, int nhc, int nmix, int head, int fntype, int use
         cu_hc_mix_t_set(-1);
         ntbad = !hc_bits(&c, &o2[1], &o2[0]);
         if (ntbad) printf("FAIL %s: the unfused mixes 16 tokens a block differ from a block per token\n", what);
-        hc_out_free(&o2[0]);
-        hc_out_free(&o2[1]);
-    }
-    /* the unfused pre step's finish 8 tokens a block (MINKE_CUDA_HC_FINNT, k_hc_pre_finish_nt)
-     * against a block per token: the same bits (x, post, comb) */
-    if (T >= 8) {
-        hc_out o2[2];
-        for (int k = 0; k < 2; k++) {
-            hc_reset(&c);
-            cu_hc_fin_nt_set(k);
-            hc_launch_unfused(&c);
-            o2[k] = hc_fetch(&c);
-        }
-        cu_hc_fin_nt_set(-1);
-        int finbad = !hc_bits(&c, &o2[1], &o2[0]);
-        if (finbad) printf("FAIL %s: the unfused finish 8 tokens a block differs from a block per token\n", what);
-        ntbad |= finbad;
         hc_out_free(&o2[0]);
         hc_out_free(&o2[1]);
     }
