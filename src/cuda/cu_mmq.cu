@@ -28,7 +28,9 @@
  * (odd numbers: only for MoE tiles), with a cheaper IQ2_XXS decode and
  * cp.async activation staging; see "V2" below. Q2_K's V2 kernel copies the
  * next stage's weights by cp.async during the products (MINKE_CUDA_MMQ_WPIPE,
- * default 1; the same bits; see "WP" below). F16 weights run k_mmf16
+ * default 1; the same bits; see "WP" below). Q8_0R's pre-split products in
+ * V4 tiles run k_mmqp, weights and pieces double-buffered by cp.async
+ * (MINKE_CUDA_MMQ_QPIPE, default 1; V4's bits; see "QP" below). F16 weights run k_mmf16
  * (cu_mmf16.cu: f16 hi + lo split of the f32 activations) in both modes.
  */
 #include <stdlib.h>
@@ -1216,6 +1218,229 @@ __global__ void __launch_bounds__(mx_lay<TYPE, P, V>::THREADS, MINB) k_mmqx(cu_g
             }
 }
 
+/* ---- QP: pipelined Q8_0R products (MINKE_CUDA_MMQ_QPIPE=1, the default; pre-split rows, V4 tiles) ----
+ * Why: ncu of a 4096-token prefill (1,445 ms) put the dense Q8_0R products
+ * (q_a, kv, q_b, out_a, out_b, the shared expert) at 458 ms, 31%, in V4's
+ * k_mmqx<Q8_0R, PRE>: ~100 TOPS of useful int8 (~300 on the tensor cores with
+ * 3 pieces). Each V4 stage loads its weights with LDG into registers and
+ * stores them to shared memory, so the warps wait a global round trip per
+ * stage (the IQ2R kernel of the same shape: 20% of stalls on long scoreboard,
+ * issue slots ~44% busy), and the activation pieces' cp.async is waited for
+ * in the same stage. Q8_0R's codes need no decode (they are the mma's int8
+ * operands, 16-byte aligned; the row's f16 scales follow its codes), so
+ * cp.async can put them straight into the next stage's weight tile, as WP
+ * does for Q2_K's raw blocks (+20% there).
+ * Layout: V4's tiles (128 weight rows x 64 activation rows, 8 warps of 32 x
+ * 32, 2 blocks of 256 per SM under the 128-register cap) in stages of 4 items
+ * (half of k_mmqx's 8), double-buffered: per buffer the weight codes (rows of
+ * 36 ints: 4 items and the pad that spreads an ldmatrix's 8 rows over the
+ * banks), the P activation pieces (the same rows), the weight scales as f16
+ * (as copied) and as V4's floats, and the activation D per item: 49 KB, 99 KB
+ * a block. Why half stages and not k_mmqx's 8 items: both buffers of 8-item
+ * stages (~186 KB) leave one block of 8 warps per SM, and with it nothing to
+ * run during a block's barrier or its fragment-load and mma latencies; half
+ * stages keep the 16 warps of V4 and the same bytes in flight per SM (two
+ * blocks a stage ahead each). A stage of 4 items at V4's issue rate is
+ * thousands of cycles, longer than a load's latency, so one stage ahead
+ * covers it. (Weights alone double-buffered with 8-item stages would be
+ * ~132 KB a block: one block per SM as well.) The scales' and D's row stride
+ * of 4 floats also reads them without V4's two-way bank conflicts.
+ * Schedule per stage s: wait for this thread's copies of stage s, convert
+ * its f16 scales (its own copies: visible to it after the wait) into the
+ * float scales, one barrier (stage s visible to all, and every warp past
+ * stage s - 1's products, so their buffer is free), issue stage s + 1's
+ * copies into that buffer, then stage s's products.
+ * Copies (sectors read whole): a weight row's 128 code bytes of the stage by
+ * 8 lanes (16 bytes each), its 8 scale bytes by the first of them; an
+ * activation row's 4 items x P pieces of 32 bytes by 4 lanes, 16 bytes each
+ * (lanes 0..3 take 64 consecutive bytes per copy), and D of item (tid % 4).
+ * Past the row's items or the tile's pairs: zeros (src-size 0), as V4's.
+ * Bits: each output adds the same items in the same order with V4's mma
+ * (the magic start), fold, FMUL of w x D (w = f16 x SC3 exact, as V4 stores
+ * it) and FFMA, so V4's bits and V1's (mmq_exact checks both); an item slot
+ * past the last (zero codes, scale and D) adds +0, which changes no sum. */
+#define MP_KI 4                   /* items per stage */
+#define MP_LD (MP_KI * 8 + 4)     /* ints per shared row */
+template <int P>
+struct mp_lay {
+    static constexpr int BM = 2 * MQ_BM, BN = MQ_BN, THREADS = 2 * MQ_THREADS;
+    static constexpr int LDS = BN * MP_LD;                                 /* ints of one activation piece */
+    static constexpr size_t o_sa = (size_t)BM * MP_LD * 4;                 /* after the weight codes */
+    static constexpr size_t o_ws = o_sa + (size_t)P * LDS * 4;             /* float per row and item */
+    static constexpr size_t o_wh = o_ws + (size_t)BM * MP_KI * 4;          /* f16 per row and item, as copied */
+    static constexpr size_t o_as = o_wh + (size_t)BM * MP_KI * 2;          /* D per activation row and item */
+    static constexpr size_t buf = o_as + (size_t)BN * MP_KI * 4;           /* one stage's buffer */
+    static constexpr size_t o_off = 2 * buf;
+    static constexpr size_t o_id = o_off + (size_t)BN * 8;
+    static constexpr size_t bytes = o_id + (size_t)BN * 4;
+    static_assert(buf % 16 == 0 && o_sa % 16 == 0 && o_ws % 16 == 0 && o_wh % 16 == 0 && o_as % 16 == 0, "16-byte copies");
+    static_assert(BN * MP_KI == THREADS, "one activation (row, item) per thread");
+};
+/* cp.async of n of 8 bytes (the rest zeros) */
+__device__ __forceinline__ void mq_cp8(unsigned dst, const void *src, int n) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(dst), "l"(src), "r"(n) : "memory");
+}
+/* stage it0's copies (above) into the buffer at buf_s; the block's first row and the D's
+ * offset are recomputed here, not held across the products (registers for the cap) */
+template <int P>
+__device__ __forceinline__ void mp_fetch(const uint8_t *wbase, const uint8_t *act, const cu_gemv_args &g, const int64_t *soff,
+                                         int nt, int gitem, int it0, int tid, unsigned buf_s) {
+    typedef mp_lay<P> L;
+    const int nit = g.items;
+    const int64_t r0 = (int64_t)blockIdx.x * L::BM, sc_off = g.act_stride / (32 * P + 4) * 32 * P;
+    const int part = tid & 7;
+    const bool wok = it0 + (part >> 1) < nit;
+    const int nv = nit - it0 < MP_KI ? nit - it0 : MP_KI;
+#pragma unroll
+    for (int j = 0; j < L::BM * 8 / L::THREADS; j++) {
+        const int r = (tid >> 3) + (L::THREADS / 8) * j;
+        const uint8_t *row = wbase + (r0 + r < g.rows ? r0 + r : g.rows - 1) * g.row_bytes;
+        mq_cp16(buf_s + (r * MP_LD + part * 4) * 4, wok ? row + (int64_t)it0 * 32 + part * 16 : row, wok ? 16 : 0);
+        if (part == 0) mq_cp8(buf_s + (unsigned)L::o_wh + r * 8, row + (int64_t)nit * 32 + it0 * 2, 2 * nv);
+    }
+    const int r = tid >> 2, sub = tid & 3;
+    const bool rok = r < nt;
+    const uint8_t *pr = act + soff[r] + (int64_t)(gitem + it0) * 32 * P;
+    /* chunk c = sub + 4 k of the row's 2 P x 4 chunks of 16 bytes: item c / (2 P), piece (c / 2) % P, half c % 2 */
+#pragma unroll
+    for (int k = 0; k < 2 * P; k++) {
+        const int c = sub + 4 * k, i = c / (2 * P), p = (c >> 1) % P;
+        const bool ok = rok && it0 + i < nit;
+        mq_cp16(buf_s + (unsigned)L::o_sa + (p * L::LDS + r * MP_LD + i * 8 + (c & 1) * 4) * 4, ok ? pr + c * 16 : act,
+                ok ? 16 : 0);
+    }
+    const bool dok = rok && it0 + sub < nit;
+    mq_cp4(buf_s + (unsigned)L::o_as + (r * MP_KI + sub) * 4, dok ? act + soff[r] + sc_off + (int64_t)(gitem + it0 + sub) * 4 : act,
+           dok ? 4 : 0);
+}
+
+template <int P>
+__global__ void __launch_bounds__(2 * MQ_THREADS, 2) k_mmqp(cu_gemv_args g) {
+    cu_pdl_enter();
+    typedef mp_lay<P> L;
+    constexpr int BN = L::BN, LDS = L::LDS, THREADS = L::THREADS;
+    constexpr float SC3 = P == 3 ? 1.f / 256.f : 1.f;   /* the third piece's 1/256 in the weight scale, as V4 */
+    extern __shared__ __align__(16) int mx_smem[];
+    uint8_t *sbase = (uint8_t *)mx_smem;
+    int64_t *soff = (int64_t *)(sbase + L::o_off);          /* byte offset of each slot's pre-split row */
+    int *sid = (int *)(sbase + L::o_id);
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int gq = lane >> 2, tq = lane & 3;
+    const int wm = (warp & 3) * 32, wn = (warp >> 2) * 32;  /* V4's 4 x 2 warps */
+    const int64_t r0 = (int64_t)blockIdx.x * L::BM;
+    const uint8_t *wbase = (const uint8_t *)g.w;
+    int nt;
+    if (g.tile_pairs) {
+        const int tile = (int)blockIdx.y;
+        if (tile >= *g.n_tiles) return;
+        const int start = g.tile_start[tile];
+        nt = g.tile_count[tile];
+        if (nt <= 0) return;              /* a pair of an expert another GPU owns */
+        wbase += (int64_t)g.tile_expert[tile] * g.expert_bytes;
+        for (int k = tid; k < BN; k += THREADS) sid[k] = g.tile_pairs[start + (k < nt ? k : 0)];
+    } else {
+        const int t0 = (int)blockIdx.y * BN;
+        nt = g.ntok - t0 < BN ? g.ntok - t0 : BN;
+        if (nt <= 0) return;
+        for (int k = tid; k < BN; k += THREADS) sid[k] = t0 + (k < nt ? k : 0);
+    }
+    const int nit = g.items;
+    /* grouped input: the group's first item of the pre-split row */
+    const int gitem = g.group_rows ? (int)((r0 / g.group_rows) * g.group_act_bytes / 128) : 0;
+    const uint8_t *act = (const uint8_t *)g.act;
+    for (int k = tid; k < BN; k += THREADS) soff[k] = (int64_t)(sid[k] / g.act_div) * g.act_stride;
+    __syncthreads();
+    const unsigned smem_s = (unsigned)__cvta_generic_to_shared(mx_smem);
+    mp_fetch<P>(wbase, act, g, soff, nt, gitem, 0, tid, smem_s);
+    /* this lane's ldmatrix rows in buffer 0, as k_mmqx's */
+    const unsigned sw_l = smem_s + ((wm + (lane & 15)) * MP_LD + (lane >> 4) * 4) * 4;
+    const unsigned sa_l = smem_s + (unsigned)L::o_sa + ((wn + (lane >> 4) * 8 + (lane & 7)) * MP_LD + ((lane >> 3) & 1) * 4) * 4;
+    float acc[2][4][4];
+#pragma unroll
+    for (int a = 0; a < 2; a++)
+#pragma unroll
+        for (int b = 0; b < 4; b++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) acc[a][b][c] = 0.f;
+
+    const int nst = (nit + MP_KI - 1) / MP_KI;
+    for (int s = 0; s < nst; s++) {
+        const unsigned boff = (unsigned)((s & 1) * L::buf);
+        const uint8_t *bp = sbase + boff;
+        mq_cp_wait();
+        if ((tid & 7) == 0) {
+            /* the f16 scales this thread copied, as V4 stores them (s x SC3, exact) */
+#pragma unroll
+            for (int j = 0; j < L::BM * 8 / THREADS; j++) {
+                const int r = (tid >> 3) + (THREADS / 8) * j;
+                const uint2 h = *(const uint2 *)(bp + L::o_wh + r * 8);
+                *(float4 *)(sbase + boff + L::o_ws + r * 16) =
+                    make_float4(cu_h2f((uint16_t)h.x) * SC3, cu_h2f((uint16_t)(h.x >> 16)) * SC3, cu_h2f((uint16_t)h.y) * SC3,
+                                cu_h2f((uint16_t)(h.y >> 16)) * SC3);
+            }
+        }
+        __syncthreads();
+        if (s + 1 < nst) mp_fetch<P>(wbase, act, g, soff, nt, gitem, (s + 1) * MP_KI, tid, smem_s + (boff ^ (unsigned)L::buf));
+        /* a warp whose 32 activation rows are all past the last one skips the products (as V4) */
+        if (wn >= nt) continue;
+        const float *sws = (const float *)(bp + L::o_ws), *sas = (const float *)(bp + L::o_as);
+        const unsigned wl = mx_opaque(sw_l + boff), al = mx_opaque(sa_l + boff);
+        /* k_mmqx's V4 products item by item (the same instructions per output) */
+#pragma unroll 1
+        for (int i = 0; i < MP_KI; i++) {
+            int af[2][4];
+#pragma unroll
+            for (int mt = 0; mt < 2; mt++) ldsm4(af[mt], wl + (mt * 16 * MP_LD + i * 8) * 4);
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                /* token tiles 2h and 2h + 1: b0, b1 of each, per piece */
+                int bf[P][4];
+#pragma unroll
+                for (int p = 0; p < P; p++) ldsm4(bf[p], al + (p * LDS + h * 16 * MP_LD + i * 8) * 4);
+#pragma unroll
+                for (int nn = 0; nn < 2; nn++) {
+                    const int n4 = 2 * h + nn;
+                    const int tc = wn + n4 * 8 + 2 * tq;
+                    const float as0 = sas[tc * MP_KI + i], as1 = sas[(tc + 1) * MP_KI + i];
+#pragma unroll
+                    for (int mt = 0; mt < 2; mt++) {
+                        int hv[4], mv[4], lv[4];
+                        mx_mma_s8(hv, af[mt][0], af[mt][1], af[mt][2], af[mt][3], bf[0][2 * nn], bf[0][2 * nn + 1], MX_MAGIC_BITS);
+                        mx_mma_s8(mv, af[mt][0], af[mt][1], af[mt][2], af[mt][3], bf[1][2 * nn], bf[1][2 * nn + 1], MX_MAGIC_BITS);
+                        if (P == 3)
+                            mx_mma_s8(lv, af[mt][0], af[mt][1], af[mt][2], af[mt][3], bf[P - 1][2 * nn], bf[P - 1][2 * nn + 1],
+                                      MX_MAGIC_BITS);
+                        const int rw = wm + mt * 16 + gq;
+                        const float w0 = sws[rw * MP_KI + i], w1 = sws[(rw + 8) * MP_KI + i];
+                        float sc[4] = {w0 * as0, w0 * as1, w1 * as0, w1 * as1};
+#pragma unroll
+                        for (int k = 0; k < 4; k++) {
+                            /* 256 h exact, + m one rounding, (x 256 + l) one rounding */
+                            float dot = __fadd_rn(__fmaf_rn(__int_as_float(hv[k]), 256.f, P == 3 ? -MX_K3 : -MX_K2),
+                                                  __int_as_float(mv[k]));
+                            if (P == 3) dot = __fmaf_rn(dot, 256.f, __int_as_float(lv[k]));
+                            acc[mt][n4][k] = __fmaf_rn(dot, sc[k], acc[mt][n4][k]);
+                        }
+                    }
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+        for (int n4 = 0; n4 < 4; n4++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) {
+                const int64_t row = r0 + wm + mt * 16 + gq + (c >> 1) * 8;
+                const int n = wn + n4 * 8 + 2 * tq + (c & 1);
+                if (row < g.rows && n < nt) {
+                    float *o = g.out + (int64_t)sid[n] * g.out_stride + row;
+                    if (g.accumulate) *o += acc[mt][n4][c]; else *o = acc[mt][n4][c];
+                }
+            }
+}
+
 /* Pre-split activation rows for cu_mmq_presplit: per row of n elements
  * (items = n / 32), the items' pieces (P x 32 bytes each, piece 0 first), then
  * one float D per item, the row padded to 16 bytes. A group of 8 threads per
@@ -1362,6 +1587,31 @@ static_assert(3 * (mx_lay<CU_TYPE_Q2_K, 3, 2, true>::bytes + 1024) <= 228 * 1024
                   2 * (mx_lay<CU_TYPE_IQ2R, 3, 4, true>::bytes + 1024) <= 228 * 1024,
               "WP: 3 blocks per SM (Q2_K, V2), 2 (IQ2R, V4) on the H200");
 
+/* MINKE_CUDA_MMQ_QPIPE=1 (default): Q8_0R's pre-split products in V4 tiles run k_mmqp (QP,
+ * above; V4's bits), 0: k_mmqx's V4 kernel. Read once per process; cu_mmq_set_qpipe
+ * overrides it (mmq_exact compares them in one process). */
+#define MX_QPIPE_DEFAULT 1
+static int mx_qp = -1;
+static int mx_qpipe(void) {
+    if (mx_qp < 0) {
+        const char *e = getenv("MINKE_CUDA_MMQ_QPIPE");
+        mx_qp = e ? atoi(e) != 0 : MX_QPIPE_DEFAULT;
+    }
+    return mx_qp;
+}
+extern "C" void cu_mmq_set_qpipe(int on) { mx_qp = on != 0; }
+static_assert(2 * (mp_lay<3>::bytes + 1024) <= 228 * 1024, "QP with 3 pieces: 2 blocks per SM on the H200");
+template <int P>
+static void mp_launch(dim3 grid, cudaStream_t st, const cu_gemv_args &g) {
+    static unsigned ready = 0;
+    const size_t smem = mp_lay<P>::bytes;
+    if (cu_dev_first(&ready)) {
+        cudaFuncSetAttribute(k_mmqp<P>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        cudaFuncSetAttribute(k_mmqp<P>, cudaFuncAttributePreferredSharedMemoryCarveout, (int)cudaSharedmemCarveoutMaxShared);
+    }
+    cu_launch(k_mmqp<P>, grid, mp_lay<P>::THREADS, smem, st, g);
+}
+
 /* V2 or V4 tiles, with WP where asked and built (Q2_K in V2; IQ2R in V4 with WPIPE=2) */
 template <int T, int MINB, int P, bool PRE, int V>
 static void mx_launch_wp(dim3 grid, cudaStream_t st, const cu_gemv_args &g) {
@@ -1399,6 +1649,14 @@ static void mx_pick(int ntiles, cudaStream_t st, const cu_gemv_args &g) {
         if (tiling == 4) {
             /* 2 blocks of 8 warps per SM (shared memory and registers), for 2 or 3 pieces */
             dim3 wgrid(wrows, (unsigned)ntiles);
+            /* QP: its copies need 16-byte aligned code rows (cu_repack_q8_0 keeps them so) */
+            if constexpr (T == CU_TYPE_Q8_0R && PRE) {
+                if (mx_qpipe() && g.row_bytes % 16 == 0 && ((uintptr_t)g.w & 15) == 0 && g.expert_bytes % 16 == 0) {
+                    if (mx_pieces() == 3) mp_launch<3>(wgrid, st, g);
+                    else mp_launch<2>(wgrid, st, g);
+                    return;
+                }
+            }
             if (mx_pieces() == 3) mx_launch_wp<T, 2, 3, PRE, 4>(wgrid, st, g);
             else mx_launch_wp<T, 2, 2, PRE, 4>(wgrid, st, g);
             return;

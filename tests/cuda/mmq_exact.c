@@ -32,10 +32,23 @@
  * in V4): in every run where they are on (all but WPIPE=0) the outputs, on
  * the fly and pre-split, must equal the direct loads' bit for bit
  * (cu_mmq_set_wpipe switches in-process).
+ * QP (MINKE_CUDA_MMQ_QPIPE, default 1: Q8_0R's pre-split products in V4 tiles
+ * by k_mmqp, weights and pieces double-buffered by cp.async; cu_mmq.cu "QP"):
+ * in every run where it is on and a case meets it (Q8_0 repacked, V4, or V5's
+ * MoE tiles, grouped only with groups of whole 128-row blocks) the pre-split
+ * rows' check above holds it to the on-the-fly V4 bits, and the same product
+ * with QPIPE=0 (k_mmqx's V4) and with V1 must give its bits too
+ * (cu_mmq_set_qpipe, cu_mmq_set_version switch in-process); a run with
+ * QPIPE=0 keeps V4's own pre-split kernel checked. The Q8_0 cases include
+ * small forms of Flash's dense shapes (q_a / out_b: K 4096 / 8192, q_b: 32
+ * items per row, out_a: 8 groups, one token, partial token blocks).
  * --time adds prefill-shaped timings: the q8 kernel against the exact ones
  * (on the fly; pre-split: split launch + product) on
  * 4096 x 4096 weights at T = 512 and on Flash's MoE shapes (4096 tokens x 6
- * experts of 256: IQ2_XXS gate 2048 x 4096, Q2_K down 4096 x 2048).
+ * experts of 256: IQ2_XXS gate 2048 x 4096, Q2_K down 4096 x 2048), and in
+ * the V4 runs the pre-split Q8_0R product of Flash's dense shapes at 4096
+ * tokens with QPIPE=0 (k_mmqx V4) and 1 (k_mmqp), us per launch and whether
+ * their bits agree ("time mmq qpipe" lines).
  * Run on a GPU machine: build/cuda/tests/cuda/mmq_exact [--time].
  */
 #include <math.h>
@@ -53,6 +66,7 @@ int cu_mmq_split_act(int wtype, const float *x, int64_t nrows, int64_t n, int64_
 int cu_mmq_presplit(const cu_gemv_args *g, int ntiles, cudaStream_t st);
 void cu_mmq_set_version(int v);
 void cu_mmq_set_wpipe(int level);
+void cu_mmq_set_qpipe(int on);
 
 #define TYPE_Q8_0R 108
 #define TYPE_IQ2R 116
@@ -69,6 +83,7 @@ static float frand(void) { return (float)(urand() * 2.0 - 1.0); }
 static int pieces;
 static int version = 1;    /* the exact kernels' version under test (MINKE_CUDA_MMQ_X / MINKE_CUDA_MMQ_V) */
 static int wpipe;          /* MINKE_CUDA_MMQ_WPIPE (1, 2): pipelined weight loads, compared with the direct ones */
+static int qpipe;          /* MINKE_CUDA_MMQ_QPIPE (default 1): k_mmqp for Q8_0R's pre-split products in V4 tiles */
 static char variant[64];   /* kernel version, occupancy and weight loads from the environment, for the lines printed */
 
 
@@ -235,6 +250,27 @@ static int check(int type, int repack, int64_t rows, int64_t in, int T, int E, i
         printf("%s mmq exact %d pieces%s %s: pre-split rows %s\n", same ? "ok  " : "FAIL", pieces, variant, what,
                !ran ? "refused" : same ? "give the same bits" : "differ");
         fail |= !same;
+        /* QP (Q8_0R, pre-split, where V4 tiles run): V4's k_mmqx and V1 on the same rows */
+        const int qp = qpipe && wt == TYPE_Q8_0R && (version == 4 || (version == 5 && E > 0)) &&
+                       (ngroups == 1 || grows % 128 == 0);
+        if (qp && ran) {
+            static const char *const claim[2] = {"pre-split rows, QPIPE=0 (k_mmqx V4) gives the same bits",
+                                                 "pre-split rows, V1 gives the same bits as QP"};
+            for (int k = 0; k < 2; k++) {
+                CK(cudaMemset(dy, 0xFF, sizeof(float) * P * rows));
+                if (k == 0) cu_mmq_set_qpipe(0); else cu_mmq_set_version(1);
+                int ran0 = cu_mmq_presplit(&gs, ntiles, 0);
+                if (k == 0) cu_mmq_set_qpipe(1); else cu_mmq_set_version(version);
+                CK(cudaGetLastError());
+                float *y0 = malloc(sizeof(float) * P * rows);
+                CK(cudaMemcpy(y0, dy, sizeof(float) * P * rows, cudaMemcpyDeviceToHost));
+                int same0 = ran0 && !memcmp(y0, ys, sizeof(float) * P * rows);
+                printf("%s mmq exact %d pieces%s %s: %s%s\n", same0 ? "ok  " : "FAIL", pieces, variant, what, claim[k],
+                       !ran0 ? " (refused)" : same0 ? "" : " (they differ)");
+                fail |= !same0;
+                free(y0);
+            }
+        }
         if (wpipe && ran) {
             /* pre-split rows with the direct weight loads: the same bits */
             CK(cudaMemset(dy, 0xFF, sizeof(float) * P * rows));
@@ -374,6 +410,45 @@ static void time_case(int type, int64_t rows, int64_t in, int T, int E, int K, i
     if (dt) cudaFree(dt);
 }
 
+/* The pre-split Q8_0R product of rows x in weights (ngroups > 1: grouped input, in per
+ * group) over T tokens, with QPIPE=0 (k_mmqx V4) and 1 (k_mmqp): us per launch, useful
+ * int8 TOPS, and whether the outputs agree bit for bit (1 when they do not). */
+static int time_qpipe(int64_t rows, int64_t in, int T, int ngroups) {
+    uint64_t rb = quant_row_bytes(GGML_TYPE_Q8_0, in);
+    int64_t arow = in * ngroups, sb = cu_mmq_split_row_bytes(arow);
+    void *dW, *dsp; float *dx, *dy;
+    if (cudaMalloc(&dW, rb * rows) != cudaSuccess) { printf("skip time qpipe (memory)\n"); cudaGetLastError(); return 0; }
+    CK(cudaMalloc((void **)&dx, sizeof(float) * T * arow)); CK(cudaMalloc(&dsp, sb * T));
+    CK(cudaMalloc((void **)&dy, sizeof(float) * T * rows));
+    cu_synth_fill(dW, GGML_TYPE_Q8_0, rows * in, 99, 0.01f, 0, 0);
+    cu_synth_fill(dx, GGML_TYPE_F32, (int64_t)T * arow, 7, 1.0f, 0, 0);
+    int wt = cu_repack_q8_0(dW, rows, in, rb, 0) ? TYPE_Q8_0R : GGML_TYPE_Q8_0;
+    cu_gemv_args g;
+    memset(&g, 0, sizeof g);
+    g.w = dW; g.wtype = wt; g.rows = rows; g.in = in; g.row_bytes = rb; g.act_div = 1;
+    g.out = dy; g.out_stride = rows; g.ntok = T; g.act = dsp; g.act_stride = sb;
+    if (ngroups > 1) { g.group_rows = rows / ngroups; g.group_act_bytes = in * 4; }
+    int ntiles = (T + 63) / 64, reps = 10;
+    CK(cu_mmq_split_act(wt, dx, T, arow, arow * 4, dsp, 0) ? cudaSuccess : cudaErrorInvalidValue);
+    float us[2];
+    float *y[2];
+    for (int q = 0; q < 2; q++) {
+        cu_mmq_set_qpipe(q);
+        us[q] = 1000.f * time_launch(&g, ntiles, reps, 1);
+        y[q] = malloc(sizeof(float) * T * rows);
+        CK(cudaMemcpy(y[q], dy, sizeof(float) * T * rows, cudaMemcpyDeviceToHost));
+    }
+    cu_mmq_set_qpipe(qpipe);
+    int same = !memcmp(y[0], y[1], sizeof(float) * T * rows);
+    double ops = 2.0 * rows * in * T;
+    printf("time mmq qpipe %-6s %lld x %lld%s, T %d, %d pieces: V4 (QPIPE=0) %.1f us (%.0f TOPS), QP %.1f us (%.0f TOPS), x%.3f, %s\n",
+           tname(wt), (long long)rows, (long long)in, ngroups > 1 ? " grouped" : "", T, pieces, us[0], ops / us[0] / 1e6, us[1],
+           ops / us[1] / 1e6, us[0] / us[1], same ? "same bits" : "BITS DIFFER");
+    free(y[0]); free(y[1]);
+    cudaFree(dW); cudaFree(dx); cudaFree(dsp); cudaFree(dy);
+    return !same;
+}
+
 int main(int argc, char **argv) {
     int timing = argc > 1 && !strcmp(argv[1], "--time");
     const char *pe = getenv("MINKE_CUDA_MMQ_PIECES");
@@ -391,7 +466,8 @@ int main(int argc, char **argv) {
             "MINKE_CUDA_MMQ_PIECES=2 MINKE_CUDA_MMQ_V=6", "MINKE_CUDA_MMQ_PIECES=3 MINKE_CUDA_MMQ_V=7",
             "MINKE_CUDA_MMQ_PIECES=3 MINKE_CUDA_MMQ_V=4 MINKE_CUDA_MMQ_WPIPE=2",
             "MINKE_CUDA_MMQ_PIECES=2 MINKE_CUDA_MMQ_V=4 MINKE_CUDA_MMQ_WPIPE=2",
-            "MINKE_CUDA_MMQ_PIECES=3 MINKE_CUDA_MMQ_V=2 MINKE_CUDA_MMQ_XOCC=2 MINKE_CUDA_MMQ_WPIPE=1"};
+            "MINKE_CUDA_MMQ_PIECES=3 MINKE_CUDA_MMQ_V=2 MINKE_CUDA_MMQ_XOCC=2 MINKE_CUDA_MMQ_WPIPE=1",
+            "MINKE_CUDA_MMQ_PIECES=3 MINKE_CUDA_MMQ_V=4 MINKE_CUDA_MMQ_QPIPE=0"};
         char cmd[4096];
         int rc = 0;
         /* each child gets exactly its run's settings, whatever this process was started with */
@@ -399,6 +475,7 @@ int main(int argc, char **argv) {
         unsetenv("MINKE_CUDA_MMQ_V");
         unsetenv("MINKE_CUDA_MMQ_XOCC");
         unsetenv("MINKE_CUDA_MMQ_WPIPE");
+        unsetenv("MINKE_CUDA_MMQ_QPIPE");
         for (int k = 0; k < (int)(sizeof runs / sizeof runs[0]); k++) {
             snprintf(cmd, sizeof cmd, "%s '%s'%s", runs[k], argv[0], timing ? " --time" : "");
             fflush(stdout);
@@ -417,8 +494,10 @@ int main(int argc, char **argv) {
         const char *wp = getenv("MINKE_CUDA_MMQ_WPIPE");
         wpipe = wp ? atoi(wp) : 1;     /* cu_mmq.cu's MX_WPIPE_DEFAULT */
         if (wpipe < 0 || wpipe > 2) wpipe = 1;    /* as cu_mmq.cu reads it */
-        snprintf(variant, sizeof variant, " V%d%s%s", version, version && pieces == 3 && xo && atoi(xo) == 2 ? " occ2" : "",
-                 wpipe == 2 ? " wpipe2" : wpipe ? " wpipe" : "");
+        const char *qe = getenv("MINKE_CUDA_MMQ_QPIPE");
+        qpipe = qe ? atoi(qe) != 0 : 1;    /* as cu_mmq.cu reads it (MX_QPIPE_DEFAULT 1) */
+        snprintf(variant, sizeof variant, " V%d%s%s%s", version, version && pieces == 3 && xo && atoi(xo) == 2 ? " occ2" : "",
+                 wpipe == 2 ? " wpipe2" : wpipe ? " wpipe" : "", qpipe ? "" : " noqpipe");
     }
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess || n < 1) { printf("SKIP no CUDA device\n"); return 0; }
@@ -432,6 +511,12 @@ int main(int argc, char **argv) {
     fail |= check(GGML_TYPE_Q8_0, 1, 512, 256, 40, 0, 1, 2);        /* groups of 256 rows (V6's blocks) */
     fail |= check(GGML_TYPE_Q8_0, 1, 200, 1024, 90, 5, 3, 1);
     fail |= check(GGML_TYPE_Q8_0, 1, 256, 512, 40, 6, 2, 1);        /* ~13 pairs per expert: V4's idle warps */
+    /* Flash's dense shapes, small (QP: 4-item stages over K 4096 / 8192, partial token blocks) */
+    fail |= check(GGML_TYPE_Q8_0, 1, 192, 4096, 70, 0, 1, 1);       /* q_a, kv, shared gate/up */
+    fail |= check(GGML_TYPE_Q8_0, 1, 512, 1024, 130, 0, 1, 1);      /* q_b: 2 tokens in the last block */
+    fail |= check(GGML_TYPE_Q8_0, 1, 128, 1024, 1, 0, 1, 1);        /* one token: the upper warps idle */
+    fail |= check(GGML_TYPE_Q8_0, 1, 1024, 512, 33, 0, 1, 8);       /* out_a: 8 groups of 128 rows */
+    fail |= check(GGML_TYPE_Q8_0, 1, 256, 8192, 20, 0, 1, 1);       /* out_b, shared down */
     /* IQ2_XXS */
     fail |= check(GGML_TYPE_IQ2_XXS, 1, 300, 1024, 100, 0, 1, 1);
     fail |= check(GGML_TYPE_IQ2_XXS, 0, 96, 512, 70, 0, 1, 1);      /* 512 wide: stays unrepacked */
@@ -452,6 +537,13 @@ int main(int argc, char **argv) {
         time_case(GGML_TYPE_Q2_K, 4096, 4096, 512, 0, 0, 0);
         time_case(GGML_TYPE_IQ2_XXS, 2048, 4096, 4096, 256, 6, 0);  /* MoE gate (and up): token activations */
         time_case(GGML_TYPE_Q2_K, 4096, 2048, 4096, 256, 6, 1);     /* MoE down: one activation row per pair */
+        if (version == 4 && qpipe) {
+            /* Flash's dense Q8_0R products at 4096 tokens, pre-split: k_mmqx V4 against k_mmqp */
+            fail |= time_qpipe(4096, 8192, 4096, 1);     /* out_b */
+            fail |= time_qpipe(1024, 4096, 4096, 1);     /* q_a */
+            fail |= time_qpipe(32768, 1024, 4096, 1);    /* q_b */
+            fail |= time_qpipe(8192, 4096, 4096, 8);     /* out_a: 8 groups of 1024 rows */
+        }
     }
     printf("%s (%d pieces%s)\n", fail ? "mmq_exact: FAILED" : "mmq_exact: all ok", pieces, variant);
     return fail;
