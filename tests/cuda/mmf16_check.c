@@ -2,9 +2,11 @@
  * data, in each kernel: the first one (MINKE_CUDA_MMF16=0) and the pipelined
  * one with its tile shapes picked by row count (auto) and forced (huge,
  * big, mid, small). Lines to look for:
- *   ok/FAIL ref     : y = W x against a double reference, max|diff| <= 1e-5
- *                     x max|y| (the first kernel's level; its error is printed
- *                     beside), partial row and token tiles, strided input and
+ *   ok/FAIL ref     : y = W x against a double reference: the first kernel's
+ *                     max|diff| <= 4e-5 x max|y| (f32 sums of 4096 products
+ *                     reach 1.1e-5 on the H200), every other kernel within
+ *                     max(1e-5, 2 x the first kernel's error on the same
+ *                     data), partial row and token tiles, strided input and
  *                     output (the gaps must stay untouched), accumulate;
  *   ok/FAIL batch   : a token's bits do not depend on its batch: T = 4096,
  *                     then 64 tokens from 0, 64 from 1000 and 37 from 4000
@@ -35,6 +37,8 @@ enum { M_OLD = 0, M_AUTO = 1, M_HUGE = 2, M_BIG = 3, M_MID = 4, M_SMALL = 5, N_M
 static const char *mode_name[N_MODES] = {"first", "auto", "huge", "big", "mid", "small"};
 
 static uint64_t rng = 88172645463325252ull;
+#define MF_TOL_FIRST 4e-5
+
 static float frand(void) {
     rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
     return (float)((rng >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
@@ -141,7 +145,10 @@ static int check_ref(int64_t rows, int64_t in, int T) {
         double e = rel_err(y, ys, yr, T, rows, NULL), ea = rel_err(ya, ys, yr, T, rows, y);
         int gaps = gaps_intact(y, ys, T, rows) && gaps_intact(ya, ys, T, rows);
         if (mode == M_OLD) { old_err = e; memcpy(y0, y, ybytes); }
-        int bad = !(e <= 1e-5) || !(ea <= 1e-5) || !gaps;
+        /* the first kernel's f32 sums of K = 4096 products reach ~1.1e-5 of max|y| here; the
+         * others are held to it: a wrong index or a lost piece is orders of magnitude above */
+        const double tol = mode == M_OLD ? MF_TOL_FIRST : fmax(1e-5, 2.0 * old_err);
+        int bad = !(e <= tol) || !(ea <= tol) || !gaps;
         fail |= bad;
         int same = 1;
         for (int t = 0; t < T && same; t++) same = !memcmp(y + (int64_t)t * ys, y0 + (int64_t)t * ys, 4 * rows);
@@ -244,7 +251,7 @@ static int check_multi(int64_t in, int T) {
         /* auto picks the shape from the launch's total rows: one launch a
          * matrix may take other shapes, so only forced shapes must match */
         int need_single = mode != M_AUTO;
-        int bad = !ran || !(e <= 1e-5) || (need_single && !single_same) || (mode != M_OLD && !batch_same);
+        int bad = !ran || !(e <= MF_TOL_FIRST) || (need_single && !single_same) || (mode != M_OLD && !batch_same);
         fail |= bad;
         printf("%s multi %-5s 256+256+64 rows in %lld T %d: rel err %.2e, %s one launch a matrix, batch %s\n",
                bad ? "FAIL" : "ok  ", mode_name[mode], (long long)in, T, e, single_same ? "equals" : "differs from",
