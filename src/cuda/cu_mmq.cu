@@ -469,6 +469,52 @@ __device__ __forceinline__ unsigned mx_opaque(unsigned v) {
 #define MX_K2 (257.f * MX_MAGIC)
 #define MX_K3 (257.f * MX_MAGIC + MX_MAGIC / 256.f)
 
+/* One item of V4's products for a warp's 32 x 32 outputs (k_mmqx's V path and
+ * k_mmqp): the weight fragments of both row tiles, then per 16-token half the
+ * P pieces' fragments, P mma per 16 x 8 tile and the fold of each output:
+ * 256 h exact, + m one rounding, (x 256 + l) one rounding, times d_w D. KI:
+ * items per shared row of scales, LD: ints per shared code row, LDS: ints of
+ * one activation piece. One copy, so both kernels have the same bits. */
+template <int P, int KI, int LD, int LDS>
+__device__ __forceinline__ void mx_item_v4(float (&acc)[2][4][4], unsigned wl, unsigned al, int i, int wm, int wn, int gq,
+                                           int tq, const float *sws, const float *sas) {
+    int af[2][4];
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++) ldsm4(af[mt], wl + (mt * 16 * LD + i * 8) * 4);
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        /* token tiles 2h and 2h + 1: b0, b1 of each, per piece */
+        int bf[P][4];
+#pragma unroll
+        for (int p = 0; p < P; p++) ldsm4(bf[p], al + (p * LDS + h * 16 * LD + i * 8) * 4);
+#pragma unroll
+        for (int nn = 0; nn < 2; nn++) {
+            const int n4 = 2 * h + nn;
+            const int tc = wn + n4 * 8 + 2 * tq;
+            const float as0 = sas[tc * KI + i], as1 = sas[(tc + 1) * KI + i];
+#pragma unroll
+            for (int mt = 0; mt < 2; mt++) {
+                int hv[4], mv[4], lv[4];
+                mx_mma_s8(hv, af[mt][0], af[mt][1], af[mt][2], af[mt][3], bf[0][2 * nn], bf[0][2 * nn + 1], MX_MAGIC_BITS);
+                mx_mma_s8(mv, af[mt][0], af[mt][1], af[mt][2], af[mt][3], bf[1][2 * nn], bf[1][2 * nn + 1], MX_MAGIC_BITS);
+                if (P == 3)
+                    mx_mma_s8(lv, af[mt][0], af[mt][1], af[mt][2], af[mt][3], bf[P - 1][2 * nn], bf[P - 1][2 * nn + 1],
+                              MX_MAGIC_BITS);
+                const int rw = wm + mt * 16 + gq;
+                const float w0 = sws[rw * KI + i], w1 = sws[(rw + 8) * KI + i];
+                const float sc[4] = {w0 * as0, w0 * as1, w1 * as0, w1 * as1};
+#pragma unroll
+                for (int k = 0; k < 4; k++) {
+                    float dot = __fadd_rn(__fmaf_rn(__int_as_float(hv[k]), 256.f, P == 3 ? -MX_K3 : -MX_K2),
+                                          __int_as_float(mv[k]));
+                    if (P == 3) dot = __fmaf_rn(dot, 256.f, __int_as_float(lv[k]));
+                    acc[mt][n4][k] = __fmaf_rn(dot, sc[k], acc[mt][n4][k]);
+                }
+            }
+        }
+    }
+}
+
 /* Q2_K (V1): the sums S_j of the activation integers q over sub-blocks j = 2 li
  * and 2 li + 1 of row r (x: item li's P pieces, piece 0 the most significant;
  * |S| <= 16 x 8323072 < 2^27), as 4 signed base-256 digits (the low three with
@@ -1042,44 +1088,7 @@ __global__ void __launch_bounds__(mx_lay<TYPE, P, V>::THREADS, MINB) k_mmqx(cu_g
             /* 2 items at a time (8 warps: 1, under their 128-register cap): fully unrolled, ptxas keeps the 8 items' loads in flight
              * and spills 100-300 bytes under any register cap */
 #pragma unroll (THREADS == 128 ? 2 : 1)
-            for (int i = 0; i < MQ_KI; i++) {
-                int af[2][4];
-#pragma unroll
-                for (int mt = 0; mt < 2; mt++) ldsm4(af[mt], wl + (mt * 16 * MQ_LDI + i * 8) * 4);
-#pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    /* token tiles 2h and 2h + 1: b0, b1 of each, per piece */
-                    int bf[P][4];
-#pragma unroll
-                    for (int p = 0; p < P; p++) ldsm4(bf[p], al + (p * LDS + h * 16 * MQ_LDI + i * 8) * 4);
-#pragma unroll
-                    for (int nn = 0; nn < 2; nn++) {
-                        const int n4 = 2 * h + nn;
-                        int tc = wn + n4 * 8 + 2 * tq;
-                        float as0 = sas[tc * MQ_KI + i], as1 = sas[(tc + 1) * MQ_KI + i];
-#pragma unroll
-                        for (int mt = 0; mt < 2; mt++) {
-                            int hv[4], mv[4], lv[4];
-                            mx_mma_s8(hv, af[mt][0], af[mt][1], af[mt][2], af[mt][3], bf[0][2 * nn], bf[0][2 * nn + 1], MX_MAGIC_BITS);
-                            mx_mma_s8(mv, af[mt][0], af[mt][1], af[mt][2], af[mt][3], bf[1][2 * nn], bf[1][2 * nn + 1], MX_MAGIC_BITS);
-                            if (P == 3)
-                                mx_mma_s8(lv, af[mt][0], af[mt][1], af[mt][2], af[mt][3], bf[P - 1][2 * nn], bf[P - 1][2 * nn + 1],
-                                         MX_MAGIC_BITS);
-                            const int rw = wm + mt * 16 + gq;
-                            const float w0 = sws[rw * MQ_KI + i], w1 = sws[(rw + 8) * MQ_KI + i];
-                            float s[4] = {w0 * as0, w0 * as1, w1 * as0, w1 * as1};
-#pragma unroll
-                            for (int k = 0; k < 4; k++) {
-                                /* 256 h exact, + m one rounding, (x 256 + l) one rounding */
-                                float dot = __fadd_rn(__fmaf_rn(__int_as_float(hv[k]), 256.f, P == 3 ? -MX_K3 : -MX_K2),
-                                                      __int_as_float(mv[k]));
-                                if (P == 3) dot = __fmaf_rn(dot, 256.f, __int_as_float(lv[k]));
-                                acc[mt][n4][k] = __fmaf_rn(dot, s[k], acc[mt][n4][k]);
-                            }
-                        }
-                    }
-                }
-            }
+            for (int i = 0; i < MQ_KI; i++) mx_item_v4<P, MQ_KI, MQ_LDI, LDS>(acc, wl, al, i, wm, wn, gq, tq, sws, sas);
         } else if (Q2K) {
             int ci[2][4][4], cm[2][4][4];
 #pragma unroll
@@ -1387,44 +1396,7 @@ __global__ void __launch_bounds__(2 * MQ_THREADS, 2) k_mmqp(cu_gemv_args g) {
         const unsigned wl = mx_opaque(sw_l + boff), al = mx_opaque(sa_l + boff);
         /* k_mmqx's V4 products item by item (the same instructions per output) */
 #pragma unroll 1
-        for (int i = 0; i < MP_KI; i++) {
-            int af[2][4];
-#pragma unroll
-            for (int mt = 0; mt < 2; mt++) ldsm4(af[mt], wl + (mt * 16 * MP_LD + i * 8) * 4);
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                /* token tiles 2h and 2h + 1: b0, b1 of each, per piece */
-                int bf[P][4];
-#pragma unroll
-                for (int p = 0; p < P; p++) ldsm4(bf[p], al + (p * LDS + h * 16 * MP_LD + i * 8) * 4);
-#pragma unroll
-                for (int nn = 0; nn < 2; nn++) {
-                    const int n4 = 2 * h + nn;
-                    const int tc = wn + n4 * 8 + 2 * tq;
-                    const float as0 = sas[tc * MP_KI + i], as1 = sas[(tc + 1) * MP_KI + i];
-#pragma unroll
-                    for (int mt = 0; mt < 2; mt++) {
-                        int hv[4], mv[4], lv[4];
-                        mx_mma_s8(hv, af[mt][0], af[mt][1], af[mt][2], af[mt][3], bf[0][2 * nn], bf[0][2 * nn + 1], MX_MAGIC_BITS);
-                        mx_mma_s8(mv, af[mt][0], af[mt][1], af[mt][2], af[mt][3], bf[1][2 * nn], bf[1][2 * nn + 1], MX_MAGIC_BITS);
-                        if (P == 3)
-                            mx_mma_s8(lv, af[mt][0], af[mt][1], af[mt][2], af[mt][3], bf[P - 1][2 * nn], bf[P - 1][2 * nn + 1],
-                                      MX_MAGIC_BITS);
-                        const int rw = wm + mt * 16 + gq;
-                        const float w0 = sws[rw * MP_KI + i], w1 = sws[(rw + 8) * MP_KI + i];
-                        float sc[4] = {w0 * as0, w0 * as1, w1 * as0, w1 * as1};
-#pragma unroll
-                        for (int k = 0; k < 4; k++) {
-                            /* 256 h exact, + m one rounding, (x 256 + l) one rounding */
-                            float dot = __fadd_rn(__fmaf_rn(__int_as_float(hv[k]), 256.f, P == 3 ? -MX_K3 : -MX_K2),
-                                                  __int_as_float(mv[k]));
-                            if (P == 3) dot = __fmaf_rn(dot, 256.f, __int_as_float(lv[k]));
-                            acc[mt][n4][k] = __fmaf_rn(dot, sc[k], acc[mt][n4][k]);
-                        }
-                    }
-                }
-            }
-        }
+        for (int i = 0; i < MP_KI; i++) mx_item_v4<P, MP_KI, MP_LD, LDS>(acc, wl, al, i, wm, wn, gq, tq, sws, sas);
     }
 #pragma unroll
     for (int mt = 0; mt < 2; mt++)
