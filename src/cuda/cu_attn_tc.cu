@@ -21,10 +21,14 @@
  * own int8 activation rounding. So cu_attention takes this path only for
  * models whose attention projections are not F32 (the backend's tc) and
  * batches of at least MINKE_CUDA_ATT_TC_MIN tokens (default 256);
- * MINKE_CUDA_ATT_TC=2 forces it for all models, 0 turns it off. */
+ * MINKE_CUDA_ATT_TC=2 forces it for all models, 0 turns it off.
+ * k_attention_tcp (below, MINKE_CUDA_ATT_TC_PIPE, default 1) is the same
+ * arithmetic with the next tile's rows copied by cp.async during this one's
+ * products; PIPE=0 runs k_attention_tc. */
 #include "cuda/cu_common.cuh"
 #include "cuda/cu_ops.h"
 #include <cuda_fp16.h>
+#include <stdlib.h>
 
 #define ATC_HEADS 64
 #define ATC_ROWS 32
@@ -237,21 +241,290 @@ k_attention_tc(const float *q, const float *kv_batch, const float *ring, const f
     }
 }
 
+/* ---- pipelined form (MINKE_CUDA_ATT_TC_PIPE, default 1; 0 = the kernel above) ----
+ * The same arithmetic per output as k_attention_tc (bit-identical), with the
+ * next tile's rows in flight during the current tile's products: the raw f32
+ * rows of tile k+1 are copied by cp.async (16 bytes a copy, L2 -> shared) into
+ * a raw buffer while tile k runs S, the softmax and P V; at the top of tile
+ * k+1 the raw rows are converted to the same f16 tile as before
+ * (__floats2half2_rn of the same f32 values; rows past the end zero), so the
+ * only wait left is the tail of a copy that had a whole tile's products to
+ * land. Row addresses are worked out two tiles ahead (warp 0 in the softmax
+ * step), in two buffers by tile parity.
+ * S16 (PIPE=1): S on 8 warps of 16 heads x 16 rows (two n8 accumulators
+ * sharing each Q fragment: 2/3 of the shared-memory reads of 16 warps of
+ * 16 x 8, the limit of that step), every score the same chain of mma over
+ * the same k order as before; PIPE=2 keeps the 16 x 8 split.
+ * Shared memory: the layout above + 32 rows x HD f32 (64 KB at HD 512:
+ * 178 KB a block, over sm_80's 163 KB opt-in: there cudaFuncSetAttribute
+ * refuses it and the launcher runs the kernel above). */
+template <int HD> struct atcp_layout {
+    typedef atc_layout<HD> B;
+    static constexpr size_t r_off = B::r_off;
+    static constexpr size_t raw_off = r_off + (size_t)2 * ATC_ROWS * sizeof(void *);
+    static constexpr size_t bytes = raw_off + (size_t)ATC_ROWS * HD * 4;
+    static_assert(raw_off % 16 == 0, "raw tile alignment");
+};
+
+/* cp.async of a tile's nr raw rows (addresses in rows[]) into raw (HD floats a row) */
 template <int HD>
-static int atc_launch(const float *q, const float *kv_batch, const float *ring, const float *comp, const int *sel,
-                      const int *nsel, int topk, const float *sinks, int T, int nh, int W, int ratio, int nrot,
-                      const float *inv_freq, float scale, const int *pos0p, float *o, cudaStream_t st) {
-    static int ready[32];           /* per device: 0 not tried, 1 set, -1 refused */
-    size_t smem = atc_layout<HD>::bytes;
-    const int dev = cu_cur_dev();
+__device__ __forceinline__ void atcp_issue(float *raw, const float *const *rows, int nr, int tid) {
+    constexpr int PER = ATC_ROWS * HD / 4 / ATC_THREADS;
+#pragma unroll
+    for (int j = 0; j < PER; j++) {
+        int idx = tid + j * ATC_THREADS, r = idx / (HD / 4), d4 = idx - r * (HD / 4);
+        if (r < nr) cp_async16(raw + r * HD + d4 * 4, rows[r] + d4 * 4);
+    }
+    cp_async_commit();
+}
+
+template <int HD, bool S16>
+__global__ void __launch_bounds__(ATC_THREADS, 1)
+k_attention_tcp(const float *q, const float *kv_batch, const float *ring, const float *comp, const int *sel,
+                const int *nsel, int topk, const float *sinks, int nh, int W, int ratio, int nrot,
+                const float *inv_freq, float scale, const int *pos0p, float *o) {
+    cu_pdl_enter();
+    typedef atc_layout<HD> Lt;
+    typedef atcp_layout<HD> Lp;
+    constexpr int QS = Lt::QS;
+    constexpr int NT = HD / 32;           /* n8 tiles of a warp's hd/4 output dims */
+    extern __shared__ __align__(16) unsigned char atc_sh[];
+    __half *sQ = (__half *)(atc_sh + Lt::q_off);
+    __half *sK = (__half *)(atc_sh + Lt::kv_off);
+    float *sS = (float *)(atc_sh + Lt::s_off);
+    __half *sP = (__half *)(atc_sh + Lt::p_off);
+    float *sM = (float *)(atc_sh + Lt::m_off), *sL = sM + ATC_HEADS, *sC = sL + ATC_HEADS;
+    float *sCos = sC + ATC_HEADS, *sSin = sCos + HD / 2;
+    const float **sRow = (const float **)(atc_sh + Lp::r_off);   /* tile k's row addresses: sRow[(k & 1) * 32 + r] */
+    float *sRaw = (float *)(atc_sh + Lp::raw_off);
+
+    int t = blockIdx.y, h0 = blockIdx.x * ATC_HEADS;
+    int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
+    int g = lane >> 2, c = lane & 3;
+    int pos0 = *pos0p, qp = pos0 + t;
+    int nraw = qp + 1 < W ? qp + 1 : W;
+    int ncomp = 0;
+    if (ratio == 4) ncomp = nsel[t];
+    else if (ratio > 0) ncomp = (qp + 1) / ratio;
+    int n = nraw + ncomp;
+    const int *sel_t = sel ? sel + (int64_t)t * topk : nullptr;
+
+    /* the first two tiles' addresses, then tile 0 in flight while Q is staged */
+    if (w == 0) {
+        sRow[lane] = lane < n ? atc_row(lane, nraw, qp, pos0, W, HD, ratio, kv_batch, ring, comp, sel_t) : nullptr;
+        int i = ATC_ROWS + lane;
+        sRow[ATC_ROWS + lane] = i < n ? atc_row(i, nraw, qp, pos0, W, HD, ratio, kv_batch, ring, comp, sel_t) : nullptr;
+    }
+    __syncthreads();
+    atcp_issue<HD>(sRaw, sRow, n < ATC_ROWS ? n : ATC_ROWS, tid);
+
+    const float *qt = q + ((int64_t)t * nh + h0) * HD;
+#pragma unroll 8
+    for (int idx = tid; idx < ATC_HEADS * HD / 4; idx += ATC_THREADS) {
+        int hh = idx / (HD / 4), d4 = idx - hh * (HD / 4);
+        float4 v = h0 + hh < nh ? ((const float4 *)(qt + (int64_t)hh * HD))[d4] : make_float4(0.f, 0.f, 0.f, 0.f);
+        __half2 *dst = (__half2 *)(sQ + hh * QS + d4 * 4);
+        dst[0] = __floats2half2_rn(v.x, v.y);
+        dst[1] = __floats2half2_rn(v.z, v.w);
+    }
+    if (tid < ATC_HEADS) { sM[tid] = -INFINITY; sL[tid] = 0.f; }
+    for (int k = tid; k < nrot / 2; k += ATC_THREADS) {
+        float ang = (float)qp * inv_freq[k];
+        double sd, cd;
+        sincos((double)ang, &sd, &cd);
+        sCos[k] = (float)cd;
+        sSin[k] = -(float)sd;             /* inverse rotation */
+    }
+
+    int hg = w & 3, part = w >> 2;        /* 16-head group; row block (S) / dim quarter (O) */
+    bool hg_on = h0 + hg * 16 < nh;
+    float acc[NT][4];
+#pragma unroll
+    for (int i = 0; i < NT; i++) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
+
+    for (int base = 0, it = 0; base < n; base += ATC_ROWS, it++) {
+        int nr = n - base < ATC_ROWS ? n - base : ATC_ROWS;
+        /* this tile's raw rows have landed (own copies, then the barrier for
+         * everyone's; the barrier also ends the previous tile's reads of sK) */
+        cp_async_wait<0>();
+        __syncthreads();
+        {
+            constexpr int PER = ATC_ROWS * HD / 4 / ATC_THREADS;
+#pragma unroll
+            for (int j = 0; j < PER; j++) {
+                int idx = tid + j * ATC_THREADS, r = idx / (HD / 4), d4 = idx - r * (HD / 4);
+                uint2 hv = make_uint2(0u, 0u);
+                if (r < nr) {
+                    float4 v = *(const float4 *)(sRaw + r * HD + d4 * 4);
+                    __half2 a = __floats2half2_rn(v.x, v.y), b = __floats2half2_rn(v.z, v.w);
+                    hv.x = *(const uint32_t *)&a;
+                    hv.y = *(const uint32_t *)&b;
+                }
+                *(uint2 *)(sK + r * QS + d4 * 4) = hv;
+            }
+        }
+        __syncthreads();
+        /* the next tile in flight during this one's products (the raw buffer
+         * was read above) */
+        if (base + ATC_ROWS < n) {
+            int nr1 = n - base - ATC_ROWS < ATC_ROWS ? n - base - ATC_ROWS : ATC_ROWS;
+            atcp_issue<HD>(sRaw, sRow + ((it + 1) & 1) * ATC_ROWS, nr1, tid);
+        }
+        if (S16) {
+            /* S: warps 0-7 = 16 heads x 16 rows (two n8 accumulators, one Q fragment) */
+            int rb = w >> 2;
+            if (w < 8 && hg_on) {
+                float s0[4] = {0.f, 0.f, 0.f, 0.f}, s1[4] = {0.f, 0.f, 0.f, 0.f};
+                const __half *qa = sQ + (hg * 16 + g) * QS + 2 * c;
+                const __half *kb = sK + (rb * 16 + g) * QS + 2 * c;
+#pragma unroll 8
+                for (int k0 = 0; k0 < HD; k0 += 16) {
+                    uint32_t a0 = atc_ld32(qa + k0), a1 = atc_ld32(qa + 8 * QS + k0);
+                    uint32_t a2 = atc_ld32(qa + k0 + 8), a3 = atc_ld32(qa + 8 * QS + k0 + 8);
+                    atc_mma(s0, a0, a1, a2, a3, atc_ld32(kb + k0), atc_ld32(kb + k0 + 8));
+                    atc_mma(s1, a0, a1, a2, a3, atc_ld32(kb + 8 * QS + k0), atc_ld32(kb + 8 * QS + k0 + 8));
+                }
+                float *sr = sS + (hg * 16 + g) * ATC_SS + rb * 16 + 2 * c;
+                sr[0] = s0[0];
+                sr[1] = s0[1];
+                sr[8 * ATC_SS] = s0[2];
+                sr[8 * ATC_SS + 1] = s0[3];
+                sr[8] = s1[0];
+                sr[9] = s1[1];
+                sr[8 * ATC_SS + 8] = s1[2];
+                sr[8 * ATC_SS + 9] = s1[3];
+            }
+        } else if (hg_on) {
+            /* S: warp = 16 heads x 8 rows */
+            float s[4] = {0.f, 0.f, 0.f, 0.f};
+            const __half *qa = sQ + (hg * 16 + g) * QS + 2 * c;
+            const __half *kb = sK + (part * 8 + g) * QS + 2 * c;
+#pragma unroll 8
+            for (int k0 = 0; k0 < HD; k0 += 16)
+                atc_mma(s, atc_ld32(qa + k0), atc_ld32(qa + 8 * QS + k0), atc_ld32(qa + k0 + 8),
+                        atc_ld32(qa + 8 * QS + k0 + 8), atc_ld32(kb + k0), atc_ld32(kb + k0 + 8));
+            float *sr = sS + (hg * 16 + g) * ATC_SS + part * 8 + 2 * c;
+            sr[0] = s[0];
+            sr[1] = s[1];
+            sr[8 * ATC_SS] = s[2];
+            sr[8 * ATC_SS + 1] = s[3];
+        }
+        __syncthreads();
+        /* online softmax: warp = 4 heads, lane = row */
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            int hh = w * 4 + i;
+            float sv = lane < nr ? sS[hh * ATC_SS + lane] * scale : -INFINITY;
+            float Mo = sM[hh];
+            float Mn = fmaxf(Mo, warp_max(sv));
+            __half ph = __float2half_rn(expf(sv - Mn));
+            sP[hh * ATC_PS + lane] = ph;
+            float sum = warp_sum(__half2float(ph));
+            if (lane == 0) {
+                float corr = expf(Mo - Mn);
+                sC[hh] = corr;
+                sL[hh] = sL[hh] * corr + sum;
+                sM[hh] = Mn;
+            }
+        }
+        if (w == 0) {       /* tile it+2's rows, into the buffer tile it's copies read from */
+            int i = base + 2 * ATC_ROWS + lane;
+            sRow[(it & 1) * ATC_ROWS + lane] = i < n ? atc_row(i, nraw, qp, pos0, W, HD, ratio, kv_batch, ring, comp, sel_t) : nullptr;
+        }
+        __syncthreads();
+        /* O += P V: warp = 16 heads x hd/4 dims */
+        if (hg_on) {
+            float c0 = sC[hg * 16 + g], c1 = sC[hg * 16 + g + 8];
+#pragma unroll
+            for (int i = 0; i < NT; i++) { acc[i][0] *= c0; acc[i][1] *= c0; acc[i][2] *= c1; acc[i][3] *= c1; }
+            const __half *pa = sP + (hg * 16 + g) * ATC_PS + 2 * c;
+#pragma unroll
+            for (int k0 = 0; k0 < ATC_ROWS; k0 += 16) {
+                uint32_t a0 = atc_ld32(pa + k0), a1 = atc_ld32(pa + 8 * ATC_PS + k0);
+                uint32_t a2 = atc_ld32(pa + k0 + 8), a3 = atc_ld32(pa + 8 * ATC_PS + k0 + 8);
+                const __half *vb = sK + (k0 + (lane & 7) + ((lane >> 3) & 1) * 8) * QS + part * (HD / 4) + ((lane >> 4) & 1) * 8;
+#pragma unroll
+                for (int i = 0; i < NT; i += 2) {
+                    uint32_t b0, b1, b2, b3;
+                    atc_ldm_x4_trans(b0, b1, b2, b3, vb + i * 8);
+                    atc_mma(acc[i], a0, a1, a2, a3, b0, b1);
+                    atc_mma(acc[i + 1], a0, a1, a2, a3, b2, b3);
+                }
+            }
+        }
+    }
+    cp_async_wait<0>();     /* nothing is in flight here (no copy past the last tile); kept for safety */
+    if (!hg_on) return;
+    int off = HD - nrot;
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+        int hl = hg * 16 + g + 8 * half, h = h0 + hl;
+        if (h >= nh) continue;
+        float M = sM[hl], L = sL[hl], sk = sinks[h];
+        float Mt = fmaxf(sk, M);
+        float fac = M == -INFINITY ? 0.f : expf(M - Mt);
+        float den = expf(sk - Mt) + L * fac;
+        float f = fac * (1.0f / den);
+        float *out = o + ((int64_t)t * nh + h) * HD;
+#pragma unroll
+        for (int i = 0; i < NT; i++) {
+            int d = part * (HD / 4) + i * 8 + 2 * c;
+            float x0 = acc[i][2 * half] * f, x1 = acc[i][2 * half + 1] * f;
+            if (d >= off) {
+                int k = (d - off) >> 1;
+                float cs = sCos[k], sn = sSin[k];
+                float y0 = x0 * cs - x1 * sn, y1 = x0 * sn + x1 * cs;
+                x0 = y0; x1 = y1;
+            }
+            *(float2 *)(out + d) = make_float2(x0, x1);
+        }
+    }
+}
+
+/* MINKE_CUDA_ATT_TC_PIPE: 1 (default) k_attention_tcp with S on 16 x 16
+ * warps, 2 k_attention_tcp with the 16 x 8 S split, 0 k_attention_tc; all
+ * three give the same bits. Read at each call (attn_check switches it); where
+ * the pipelined kernel's shared memory is refused (sm_80: 178 KB at hd 512)
+ * the launcher runs k_attention_tc. */
+#define ATC_PIPE_DEFAULT 1
+static int atc_pipe_mode(void) {
+    const char *e = getenv("MINKE_CUDA_ATT_TC_PIPE");
+    return e ? atoi(e) : ATC_PIPE_DEFAULT;
+}
+
+/* per device: 0 not tried, 1 set, -1 refused */
+template <typename K> static int atc_smem_ready(int *ready, int dev, K kern, size_t smem) {
     if (!ready[dev]) {
-        if (cudaFuncSetAttribute(k_attention_tc<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess) {
+        if (cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess) {
             cudaGetLastError();
             ready[dev] = -1;
         } else ready[dev] = 1;
     }
-    if (ready[dev] < 0) return 0;
-    cu_launch(k_attention_tc<HD>, dim3((nh + ATC_HEADS - 1) / ATC_HEADS, T), ATC_THREADS, smem, st,
+    return ready[dev] > 0;
+}
+
+template <int HD>
+static int atc_launch(const float *q, const float *kv_batch, const float *ring, const float *comp, const int *sel,
+                      const int *nsel, int topk, const float *sinks, int T, int nh, int W, int ratio, int nrot,
+                      const float *inv_freq, float scale, const int *pos0p, float *o, cudaStream_t st) {
+    static int ready[32], ready_p16[32], ready_p8[32];
+    const int dev = cu_cur_dev();
+    const dim3 grid((nh + ATC_HEADS - 1) / ATC_HEADS, T);
+    const int pipe = atc_pipe_mode();
+    if (pipe == 1 || pipe == 2) {
+        void (*kern)(const float *, const float *, const float *, const float *, const int *, const int *, int,
+                     const float *, int, int, int, int, const float *, float, const int *, float *) =
+            pipe == 1 ? k_attention_tcp<HD, true> : k_attention_tcp<HD, false>;
+        size_t smem = atcp_layout<HD>::bytes;
+        if (atc_smem_ready(pipe == 1 ? ready_p16 : ready_p8, dev, kern, smem)) {
+            cu_launch(kern, grid, ATC_THREADS, smem, st,
+                      q, kv_batch, ring, comp, sel, nsel, topk, sinks, nh, W, ratio, nrot, inv_freq, scale, pos0p, o);
+            return 1;
+        }
+    }
+    size_t smem = atc_layout<HD>::bytes;
+    if (!atc_smem_ready(ready, dev, k_attention_tc<HD>, smem)) return 0;
+    cu_launch(k_attention_tc<HD>, grid, ATC_THREADS, smem, st,
               q, kv_batch, ring, comp, sel, nsel, topk, sinks, nh, W, ratio, nrot, inv_freq, scale, pos0p, o);
     return 1;
 }

@@ -9,6 +9,13 @@
  * top-k key cache), q head, kv finish (+ ring row), ratio-128 compressor
  * state. The split attention changed its summation order: old and new are
  * both compared with a double-precision reference (max |diff| / max |ref|).
+ * The tensor-core prefill attention (cu_attn_tc.cu, forced by calling
+ * cu_attention_tc) must give the same bits with MINKE_CUDA_ATT_TC_PIPE 0
+ * (k_attention_tc), 1 (k_attention_tcp, S on 16 x 16 warps) and 2
+ * (k_attention_tcp, S on 16 x 8 warps): on every attention shape above, at
+ * 40 heads, and at Flash size (4096 tokens: a first chunk and a second one
+ * with window 128 + 512 selected rows a token, and ratio 128), with a
+ * "time attention_tc" line for each Flash case (always printed).
  * Prints one ok/FAIL line per check; exit 1 on any FAIL.
  *   attn_check            the checks
  *   attn_check --time     also median kernel times, old vs new (cudaEvent
@@ -412,6 +419,117 @@ static void att_ref(const float *q, const float *kvb, const float *ring, const f
     free(rows); free(s);
 }
 
+/* ---- tensor-core prefill attention: pipe 0 / 1 / 2 bit for bit ---- */
+typedef struct {
+    int T, nh, ratio, pos0;
+    float *q, *kvb, *ring, *comp, *sinks, *inv_freq, *o;
+    int *sel, *nsel, *pos;
+} tc_ctx;
+static int tc_refused;
+static void l_tc(void *a) {
+    tc_ctx *c = a;
+    if (!cu_attention_tc(c->q, c->kvb, c->ring, c->comp, c->ratio == 4 ? c->sel : NULL, c->nsel, TOPK, c->sinks, c->T,
+                         c->nh, HD, WIN, c->ratio, NROT, c->inv_freq, 1.0f / sqrtf((float)HD), c->pos, c->o, st))
+        tc_refused = 1;
+}
+static void tc_pipe_set(int v) {
+    char b[16];
+    snprintf(b, sizeof b, "%d", v);
+    setenv("MINKE_CUDA_ATT_TC_PIPE", b, 1);     /* the launcher reads it at each call */
+}
+/* runs pipe 0, 1, 2 on c; out0 gets pipe 0's output (T x nh x HD floats);
+ * ok lines for 1 == 0 and 2 == 0; with ref (the tokens toks[0..ntok) of a
+ * double reference, NH heads) also pipe 0's error; with tflop > 0 a time line */
+static void tc_compare(tc_ctx *c, const char *label, float *out0, const double *ref, const int *toks, int ntok,
+                       double tflop) {
+    size_t no = (size_t)c->T * c->nh * HD;
+    float *o1 = malloc(sizeof(float) * no);
+    char what[240];
+    tc_refused = 0;
+    for (int pipe = 0; pipe <= 2; pipe++) {
+        tc_pipe_set(pipe);
+        CK(cudaMemset(c->o, 0xff, sizeof(float) * no));      /* NaN: every output must be written */
+        l_tc(c); CK(cudaGetLastError());
+        to_host(pipe ? o1 : out0, c->o, sizeof(float) * no);
+        if (tc_refused) { snprintf(what, sizeof what, "attention_tc %s: the launcher refused hd %d", label, HD); report(0, what); break; }
+        if (pipe == 0) {
+            if (ref) {
+                double md = 0, rmax = 0;
+                for (int k = 0; k < ntok; k++)
+                    for (size_t i = 0; i < (size_t)NH * HD; i++) {
+                        double r = ref[(size_t)k * NH * HD + i], d = fabs(out0[(size_t)toks[k] * NH * HD + i] - r);
+                        if (fabs(r) > rmax) rmax = fabs(r);
+                        if (!(d <= md)) md = d;
+                    }
+                snprintf(what, sizeof what, "attention_tc %s pipe=0: max|o-ref|/max|ref| %.2e over %d token(s) (f16 q/k/p)",
+                         label, md / rmax, ntok);
+                report(md / rmax < 1e-2, what);
+            }
+            continue;
+        }
+        size_t ndiff = 0;
+        for (size_t i = 0; i < no; i++) if (memcmp(&o1[i], &out0[i], 4)) ndiff++;
+        snprintf(what, sizeof what, "attention_tc %s pipe=%d (%s) vs pipe=0: bit-identical (%zu of %zu differ)", label,
+                 pipe, pipe == 1 ? "cp.async, S 16x16" : "cp.async, S 16x8", ndiff, no);
+        report(ndiff == 0, what);
+    }
+    if (tflop > 0 && !tc_refused) {
+        float med[3], mean[3];
+        for (int pipe = 0; pipe <= 2; pipe++) { tc_pipe_set(pipe); time_one(label, l_tc, c, &med[pipe], &mean[pipe]); }
+        printf("time attention_tc %s: old %.1f us, new %.1f us (pipe=2 %.1f us); b2b old %.1f new %.1f (pipe=2 %.1f); "
+               "x%.2f; new %.0f TFLOP/s\n", label, med[0], med[1], med[2], mean[0], mean[1], mean[2], med[0] / med[1],
+               tflop / (med[1] * 1e-6));
+    }
+    unsetenv("MINKE_CUDA_ATT_TC_PIPE");
+    free(o1);
+}
+
+/* a batch of T tokens from pos0 with nh heads: random q / rows, ratio 4
+ * selections (ascending, distinct, min(nI, 512) of nI = (pos+1)/4), then
+ * tc_compare (the reference on 3 tokens when nh == NH) */
+static void check_attention_tc(int T, int nh, int ratio, int pos0, int timed) {
+    tc_ctx c = {0};
+    c.T = T; c.nh = nh; c.ratio = ratio; c.pos0 = pos0;
+    int ncap = ratio ? (pos0 + T) / (ratio == 4 ? 4 : ratio) + 8 : 8;
+    size_t nq = (size_t)T * nh * HD;
+    float *hq = malloc(sizeof(float) * nq), *hkvb = malloc(sizeof(float) * (size_t)T * HD);
+    float *hring = malloc(sizeof(float) * WIN * HD), *hcomp = malloc(sizeof(float) * (size_t)ncap * HD);
+    float hs[NH], inv[NROT / 2];
+    fill(hq, nq, 3.0f); fill(hkvb, (int64_t)T * HD, 1.0f); fill(hring, WIN * HD, 1.0f); fill(hcomp, (int64_t)ncap * HD, 1.0f);
+    fill(hs, NH, 2.0f);
+    for (int k = 0; k < NROT / 2; k++) inv[k] = powf(160000.0f, -2.0f * k / NROT);
+    int *hsel = malloc(sizeof(int) * TOPK * (size_t)T), *hnsel = malloc(sizeof(int) * T);
+    double tflop = 0;
+    for (int t = 0; t < T; t++) {
+        int qp = pos0 + t, nI = (qp + 1) / 4, take = nI < TOPK ? nI : TOPK, got = 0;
+        for (int i = 0; ratio == 4 && i < nI && got < take; i++)
+            if ((frand() * 0.5f + 0.5f) * (nI - i) < take - got) hsel[(size_t)t * TOPK + got++] = i;
+        hnsel[t] = got;
+        int n = (qp + 1 < WIN ? qp + 1 : WIN) + (ratio == 4 ? got : ratio ? (qp + 1) / ratio : 0);
+        tflop += (double)nh * n * HD * 4;
+    }
+    c.q = dup_to_dev(hq, sizeof(float) * nq); c.kvb = dup_to_dev(hkvb, sizeof(float) * (size_t)T * HD);
+    c.ring = dup_to_dev(hring, sizeof(float) * WIN * HD); c.comp = dup_to_dev(hcomp, sizeof(float) * (size_t)ncap * HD);
+    c.sinks = dup_to_dev(hs, sizeof hs); c.inv_freq = dup_to_dev(inv, sizeof inv);
+    c.sel = dup_to_dev(hsel, sizeof(int) * TOPK * (size_t)T); c.nsel = dup_to_dev(hnsel, sizeof(int) * T);
+    c.pos = dmalloc(sizeof(int)); set_pos(c.pos, pos0);
+    c.o = dmalloc(sizeof(float) * nq);
+    int toks[3] = {0, T / 2, T - 1}, ntok = nh == NH ? (T >= 3 ? 3 : T) : 0;
+    if (T < 3) for (int k = 0; k < ntok; k++) toks[k] = k;
+    double *ref = ntok ? malloc(sizeof(double) * (size_t)ntok * NH * HD) : NULL;
+    for (int k = 0; k < ntok; k++)
+        att_ref(hq, hkvb, hring, hcomp, hsel + (size_t)toks[k] * TOPK, hnsel[toks[k]], hs, inv, ratio, pos0, toks[k],
+                ref + (size_t)k * NH * HD);
+    char label[160];
+    snprintf(label, sizeof label, "T=%d nh=%d ratio=%d pos0=%d rows<=%d+%d", T, nh, ratio, pos0, WIN,
+             ratio == 4 ? TOPK : ratio ? (pos0 + T) / ratio : 0);
+    float *o0 = malloc(sizeof(float) * nq);
+    tc_compare(&c, label, o0, ref, toks, ntok, timed ? tflop * 1e-12 : 0);
+    free(hq); free(hkvb); free(hring); free(hcomp); free(hsel); free(hnsel); free(ref); free(o0);
+    cudaFree(c.q); cudaFree(c.kvb); cudaFree(c.ring); cudaFree(c.comp); cudaFree(c.sinks); cudaFree(c.inv_freq);
+    cudaFree(c.sel); cudaFree(c.nsel); cudaFree(c.pos); cudaFree(c.o);
+}
+
 static void check_attention(int T, int ratio, int ncomp_rows) {
     att_ctx c = {0};
     c.T = T; c.ratio = ratio;
@@ -482,6 +600,13 @@ static void check_attention(int T, int ratio, int ncomp_rows) {
             c.nsplit = ns; cu_dec_old_set(0); time_one(what, l_att, &c, &mn, &an);
             printf("time %-44s old(8) %7.2f us (b2b %7.2f)  new %7.2f us (b2b %7.2f)  x%.2f\n", what, mo, ao, mn, an, mo / mn);
         }
+    {   /* the tensor-core kernel, forced, on the same inputs */
+        tc_ctx tc = {T, NH, ratio, c.pos0, c.q, c.kvb, c.ring, c.comp, c.sinks, c.inv_freq, c.o, c.sel, c.nsel, c.pos};
+        int toks[2] = {0, 1};
+        char label[96];
+        snprintf(label, sizeof label, "T=%d ratio=%d rows=%d+%d", T, ratio, nraw, ncomp);
+        tc_compare(&tc, label, o, ref, toks, T, 0);
+    }
     free(hq); free(hkvb); free(hring); free(hcomp); free(hsel); free(ref); free(o); free(oold);
     cudaFree(c.q); cudaFree(c.kvb); cudaFree(c.ring); cudaFree(c.comp); cudaFree(c.sinks); cudaFree(c.inv_freq);
     cudaFree(c.sel); cudaFree(c.nsel); cudaFree(c.pos); cudaFree(c.o); cudaFree(c.part);
@@ -511,6 +636,12 @@ int main(int argc, char **argv) {
         check_attention(T, 128, 512);
         check_attention(T, 0, 0);
     }
+    /* the tensor-core prefill kernel: 40 heads (warps of heads 48-63 idle), then Flash size, timed */
+    check_attention_tc(64, 40, 4, 1000, 0);
+    check_attention_tc(300, NH, 128, 200, 0);
+    check_attention_tc(4096, NH, 4, 0, 1);
+    check_attention_tc(4096, NH, 4, 4096, 1);
+    check_attention_tc(4096, NH, 128, 0, 1);
     check_topk_big(40000);
     check_topk_big(262144);
     CK(cudaDeviceSynchronize());
