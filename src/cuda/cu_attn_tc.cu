@@ -76,6 +76,117 @@ __device__ __forceinline__ const float *atc_row(int i, int nraw, int qp, int pos
     return comp + (int64_t)c * hd;
 }
 
+/* The pieces both prefill kernels share (k_attention_tc and its pipelined
+ * form below), one copy so that their outputs keep the same bits. */
+
+/* Q of the block's 64 heads as f16 in shared memory, the softmax state, and
+ * the inverse RoPE's angles at the token's position */
+template <int HD>
+__device__ __forceinline__ void atc_stage_q(const float *q, int t, int nh, int h0, int qp, int nrot,
+                                            const float *inv_freq, __half *sQ, float *sM, float *sL, float *sCos,
+                                            float *sSin, int tid) {
+    constexpr int QS = atc_layout<HD>::QS;
+    const float *qt = q + ((int64_t)t * nh + h0) * HD;
+#pragma unroll 8
+    for (int idx = tid; idx < ATC_HEADS * HD / 4; idx += ATC_THREADS) {
+        int hh = idx / (HD / 4), d4 = idx - hh * (HD / 4);
+        float4 v = h0 + hh < nh ? ((const float4 *)(qt + (int64_t)hh * HD))[d4] : make_float4(0.f, 0.f, 0.f, 0.f);
+        __half2 *dst = (__half2 *)(sQ + hh * QS + d4 * 4);
+        dst[0] = __floats2half2_rn(v.x, v.y);
+        dst[1] = __floats2half2_rn(v.z, v.w);
+    }
+    if (tid < ATC_HEADS) { sM[tid] = -INFINITY; sL[tid] = 0.f; }
+    for (int k = tid; k < nrot / 2; k += ATC_THREADS) {
+        float ang = (float)qp * inv_freq[k];
+        double sd, cd;
+        sincos((double)ang, &sd, &cd);
+        sCos[k] = (float)cd;
+        sSin[k] = -(float)sd;             /* inverse rotation */
+    }
+}
+
+/* the online softmax of a tile's nr scores: warp = 4 heads, lane = row; the
+ * f16-rounded p are the ones summed, so the weights match what the tensor
+ * cores multiply */
+__device__ __forceinline__ void atc_softmax(const float *sS, __half *sP, float *sM, float *sL, float *sC, int nr,
+                                            float scale, int w, int lane) {
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        int hh = w * 4 + i;
+        float sv = lane < nr ? sS[hh * ATC_SS + lane] * scale : -INFINITY;
+        float Mo = sM[hh];
+        float Mn = fmaxf(Mo, warp_max(sv));
+        __half ph = __float2half_rn(expf(sv - Mn));
+        sP[hh * ATC_PS + lane] = ph;
+        float sum = warp_sum(__half2float(ph));
+        if (lane == 0) {
+            float corr = expf(Mo - Mn);
+            sC[hh] = corr;
+            sL[hh] = sL[hh] * corr + sum;
+            sM[hh] = Mn;
+        }
+    }
+}
+
+/* O = corr O + P V for the warp's 16 heads x hd/4 dims (V fragments by
+ * ldmatrix.trans from the f16 row tile) */
+template <int HD>
+__device__ __forceinline__ void atc_pv(float (&acc)[HD / 32][4], const __half *sP, const __half *sK, const float *sC,
+                                       int hg, int part, int g, int c, int lane) {
+    constexpr int QS = atc_layout<HD>::QS, NT = HD / 32;
+    float c0 = sC[hg * 16 + g], c1 = sC[hg * 16 + g + 8];
+#pragma unroll
+    for (int i = 0; i < NT; i++) { acc[i][0] *= c0; acc[i][1] *= c0; acc[i][2] *= c1; acc[i][3] *= c1; }
+    const __half *pa = sP + (hg * 16 + g) * ATC_PS + 2 * c;
+#pragma unroll
+    for (int k0 = 0; k0 < ATC_ROWS; k0 += 16) {
+        uint32_t a0 = atc_ld32(pa + k0), a1 = atc_ld32(pa + 8 * ATC_PS + k0);
+        uint32_t a2 = atc_ld32(pa + k0 + 8), a3 = atc_ld32(pa + 8 * ATC_PS + k0 + 8);
+        /* lanes 0-7 / 8-15: rows k0..+7 / k0+8..+15 of dims n0..n0+7; lanes 16-31: dims n0+8.. */
+        const __half *vb = sK + (k0 + (lane & 7) + ((lane >> 3) & 1) * 8) * QS + part * (HD / 4) + ((lane >> 4) & 1) * 8;
+#pragma unroll
+        for (int i = 0; i < NT; i += 2) {
+            uint32_t b0, b1, b2, b3;
+            atc_ldm_x4_trans(b0, b1, b2, b3, vb + i * 8);
+            atc_mma(acc[i], a0, a1, a2, a3, b0, b1);
+            atc_mma(acc[i + 1], a0, a1, a2, a3, b2, b3);
+        }
+    }
+}
+
+/* the sink, the normalisation and the inverse RoPE of the warp's outputs, in
+ * registers (a RoPE pair is one accumulator pair), then the stores */
+template <int HD>
+__device__ __forceinline__ void atc_finish(const float (&acc)[HD / 32][4], const float *sM, const float *sL,
+                                           const float *sinks, const float *sCos, const float *sSin, int nrot, int t,
+                                           int nh, int h0, int hg, int part, int g, int c, float *o) {
+    constexpr int NT = HD / 32;
+    int off = HD - nrot;
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+        int hl = hg * 16 + g + 8 * half, h = h0 + hl;
+        if (h >= nh) continue;
+        float M = sM[hl], L = sL[hl], sk = sinks[h];
+        float Mt = fmaxf(sk, M);
+        float fac = M == -INFINITY ? 0.f : expf(M - Mt);
+        float den = expf(sk - Mt) + L * fac;
+        float f = fac * (1.0f / den);
+        float *out = o + ((int64_t)t * nh + h) * HD;
+#pragma unroll
+        for (int i = 0; i < NT; i++) {
+            int d = part * (HD / 4) + i * 8 + 2 * c;
+            float x0 = acc[i][2 * half] * f, x1 = acc[i][2 * half + 1] * f;
+            if (d >= off) {
+                int k = (d - off) >> 1;
+                float cs = sCos[k], sn = sSin[k];
+                float y0 = x0 * cs - x1 * sn, y1 = x0 * sn + x1 * cs;
+                x0 = y0; x1 = y1;
+            }
+            *(float2 *)(out + d) = make_float2(x0, x1);
+        }
+    }
+}
+
 template <int HD>
 __global__ void __launch_bounds__(ATC_THREADS, 1)
 k_attention_tc(const float *q, const float *kv_batch, const float *ring, const float *comp, const int *sel,
@@ -105,23 +216,7 @@ k_attention_tc(const float *q, const float *kv_batch, const float *ring, const f
     int n = nraw + ncomp;
     const int *sel_t = sel ? sel + (int64_t)t * topk : nullptr;
 
-    const float *qt = q + ((int64_t)t * nh + h0) * HD;
-#pragma unroll 8
-    for (int idx = tid; idx < ATC_HEADS * HD / 4; idx += ATC_THREADS) {
-        int hh = idx / (HD / 4), d4 = idx - hh * (HD / 4);
-        float4 v = h0 + hh < nh ? ((const float4 *)(qt + (int64_t)hh * HD))[d4] : make_float4(0.f, 0.f, 0.f, 0.f);
-        __half2 *dst = (__half2 *)(sQ + hh * QS + d4 * 4);
-        dst[0] = __floats2half2_rn(v.x, v.y);
-        dst[1] = __floats2half2_rn(v.z, v.w);
-    }
-    if (tid < ATC_HEADS) { sM[tid] = -INFINITY; sL[tid] = 0.f; }
-    for (int k = tid; k < nrot / 2; k += ATC_THREADS) {
-        float ang = (float)qp * inv_freq[k];
-        double sd, cd;
-        sincos((double)ang, &sd, &cd);
-        sCos[k] = (float)cd;
-        sSin[k] = -(float)sd;             /* inverse rotation */
-    }
+    atc_stage_q<HD>(q, t, nh, h0, qp, nrot, inv_freq, sQ, sM, sL, sCos, sSin, tid);
 
     if (w == 0) sRow[lane] = lane < n ? atc_row(lane, nraw, qp, pos0, W, HD, ratio, kv_batch, ring, comp, sel_t) : nullptr;
     __syncthreads();
@@ -169,76 +264,18 @@ k_attention_tc(const float *q, const float *kv_batch, const float *ring, const f
             sr[8 * ATC_SS + 1] = s[3];
         }
         __syncthreads();
-        /* online softmax: warp = 4 heads, lane = row */
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            int hh = w * 4 + i;
-            float sv = lane < nr ? sS[hh * ATC_SS + lane] * scale : -INFINITY;
-            float Mo = sM[hh];
-            float Mn = fmaxf(Mo, warp_max(sv));
-            __half ph = __float2half_rn(expf(sv - Mn));
-            sP[hh * ATC_PS + lane] = ph;
-            float sum = warp_sum(__half2float(ph));
-            if (lane == 0) {
-                float corr = expf(Mo - Mn);
-                sC[hh] = corr;
-                sL[hh] = sL[hh] * corr + sum;
-                sM[hh] = Mn;
-            }
-        }
+        atc_softmax(sS, sP, sM, sL, sC, nr, scale, w, lane);
         if (w == 0) {       /* the next tile's rows (the staging above has read this tile's) */
             int i = base + ATC_ROWS + lane;
             sRow[lane] = i < n ? atc_row(i, nraw, qp, pos0, W, HD, ratio, kv_batch, ring, comp, sel_t) : nullptr;
         }
         __syncthreads();
         /* O += P V: warp = 16 heads x hd/4 dims */
-        if (hg_on) {
-            float c0 = sC[hg * 16 + g], c1 = sC[hg * 16 + g + 8];
-#pragma unroll
-            for (int i = 0; i < NT; i++) { acc[i][0] *= c0; acc[i][1] *= c0; acc[i][2] *= c1; acc[i][3] *= c1; }
-            const __half *pa = sP + (hg * 16 + g) * ATC_PS + 2 * c;
-#pragma unroll
-            for (int k0 = 0; k0 < ATC_ROWS; k0 += 16) {
-                uint32_t a0 = atc_ld32(pa + k0), a1 = atc_ld32(pa + 8 * ATC_PS + k0);
-                uint32_t a2 = atc_ld32(pa + k0 + 8), a3 = atc_ld32(pa + 8 * ATC_PS + k0 + 8);
-                /* lanes 0-7 / 8-15: rows k0..+7 / k0+8..+15 of dims n0..n0+7; lanes 16-31: dims n0+8.. */
-                const __half *vb = sK + (k0 + (lane & 7) + ((lane >> 3) & 1) * 8) * QS + part * (HD / 4) + ((lane >> 4) & 1) * 8;
-#pragma unroll
-                for (int i = 0; i < NT; i += 2) {
-                    uint32_t b0, b1, b2, b3;
-                    atc_ldm_x4_trans(b0, b1, b2, b3, vb + i * 8);
-                    atc_mma(acc[i], a0, a1, a2, a3, b0, b1);
-                    atc_mma(acc[i + 1], a0, a1, a2, a3, b2, b3);
-                }
-            }
-        }
+        if (hg_on) atc_pv<HD>(acc, sP, sK, sC, hg, part, g, c, lane);
         __syncthreads();
     }
     if (!hg_on) return;
-    int off = HD - nrot;
-#pragma unroll
-    for (int half = 0; half < 2; half++) {
-        int hl = hg * 16 + g + 8 * half, h = h0 + hl;
-        if (h >= nh) continue;
-        float M = sM[hl], L = sL[hl], sk = sinks[h];
-        float Mt = fmaxf(sk, M);
-        float fac = M == -INFINITY ? 0.f : expf(M - Mt);
-        float den = expf(sk - Mt) + L * fac;
-        float f = fac * (1.0f / den);
-        float *out = o + ((int64_t)t * nh + h) * HD;
-#pragma unroll
-        for (int i = 0; i < NT; i++) {
-            int d = part * (HD / 4) + i * 8 + 2 * c;
-            float x0 = acc[i][2 * half] * f, x1 = acc[i][2 * half + 1] * f;
-            if (d >= off) {
-                int k = (d - off) >> 1;
-                float cs = sCos[k], sn = sSin[k];
-                float y0 = x0 * cs - x1 * sn, y1 = x0 * sn + x1 * cs;
-                x0 = y0; x1 = y1;
-            }
-            *(float2 *)(out + d) = make_float2(x0, x1);
-        }
-    }
+    atc_finish<HD>(acc, sM, sL, sinks, sCos, sSin, nrot, t, nh, h0, hg, part, g, c, o);
 }
 
 /* ---- pipelined form (MINKE_CUDA_ATT_TC_PIPE, default 1; 0 = the kernel above) ----
@@ -251,10 +288,11 @@ k_attention_tc(const float *q, const float *kv_batch, const float *ring, const f
  * only wait left is the tail of a copy that had a whole tile's products to
  * land. Row addresses are worked out two tiles ahead (warp 0 in the softmax
  * step), in two buffers by tile parity.
- * S16 (PIPE=1): S on 8 warps of 16 heads x 16 rows (two n8 accumulators
- * sharing each Q fragment: 2/3 of the shared-memory reads of 16 warps of
- * 16 x 8, the limit of that step), every score the same chain of mma over
- * the same k order as before; PIPE=2 keeps the 16 x 8 split.
+ * S on 8 warps of 16 heads x 16 rows (two n8 accumulators sharing each Q
+ * fragment: 2/3 of the shared-memory reads of 16 warps of 16 x 8, the limit
+ * of that step), every score the same chain of mma over the same k order as
+ * before. (The pipeline with the 16 x 8 split was slower than both on the
+ * H200: 3,013 tok/s prefill against 3,018 and 3,028.)
  * Shared memory: the layout above + 32 rows x HD f32 (64 KB at HD 512:
  * 178 KB a block, over sm_80's 163 KB opt-in: there cudaFuncSetAttribute
  * refuses it and the launcher runs the kernel above). */
@@ -278,7 +316,7 @@ __device__ __forceinline__ void atcp_issue(float *raw, const float *const *rows,
     cp_async_commit();
 }
 
-template <int HD, bool S16>
+template <int HD>
 __global__ void __launch_bounds__(ATC_THREADS, 1)
 k_attention_tcp(const float *q, const float *kv_batch, const float *ring, const float *comp, const int *sel,
                 const int *nsel, int topk, const float *sinks, int nh, int W, int ratio, int nrot,
@@ -318,23 +356,7 @@ k_attention_tcp(const float *q, const float *kv_batch, const float *ring, const 
     __syncthreads();
     atcp_issue<HD>(sRaw, sRow, n < ATC_ROWS ? n : ATC_ROWS, tid);
 
-    const float *qt = q + ((int64_t)t * nh + h0) * HD;
-#pragma unroll 8
-    for (int idx = tid; idx < ATC_HEADS * HD / 4; idx += ATC_THREADS) {
-        int hh = idx / (HD / 4), d4 = idx - hh * (HD / 4);
-        float4 v = h0 + hh < nh ? ((const float4 *)(qt + (int64_t)hh * HD))[d4] : make_float4(0.f, 0.f, 0.f, 0.f);
-        __half2 *dst = (__half2 *)(sQ + hh * QS + d4 * 4);
-        dst[0] = __floats2half2_rn(v.x, v.y);
-        dst[1] = __floats2half2_rn(v.z, v.w);
-    }
-    if (tid < ATC_HEADS) { sM[tid] = -INFINITY; sL[tid] = 0.f; }
-    for (int k = tid; k < nrot / 2; k += ATC_THREADS) {
-        float ang = (float)qp * inv_freq[k];
-        double sd, cd;
-        sincos((double)ang, &sd, &cd);
-        sCos[k] = (float)cd;
-        sSin[k] = -(float)sd;             /* inverse rotation */
-    }
+    atc_stage_q<HD>(q, t, nh, h0, qp, nrot, inv_freq, sQ, sM, sL, sCos, sSin, tid);
 
     int hg = w & 3, part = w >> 2;        /* 16-head group; row block (S) / dim quarter (O) */
     bool hg_on = h0 + hg * 16 < nh;
@@ -370,122 +392,48 @@ k_attention_tcp(const float *q, const float *kv_batch, const float *ring, const 
             int nr1 = n - base - ATC_ROWS < ATC_ROWS ? n - base - ATC_ROWS : ATC_ROWS;
             atcp_issue<HD>(sRaw, sRow + ((it + 1) & 1) * ATC_ROWS, nr1, tid);
         }
-        if (S16) {
-            /* S: warps 0-7 = 16 heads x 16 rows (two n8 accumulators, one Q fragment) */
-            int rb = w >> 2;
-            if (w < 8 && hg_on) {
-                float s0[4] = {0.f, 0.f, 0.f, 0.f}, s1[4] = {0.f, 0.f, 0.f, 0.f};
-                const __half *qa = sQ + (hg * 16 + g) * QS + 2 * c;
-                const __half *kb = sK + (rb * 16 + g) * QS + 2 * c;
-#pragma unroll 8
-                for (int k0 = 0; k0 < HD; k0 += 16) {
-                    uint32_t a0 = atc_ld32(qa + k0), a1 = atc_ld32(qa + 8 * QS + k0);
-                    uint32_t a2 = atc_ld32(qa + k0 + 8), a3 = atc_ld32(qa + 8 * QS + k0 + 8);
-                    atc_mma(s0, a0, a1, a2, a3, atc_ld32(kb + k0), atc_ld32(kb + k0 + 8));
-                    atc_mma(s1, a0, a1, a2, a3, atc_ld32(kb + 8 * QS + k0), atc_ld32(kb + 8 * QS + k0 + 8));
-                }
-                float *sr = sS + (hg * 16 + g) * ATC_SS + rb * 16 + 2 * c;
-                sr[0] = s0[0];
-                sr[1] = s0[1];
-                sr[8 * ATC_SS] = s0[2];
-                sr[8 * ATC_SS + 1] = s0[3];
-                sr[8] = s1[0];
-                sr[9] = s1[1];
-                sr[8 * ATC_SS + 8] = s1[2];
-                sr[8 * ATC_SS + 9] = s1[3];
-            }
-        } else if (hg_on) {
-            /* S: warp = 16 heads x 8 rows */
-            float s[4] = {0.f, 0.f, 0.f, 0.f};
+        /* S: warps 0-7 = 16 heads x 16 rows (two n8 accumulators, one Q fragment) */
+        int rb = w >> 2;
+        if (w < 8 && hg_on) {
+            float s0[4] = {0.f, 0.f, 0.f, 0.f}, s1[4] = {0.f, 0.f, 0.f, 0.f};
             const __half *qa = sQ + (hg * 16 + g) * QS + 2 * c;
-            const __half *kb = sK + (part * 8 + g) * QS + 2 * c;
+            const __half *kb = sK + (rb * 16 + g) * QS + 2 * c;
 #pragma unroll 8
-            for (int k0 = 0; k0 < HD; k0 += 16)
-                atc_mma(s, atc_ld32(qa + k0), atc_ld32(qa + 8 * QS + k0), atc_ld32(qa + k0 + 8),
-                        atc_ld32(qa + 8 * QS + k0 + 8), atc_ld32(kb + k0), atc_ld32(kb + k0 + 8));
-            float *sr = sS + (hg * 16 + g) * ATC_SS + part * 8 + 2 * c;
-            sr[0] = s[0];
-            sr[1] = s[1];
-            sr[8 * ATC_SS] = s[2];
-            sr[8 * ATC_SS + 1] = s[3];
+            for (int k0 = 0; k0 < HD; k0 += 16) {
+                uint32_t a0 = atc_ld32(qa + k0), a1 = atc_ld32(qa + 8 * QS + k0);
+                uint32_t a2 = atc_ld32(qa + k0 + 8), a3 = atc_ld32(qa + 8 * QS + k0 + 8);
+                atc_mma(s0, a0, a1, a2, a3, atc_ld32(kb + k0), atc_ld32(kb + k0 + 8));
+                atc_mma(s1, a0, a1, a2, a3, atc_ld32(kb + 8 * QS + k0), atc_ld32(kb + 8 * QS + k0 + 8));
+            }
+            float *sr = sS + (hg * 16 + g) * ATC_SS + rb * 16 + 2 * c;
+            sr[0] = s0[0];
+            sr[1] = s0[1];
+            sr[8 * ATC_SS] = s0[2];
+            sr[8 * ATC_SS + 1] = s0[3];
+            sr[8] = s1[0];
+            sr[9] = s1[1];
+            sr[8 * ATC_SS + 8] = s1[2];
+            sr[8 * ATC_SS + 9] = s1[3];
         }
         __syncthreads();
-        /* online softmax: warp = 4 heads, lane = row */
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            int hh = w * 4 + i;
-            float sv = lane < nr ? sS[hh * ATC_SS + lane] * scale : -INFINITY;
-            float Mo = sM[hh];
-            float Mn = fmaxf(Mo, warp_max(sv));
-            __half ph = __float2half_rn(expf(sv - Mn));
-            sP[hh * ATC_PS + lane] = ph;
-            float sum = warp_sum(__half2float(ph));
-            if (lane == 0) {
-                float corr = expf(Mo - Mn);
-                sC[hh] = corr;
-                sL[hh] = sL[hh] * corr + sum;
-                sM[hh] = Mn;
-            }
-        }
+        atc_softmax(sS, sP, sM, sL, sC, nr, scale, w, lane);
         if (w == 0) {       /* tile it+2's rows, into the buffer tile it's copies read from */
             int i = base + 2 * ATC_ROWS + lane;
             sRow[(it & 1) * ATC_ROWS + lane] = i < n ? atc_row(i, nraw, qp, pos0, W, HD, ratio, kv_batch, ring, comp, sel_t) : nullptr;
         }
         __syncthreads();
         /* O += P V: warp = 16 heads x hd/4 dims */
-        if (hg_on) {
-            float c0 = sC[hg * 16 + g], c1 = sC[hg * 16 + g + 8];
-#pragma unroll
-            for (int i = 0; i < NT; i++) { acc[i][0] *= c0; acc[i][1] *= c0; acc[i][2] *= c1; acc[i][3] *= c1; }
-            const __half *pa = sP + (hg * 16 + g) * ATC_PS + 2 * c;
-#pragma unroll
-            for (int k0 = 0; k0 < ATC_ROWS; k0 += 16) {
-                uint32_t a0 = atc_ld32(pa + k0), a1 = atc_ld32(pa + 8 * ATC_PS + k0);
-                uint32_t a2 = atc_ld32(pa + k0 + 8), a3 = atc_ld32(pa + 8 * ATC_PS + k0 + 8);
-                const __half *vb = sK + (k0 + (lane & 7) + ((lane >> 3) & 1) * 8) * QS + part * (HD / 4) + ((lane >> 4) & 1) * 8;
-#pragma unroll
-                for (int i = 0; i < NT; i += 2) {
-                    uint32_t b0, b1, b2, b3;
-                    atc_ldm_x4_trans(b0, b1, b2, b3, vb + i * 8);
-                    atc_mma(acc[i], a0, a1, a2, a3, b0, b1);
-                    atc_mma(acc[i + 1], a0, a1, a2, a3, b2, b3);
-                }
-            }
-        }
+        if (hg_on) atc_pv<HD>(acc, sP, sK, sC, hg, part, g, c, lane);
     }
     cp_async_wait<0>();     /* nothing is in flight here (no copy past the last tile); kept for safety */
     if (!hg_on) return;
-    int off = HD - nrot;
-#pragma unroll
-    for (int half = 0; half < 2; half++) {
-        int hl = hg * 16 + g + 8 * half, h = h0 + hl;
-        if (h >= nh) continue;
-        float M = sM[hl], L = sL[hl], sk = sinks[h];
-        float Mt = fmaxf(sk, M);
-        float fac = M == -INFINITY ? 0.f : expf(M - Mt);
-        float den = expf(sk - Mt) + L * fac;
-        float f = fac * (1.0f / den);
-        float *out = o + ((int64_t)t * nh + h) * HD;
-#pragma unroll
-        for (int i = 0; i < NT; i++) {
-            int d = part * (HD / 4) + i * 8 + 2 * c;
-            float x0 = acc[i][2 * half] * f, x1 = acc[i][2 * half + 1] * f;
-            if (d >= off) {
-                int k = (d - off) >> 1;
-                float cs = sCos[k], sn = sSin[k];
-                float y0 = x0 * cs - x1 * sn, y1 = x0 * sn + x1 * cs;
-                x0 = y0; x1 = y1;
-            }
-            *(float2 *)(out + d) = make_float2(x0, x1);
-        }
-    }
+    atc_finish<HD>(acc, sM, sL, sinks, sCos, sSin, nrot, t, nh, h0, hg, part, g, c, o);
 }
 
-/* MINKE_CUDA_ATT_TC_PIPE: 1 (default) k_attention_tcp with S on 16 x 16
- * warps, 2 k_attention_tcp with the 16 x 8 S split, 0 k_attention_tc; all
- * three give the same bits. Read at each call (attn_check switches it); where
- * the pipelined kernel's shared memory is refused (sm_80: 178 KB at hd 512)
- * the launcher runs k_attention_tc. */
+/* MINKE_CUDA_ATT_TC_PIPE: 1 (default) k_attention_tcp, 0 k_attention_tc; both
+ * give the same bits. Read at each call (attn_check switches it); where the
+ * pipelined kernel's shared memory is refused (sm_80: 178 KB at hd 512) the
+ * launcher runs k_attention_tc. */
 #define ATC_PIPE_DEFAULT 1
 static int atc_pipe_mode(void) {
     const char *e = getenv("MINKE_CUDA_ATT_TC_PIPE");
@@ -507,20 +455,13 @@ template <int HD>
 static int atc_launch(const float *q, const float *kv_batch, const float *ring, const float *comp, const int *sel,
                       const int *nsel, int topk, const float *sinks, int T, int nh, int W, int ratio, int nrot,
                       const float *inv_freq, float scale, const int *pos0p, float *o, cudaStream_t st) {
-    static int ready[32], ready_p16[32], ready_p8[32];
+    static int ready[32], ready_p[32];
     const int dev = cu_cur_dev();
     const dim3 grid((nh + ATC_HEADS - 1) / ATC_HEADS, T);
-    const int pipe = atc_pipe_mode();
-    if (pipe == 1 || pipe == 2) {
-        void (*kern)(const float *, const float *, const float *, const float *, const int *, const int *, int,
-                     const float *, int, int, int, int, const float *, float, const int *, float *) =
-            pipe == 1 ? k_attention_tcp<HD, true> : k_attention_tcp<HD, false>;
-        size_t smem = atcp_layout<HD>::bytes;
-        if (atc_smem_ready(pipe == 1 ? ready_p16 : ready_p8, dev, kern, smem)) {
-            cu_launch(kern, grid, ATC_THREADS, smem, st,
-                      q, kv_batch, ring, comp, sel, nsel, topk, sinks, nh, W, ratio, nrot, inv_freq, scale, pos0p, o);
-            return 1;
-        }
+    if (atc_pipe_mode() == 1 && atc_smem_ready(ready_p, dev, k_attention_tcp<HD>, atcp_layout<HD>::bytes)) {
+        cu_launch(k_attention_tcp<HD>, grid, ATC_THREADS, atcp_layout<HD>::bytes, st,
+                  q, kv_batch, ring, comp, sel, nsel, topk, sinks, nh, W, ratio, nrot, inv_freq, scale, pos0p, o);
+        return 1;
     }
     size_t smem = atc_layout<HD>::bytes;
     if (!atc_smem_ready(ready, dev, k_attention_tc<HD>, smem)) return 0;

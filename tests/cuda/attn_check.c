@@ -11,9 +11,8 @@
  * both compared with a double-precision reference (max |diff| / max |ref|).
  * The tensor-core prefill attention (cu_attn_tc.cu, forced by calling
  * cu_attention_tc) must give the same bits with MINKE_CUDA_ATT_TC_PIPE 0
- * (k_attention_tc), 1 (k_attention_tcp, S on 16 x 16 warps) and 2
- * (k_attention_tcp, S on 16 x 8 warps): on every attention shape above, at
- * 40 heads, and at Flash size (4096 tokens: a first chunk and a second one
+ * (k_attention_tc) and 1 (k_attention_tcp, S on 16 x 16 warps): on every
+ * attention shape above, at 40 heads, and at Flash size (4096 tokens: a first chunk and a second one
  * with window 128 + 512 selected rows a token, and ratio 128), with a
  * "time attention_tc" line for each Flash case (always printed).
  * Prints one ok/FAIL line per check; exit 1 on any FAIL.
@@ -419,7 +418,7 @@ static void att_ref(const float *q, const float *kvb, const float *ring, const f
     free(rows); free(s);
 }
 
-/* ---- tensor-core prefill attention: pipe 0 / 1 / 2 bit for bit ---- */
+/* ---- tensor-core prefill attention: pipe 0 / 1 bit for bit ---- */
 typedef struct {
     int T, nh, ratio, pos0;
     float *q, *kvb, *ring, *comp, *sinks, *inv_freq, *o;
@@ -437,8 +436,8 @@ static void tc_pipe_set(int v) {
     snprintf(b, sizeof b, "%d", v);
     setenv("MINKE_CUDA_ATT_TC_PIPE", b, 1);     /* the launcher reads it at each call */
 }
-/* runs pipe 0, 1, 2 on c; out0 gets pipe 0's output (T x nh x HD floats);
- * ok lines for 1 == 0 and 2 == 0; with ref (the tokens toks[0..ntok) of a
+/* runs pipe 0 and 1 on c; out0 gets pipe 0's output (T x nh x HD floats);
+ * an ok line for 1 == 0; with ref (the tokens toks[0..ntok) of a
  * double reference, NH heads) also pipe 0's error; with tflop > 0 a time line */
 static void tc_compare(tc_ctx *c, const char *label, float *out0, const double *ref, const int *toks, int ntok,
                        double tflop) {
@@ -446,7 +445,7 @@ static void tc_compare(tc_ctx *c, const char *label, float *out0, const double *
     float *o1 = malloc(sizeof(float) * no);
     char what[240];
     tc_refused = 0;
-    for (int pipe = 0; pipe <= 2; pipe++) {
+    for (int pipe = 0; pipe <= 1; pipe++) {
         tc_pipe_set(pipe);
         CK(cudaMemset(c->o, 0xff, sizeof(float) * no));      /* NaN: every output must be written */
         l_tc(c); CK(cudaGetLastError());
@@ -469,16 +468,15 @@ static void tc_compare(tc_ctx *c, const char *label, float *out0, const double *
         }
         size_t ndiff = 0;
         for (size_t i = 0; i < no; i++) if (memcmp(&o1[i], &out0[i], 4)) ndiff++;
-        snprintf(what, sizeof what, "attention_tc %s pipe=%d (%s) vs pipe=0: bit-identical (%zu of %zu differ)", label,
-                 pipe, pipe == 1 ? "cp.async, S 16x16" : "cp.async, S 16x8", ndiff, no);
+        snprintf(what, sizeof what, "attention_tc %s pipe=1 (cp.async, S 16x16) vs pipe=0: bit-identical (%zu of %zu differ)",
+                 label, ndiff, no);
         report(ndiff == 0, what);
     }
     if (tflop > 0 && !tc_refused) {
-        float med[3], mean[3];
-        for (int pipe = 0; pipe <= 2; pipe++) { tc_pipe_set(pipe); time_one(label, l_tc, c, &med[pipe], &mean[pipe]); }
-        printf("time attention_tc %s: old %.1f us, new %.1f us (pipe=2 %.1f us); b2b old %.1f new %.1f (pipe=2 %.1f); "
-               "x%.2f; new %.0f TFLOP/s\n", label, med[0], med[1], med[2], mean[0], mean[1], mean[2], med[0] / med[1],
-               tflop / (med[1] * 1e-6));
+        float med[2], mean[2];
+        for (int pipe = 0; pipe <= 1; pipe++) { tc_pipe_set(pipe); time_one(label, l_tc, c, &med[pipe], &mean[pipe]); }
+        printf("time attention_tc %s: old %.1f us, new %.1f us; b2b old %.1f new %.1f; x%.2f; new %.0f TFLOP/s\n", label,
+               med[0], med[1], mean[0], mean[1], med[0] / med[1], tflop / (med[1] * 1e-6));
     }
     unsetenv("MINKE_CUDA_ATT_TC_PIPE");
     free(o1);
