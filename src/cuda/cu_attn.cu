@@ -268,11 +268,7 @@ k_attention(const float *q, const float *kv_batch, const float *ring, const floa
     int h = blockIdx.x, t = blockIdx.y, sp = blockIdx.z;
     int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     int pos0 = *pos0p, qp = pos0 + t;
-    int nraw = qp + 1 < W ? qp + 1 : W;
-    int ncomp = 0;
-    if (ratio == 4) ncomp = nsel[t];
-    else if (ratio > 0) ncomp = (qp + 1) / ratio;
-    int n = nraw + ncomp;
+    int nraw = attn_nraw(qp, W), n = attn_nrows(t, qp, W, ratio, nsel);
     int i0 = (int)((int64_t)n * sp / nsplit), i1 = (int)((int64_t)n * (sp + 1) / nsplit);
     const int *sel_t = sel ? sel + (int64_t)t * topk : nullptr;
     const float *qv = q + ((int64_t)t * nh + h) * hd;
@@ -388,14 +384,6 @@ __global__ void k_attn_combine(const float *part, const float *sinks, int nh, in
 #define ADEC_MAXS 64
 #define ADEC_V4 4     /* float4 per lane: hd / 128 */
 
-__device__ __forceinline__ int adec_rows(int t, int pos0, int W, int ratio, const int *nsel) {
-    int qp = pos0 + t;
-    int nraw = qp + 1 < W ? qp + 1 : W;
-    int ncomp = 0;
-    if (ratio == 4) ncomp = nsel[t];
-    else if (ratio > 0) ncomp = (qp + 1) / ratio;
-    return nraw + ncomp;
-}
 __device__ __forceinline__ int adec_splits(int n, int nsplit, int min_rows, int fill) {
     int s = (n + min_rows - 1) / min_rows;
     if (s > fill) s = fill;
@@ -438,7 +426,7 @@ k_attn_dec(const float *q, const float *kv_batch, const float *ring, const float
     int h = blockIdx.x * HPB + w;
     int pos0 = *pos0p, qp = pos0 + t;
     int nraw = qp + 1 < W ? qp + 1 : W;
-    int n = adec_rows(t, pos0, W, ratio, nsel);
+    int n = attn_nrows(t, pos0 + t, W, ratio, nsel);
     int S = adec_splits(n, nsplit, min_rows, fill);
     if (sp >= S) return;
     int i0 = (int)((int64_t)n * sp / S), i1 = (int)((int64_t)n * (sp + 1) / S);
@@ -547,7 +535,7 @@ k_attn_dec_combine(const float *part, const float *sinks, const int *nsel, int n
     bool rot = d0 < hd && d0 >= off;
     if (rot) adec_rope_angles(d0, off, qp, inv_freq, cs, sn);
     cu_pdl_enter();
-    int n = adec_rows(t, pos0, W, ratio, nsel);
+    int n = attn_nrows(t, qp, W, ratio, nsel);
     int S = adec_splits(n, nsplit, min_rows, fill);
     int64_t rec0 = ((int64_t)t * nh + h) * nsplit;
     const float *ml = part + (int64_t)T * nh * nsplit * hd + rec0 * 2;
@@ -613,11 +601,7 @@ k_attention_heads(const float *q, const float *kv_batch, const float *ring, cons
     int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     int h = blockIdx.x * ATH_HEADS + w;
     int pos0 = *pos0p, qp = pos0 + t;
-    int nraw = qp + 1 < W ? qp + 1 : W;
-    int ncomp = 0;
-    if (ratio == 4) ncomp = nsel[t];
-    else if (ratio > 0) ncomp = (qp + 1) / ratio;
-    int n = nraw + ncomp;
+    int nraw = attn_nraw(qp, W), n = attn_nrows(t, qp, W, ratio, nsel);
     const int *sel_t = sel ? sel + (int64_t)t * topk : nullptr;
     int nv = hd / 128;
     float4 qr[ATH_V4], acc[ATH_V4];

@@ -209,11 +209,7 @@ k_attention_tc(const float *q, const float *kv_batch, const float *ring, const f
     int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
     int g = lane >> 2, c = lane & 3;
     int pos0 = *pos0p, qp = pos0 + t;
-    int nraw = qp + 1 < W ? qp + 1 : W;
-    int ncomp = 0;
-    if (ratio == 4) ncomp = nsel[t];
-    else if (ratio > 0) ncomp = (qp + 1) / ratio;
-    int n = nraw + ncomp;
+    int nraw = attn_nraw(qp, W), n = attn_nrows(t, qp, W, ratio, nsel);
     const int *sel_t = sel ? sel + (int64_t)t * topk : nullptr;
 
     atc_stage_q<HD>(q, t, nh, h0, qp, nrot, inv_freq, sQ, sM, sL, sCos, sSin, tid);
@@ -340,11 +336,7 @@ k_attention_tcp(const float *q, const float *kv_batch, const float *ring, const 
     int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
     int g = lane >> 2, c = lane & 3;
     int pos0 = *pos0p, qp = pos0 + t;
-    int nraw = qp + 1 < W ? qp + 1 : W;
-    int ncomp = 0;
-    if (ratio == 4) ncomp = nsel[t];
-    else if (ratio > 0) ncomp = (qp + 1) / ratio;
-    int n = nraw + ncomp;
+    int nraw = attn_nraw(qp, W), n = attn_nrows(t, qp, W, ratio, nsel);
     const int *sel_t = sel ? sel + (int64_t)t * topk : nullptr;
 
     /* the first two tiles' addresses, then tile 0 in flight while Q is staged */

@@ -102,6 +102,18 @@ __device__ __forceinline__ float warp_max(float v) {
     return v;
 }
 
+/* The rows token t (at position qp) attends to (spec §10): its window's raw
+ * rows, then the compressed rows (ratio 4: the nsel[t] the indexer kept;
+ * ratio 128: all closed windows; ratio 0: none). Every attention kernel
+ * counts them here. */
+__device__ __forceinline__ int attn_nraw(int qp, int W) { return qp + 1 < W ? qp + 1 : W; }
+__device__ __forceinline__ int attn_nrows(int t, int qp, int W, int ratio, const int *nsel) {
+    int ncomp = 0;
+    if (ratio == 4) ncomp = nsel[t];
+    else if (ratio > 0) ncomp = (qp + 1) / ratio;
+    return attn_nraw(qp, W) + ncomp;
+}
+
 /* Block-wide sum (any blockDim multiple of 32, <= 1024); every thread gets it. */
 __device__ __forceinline__ float block_sum(float v, float *sh /* >= 33 floats */) {
     int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
