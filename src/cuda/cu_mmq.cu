@@ -652,7 +652,7 @@ __device__ __forceinline__ void mq_wload_tab(const uint8_t *row, int it, int nit
  * quarter of V1's activation traffic per output, V2's weight decode per
  * output, 2 blocks of ~105 KB per SM. Q2_K runs V2. Same bits as V1. */
 
-/* ---- WP: pipelined weight loads (MINKE_CUDA_MMQ_WPIPE=1: Q2_K in V2 tiles; 2: and IQ2R in V4) ----
+/* ---- WP: pipelined weight loads (MINKE_CUDA_MMQ_WPIPE=1: Q2_K in V2 tiles) ----
  * Why: ncu on Flash's MoE down product (Q2_K, V2, pre-split) showed the warps
  * stalled on the weight words: each stage loads them with LDG into registers
  * and decodes them at once, a global-memory round trip per stage with only
@@ -669,11 +669,10 @@ __device__ __forceinline__ void mq_wload_tab(const uint8_t *row, int it, int nit
  * H200, mmq_exact --time, Flash's MoE down (4096 x 2048, 4096 tokens x 6 of
  * 256): the pre-split product 6.97 -> 5.59 ms, on the fly 7.39 -> 6.02 ms;
  * ncu: long-scoreboard stalls 2.87 -> 0.55 cycles per issued instruction.
- * IQ2R (the MoE gate and up, V4: 2 blocks of <= 113 KB per SM) the same way:
- * the stage's 64 code bytes per row, and the 4-byte word holding its block
- * scale; decoded by mq_wload_tab's arithmetic. Only with WPIPE=2: there the
- * 16 warps per SM hid the loads already (MoE gate, pre-split: 5.15 -> 5.23
- * ms, slower; on the fly 7.32 -> 7.07). */
+ * IQ2R (the MoE gate and up, V4) the same way was measured and removed: there
+ * the 16 warps per SM hid the loads already (seventh session, MoE gate,
+ * pre-split: 5.15 -> 5.23 ms, slower; on the fly 7.32 -> 7.07; prefill 2,801
+ * against 2,814). */
 /* cp.async of 4 bytes where on (predicated: no branch around it) */
 __device__ __forceinline__ void mq_cp4_if(unsigned dst, const void *src, bool on) {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %2, 0;\n@p cp.async.ca.shared.global [%0], [%1], 4;\n}\n" ::"r"(dst),
@@ -694,50 +693,6 @@ __device__ __forceinline__ void mq_q2k_fetch(const uint8_t *wbase, int64_t r0, i
         mq_cp4(raw_s + r * 64 + 32 + li * 4, b + 48 + li * 4, 4);
         mq_cp4_if(li < 4 ? sw_s + (r * MQ_LDI + 64 + li) * 4 : raw_s + BM * 64 + r * 4, b + (li < 4 ? li * 4 : 80), li <= 4);
     }
-}
-/* IQ2R (rows of nb blocks of 64 code bytes, then nb f16 scales; 8-byte aligned with nb % 4 = 0,
- * as mq_wload's uint2 loads need): item li of each row by its thread, the scale word by li = 0 */
-template <int BM, int THREADS>
-__device__ __forceinline__ void mq_iq2r_fetch(const uint8_t *wbase, int64_t r0, int64_t rows, int64_t row_bytes, int nb,
-                                              int blk, int tid, unsigned raw_s) {
-    const int li = tid & 7;
-#pragma unroll
-    for (int j = 0; j < BM * MQ_KI / THREADS; j++) {
-        const int r = (tid >> 3) + (THREADS / 8) * j;
-        const uint8_t *row = wbase + (r0 + r < rows ? r0 + r : rows - 1) * row_bytes;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(raw_s + r * 64 + li * 8),
-                     "l"(row + (int64_t)blk * 64 + li * 8) : "memory");
-        mq_cp4_if(raw_s + BM * 64 + r * 4, row + (int64_t)nb * 64 + (blk & ~1) * 2, li == 0);
-    }
-}
-/* row r, item li from the raw copy: the codes into sw; returns the word
- * holding the item's ls, *d the block's d */
-template <int BM>
-__device__ __forceinline__ uint32_t mq_iq2r_stage_codes(const uint8_t *raw, int *sw, const uint64_t *tab, const uint64_t *smask,
-                                                        int r, int li, int blk, float &d) {
-    const uint2 v = *(const uint2 *)(raw + r * 64 + li * 8);
-    int q[8];
-    mq_iq2_codes_tab(v.x, v.y, tab, smask, q);
-    d = cu_h2f(((const uint16_t *)(raw + BM * 64 + r * 4))[blk & 1]);
-    int4 *dst = (int4 *)&sw[r * MQ_LDI + li * 8];
-    dst[0] = make_int4(q[0], q[1], q[2], q[3]);
-    dst[1] = make_int4(q[4], q[5], q[6], q[7]);
-    return v.y;
-}
-/* the same as mq_wload_tab<CU_TYPE_IQ2R>: codes into sw, the item's scale x sc3 into sws */
-template <int BM>
-__device__ __forceinline__ void mq_iq2r_stage_row(const uint8_t *raw, int *sw, float *sws, const uint64_t *tab,
-                                                  const uint64_t *smask, int r, int li, int blk, float sc3) {
-    float d;
-    const uint32_t w = mq_iq2r_stage_codes<BM>(raw, sw, tab, smask, r, li, blk, d);
-    sws[r * MQ_KI + li] = d * mq_odd_f(w) * 0.125f * sc3;
-}
-/* the next stage's copy, for either type */
-template <int TYPE, int BM, int THREADS>
-__device__ __forceinline__ void mx_wfetch(const uint8_t *wbase, int64_t r0, const cu_gemv_args &g, int blk, int tid,
-                                          unsigned raw_s, unsigned sw_s) {
-    if constexpr (TYPE == CU_TYPE_Q2_K) mq_q2k_fetch<BM, THREADS>(wbase, r0, g.rows, g.row_bytes, blk, tid, raw_s, sw_s);
-    else mq_iq2r_fetch<BM, THREADS>(wbase, r0, g.rows, g.row_bytes, g.items >> 3, blk, tid, raw_s);
 }
 /* row r, item li of the stage from the raw copy: mq_wload<CU_TYPE_Q2_K>'s codes into sw, and
  * (li = 0) d, -dmin times sc3 into sws, (li = 1) the 16 mins into smin, as the direct path */
@@ -768,13 +723,12 @@ __device__ __forceinline__ void mq_q2k_stage_row(const uint8_t *raw, int *sw, fl
 }
 
 /* PRE: the activations are pre-split rows (k_mmq_split, cu_mmq_presplit) instead of f32. V: 0, 1, 2, 4 or 6 (above).
- * WP: pipelined weight loads (above; Q2_K with V = 2, IQ2R with V = 4). */
+ * WP: pipelined weight loads (above; Q2_K with V = 2). */
 template <int TYPE, int MINB, int P, bool PRE, int V, bool WP = false>
 __global__ void __launch_bounds__(mx_lay<TYPE, P, V>::THREADS, MINB) k_mmqx(cu_gemv_args g) {
     cu_pdl_enter();
     typedef mx_lay<TYPE, P, V, WP> L;
-    static_assert(!WP || (TYPE == CU_TYPE_Q2_K && V == 2) || (TYPE == CU_TYPE_IQ2R && V == 4),
-                  "WP: Q2_K in V2, IQ2R in V4");
+    static_assert(!WP || (TYPE == CU_TYPE_Q2_K && V == 2), "WP: Q2_K in V2");
     constexpr bool Q2K = L::Q2K;
     constexpr bool IQ2 = L::IQ2;
     constexpr bool WIDE = V >= 2;       /* 128 or 256 rows; empty slots neither loaded nor multiplied */
@@ -855,7 +809,7 @@ __global__ void __launch_bounds__(mx_lay<TYPE, P, V>::THREADS, MINB) k_mmqx(cu_g
     /* WP: stage 0's raw weights, then each stage's copy of the next one during the products */
     const unsigned sraw_s = (unsigned)__cvta_generic_to_shared(sraw), sw_s = (unsigned)__cvta_generic_to_shared(sw);
     if constexpr (WP) {
-        mx_wfetch<TYPE, BM, THREADS>(wbase, r0, g, 0, tid, sraw_s, sw_s);
+        mq_q2k_fetch<BM, THREADS>(wbase, r0, g.rows, g.row_bytes, 0, tid, sraw_s, sw_s);
         mq_cp_wait();
     }
     /* the activation rows' addresses come from shared memory each stage (registers for the cap) */
@@ -904,10 +858,8 @@ __global__ void __launch_bounds__(mx_lay<TYPE, P, V>::THREADS, MINB) k_mmqx(cu_g
 #pragma unroll 4
         for (int j = 0; j < NJW; j++) {
             int r = (tid >> 3) + (THREADS / 8) * j;
-            if constexpr (WP && Q2K) {
+            if constexpr (WP) {
                 mq_q2k_stage_row<BM>(sraw, sw, sws, smin, r, li, SC3);
-            } else if constexpr (WP) {
-                mq_iq2r_stage_row<BM>(sraw, sw, sws, tab, smask, r, li, it0 >> 3, SC3);
             } else {
                 const uint8_t *wr;
                 if (WIDE) wr = wbase + (r0 + r < g.rows ? r0 + r : g.rows - 1) * (int64_t)g.row_bytes;
@@ -1003,7 +955,7 @@ __global__ void __launch_bounds__(mx_lay<TYPE, P, V>::THREADS, MINB) k_mmqx(cu_g
         __syncthreads();
         /* WP: every thread is past its decode of this stage's raw blocks */
         if (WP && it0 + MQ_KI < nit)
-            mx_wfetch<TYPE, BM, THREADS>(wbase, r0, g, (it0 >> 3) + 1, tid, sraw_s, sw_s);
+            mq_q2k_fetch<BM, THREADS>(wbase, r0, g.rows, g.row_bytes, (it0 >> 3) + 1, tid, sraw_s, sw_s);
         /* V2, V4: a warp whose 32 activation rows are all past the last one (V4: tiles of <= 32
          * pairs) skips the products (warp-uniform, no barrier inside) */
         if (WIDE && wn >= nt) {
@@ -1540,24 +1492,23 @@ static void mx_launch(dim3 grid, cudaStream_t st, const cu_gemv_args &g) {
 }
 
 /* MINKE_CUDA_MMQ_WPIPE=1 (default): Q2_K's V2 kernels with pipelined weight loads (WP,
- * above; the same bits), 2: IQ2R's V4 kernels too, 0: the direct loads. A 4096-token
- * prompt of Flash q2 on the H200: 2,813-2,815 tok/s with 1 against 2,701-2,702 with 0
- * and 2,801 with 2 (seventh session). Read once per process; cu_mmq_set_wpipe overrides
- * it (mmq_exact compares them in one process). */
+ * above; the same bits), 0: the direct loads. A 4096-token prompt of Flash q2 on the
+ * H200: 2,813-2,815 tok/s with 1 against 2,701-2,702 with 0 (seventh session). Read
+ * once per process; cu_mmq_set_wpipe overrides it (mmq_exact compares them in one
+ * process). */
 #define MX_WPIPE_DEFAULT 1
 static int mx_wp = -1;
 static int mx_wpipe(void) {
     if (mx_wp < 0) {
         const char *e = getenv("MINKE_CUDA_MMQ_WPIPE");
         const int n = e ? atoi(e) : MX_WPIPE_DEFAULT;
-        mx_wp = n >= 0 && n <= 2 ? n : 1;
+        mx_wp = n == 0 || n == 1 ? n : 1;
     }
     return mx_wp;
 }
-extern "C" void cu_mmq_set_wpipe(int level) { mx_wp = level >= 0 && level <= 2 ? level : 1; }
-static_assert(3 * (mx_lay<CU_TYPE_Q2_K, 3, 2, true>::bytes + 1024) <= 228 * 1024 &&
-                  2 * (mx_lay<CU_TYPE_IQ2R, 3, 4, true>::bytes + 1024) <= 228 * 1024,
-              "WP: 3 blocks per SM (Q2_K, V2), 2 (IQ2R, V4) on the H200");
+extern "C" void cu_mmq_set_wpipe(int level) { mx_wp = level == 0 ? 0 : 1; }
+static_assert(3 * (mx_lay<CU_TYPE_Q2_K, 3, 2, true>::bytes + 1024) <= 228 * 1024,
+              "WP: 3 blocks per SM (Q2_K, V2) on the H200");
 
 /* MINKE_CUDA_MMQ_QPIPE=1 (default): Q8_0R's pre-split products in V4 tiles run k_mmqp (QP,
  * above; V4's bits), 0: k_mmqx's V4 kernel. Read once per process; cu_mmq_set_qpipe
@@ -1584,11 +1535,11 @@ static void mp_launch(dim3 grid, cudaStream_t st, const cu_gemv_args &g) {
     cu_launch(k_mmqp<P>, grid, mp_lay<P>::THREADS, smem, st, g);
 }
 
-/* V2 or V4 tiles, with WP where asked and built (Q2_K in V2; IQ2R in V4 with WPIPE=2) */
+/* V2 or V4 tiles, with WP where asked and built (Q2_K in V2) */
 template <int T, int MINB, int P, bool PRE, int V>
 static void mx_launch_wp(dim3 grid, cudaStream_t st, const cu_gemv_args &g) {
-    if constexpr ((T == CU_TYPE_Q2_K && V == 2) || (T == CU_TYPE_IQ2R && V == 4))
-        if (mx_wpipe() >= (T == CU_TYPE_Q2_K ? 1 : 2)) { mx_launch<T, MINB, P, PRE, V, true>(grid, st, g); return; }
+    if constexpr (T == CU_TYPE_Q2_K && V == 2)
+        if (mx_wpipe()) { mx_launch<T, MINB, P, PRE, V, true>(grid, st, g); return; }
     mx_launch<T, MINB, P, PRE, V>(grid, st, g);
 }
 

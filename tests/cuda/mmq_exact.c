@@ -26,12 +26,11 @@
  * for MoE tiles only) with 3, V6 (256 x 32 tiles of 8 warps) with 3 and 2, V7
  * (V6 for MoE tiles only) with 3. V2-V7 keep V1's per-output arithmetic: their
  * outputs must also equal V1's bit for bit (cu_mmq_set_version switches
- * in-process). Then V4 (Q2_K: V2) with 3 and 2 pieces with
- * MINKE_CUDA_MMQ_WPIPE=2 and V2 with 3 at 2 blocks per SM with WPIPE=1
- * (pipelined weight loads: 1, the default, for Q2_K in V2 tiles, 2 also IQ2R
- * in V4): in every run where they are on (all but WPIPE=0) the outputs, on
- * the fly and pre-split, must equal the direct loads' bit for bit
- * (cu_mmq_set_wpipe switches in-process).
+ * in-process). Then V2 with 3 at 2 blocks per SM with MINKE_CUDA_MMQ_WPIPE=1
+ * (pipelined weight loads for Q2_K in V2 tiles, the default): in every run
+ * where they are on (all but WPIPE=0) the outputs, on the fly and pre-split,
+ * must equal the direct loads' bit for bit (cu_mmq_set_wpipe switches
+ * in-process).
  * QP (MINKE_CUDA_MMQ_QPIPE, default 1: Q8_0R's pre-split products in V4 tiles
  * by k_mmqp, weights and pieces double-buffered by cp.async; cu_mmq.cu "QP"):
  * in every run where it is on and a case meets it (Q8_0 repacked, V4, or V5's
@@ -82,7 +81,7 @@ static float frand(void) { return (float)(urand() * 2.0 - 1.0); }
 
 static int pieces;
 static int version = 1;    /* the exact kernels' version under test (MINKE_CUDA_MMQ_X / MINKE_CUDA_MMQ_V) */
-static int wpipe;          /* MINKE_CUDA_MMQ_WPIPE (1, 2): pipelined weight loads, compared with the direct ones */
+static int wpipe;          /* MINKE_CUDA_MMQ_WPIPE (1): pipelined weight loads, compared with the direct ones */
 static int qpipe;          /* MINKE_CUDA_MMQ_QPIPE (default 1): k_mmqp for Q8_0R's pre-split products in V4 tiles */
 static char variant[64];   /* kernel version, occupancy and weight loads from the environment, for the lines printed */
 
@@ -464,8 +463,6 @@ int main(int argc, char **argv) {
             "MINKE_CUDA_MMQ_PIECES=3 MINKE_CUDA_MMQ_V=4", "MINKE_CUDA_MMQ_PIECES=2 MINKE_CUDA_MMQ_V=4",
             "MINKE_CUDA_MMQ_PIECES=3 MINKE_CUDA_MMQ_V=5", "MINKE_CUDA_MMQ_PIECES=3 MINKE_CUDA_MMQ_V=6",
             "MINKE_CUDA_MMQ_PIECES=2 MINKE_CUDA_MMQ_V=6", "MINKE_CUDA_MMQ_PIECES=3 MINKE_CUDA_MMQ_V=7",
-            "MINKE_CUDA_MMQ_PIECES=3 MINKE_CUDA_MMQ_V=4 MINKE_CUDA_MMQ_WPIPE=2",
-            "MINKE_CUDA_MMQ_PIECES=2 MINKE_CUDA_MMQ_V=4 MINKE_CUDA_MMQ_WPIPE=2",
             "MINKE_CUDA_MMQ_PIECES=3 MINKE_CUDA_MMQ_V=2 MINKE_CUDA_MMQ_XOCC=2 MINKE_CUDA_MMQ_WPIPE=1",
             "MINKE_CUDA_MMQ_PIECES=3 MINKE_CUDA_MMQ_V=4 MINKE_CUDA_MMQ_QPIPE=0"};
         char cmd[4096];
@@ -493,11 +490,11 @@ int main(int argc, char **argv) {
         version = n >= 0 && n <= 7 ? n : xv && atoi(xv) == 0 ? 0 : 4;
         const char *wp = getenv("MINKE_CUDA_MMQ_WPIPE");
         wpipe = wp ? atoi(wp) : 1;     /* cu_mmq.cu's MX_WPIPE_DEFAULT */
-        if (wpipe < 0 || wpipe > 2) wpipe = 1;    /* as cu_mmq.cu reads it */
+        if (wpipe != 0) wpipe = 1;    /* as cu_mmq.cu reads it */
         const char *qe = getenv("MINKE_CUDA_MMQ_QPIPE");
         qpipe = qe ? atoi(qe) != 0 : 1;    /* as cu_mmq.cu reads it (MX_QPIPE_DEFAULT 1) */
         snprintf(variant, sizeof variant, " V%d%s%s%s", version, version && pieces == 3 && xo && atoi(xo) == 2 ? " occ2" : "",
-                 wpipe == 2 ? " wpipe2" : wpipe ? " wpipe" : "", qpipe ? "" : " noqpipe");
+                 wpipe ? " wpipe" : "", qpipe ? "" : " noqpipe");
     }
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess || n < 1) { printf("SKIP no CUDA device\n"); return 0; }
