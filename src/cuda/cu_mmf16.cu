@@ -39,6 +39,27 @@ __device__ __forceinline__ void mma_f16(float (&c)[4], uint32_t a0, uint32_t a1,
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
+/* a warp's MT x 4 tiles of 16 x 8 outputs (rows from row0, tokens t0 + n0 ..)
+ * stored or added, rows past `rows` and tokens past nt left alone: both
+ * kernels' last step */
+template <int MT>
+__device__ __forceinline__ void mf_store(const float (&acc)[MT][4][4], float *out, int64_t ostride, int64_t rows,
+                                         int64_t row0, int t0, int n0, int nt, int gq, int tq, int accumulate) {
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int n4 = 0; n4 < 4; n4++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) {
+                int64_t row = row0 + mt * 16 + gq + (c >> 1) * 8;
+                int n = n0 + n4 * 8 + 2 * tq + (c & 1);
+                if (row < rows && n < nt) {
+                    float *o = out + (int64_t)(t0 + n) * ostride + row;
+                    if (accumulate) *o += acc[mt][n4][c]; else *o = acc[mt][n4][c];
+                }
+            }
+}
+
 __global__ void __launch_bounds__(MF_THREADS) k_mmf16_v0(cu_gemv_args g) {
     cu_pdl_enter();
     __shared__ __align__(16) uint32_t sw[MF_BM * MF_LDW];
@@ -106,19 +127,7 @@ __global__ void __launch_bounds__(MF_THREADS) k_mmf16_v0(cu_gemv_args g) {
         }
         __syncthreads();
     }
-#pragma unroll
-    for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-        for (int n4 = 0; n4 < 4; n4++)
-#pragma unroll
-            for (int c = 0; c < 4; c++) {
-                int64_t row = r0 + wm + mt * 16 + gq + (c >> 1) * 8;
-                int n = wn + n4 * 8 + 2 * tq + (c & 1);
-                if (row < g.rows && n < nt) {
-                    float *o = g.out + (int64_t)(t0 + n) * g.out_stride + row;
-                    if (g.accumulate) *o += acc[mt][n4][c]; else *o = acc[mt][n4][c];
-                }
-            }
+    mf_store(acc, g.out, g.out_stride, g.rows, r0 + wm, t0, wn, nt, gq, tq, g.accumulate);
 }
 
 /* ------------------------------------------------------------------ */
@@ -305,19 +314,7 @@ __global__ void __launch_bounds__(mf_cfg<BM, BN, KS, BK, NST>::THREADS, MINB) k_
             for (int i = 0; i < 64; i++) acc[i >> 4][(i >> 2) & 3][i & 3] += p[i * 32];
         }
     }
-#pragma unroll
-    for (int mt = 0; mt < 4; mt++)
-#pragma unroll
-        for (int n4 = 0; n4 < 4; n4++)
-#pragma unroll
-            for (int c = 0; c < 4; c++) {
-                int64_t row = r0 + wm + mt * 16 + gq + (c >> 1) * 8;
-                int n = wn + n4 * 8 + 2 * tq + (c & 1);
-                if (row < rows && n < nt) {
-                    float *o = out + (int64_t)(t0 + n) * ostride + row;
-                    if (a.accumulate) *o += acc[mt][n4][c]; else *o = acc[mt][n4][c];
-                }
-            }
+    mf_store(acc, out, ostride, rows, r0 + wm, t0, wn, nt, gq, tq, a.accumulate);
 }
 
 /* The tile shapes, picked by the launch's total row count (never by the
