@@ -15,6 +15,8 @@
 #      further apart than the CPU's own q8-vs-exact difference (cmp_f32.c
 #      --noise): int8 activations turn rounding-order differences into
 #      different rounding decisions that this random tiny model amplifies;
+#   3b. packed KV rows (the default with the simulations on) against f32
+#      rows, and the state payload through --restore-at: bit for bit;
 #   4. compute-sanitizer memcheck of a CUDA run on the tiny model (a chunk
 #      of 33 tokens on the tensor cores, then 7 on the GEMV kernels; decode).
 # Set CUDA_TEST_QUICK=1 to skip the sanitizer.
@@ -73,6 +75,34 @@ for model in f32 q2; do
             fi
         done
     done
+done
+
+# The KV cache's packed rows (FP8 attention rows, FP4 indexer rows; the
+# default with the simulations on) hold the simulations' values: the same
+# logits bit for bit as f32 rows (MINKE_CUDA_KV=f32). Then the state payload
+# (--restore-at: serialise after 37 tokens, continue in a new session loaded
+# from the bytes) must not change a bit either, packed and f32.
+for model in f32 q2; do
+    for mode in prefill chunk7 decode; do
+        case $mode in prefill) opt="" ;; chunk7) opt="--chunk 7" ;; decode) opt="--decode" ;; esac
+        name="tiny-$model-kv-f32-vs-packed-$mode"
+        O="$T/cuda-$model-on-kvf32-$mode.f32"
+        if ! MINKE_CUDA_KV=f32 "$M" logits -m "$T/tiny-$model.gguf" --tokens "$TOK" --out "$O" --backend cuda $opt \
+            > "$T/$name.log" 2>&1; then bad "$name"; tail -5 "$T/$name.log"; continue; fi
+        V=$(( $(wc -c < "$O") / 4 / NTOK ))
+        if "$B/tests/cuda/cmp_f32" "$T/cuda-$model-on-$mode.f32" "$O" "$V" 0 --argmax --label "$name"; then ok "$name"; else bad "$name"; fi
+    done
+done
+for v in "on decode" "on chunk37" "off decode"; do
+    sims=${v%% *}; mode=${v#* }
+    case $mode in decode) opt="--decode" ;; chunk37) opt="--chunk 37" ;; esac
+    name="tiny-q2-sims$sims-restore-$mode"
+    A="$T/cuda-q2-$sims-norestore-$mode.f32"; O="$T/cuda-q2-$sims-restore-$mode.f32"
+    if ! "$M" logits -m "$T/tiny-q2.gguf" --tokens "$TOK" --out "$A" --backend cuda --sims $sims $opt > "$T/$name.log" 2>&1 ||
+       ! "$M" logits -m "$T/tiny-q2.gguf" --tokens "$TOK" --out "$O" --backend cuda --sims $sims $opt --restore-at 37 \
+            >> "$T/$name.log" 2>&1; then bad "$name"; tail -5 "$T/$name.log"; continue; fi
+    V=$(( $(wc -c < "$O") / 4 / NTOK ))
+    if "$B/tests/cuda/cmp_f32" "$A" "$O" "$V" 0 --argmax --label "$name"; then ok "$name"; else bad "$name"; fi
 done
 
 # ds4 numerics (--act q8) on q2: held to the noise bound of the CPU's q8-vs-exact difference

@@ -190,17 +190,18 @@ static double decode_weight_bytes(const dsv4_weights *w, double *routed) {
     if (routed) *routed = r;
     return b + r;
 }
-/* KV bytes (f32 rows) one decoded token reads at context P. */
-static double decode_kv_bytes(const dsv4_config *c, int P) {
+/* KV bytes one decoded token reads at context P: the window's f32 rows, and
+ * compressed attention and indexer rows of crow / irow bytes (the cache's formats). */
+static double decode_kv_bytes(const dsv4_config *c, int P, int crow, int irow) {
     double b = 0;
     for (uint32_t il = 0; il < c->n_layer; il++) {
         int r = (int)c->compress_ratio[il];
         double rows = P < (int)c->sliding_window ? (double)P : (double)c->sliding_window;
         if (r == 4) {
             double nI = P / 4;
-            rows += nI < c->indexer_top_k ? nI : c->indexer_top_k;
-            if (nI > c->indexer_top_k) b += nI * c->indexer_head_dim * 4.0;
-        } else if (r) rows += P / r;
+            b += (nI < c->indexer_top_k ? nI : c->indexer_top_k) * crow;
+            if (nI > c->indexer_top_k) b += nI * irow;
+        } else if (r) b += (double)(P / r) * crow;
         b += rows * c->head_dim * 4.0;
     }
     return b;
@@ -410,6 +411,21 @@ int cmd_bench(int argc, char **argv) {
 
     void *bs = m->ops->session_alloc(m, ctx_alloc);
     if (!bs) { fprintf(stderr, "minke bench: %s\n", minke_last_error()); return 1; }
+    /* the KV cache's rows: the device's formats (CUDA), f32 on the CPU */
+    int crow = (int)c->head_dim * 4, irow = (int)c->indexer_head_dim * 4;
+    const char *kvfmt = "f32 rows";
+    double kvtok = 0;
+    for (uint32_t il = 0; il < c->n_layer; il++) {
+        int r = (int)c->compress_ratio[il];
+        if (r) kvtok += (double)crow / r;
+        if (r == 4) kvtok += (double)irow / 4;
+    }
+#ifdef MINKE_CUDA
+    if (is_cuda) kvtok = cu_kv_token_bytes(m, bs, &crow, &irow, &kvfmt);
+#endif
+    fprintf(stderr, "minke bench: KV cache %.0f bytes a token of context (%s: %d bytes an attention row, %d an "
+            "indexer row); the session holds %.1f MB for %d tokens\n", kvtok, kvfmt, crow, irow,
+            m->ops->session_bytes(m, bs) / 1e6, ctx_alloc);
     minke_kv_layer_layout *lay = malloc(sizeof(*lay) * c->n_layer);
     float *logits = malloc(sizeof(float) * (size_t)V);
     FILE *out = csv_path ? fopen(csv_path, "w") : stdout;
@@ -454,7 +470,7 @@ int cmd_bench(int argc, char **argv) {
         fprintf(out, "%d,%d,%.2f,%d,%.2f,%llu\n", F, np, r->ptps, gen, r->gtps, (unsigned long long)kvb);
         fflush(out);
         double pf = prefill_flops(&m->w, F);
-        double kvr = decode_kv_bytes(c, F);
+        double kvr = decode_kv_bytes(c, F, crow, irow);
         fprintf(stderr, "  ctx %6d: prefill %8.1f tok/s = %5.1f%% of %.0f TFLOP/s (%.1f GFLOP/token)", F, r->ptps,
                 100.0 * r->ptps * pf / (TC_BF16_TFLOPS * 1e12), TC_BF16_TFLOPS, pf / 1e9);
         if (gen > 0) {

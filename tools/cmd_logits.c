@@ -30,6 +30,9 @@ static void usage(void) {
             "  --act exact|q8       quantized-weight products: exact f32 activations (default) or\n"
             "                       ds4's int8 activation quantization (docs/numerics.md)\n"
             "  --time               print tokens/s on stderr\n"
+            "  --restore-at K       after the first K tokens, serialise the session, free it and\n"
+            "                       continue in a new session loaded from those bytes (checks the\n"
+            "                       state payload: the logits must not change)\n"
             "  --record-selections FILE  (cpu, debug) write the router's expert ids and the\n"
             "                       indexer's row ids of every layer and position to FILE\n"
             "  --pin-selections FILE     (cpu, debug) force the ids recorded in FILE (the\n"
@@ -63,11 +66,34 @@ static double now_s(void) {
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+/* --restore-at: the session's state through its serialised bytes into a new
+ * session (the old one freed first, so the new one cannot share its memory);
+ * NULL with the error printed (the old session freed all the same) */
+static minke_session *restore_session(minke_model *m, minke_session *s, int n_ctx) {
+    uint64_t len = minke_session_serial_bytes(s);
+    void *buf = len ? malloc(len) : NULL;
+    if (!buf || minke_session_serialize(s, buf, len) != 0) {
+        fprintf(stderr, "minke logits: cannot serialise the session: %s\n", buf ? minke_last_error() : "out of memory");
+        free(buf);
+        minke_session_free(s);
+        return NULL;
+    }
+    minke_session_free(s);
+    minke_session *n = minke_session_create(m, n_ctx);
+    if (!n || minke_session_deserialize(n, buf, len) != 0) {
+        fprintf(stderr, "minke logits: cannot load the serialised session: %s\n", minke_last_error());
+        if (n) minke_session_free(n);
+        n = NULL;
+    }
+    free(buf);
+    return n;
+}
+
 int cmd_logits(int argc, char **argv) {
     minke_model_params mp;
     minke_model_params_default(&mp);
     const char *tok_path = NULL, *out_path = NULL, *tap_dir = NULL, *record_path = NULL, *pin_path = NULL;
-    int chunk = 0, decode = 0, n_ctx = 0, timing = 0;
+    int chunk = 0, decode = 0, n_ctx = 0, timing = 0, restore_at = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -97,6 +123,7 @@ int cmd_logits(int argc, char **argv) {
         else if (!strcmp(a, "--ctx") || !strcmp(a, "-c")) { NEED(); n_ctx = atoi(v); }
         else if (!strcmp(a, "--dump-taps")) { NEED(); tap_dir = v; }
         else if (!strcmp(a, "--time")) timing = 1;
+        else if (!strcmp(a, "--restore-at")) { NEED(); restore_at = atoi(v); if (restore_at < 1) { fprintf(stderr, "minke logits: --restore-at must be >= 1\n"); return 2; } }
         else if (!strcmp(a, "--record-selections")) { NEED(); record_path = v; }
         else if (!strcmp(a, "--pin-selections")) { NEED(); pin_path = v; }
         else if (!strcmp(a, "--act")) {
@@ -125,6 +152,11 @@ int cmd_logits(int argc, char **argv) {
     int32_t *tokens = malloc((size_t)sz);
     if (!tokens || fread(tokens, 4, (size_t)T, tf) != (size_t)T) { fprintf(stderr, "minke logits: cannot read %s\n", tok_path); fclose(tf); free(tokens); return 1; }
     fclose(tf);
+    if (restore_at >= T) {
+        fprintf(stderr, "minke logits: --restore-at %d needs more than %d tokens in %s\n", restore_at, restore_at, tok_path);
+        free(tokens);
+        return 2;
+    }
 
     minke_model *m = minke_model_open(&mp);
     if (!m) { fprintf(stderr, "minke logits: %s\n", minke_last_error()); free(tokens); return 1; }
@@ -151,14 +183,21 @@ int cmd_logits(int argc, char **argv) {
     else {
         double t0 = now_s();
         int ok = 1;
-        if (decode) {
-            for (int i = 0; i < T && ok; i++) {
-                if (minke_decode(s, tokens[i]) != 0) ok = 0;
-                else memcpy(logits + (size_t)i * V, minke_logits(s), sizeof(float) * V);
+        /* the tokens in one or two parts: [0, K) and, after the session went
+         * through its serialised bytes into a new one, [K, T) */
+        int parts[3] = {0, restore_at ? restore_at : T, T};
+        for (int part = 0; part < (restore_at ? 2 : 1) && ok; part++) {
+            int i0 = parts[part], i1 = parts[part + 1];
+            if (part == 1 && !(s = restore_session(m, s, n_ctx > 0 ? n_ctx : T))) { ok = 0; break; }
+            if (decode) {
+                for (int i = i0; i < i1 && ok; i++) {
+                    if (minke_decode(s, tokens[i]) != 0) ok = 0;
+                    else memcpy(logits + (size_t)i * V, minke_logits(s), sizeof(float) * V);
+                }
+            } else {
+                minke_session_set_chunk(s, chunk);
+                if (minke_prefill(s, tokens + i0, i1 - i0, logits + (size_t)i0 * V) != 0) ok = 0;
             }
-        } else {
-            minke_session_set_chunk(s, chunk);
-            if (minke_prefill(s, tokens, T, logits) != 0) ok = 0;
         }
         double dt = now_s() - t0;
         if (!ok) fprintf(stderr, "minke logits: %s\n", minke_last_error());
@@ -197,7 +236,7 @@ int cmd_logits(int argc, char **argv) {
     }
     cpu_sel_reset();
     free(logits);
-    minke_session_free(s);
+    if (s) minke_session_free(s);
     minke_model_close(m);
     free(tokens);
     return rc;

@@ -4,6 +4,13 @@
  * (decode with row splits + combine, prefill 8 heads per block); the
  * tensor-core prefill attention is cu_attn_tc.cu.
  *
+ * The compressed rows (comp) come as f32 rows or, with the simulations on,
+ * as packed FP8 rows (cu_kvrow.cuh, issue #6): the attention kernels take the
+ * format as a template parameter (cu_attention picks the instantiation from
+ * comp_fmt), unpack a value to the float bits the simulation produced and
+ * then do exactly what the f32 instantiation does, so both give the same
+ * output bits. The window rows (kv_batch, ring) are always f32.
+ *
  * The decode kernels have a current and a previous version (cu_dec.h,
  * MINKE_CUDA_OLD_KERNELS): q head and kv finish are bit-identical, the split
  * attention is not (other splits, see k_attn_dec).
@@ -14,6 +21,7 @@
 #include "cuda/cu_numerics.cuh"
 #include "cuda/cu_ops.h"
 #include "cuda/cu_dec.h"
+#include "cuda/cu_kvrow.cuh"
 
 static int dec_old_mask = -2;     /* -2: not read yet */
 void cu_dec_old_set(int mask) { dec_old_mask = mask; }
@@ -243,16 +251,41 @@ void cu_raw_store(const float *kv, int T, int hd, int W, const int *pos0p, float
 #define ATT_WARPS 8
 #define ATT_MAXV 16     /* hd / 32 values per lane, hd <= 512 */
 
-__device__ __forceinline__ const float *att_row(int i, int nraw, int q, int pos0, int W, int hd, int ratio,
-                                                const float *kv_batch, const float *ring, const float *comp,
-                                                const int *sel_t) {
+/* Row i of token q's attention list: a window row (kv_batch or ring, f32) for
+ * i < nraw, else a compressed row in FMT's layout (CU_KV_F32: hd floats;
+ * CU_KV_FP8: kv8_stride(hd, nrot) bytes, a row of the list is packed exactly
+ * when FMT is CU_KV_FP8 and i >= nraw). */
+template <int FMT>
+__device__ __forceinline__ const void *att_row(int i, int nraw, int q, int pos0, int W, int hd, int nrot, int ratio,
+                                               const float *kv_batch, const float *ring, const void *comp,
+                                               const int *sel_t) {
     if (i < nraw) {
         int j = q - nraw + 1 + i;
         return j >= pos0 ? kv_batch + (int64_t)(j - pos0) * hd : ring + (int64_t)(j % W) * hd;
     }
     int c = i - nraw;
     if (ratio == 4) c = sel_t[c];
-    return comp + (int64_t)c * hd;
+    if (FMT == CU_KV_FP8) return (const uint8_t *)comp + (int64_t)c * kv8_stride(hd, nrot);
+    return (const float *)comp + (int64_t)c * hd;
+}
+
+/* value col of a row (packed: an FP8 row; kv8_load4's arithmetic for one
+ * value, so the same float bits) */
+template <int FMT>
+__device__ __forceinline__ float att_val(const void *row, bool packed, int col, int hd, int nrot) {
+    if (FMT == CU_KV_FP8 && packed) {
+        const uint8_t *b = (const uint8_t *)row;
+        const int nope = hd - nrot;
+        if (col >= nope) return *(const float *)(b + kv8_rope_off(hd, nrot) + 4 * (col - nope));
+        return kv8_val(b[col], kv_scale(b[nope + col / 64]));
+    }
+    return ((const float *)row)[col];
+}
+/* values 4 c4 .. 4 c4 + 3 of a row, as att_val */
+template <int FMT>
+__device__ __forceinline__ float4 att_val4(const void *row, bool packed, int c4, int hd, int nrot) {
+    if (FMT == CU_KV_FP8 && packed) return kv8_load4((const uint8_t *)row, 4 * c4, hd, nrot);
+    return ((const float4 *)row)[c4];
 }
 
 /* Block (head, token, split): the split's rows are spread over 8 warps, each
@@ -260,8 +293,9 @@ __device__ __forceinline__ const float *att_row(int i, int nraw, int q, int pos0
  * split the sink, normalisation and inverse RoPE follow in the same block;
  * with several the partial (M, L, acc) go to `part` and k_attn_combine
  * finishes (decode: 64 heads x 8 splits keep the GPU busy). */
+template <int FMT>
 __global__ void __launch_bounds__(ATT_WARPS * 32)
-k_attention(const float *q, const float *kv_batch, const float *ring, const float *comp, const int *sel,
+k_attention(const float *q, const float *kv_batch, const float *ring, const void *comp, const int *sel,
             const int *nsel, int topk, const float *sinks, int nh, int hd, int W, int ratio, int nrot,
             const float *inv_freq, float scale, const int *pos0p, float *o, int nsplit, float *part) {
     cu_pdl_enter();
@@ -278,11 +312,13 @@ k_attention(const float *q, const float *kv_batch, const float *ring, const floa
     for (int k = 0; k < ATT_MAXV; k++) { qr[k] = k < nv ? qv[k * 32 + lane] : 0.f; acc[k] = 0.f; }
     float M = -INFINITY, L = 0.f;
     for (int i = i0 + w; i < i1; i += ATT_WARPS) {
-        const float *row = att_row(i, nraw, qp, pos0, W, hd, ratio, kv_batch, ring, comp, sel_t);
+        const void *row = att_row<FMT>(i, nraw, qp, pos0, W, hd, nrot, ratio, kv_batch, ring, comp, sel_t);
+        const bool packed = i >= nraw;
         float rv[ATT_MAXV];
         float s = 0.f;
 #pragma unroll
-        for (int k = 0; k < ATT_MAXV; k++) if (k < nv) { rv[k] = row[k * 32 + lane]; s += qr[k] * rv[k]; }
+        for (int k = 0; k < ATT_MAXV; k++)
+            if (k < nv) { rv[k] = att_val<FMT>(row, packed, k * 32 + lane, hd, nrot); s += qr[k] * rv[k]; }
         s = warp_sum(s) * scale;
         float Mn = fmaxf(M, s);
         float corr = expf(M - Mn), p = expf(s - Mn);
@@ -378,11 +414,54 @@ __global__ void k_attn_combine(const float *part, const float *sinks, int nh, in
  * an empty split), den = exp(sink - Mt) + L_0 f_0 + L_1 f_1 + ... (summed in
  * split order), o_d = (acc_0d f_0 + acc_1d f_1 + ...) / den (in split order),
  * then the inverse RoPE of the tail.
- * Partial layout in `part`: acc [T][nh][nsplit][hd], then (M, L) [T][nh][nsplit]. */
+ * Partial layout in `part`: acc [T][nh][nsplit][hd], then (M, L) [T][nh][nsplit].
+ *
+ * FP8 compressed rows (k_attn_dec<HPB, CU_KV_FP8>): a chunk holds its window
+ * rows (f32, staged as above) and then its compressed rows. One warp copies
+ * a compressed row's packed bytes by cp.async into the last kv8_stride bytes
+ * of the row's f32 slot and, after its wait, unpacks them in place
+ * (adec_unpack_fp8) before the block barrier: the products then read f32
+ * rows exactly as in the f32 kernel, with no extra shared memory and no extra
+ * block barrier (the warp's own __syncwarp orders its lanes' copies). With
+ * nrot % 4 == 0 (the launcher's condition) the packed RoPE tail already lies
+ * where the f32 row has it: 4 hd - kv8_stride + kv8_rope_off = 4 (hd - nrot). */
 #define ADEC_CH 16
 #define ADEC_NST 3
 #define ADEC_MAXS 64
 #define ADEC_V4 4     /* float4 per lane: hd / 128 */
+
+/* rows of a chunk (rows base .. base + nr - 1) that are window rows */
+__device__ __forceinline__ int adec_nwin(int base, int nr, int nraw) {
+    int k = nraw - base;
+    return k < 0 ? 0 : k < nr ? k : nr;
+}
+/* where the packed bytes of an FP8 row go in its f32 slot: its last pk_stride bytes */
+__device__ __forceinline__ uint8_t *adec_pk_slot(float *slot, int hd, int pk_stride) {
+    return (uint8_t *)(slot + hd) - pk_stride;
+}
+/* The FP8 row staged in slot (by this warp's cp.async, each lane past its
+ * wait) becomes the f32 row, in place: the codes and scales are read into
+ * registers first (the floats overwrite them), then the values written; the
+ * tail is already in place. nope = hd - nrot <= 512, a multiple of 64. */
+__device__ __forceinline__ void adec_unpack_fp8(float *slot, int hd, int nrot, int pk_stride, int lane) {
+    const int nope = hd - nrot;
+    const uint8_t *pk = adec_pk_slot(slot, hd, pk_stride);
+    uint32_t code4[ADEC_V4];
+    float bscale[ADEC_V4];
+    __syncwarp();               /* every lane's copies visible to the warp */
+#pragma unroll
+    for (int k = 0; k < ADEC_V4; k++) {
+        const int g = lane + 32 * k;        /* values 4 g .. 4 g + 3 */
+        code4[k] = 0u; bscale[k] = 0.f;
+        if (4 * g < nope) { code4[k] = *(const uint32_t *)(pk + 4 * g); bscale[k] = kv_scale(pk[nope + g / 16]); }
+    }
+    __syncwarp();               /* all reads of the packed bytes done */
+#pragma unroll
+    for (int k = 0; k < ADEC_V4; k++) {
+        const int g = lane + 32 * k;
+        if (4 * g < nope) ((float4 *)slot)[g] = kv8_dec4(code4[k], bscale[k]);
+    }
+}
 
 __device__ __forceinline__ int adec_splits(int n, int nsplit, int min_rows, int fill) {
     int s = (n + min_rows - 1) / min_rows;
@@ -414,11 +493,18 @@ __device__ __forceinline__ void adec_rope_apply(float (&y)[4], const float (&cs)
     }
 }
 
-template <int HPB>
-__global__ void __launch_bounds__(HPB * 32)
-k_attn_dec(const float *q, const float *kv_batch, const float *ring, const float *comp, const int *sel,
+/* nrot (read for the FP8 rows only) is the last parameter, so the f32
+ * kernel's parameters keep the offsets they had before the FP8 rows.
+ * ADEC_MINB: the blocks per SM the launch bounds ask for. 0 (none) leaves the
+ * f32 kernels' code as it was (127 registers: two blocks of 8 heads per SM,
+ * as the shared memory allows); the FP8 kernel of 8 heads would take 137 and
+ * fit one, so it asks for two (128 registers, a few bytes of spills). */
+#define ADEC_MINB(HPB, FMT) ((FMT) == CU_KV_FP8 && (HPB) == 8 ? 2 : 0)
+template <int HPB, int FMT>
+__global__ void __launch_bounds__(HPB * 32, ADEC_MINB(HPB, FMT))
+k_attn_dec(const float *q, const float *kv_batch, const float *ring, const void *comp, const int *sel,
            const int *nsel, int topk, int nh, int hd, int W, int ratio, float scale, const int *pos0p,
-           int nsplit, int min_rows, int fill, float *part) {
+           int nsplit, int min_rows, int fill, float *part, int nrot) {
     cu_pdl_enter();
     extern __shared__ __align__(16) float srow[];     /* ADEC_NST x ADEC_CH rows of hd */
     int t = blockIdx.y, sp = blockIdx.z, T = gridDim.y;
@@ -433,16 +519,27 @@ k_attn_dec(const float *q, const float *kv_batch, const float *ring, const float
     const int *sel_t = sel ? sel + (int64_t)t * topk : nullptr;
     int nv = hd / 128, per_row = hd / 4;
     int nrows = i1 - i0, nchunk = (nrows + ADEC_CH - 1) / ADEC_CH;
-    /* stage chunk c into buffer c % ADEC_NST (always one commit group per call) */
+    const int pk_stride = FMT == CU_KV_FP8 ? kv8_stride(hd, nrot) : 0;
+    /* stage chunk c into buffer c % ADEC_NST (always one commit group per
+     * call); FP8: the compressed rows (from nf on) a warp each, see above */
     auto issue = [&](int c) {
         if (c < nchunk) {
             int base = i0 + c * ADEC_CH, nr = min(ADEC_CH, i1 - base);
             float *dst = srow + (c % ADEC_NST) * ADEC_CH * hd;
-            for (int idx = threadIdx.x; idx < nr * per_row; idx += blockDim.x) {
+            int nf = FMT == CU_KV_FP8 ? adec_nwin(base, nr, nraw) : nr;     /* rows copied as f32 */
+            for (int idx = threadIdx.x; idx < nf * per_row; idx += blockDim.x) {
                 int r = idx / per_row, col = idx - r * per_row;
-                const float *row = att_row(base + r, nraw, qp, pos0, W, hd, ratio, kv_batch, ring, comp, sel_t);
+                const float *row = (const float *)att_row<FMT>(base + r, nraw, qp, pos0, W, hd, nrot, ratio,
+                                                               kv_batch, ring, comp, sel_t);
                 cp_async16(dst + r * hd + 4 * col, row + 4 * col);
             }
+            if (FMT == CU_KV_FP8)
+                for (int r = nf + w; r < nr; r += HPB) {
+                    const uint8_t *row = (const uint8_t *)att_row<FMT>(base + r, nraw, qp, pos0, W, hd, nrot, ratio,
+                                                                       kv_batch, ring, comp, sel_t);
+                    uint8_t *pk = adec_pk_slot(dst + r * hd, hd, pk_stride);
+                    for (int j = lane; j < pk_stride / 16; j += 32) cp_async16(pk + 16 * j, row + 16 * j);
+                }
         }
         cp_async_commit();
     };
@@ -460,6 +557,12 @@ k_attn_dec(const float *q, const float *kv_batch, const float *ring, const float
     for (int c = 0; c < nchunk; c++) {
         issue(c + ADEC_NST - 1);
         cp_async_wait<ADEC_NST - 1>();
+        if (FMT == CU_KV_FP8) {     /* this warp's compressed rows of chunk c, as issue() assigned them */
+            int base = i0 + c * ADEC_CH, nr = min(ADEC_CH, i1 - base);
+            float *dst = srow + (c % ADEC_NST) * ADEC_CH * hd;
+            for (int r = adec_nwin(base, nr, nraw) + w; r < nr; r += HPB)
+                adec_unpack_fp8(dst + r * hd, hd, nrot, pk_stride, lane);
+        }
         __syncthreads();
         const float *buf = srow + (c % ADEC_NST) * ADEC_CH * hd;
         int nr = min(ADEC_CH, i1 - (i0 + c * ADEC_CH));
@@ -591,8 +694,9 @@ k_attn_dec_combine(const float *part, const float *sinks, const int *nsel, int n
 #define ATH_HEADS 8
 #define ATH_ROWS 16
 #define ATH_V4 4        /* float4 per lane: hd / 128 */
+template <int FMT>
 __global__ void __launch_bounds__(ATH_HEADS * 32)
-k_attention_heads(const float *q, const float *kv_batch, const float *ring, const float *comp, const int *sel,
+k_attention_heads(const float *q, const float *kv_batch, const float *ring, const void *comp, const int *sel,
                   const int *nsel, int topk, const float *sinks, int nh, int hd, int W, int ratio, int nrot,
                   const float *inv_freq, float scale, const int *pos0p, float *o) {
     cu_pdl_enter();
@@ -618,8 +722,8 @@ k_attention_heads(const float *q, const float *kv_batch, const float *ring, cons
         int nr = n - base < ATH_ROWS ? n - base : ATH_ROWS;
         for (int idx = threadIdx.x; idx < nr * per_row; idx += blockDim.x) {
             int r = idx / per_row, c = idx - r * per_row;
-            const float *row = att_row(base + r, nraw, qp, pos0, W, hd, ratio, kv_batch, ring, comp, sel_t);
-            ((float4 *)(srow + r * hd))[c] = ((const float4 *)row)[c];
+            const void *row = att_row<FMT>(base + r, nraw, qp, pos0, W, hd, nrot, ratio, kv_batch, ring, comp, sel_t);
+            ((float4 *)(srow + r * hd))[c] = att_val4<FMT>(row, base + r >= nraw, c, hd, nrot);
         }
         __syncthreads();
         if (h < nh)
@@ -724,18 +828,20 @@ static int att_tc_min(void) {
     return min_t;
 }
 
-void cu_attention(const float *q, const float *kv_batch, const float *ring, const float *comp,
+void cu_attention(const float *q, const float *kv_batch, const float *ring, const void *comp, int comp_fmt,
                   const int *sel, const int *nsel, int topk, const float *sinks, int T, int nh, int hd,
                   int W, int ratio, int nrot, const float *inv_freq, float scale, const int *pos0p,
                   float *o, float *part, int nsplit, int tc, cudaStream_t st) {
+    const bool fp8 = comp_fmt == CU_KV_FP8;
     if (!part || nsplit < 1) nsplit = 1;
     if (nsplit > 64) nsplit = 64;
     if (nsplit == 1 && T >= att_tc_min() && (att_tc_mode() == 2 || (tc && att_tc_mode() == 1)) &&
-        cu_attention_tc(q, kv_batch, ring, comp, sel, nsel, topk, sinks, T, nh, hd, W, ratio, nrot, inv_freq, scale,
-                        pos0p, o, st))
+        cu_attention_tc(q, kv_batch, ring, comp, comp_fmt, sel, nsel, topk, sinks, T, nh, hd, W, ratio, nrot, inv_freq,
+                        scale, pos0p, o, st))
         return;
     if (nsplit == 1 && hd <= 512 && hd % 128 == 0 && att_heads_mode()) {
-        cu_launch(k_attention_heads, dim3((nh + ATH_HEADS - 1) / ATH_HEADS, T), ATH_HEADS * 32, 0, st,
+        cu_launch(fp8 ? k_attention_heads<CU_KV_FP8> : k_attention_heads<CU_KV_F32>,
+            dim3((nh + ATH_HEADS - 1) / ATH_HEADS, T), ATH_HEADS * 32, 0, st,
             q, kv_batch, ring, comp, sel, nsel, topk, sinks, nh, hd, W, ratio, nrot, inv_freq, scale, pos0p, o);
         return;
     }
@@ -760,18 +866,16 @@ void cu_attention(const float *q, const float *kv_batch, const float *ring, cons
         size_t smem = (size_t)ADEC_NST * ADEC_CH * hd * sizeof(float);
         static unsigned attr_done = 0;
         if (cu_dev_first(&attr_done)) cu_attn_init();
-        if (hpb == 8)
-            cu_launch(k_attn_dec<8>, dim3((nh + 7) / 8, T, nsplit), 8 * 32, smem, st, q, kv_batch, ring, comp, sel,
-                      nsel, topk, nh, hd, W, ratio, scale, pos0p, nsplit, min_rows, fill, part);
-        else
-            cu_launch(k_attn_dec<4>, dim3((nh + 3) / 4, T, nsplit), 4 * 32, smem, st, q, kv_batch, ring, comp, sel,
-                      nsel, topk, nh, hd, W, ratio, scale, pos0p, nsplit, min_rows, fill, part);
+        auto kdec = hpb == 8 ? (fp8 ? k_attn_dec<8, CU_KV_FP8> : k_attn_dec<8, CU_KV_F32>)
+                             : (fp8 ? k_attn_dec<4, CU_KV_FP8> : k_attn_dec<4, CU_KV_F32>);
+        cu_launch(kdec, dim3((nh + hpb - 1) / hpb, T, nsplit), hpb * 32, smem, st, q, kv_batch, ring, comp, sel,
+                  nsel, topk, nh, hd, W, ratio, scale, pos0p, nsplit, min_rows, fill, part, nrot);
         cu_launch(k_attn_dec_combine, dim3(nh, T), 128, 0, st, part, sinks, nsel, nh, hd, W, ratio, nsplit, min_rows, fill,
                   nrot, inv_freq, pos0p, o);
         return;
     }
-    cu_launch(k_attention, dim3(nh, T, nsplit), ATT_WARPS * 32, 0, st, q, kv_batch, ring, comp, sel, nsel, topk, sinks, nh, hd,
-                                                                W, ratio, nrot, inv_freq, scale, pos0p, o, nsplit, part);
+    cu_launch(fp8 ? k_attention<CU_KV_FP8> : k_attention<CU_KV_F32>, dim3(nh, T, nsplit), ATT_WARPS * 32, 0, st,
+              q, kv_batch, ring, comp, sel, nsel, topk, sinks, nh, hd, W, ratio, nrot, inv_freq, scale, pos0p, o, nsplit, part);
     if (nsplit > 1)
         cu_launch(k_attn_combine, dim3(nh, T), 128, 0, st, part, sinks, nh, hd, nsplit, nrot, inv_freq, pos0p, o);
 }
@@ -780,7 +884,9 @@ int64_t cu_attention_part_floats(int T, int nh, int hd, int nsplit) { return (in
 
 void cu_attn_init(void) {
     size_t smem = (size_t)ADEC_NST * ADEC_CH * 512 * sizeof(float);
-    cudaFuncSetAttribute(k_attn_dec<8>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-    cudaFuncSetAttribute(k_attn_dec<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    cudaFuncSetAttribute(k_attn_dec<8, CU_KV_F32>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    cudaFuncSetAttribute(k_attn_dec<4, CU_KV_F32>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    cudaFuncSetAttribute(k_attn_dec<8, CU_KV_FP8>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    cudaFuncSetAttribute(k_attn_dec<4, CU_KV_FP8>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
 }
 

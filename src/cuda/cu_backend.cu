@@ -88,8 +88,8 @@ typedef struct cu_model {      /* one GPU's part of the model */
 
 typedef struct cu_lcache {
     float *ring;           /* W x hd */
-    float *comp;           /* comp_cap x hd */
-    float *index;          /* index_cap x ihd */
+    void *comp;            /* comp_cap rows of the session's comp_fmt (cu_kvrow.cuh) */
+    void *index;           /* index_cap rows of its index_fmt */
     float *ckv, *csc;      /* compressor state rows x width */
     float *ikv, *isc;
     int comp_cap, index_cap, crows, cwidth, irows, iwidth;
@@ -103,6 +103,10 @@ typedef struct cu_graph { cudaGraphExec_t exec; int T; int with_logits; } cu_gra
 struct cu_session {
     int n_ctx, chunk;
     cu_lcache *lc;
+    /* the compressed rows' formats: FP8 attention rows and FP4 indexer rows
+     * with the simulations on (their values, stored as codes: no change in
+     * any result), f32 with them off or MINKE_CUDA_KV=f32 */
+    int comp_fmt, index_fmt;
     uint64_t bytes;
     int *d_pos, *h_pos;             /* pinned host mirror for async updates */
     int32_t *d_tok, *h_tok;
@@ -791,8 +795,26 @@ static cu_session *dev_session_alloc(minke_model *m, cu_model *cm, int n_ctx) {
     int Dh = (int)c->head_dim, ihd = (int)c->indexer_head_dim, W = (int)c->sliding_window;
     int64_t D = c->n_embd, K = c->n_expert_used, F = c->expert_ff, SF = c->shexp_ff, V = c->n_vocab;
     s->n_ctx = n_ctx;
+    {
+        const char *e = getenv("MINKE_CUDA_KV");
+        int f32 = !m->params.sims;
+        if (e && *e) {
+            if (!strcmp(e, "f32")) f32 = 1;
+            else if (strcmp(e, "packed")) {
+                minke_set_error("MINKE_CUDA_KV=%s: expected f32 or packed", e);
+                free(s);
+                return NULL;
+            }
+        }
+        /* the simulations' block shapes (checked at model load when sims are on) */
+        if ((Dh - (int)c->rope_dim) % 64 || ihd % 32 || c->rope_dim % 4) f32 = 1;
+        s->comp_fmt = f32 ? CU_KV_F32 : CU_KV_FP8;
+        s->index_fmt = f32 ? CU_KV_F32 : CU_KV_FP4;
+    }
     s->lc = (cu_lcache *)calloc(c->n_layer, sizeof(cu_lcache));
     if (!s->lc) { minke_set_error("out of memory"); free(s); return NULL; }
+    const size_t comp_rb = (size_t)kv_row_bytes(s->comp_fmt, Dh, (int)c->rope_dim);
+    const size_t index_rb = (size_t)kv_row_bytes(s->index_fmt, ihd, 0);
     {
         /* chunk: up to 4096 tokens (MINKE_CUDA_CHUNK), fewer when the indexer
          * score matrix would pass 256 MiB. 4096 rather than 2048: every
@@ -818,18 +840,18 @@ static cu_session *dev_session_alloc(minke_model *m, cu_model *cm, int n_ctx) {
             l->comp_cap = n_ctx / r + 1;
             l->crows = r == 4 ? 8 : r;
             l->cwidth = r == 4 ? 2 * Dh : Dh;
-            CK(cudaMalloc(&l->comp, sizeof(float) * (size_t)l->comp_cap * Dh));
+            CK(cudaMalloc(&l->comp, comp_rb * (size_t)l->comp_cap));
             CK(cudaMalloc(&l->ckv, sizeof(float) * l->crows * l->cwidth));
             CK(cudaMalloc(&l->csc, sizeof(float) * l->crows * l->cwidth));
-            s->bytes += sizeof(float) * ((size_t)l->comp_cap * Dh + 2 * (size_t)l->crows * l->cwidth);
+            s->bytes += comp_rb * (size_t)l->comp_cap + 2 * sizeof(float) * (size_t)l->crows * l->cwidth;
         }
         if (r == 4) {
             l->index_cap = n_ctx / 4 + 1;
             l->irows = 8; l->iwidth = 2 * ihd;
-            CK(cudaMalloc(&l->index, sizeof(float) * (size_t)l->index_cap * ihd));
+            CK(cudaMalloc(&l->index, index_rb * (size_t)l->index_cap));
             CK(cudaMalloc(&l->ikv, sizeof(float) * l->irows * l->iwidth));
             CK(cudaMalloc(&l->isc, sizeof(float) * l->irows * l->iwidth));
-            s->bytes += sizeof(float) * ((size_t)l->index_cap * ihd + 2 * (size_t)l->irows * l->iwidth);
+            s->bytes += index_rb * (size_t)l->index_cap + 2 * sizeof(float) * (size_t)l->irows * l->iwidth;
         }
     }
 #define AL(p, n) CK(cudaMalloc((void **)&(p), (size_t)(n) > 0 ? (size_t)(n) : 4))
@@ -1146,7 +1168,7 @@ static void attention_layer(fwd *f, int il) {
         PROF(f, "compressor");
         matmul2(f, &L->comp_kv, &L->comp_gate, s->x, D, cw, s->ca, s->cg, cw, T);
         cu_comp_emit(s->ca, s->cg, T, L->comp_ape.d, L->comp_ape.type, ratio, Dh, lc->ckv, lc->csc,
-                     (const float *)L->comp_norm.d, c->rms_eps, nrot, rope, s->d_pos, sims, 0, 0, lc->comp, sb);
+                     (const float *)L->comp_norm.d, c->rms_eps, nrot, rope, s->d_pos, sims, 0, 0, lc->comp, s->comp_fmt, sb);
         cu_comp_state(s->ca, s->cg, T, L->comp_ape.d, L->comp_ape.type, ratio, Dh, lc->ckv, lc->csc, s->d_pos, sb);
     }
     if (ratio == 4) {
@@ -1154,7 +1176,7 @@ static void attention_layer(fwd *f, int il) {
         PROF(f, "idx_comp");
         matmul2(f, &L->idx_comp_kv, &L->idx_comp_gate, s->x, D, 2 * ihd, s->ia, s->ig, 2 * ihd, T);
         cu_comp_emit(s->ia, s->ig, T, L->idx_comp_ape.d, L->idx_comp_ape.type, 4, ihd, lc->ikv, lc->isc,
-                     (const float *)L->idx_comp_norm.d, c->rms_eps, nrot, rope, s->d_pos, sims, 1, 0, lc->index, sb);
+                     (const float *)L->idx_comp_norm.d, c->rms_eps, nrot, rope, s->d_pos, sims, 1, 0, lc->index, s->index_fmt, sb);
         cu_comp_state(s->ia, s->ig, T, L->idx_comp_ape.d, L->idx_comp_ape.type, 4, ihd, lc->ikv, lc->isc, s->d_pos, sb);
         matmul(f, &L->idx_proj, s->x, D, nih, s->wi, nih, T);
     }
@@ -1218,13 +1240,13 @@ static void attention_layer(fwd *f, int il) {
             cu_idx_q_prep(s->qi, T, nih, ihd, nrot, rope, s->d_pos, sims, st);
         }
         PROF(f, "idx_score");
-        cu_idx_scores_sims(s->qi, s->wi, lc->index, T, nih, ihd, c->indexer_scale, (int)c->indexer_top_k,
+        cu_idx_scores_sims(s->qi, s->wi, lc->index, s->index_fmt, T, nih, ihd, c->indexer_scale, (int)c->indexer_top_k,
                            lc->index_cap, s->d_pos, s->scores, s->score_stride, sims, st);
         PROF(f, "idx_topk");
         cu_idx_topk(s->scores, s->score_stride, T, (int)c->indexer_top_k, s->d_pos, s->sel, s->nsel, st);
     }
     PROF(f, "attention");
-    cu_attention(s->q, s->kvb, lc->ring, lc->comp, ratio == 4 ? s->sel : NULL, s->nsel, (int)c->indexer_top_k,
+    cu_attention(s->q, s->kvb, lc->ring, lc->comp, s->comp_fmt, ratio == 4 ? s->sel : NULL, s->nsel, (int)c->indexer_top_k,
                  (const float *)L->sinks.d + f->cm->h0, T, H, Dh, W, ratio, nrot, rope, c->attn_scale, s->d_pos, s->o,
                  s->attn_part, T <= ATT_SPLIT_MAX_T ? ATT_SPLIT : 1, L->q_b.type != CU_TYPE_F32, st);
     if (!ring_done) cu_raw_store(s->kvb, T, Dh, W, s->d_pos, lc->ring, st);
@@ -1571,14 +1593,58 @@ static int cu_forward(minke_model *m, void *bs, const int32_t *tokens, int n, in
 /* ------------------------------------------------------------------ */
 /* state payload (engine/backend.h layout)                             */
 
+/* n compressed rows of hd (fmt, nrot) between the device store and the
+ * payload's f32 rows: packed rows go through f32 scratch (unpacked to save;
+ * packed to load, where a value that is not the format's, as in a state saved
+ * with the simulations off, is an error rather than a silent change) */
+static int rows_copy(void *dev, int fmt, int n, int hd, int nrot, uint8_t *host, int save, float *scratch, int *d_ok,
+                     cudaStream_t st) {
+    if (n <= 0) return 0;
+    size_t fb = (size_t)n * hd * 4;
+    if (fmt == CU_KV_F32)
+        return (save ? cudaMemcpy(host, dev, fb, cudaMemcpyDeviceToHost) : cudaMemcpy(dev, host, fb, cudaMemcpyHostToDevice)) != cudaSuccess;
+    if (save) {
+        cu_kvrows_unpack(fmt, dev, n, hd, nrot, scratch, st);
+        return cudaMemcpyAsync(host, scratch, fb, cudaMemcpyDeviceToHost, st) != cudaSuccess || cudaStreamSynchronize(st) != cudaSuccess;
+    }
+    int ok = 1;
+    if (cudaMemcpyAsync(d_ok, &ok, 4, cudaMemcpyHostToDevice, st) != cudaSuccess ||
+        cudaMemcpyAsync(scratch, host, fb, cudaMemcpyHostToDevice, st) != cudaSuccess) return 1;
+    cu_kvrows_pack(fmt, scratch, n, hd, nrot, dev, d_ok, st);
+    if (cudaMemcpyAsync(&ok, d_ok, 4, cudaMemcpyDeviceToHost, st) != cudaSuccess || cudaStreamSynchronize(st) != cudaSuccess) return 1;
+    if (!ok) {
+        minke_set_error("cuda: the saved state's %s rows are not %s values (saved with the simulations off? "
+                        "MINKE_CUDA_KV=f32 loads it)", fmt == CU_KV_FP8 ? "attention" : "indexer", fmt == CU_KV_FP8 ? "FP8" : "FP4");
+        return 2;
+    }
+    return 0;
+}
+
 static int state_copy(minke_model *m, cu_session *s, int pos, uint8_t *buf, int save) {
     const dsv4_config *c = &m->w.cfg;
     minke_kv_layer_layout *lay = (minke_kv_layer_layout *)malloc(sizeof(*lay) * c->n_layer);
     if (!lay) { minke_set_error("out of memory"); return -1; }
     minke_kv_layout(c, pos, lay);
-    int Dh = (int)c->head_dim, ihd = (int)c->indexer_head_dim, W = (int)c->sliding_window;
+    int Dh = (int)c->head_dim, ihd = (int)c->indexer_head_dim, W = (int)c->sliding_window, nrot = (int)c->rope_dim;
     cudaMemcpyKind k = save ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice;
     int rc = 0;
+    /* f32 scratch for the packed rows of the largest layer */
+    float *scratch = NULL;
+    int *d_ok = NULL;
+    if (s->comp_fmt != CU_KV_F32 || s->index_fmt != CU_KV_F32) {
+        size_t most = 4;
+        for (uint32_t il = 0; il < c->n_layer; il++) {
+            size_t a = (size_t)lay[il].n_comp * Dh * 4, b = (size_t)lay[il].n_index * ihd * 4;
+            if (a > most) most = a;
+            if (b > most) most = b;
+        }
+        if (cudaMalloc((void **)&scratch, most) != cudaSuccess || cudaMalloc((void **)&d_ok, 4) != cudaSuccess) {
+            cudaFree(scratch);
+            free(lay);
+            minke_set_error("cuda: no device memory for the state copy's %zu bytes of scratch", most);
+            return -1;
+        }
+    }
     for (uint32_t il = 0; il < c->n_layer && !rc; il++) {
         minke_kv_layer_layout *L = &lay[il];
         cu_lcache *l = &s->lc[il];
@@ -1589,8 +1655,8 @@ static int state_copy(minke_model *m, cu_session *s, int pos, uint8_t *buf, int 
             rc |= save ? cudaMemcpy(host, dev, Dh * 4, k) != cudaSuccess : cudaMemcpy(dev, host, Dh * 4, k) != cudaSuccess;
         }
 #define CP(dev, off, bytes) if ((bytes) > 0) rc |= (save ? cudaMemcpy(buf + (off), (dev), (bytes), k) : cudaMemcpy((dev), buf + (off), (bytes), k)) != cudaSuccess;
-        CP(l->comp, L->off_comp, (size_t)L->n_comp * Dh * 4)
-        CP(l->index, L->off_index, (size_t)L->n_index * ihd * 4)
+        if (!rc) rc |= rows_copy(l->comp, s->comp_fmt, L->n_comp, Dh, nrot, buf + L->off_comp, save, scratch, d_ok, 0);
+        if (!rc) rc |= rows_copy(l->index, s->index_fmt, L->n_index, ihd, 0, buf + L->off_index, save, scratch, d_ok, 0);
         CP(l->ckv, L->off_comp_kv, (size_t)L->state_rows * L->state_width * 4)
         CP(l->csc, L->off_comp_sc, (size_t)L->state_rows * L->state_width * 4)
         CP(l->ikv, L->off_index_kv, (size_t)L->istate_rows * L->istate_width * 4)
@@ -1598,7 +1664,9 @@ static int state_copy(minke_model *m, cu_session *s, int pos, uint8_t *buf, int 
 #undef CP
     }
     free(lay);
-    if (rc) minke_set_error("cuda: state copy failed");
+    cudaFree(scratch);
+    cudaFree(d_ok);
+    if (rc == 1) minke_set_error("cuda: state copy failed");
     return rc ? -1 : 0;
 }
 /* The state is replicated on every GPU: saved from the first, loaded into all. */
@@ -1687,6 +1755,26 @@ extern "C" void cu_bench_set_comm(minke_model *m, void *bs, int on) {
         drop_graphs(gs->dev[r]);
     }
     cudaSetDevice(g->dev[0]->dev);
+}
+
+/* The KV cache's rows on one GPU: bytes a token of context adds (the
+ * compressed attention and indexer rows, 1 / ratio of a row a layer) and the
+ * bytes of one attention / indexer row, in the session's formats. */
+extern "C" double cu_kv_token_bytes(minke_model *m, void *bs, int *comp_row, int *index_row, const char **fmt) {
+    const dsv4_config *c = &m->w.cfg;
+    cu_session *s = ((cu_gsession *)bs)->dev[0];
+    const int crb = kv_row_bytes(s->comp_fmt, (int)c->head_dim, (int)c->rope_dim);
+    const int irb = kv_row_bytes(s->index_fmt, (int)c->indexer_head_dim, 0);
+    double b = 0;
+    for (uint32_t il = 0; il < c->n_layer; il++) {
+        const int r = (int)c->compress_ratio[il];
+        if (r) b += (double)crb / r;
+        if (r == 4) b += (double)irb / 4;
+    }
+    if (comp_row) *comp_row = crb;
+    if (index_row) *index_row = irb;
+    if (fmt) *fmt = s->comp_fmt == CU_KV_FP8 ? "FP8 attention rows, FP4 indexer rows" : "f32 rows";
+    return b;
 }
 
 static const minke_backend_ops cuda_ops = {

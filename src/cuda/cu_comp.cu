@@ -1,12 +1,15 @@
 /* cu_comp.cu: the KV compressors (spec model.md §6.5): rows emitted when a
  * window closes (pooled, normed, RoPE at the window's first position, FP8 /
- * FP4 simulations) and the streaming state carried between calls.
+ * FP4 simulations) and the streaming state carried between calls. With the
+ * simulations on, the rows are stored packed (cu_kvrow.cuh: FP8 attention
+ * rows, FP4 indexer rows), the simulations' codes instead of their floats.
  * The ratio-128 state has a parallel kernel and the previous one (cu_dec.h).
  */
 #include <stdlib.h>
 
 #include "cuda/cu_common.cuh"
 #include "cuda/cu_numerics.cuh"
+#include "cuda/cu_kvrow.cuh"
 #include "cuda/cu_ops.h"
 #include "cuda/cu_dec.h"
 
@@ -33,7 +36,7 @@ __device__ __forceinline__ void comp_cand(int p, int col, int pos0, const float 
 __global__ void __launch_bounds__(COMP_EMIT_MAXT) k_comp_emit(const float *a, const float *s, int T, const void *ape, int apetype, int m, int d,
                             const float *Skv, const float *Ssc, const float *norm_w, float eps, int nrot,
                             const float *inv_freq, const int *pos0p, int sims, int is_index, int f16round,
-                            float *rows) {
+                            void *rows, int fmt) {
     cu_pdl_enter();
     extern __shared__ float sh[];        /* d floats + 128 doubles */
     __shared__ double shd[33];
@@ -86,21 +89,31 @@ __global__ void __launch_bounds__(COMP_EMIT_MAXT) k_comp_emit(const float *a, co
     __syncthreads();
     d_rope_tail_sh(sh, d, nrot, inv_freq, w * m, 0);
     __syncthreads();
-    if (sims) {
-        if (is_index) {
-            d_hadamard128_sh(sh, (double *)(sh + d + (d & 1)));
-            d_fp4_sim_sh(sh, d);
-        } else {
-            d_fp8_sim_sh(sh, d - nrot, nullptr);
-        }
+    if (sims && is_index) d_hadamard128_sh(sh, (double *)(sh + d + (d & 1)));
+    if (fmt == CU_KV_FP8) {
+        /* the simulation's codes and scales, then the RoPE tail as f32 */
+        uint8_t *row = (uint8_t *)rows + (int64_t)w * kv8_stride(d, nrot);
+        d_fp8_pack_sh(sh, d - nrot, row, row + (d - nrot));
+        float *tail = (float *)(row + kv8_rope_off(d, nrot));
+        for (int j = threadIdx.x; j < nrot; j += blockDim.x) tail[j] = sh[d - nrot + j];
+        return;
     }
-    for (int j = threadIdx.x; j < d; j += blockDim.x)
-        rows[(int64_t)w * d + j] = f16round ? d_f16_round(sh[j]) : sh[j];
+    if (fmt == CU_KV_FP4) {
+        uint8_t *row = (uint8_t *)rows + (int64_t)w * kv4_stride(d);
+        d_fp4_pack_sh(sh, d, row, row + d / 2);
+        return;
+    }
+    if (sims) {
+        if (is_index) d_fp4_sim_sh(sh, d);
+        else d_fp8_sim_sh(sh, d - nrot, nullptr);
+    }
+    float *frow = (float *)rows + (int64_t)w * d;
+    for (int j = threadIdx.x; j < d; j += blockDim.x) frow[j] = f16round ? d_f16_round(sh[j]) : sh[j];
 }
 
 void cu_comp_emit(const float *a, const float *s, int T, const void *ape, int apetype, int m, int d,
                   float *Skv, float *Ssc, const float *norm_w, float eps, int nrot, const float *inv_freq,
-                  const int *pos0p, int sims, int is_index, int f16round, float *rows, cudaStream_t st) {
+                  const int *pos0p, int sims, int is_index, int f16round, void *rows, int fmt, cudaStream_t st) {
     int maxe = T / m + 1;
     size_t shm = (size_t)(d + 2) * sizeof(float) + 128 * sizeof(double);
     /* a thread per column (512 for the attention rows): each column walks its window's
@@ -108,7 +121,7 @@ void cu_comp_emit(const float *a, const float *s, int T, const void *ape, int ap
      * thread was latency-bound (484 us for a 4096-token prefill's 33 windows) */
     int threads = d < 128 ? 128 : d > COMP_EMIT_MAXT ? COMP_EMIT_MAXT : (d + 31) / 32 * 32;
     cu_launch(k_comp_emit, maxe, threads, shm, st, a, s, T, ape, apetype, m, d, Skv, Ssc, norm_w, eps, nrot, inv_freq,
-                                        pos0p, sims, is_index, f16round, rows);
+                                        pos0p, sims, is_index, f16round, rows, fmt);
 }
 
 /* Carried state after the batch: thread per column of Wd. */

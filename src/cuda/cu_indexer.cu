@@ -2,6 +2,13 @@
  * (RoPE, Hadamard, FP4 simulation), scores of the compressed index rows and
  * the deterministic top-k (lowest index wins ties).
  *
+ * The index rows are f32 (CU_KV_F32: hd floats) or, with the simulations on,
+ * packed FP4 (CU_KV_FP4: E2M1 codes and a scale byte per 32, cu_kvrow.cuh).
+ * Every score kernel is a template of the format: it unpacks FP4 to the
+ * simulation's float bits and then does the f32 kernel's arithmetic, so the
+ * scores of packed rows are bit-identical to those of f32 rows holding the
+ * same values (and the f32 instantiations are the kernels as they were).
+ *
  * Each part has the current kernel and the previous one (cu_dec.h,
  * MINKE_CUDA_OLD_KERNELS); both give bit-identical results.
  */
@@ -11,6 +18,7 @@
 #include "cuda/cu_numerics.cuh"
 #include "cuda/cu_ops.h"
 #include "cuda/cu_dec.h"
+#include "cuda/cu_kvrow.cuh"
 
 /* kernel attributes (cu_indexer_init) also when the caller skipped cu_ops_init */
 static void idx_attrs_once(void) {
@@ -121,15 +129,55 @@ void cu_idx_q_prep(float *qI, int T, int nh, int hd, int nrot, const float *inv_
     cu_launch(k_idx_q_prep, dim3(nh, T), 128, shm, st, qI, nh, hd, nrot, inv_freq, pos0p, sims);
 }
 
+/* The index rows as the score kernels read them: the kernels take the rows
+ * as elem pointers (float for f32 rows, as before, so the f32 instantiations
+ * are the kernels they were: a void pointer moves an address conversion in
+ * k_idx_scores_tc's PTX); load4 / load2 give values d .. d + 3 (d a multiple
+ * of 4) / d, d + 1 (d even) as floats, FP4 through kv4_val (the
+ * simulation's bits). */
+template <int FMT> struct idx_rows;
+template <int FMT> using idx_elem = typename idx_rows<FMT>::elem;
+template <> struct idx_rows<CU_KV_F32> {
+    typedef float elem;
+    static __device__ __forceinline__ const float *row(const float *rows, int64_t c, int hd) { return rows + c * hd; }
+    static __device__ __forceinline__ float4 load4(const float *row, int d, int hd) {
+        return *(const float4 *)(row + d);
+    }
+    static __device__ __forceinline__ float2 load2(const float *row, int d, int hd) {
+        return *(const float2 *)(row + d);
+    }
+};
+template <> struct idx_rows<CU_KV_FP4> {
+    typedef uint8_t elem;
+    static __device__ __forceinline__ const uint8_t *row(const uint8_t *rows, int64_t c, int hd) {
+        return rows + c * kv4_stride(hd);
+    }
+    static __device__ __forceinline__ float4 load4(const uint8_t *row, int d, int hd) {
+        const uint32_t w = *(const uint16_t *)(row + d / 2);      /* 4 codes, value d in the low nibble */
+        const float s = kv_scale(row[hd / 2 + d / 32]);
+        return make_float4(kv4_val(w, s), kv4_val(w >> 4, s), kv4_val(w >> 8, s), kv4_val(w >> 12, s));
+    }
+    static __device__ __forceinline__ float2 load2(const uint8_t *row, int d, int hd) {
+        const uint32_t w = row[d / 2];
+        const float s = kv_scale(row[hd / 2 + d / 32]);
+        return make_float2(kv4_val(w, s), kv4_val(w >> 4, s));
+    }
+};
+
 /* scores[t][c] = sum_h wI[h]*scale * relu(qI[h] . row[c]) for c < nI(t), only when nI(t) > topk.
  * Block: 256 threads = 32 row slots x 8 head groups, each slot taking 4 rows
  * (128 rows per block, so the query staged in shared memory - padded rows,
  * no bank conflicts between the head groups - serves 4x more rows per load);
- * the 8 partial scores of a row are summed with shuffles. */
+ * the 8 partial scores of a row are summed with shuffles. FP4 rows are
+ * unpacked as they are read (by each of a row's 8 head groups: this is the
+ * fallback and MINKE_CUDA_OLD_KERNELS kernel, k_idx_scores_w unpacks once). */
 #define IDX_ROWS 128
 #define IDX_RPT 4
-__global__ void __launch_bounds__(256) k_idx_scores(const float *qI, const float *wI, const float *rows, int nh, int hd,
-                                                    float wscale, int topk, const int *pos0p, float *scores, int64_t sstride) {
+template <int FMT>
+__global__ void __launch_bounds__(256) k_idx_scores(const float *qI, const float *wI, const idx_elem<FMT> *rows, int nh,
+                                                    int hd, float wscale, int topk, const int *pos0p, float *scores,
+                                                    int64_t sstride) {
+    typedef idx_rows<FMT> R;
     cu_pdl_enter();
     extern __shared__ float qs[];     /* nh*(hd+4) floats + nh */
     int t = blockIdx.y;
@@ -145,12 +193,12 @@ __global__ void __launch_bounds__(256) k_idx_scores(const float *qI, const float
     __syncthreads();
     int g = threadIdx.x % 8;
     int hpg = (nh + 7) / 8;
-    const float *kr[IDX_RPT];
+    const idx_elem<FMT> *kr[IDX_RPT];
     int cr[IDX_RPT];
 #pragma unroll
     for (int j = 0; j < IDX_RPT; j++) {
         cr[j] = c0 + threadIdx.x / 8 + 32 * j;
-        kr[j] = rows + (int64_t)(cr[j] < nI ? cr[j] : c0) * hd;
+        kr[j] = R::row(rows, cr[j] < nI ? cr[j] : c0, hd);
     }
     float acc[IDX_RPT][8];
 #pragma unroll
@@ -160,7 +208,7 @@ __global__ void __launch_bounds__(256) k_idx_scores(const float *qI, const float
     for (int d0 = 0; d0 < hd; d0 += 4) {
         float4 kv[IDX_RPT];
 #pragma unroll
-        for (int j = 0; j < IDX_RPT; j++) kv[j] = *(const float4 *)(kr[j] + d0);
+        for (int j = 0; j < IDX_RPT; j++) kv[j] = R::load4(kr[j], d0, hd);
 #pragma unroll
         for (int k = 0; k < 8; k++) {
             int h = g * hpg + k;
@@ -197,7 +245,10 @@ __global__ void __launch_bounds__(256) k_idx_scores(const float *qI, const float
  * groups of a warp (and its 4 row slots) read distinct banks. Each score's
  * arithmetic is k_idx_scores' (a thread's 8 heads in order, dots 4 dims at a
  * time, the 8 head groups summed by the same xor shuffles), so results are
- * bit-identical. */
+ * bit-identical. FP4 rows are staged packed (kv4_stride(hd) bytes a row,
+ * after the f32 tile) and unpacked once, by the whole block, into the f32
+ * tile that idx_scores_rows reads: each value is unpacked once instead of by
+ * each of its row's 8 head groups. */
 #define IDXW_MAXRPT 4
 #define IDXW_SMEM_MAX (200 * 1024)
 __host__ __device__ __forceinline__ int idxw_q_floats(int nh, int hd) { return nh * hd + 4 * nh; }
@@ -262,12 +313,14 @@ __device__ __forceinline__ int idx_rpt(int nI, int T, int slots, int nsm, int fo
 }
 
 /* needs hd % 4 == 0 and nh <= 64 (8 heads per group, as k_idx_scores) */
-template <int SLOTS>
+template <int SLOTS, int FMT>
 __global__ void __launch_bounds__(SLOTS * 8)
-k_idx_scores_w(const float *qI, const float *wI, const float *rows, int nh, int hd, float wscale, int topk,
+k_idx_scores_w(const float *qI, const float *wI, const idx_elem<FMT> *rows, int nh, int hd, float wscale, int topk,
                const int *pos0p, float *scores, int64_t sstride, int nsm, int force_rpt) {
+    typedef idx_rows<FMT> R;
     cu_pdl_enter();
-    extern __shared__ __align__(16) float qs[];   /* query (idxw_q_floats), nh weights (padded to 4), rows */
+    /* query (idxw_q_floats), nh weights (padded to 4), f32 rows, then (FP4) the packed rows */
+    extern __shared__ __align__(16) float qs[];
     int t = blockIdx.y;
     int nI = (*pos0p + t + 1) / 4;
     if (nI <= topk) return;
@@ -283,15 +336,34 @@ k_idx_scores_w(const float *qI, const float *wI, const float *rows, int nh, int 
         cp_async16(qs + (int64_t)h * hd + 4 * (h / hpg) + 4 * d, q + 4 * i);
     }
     int nr = min(SLOTS * rpt, nI - c0);
-    const float *src = rows + (int64_t)c0 * hd;
-    for (int i = threadIdx.x; i < nr * hd4; i += blockDim.x) {
-        int r = i / hd4, d = i - r * hd4;
-        cp_async16(rs + r * (hd + 4) + 4 * d, src + 4 * i);
+    uint8_t *pk = (uint8_t *)(rs + SLOTS * IDXW_MAXRPT * (hd + 4));     /* FP4: the packed rows */
+    if constexpr (FMT == CU_KV_FP4) {
+        /* the rows are contiguous: nr kv4_stride(hd) bytes, a multiple of 16 */
+        const uint8_t *src = R::row(rows, c0, hd);
+        for (int i = threadIdx.x; i < nr * kv4_stride(hd) / 16; i += blockDim.x) cp_async16(pk + 16 * i, src + 16 * i);
+    } else {
+        const float *src = R::row(rows, c0, hd);
+        for (int i = threadIdx.x; i < nr * hd4; i += blockDim.x) {
+            int r = i / hd4, d = i - r * hd4;
+            cp_async16(rs + r * (hd + 4) + 4 * d, src + 4 * i);
+        }
     }
     asm volatile("cp.async.commit_group;" ::: "memory");
     for (int i = threadIdx.x; i < nh; i += blockDim.x) ws[i] = wI[(int64_t)t * nh + i] * wscale;
     asm volatile("cp.async.wait_group 0;" ::: "memory");
     __syncthreads();
+    if constexpr (FMT == CU_KV_FP4) {     /* unpacked into the f32 tile, 8 values a thread */
+        int hd8 = hd / 8;
+        for (int i = threadIdx.x; i < nr * hd8; i += blockDim.x) {
+            int r = i / hd8, d = 8 * (i - r * hd8);
+            float v[8];
+            kv4_load8(pk + r * kv4_stride(hd), d, hd, v);
+            float4 *dst = (float4 *)(rs + r * (hd + 4) + d);
+            dst[0] = make_float4(v[0], v[1], v[2], v[3]);
+            dst[1] = make_float4(v[4], v[5], v[6], v[7]);
+        }
+        __syncthreads();
+    }
     float *srow = scores + (int64_t)t * sstride;
     if (rpt == 4) idx_scores_rows<SLOTS, 4>(qs, ws, rs, nh, hd, c0, nI, srow);
     else if (rpt == 2) idx_scores_rows<SLOTS, 2>(qs, ws, rs, nh, hd, c0, nI, srow);
@@ -309,12 +381,17 @@ static int idxw_smem_max(void) {
     }
     return mx;
 }
-static size_t idxw_smem(int slots, int nh, int hd) {
-    return sizeof(float) * ((size_t)idxw_q_floats(nh, hd) + ((nh + 3) & ~3) + (size_t)slots * IDXW_MAXRPT * (hd + 4));
+static size_t idxw_smem(int slots, int nh, int hd, int fmt) {
+    size_t packed = fmt == CU_KV_FP4 ? (size_t)slots * IDXW_MAXRPT * kv4_stride(hd) : 0;
+    return sizeof(float) * ((size_t)idxw_q_floats(nh, hd) + ((nh + 3) & ~3) + (size_t)slots * IDXW_MAXRPT * (hd + 4)) +
+           packed;
 }
 
-void cu_idx_scores(const float *qI, const float *wI, const float *rows, int T, int nh, int hd, float wscale,
-                   int topk, int max_rows, const int *pos0p, float *scores, int64_t score_stride, cudaStream_t st) {
+template <int FMT>
+static void idx_scores_launch(const float *qI, const float *wI, const void *rows_any, int T, int nh, int hd,
+                              float wscale, int topk, int max_rows, const int *pos0p, float *scores,
+                              int64_t score_stride, cudaStream_t st) {
+    const idx_elem<FMT> *rows = (const idx_elem<FMT> *)rows_any;
     size_t shm = (size_t)(nh * (hd + 4) + nh) * sizeof(float);
     if (!cu_dec_old(CU_OLD_IDX_SCORES) && hd % 4 == 0 && nh <= 64) {
         /* decode: 16 row slots (128 threads) while the rows fit ~4 blocks per SM, else 32 */
@@ -323,21 +400,31 @@ void cu_idx_scores(const float *qI, const float *wI, const float *rows, int T, i
         if (slots != 16) slots = 32;
         int gx = (max_rows + slots - 1) / slots;
         if (gx < 1) gx = 1;
-        size_t wsh = idxw_smem(slots, nh, hd);
+        size_t wsh = idxw_smem(slots, nh, hd, FMT);
         if (wsh <= (size_t)idxw_smem_max()) {
             idx_attrs_once();
             if (slots == 16)
-                cu_launch(k_idx_scores_w<16>, dim3(gx, T), 16 * 8, wsh, st, qI, wI, rows, nh, hd, wscale, topk, pos0p,
-                          scores, score_stride, nsm, force);
+                cu_launch(k_idx_scores_w<16, FMT>, dim3(gx, T), 16 * 8, wsh, st, qI, wI, rows, nh, hd, wscale, topk,
+                          pos0p, scores, score_stride, nsm, force);
             else
-                cu_launch(k_idx_scores_w<32>, dim3(gx, T), 32 * 8, wsh, st, qI, wI, rows, nh, hd, wscale, topk, pos0p,
-                          scores, score_stride, nsm, force);
+                cu_launch(k_idx_scores_w<32, FMT>, dim3(gx, T), 32 * 8, wsh, st, qI, wI, rows, nh, hd, wscale, topk,
+                          pos0p, scores, score_stride, nsm, force);
             return;
         }
     }
     int gx = (max_rows + IDX_ROWS - 1) / IDX_ROWS;
     if (gx < 1) gx = 1;
-    cu_launch(k_idx_scores, dim3(gx, T), 256, shm, st, qI, wI, rows, nh, hd, wscale, topk, pos0p, scores, score_stride);
+    cu_launch(k_idx_scores<FMT>, dim3(gx, T), 256, shm, st, qI, wI, rows, nh, hd, wscale, topk, pos0p, scores,
+              score_stride);
+}
+
+void cu_idx_scores(const float *qI, const float *wI, const void *rows, int rows_fmt, int T, int nh, int hd,
+                   float wscale, int topk, int max_rows, const int *pos0p, float *scores, int64_t score_stride,
+                   cudaStream_t st) {
+    if (rows_fmt == CU_KV_FP4)
+        idx_scores_launch<CU_KV_FP4>(qI, wI, rows, T, nh, hd, wscale, topk, max_rows, pos0p, scores, score_stride, st);
+    else
+        idx_scores_launch<CU_KV_F32>(qI, wI, rows, T, nh, hd, wscale, topk, max_rows, pos0p, scores, score_stride, st);
 }
 
 /* ------------------------------------------------------------------ */
@@ -365,10 +452,10 @@ void cu_idx_scores(const float *qI, const float *wI, const float *rows, int T, i
  * (no overflow; also rejects Inf / NaN). A (token, row) that fails (an
  * inexact, tiny or Inf/NaN value, or scales 2^9+ apart: not from the FP4
  * simulation, or far outside its usual range) takes the dots from
- * idxt_dot_fma, k_idx_scores_w's exact arithmetic in f32 from global memory:
- * slow, but only for such scores. So the result is bit-identical to
- * k_idx_scores_w for any input (sims off keeps k_idx_scores_w all the same:
- * every score would take the slow path).
+ * idxt_dot_fma, k_idx_scores_w's exact arithmetic in f32 from global memory
+ * (FP4 rows unpacked as they are read): slow, but only for such scores. So
+ * the result is bit-identical to k_idx_scores_w for any input (sims off
+ * keeps k_idx_scores_w all the same: every score would take the slow path).
  *
  * The aggregate per token: A = max over heads of (Eq + 9 - Lq), min Lq, max
  * Eq; per row: B = Ek - Lk, Lk, Ek. The test is A + B <= 24 (Hadamard-rotated
@@ -377,7 +464,9 @@ void cu_idx_scores(const float *qI, const float *wI, const float *rows, int T, i
  * Layout: the rows are the mma's M (A operand, 16 rows an m-tile), the heads
  * its N (B operand, 8 heads an n-tile), dims K (8 steps of 16). A block has 8
  * warps, each holding MT m-tiles of rows as bf16 fragments in registers
- * (converted once from f32, straight from global memory), and walks the
+ * (converted once from f32, or from FP4 unpacked to the same f32 bits, then
+ * tested and converted as f32 rows are; straight from global memory: a lane
+ * reads 16 code bytes of a row instead of 16 float pairs), and walks the
  * block's tokens: a token's 64 heads are staged once per block as bf16 in
  * shared memory (two buffers; the next token's f32 loads are issued before
  * the current token's products) and read by ldmatrix. The heads are staged
@@ -449,11 +538,12 @@ __device__ __forceinline__ void idxt_ldm_x4(uint32_t &r0, uint32_t &r1, uint32_t
 
 /* one head's dot with one row in idx_scores_rows' arithmetic (4 dims a step,
  * the same expression, so the same contraction): the scores the test rejects */
-__device__ __forceinline__ float idxt_dot_fma(const float *q, const float *k) {
+template <int FMT>
+__device__ __forceinline__ float idxt_dot_fma(const float *q, const idx_elem<FMT> *k) {
     float acc = 0.f;
 #pragma unroll 1
     for (int d0 = 0; d0 < IDXT_HD; d0 += 4) {
-        float4 qq = *(const float4 *)(q + d0), kv = *(const float4 *)(k + d0);
+        float4 qq = *(const float4 *)(q + d0), kv = idx_rows<FMT>::load4(k, d0, IDXT_HD);
         acc += qq.x * kv.x + qq.y * kv.y + qq.z * kv.z + qq.w * kv.w;
     }
     return acc;
@@ -503,10 +593,11 @@ __device__ __forceinline__ void idxt_q_store(const float4 (&pf)[8], float pw, __
  * a block takes row tiles blockIdx.x, + gridDim.x, ... until its tokens see
  * no more rows (the host caps gridDim.x: max_rows may be far above the rows
  * of this batch, and blocks that find nothing to do still cost time) */
-template <int MT>
+template <int MT, int FMT>
 __global__ void __launch_bounds__(IDXT_THREADS, 1)
-k_idx_scores_tc(const float *qI, const float *wI, const float *rows, int T, float wscale, int topk,
+k_idx_scores_tc(const float *qI, const float *wI, const idx_elem<FMT> *rows, int T, float wscale, int topk,
                 const int *pos0p, float *scores, int64_t sstride, int tok_tile) {
+    typedef idx_rows<FMT> R;
     cu_pdl_enter();
     constexpr int RB = 16 * MT * IDXT_WARPS;
     __shared__ __align__(16) __nv_bfloat16 qs[2][IDXT_NH * IDXT_QS];
@@ -533,14 +624,15 @@ k_idx_scores_tc(const float *qI, const float *wI, const float *rows, int T, floa
 #pragma unroll
             for (int h2 = 0; h2 < 2; h2++) {
                 int c = rw0 + 16 * mt + g + 8 * h2;
-                const float *src = rows + (int64_t)(c < n_last ? c : 0) * IDXT_HD + 2 * qd;
+                const idx_elem<FMT> *row = R::row(rows, c < n_last ? c : 0, IDXT_HD);
                 int emax = 0, kmin = IDXT_NOBIT;
                 uint32_t inexact = 0;
 #pragma unroll
                 for (int ks = 0; ks < 8; ks++)
 #pragma unroll
                     for (int half = 0; half < 2; half++) {
-                        float2 v = c < n_last ? *(const float2 *)(src + 16 * ks + 8 * half) : make_float2(0.f, 0.f);
+                        float2 v = c < n_last ? R::load2(row, 16 * ks + 8 * half + 2 * qd, IDXT_HD)
+                                              : make_float2(0.f, 0.f);
                         idxt_stat(v.x, emax, kmin, inexact); idxt_stat(v.y, emax, kmin, inexact);
                         af[mt][ks][h2 + 2 * half] = idxt_bf16x2(v.x, v.y);
                     }
@@ -605,11 +697,12 @@ k_idx_scores_tc(const float *qI, const float *wI, const float *rows, int T, floa
                         int c = rw0 + 16 * mt + g + 8 * h2;
                         bool exact = A + rB[mt][h2] <= 24 && Lq + rL[mt][h2] >= -126 && Eq + rE[mt][h2] <= 118;
                         if (!exact && c < nI) {      /* the same for the quad's 4 lanes */
-                            const float *qt = qI + (int64_t)t * IDXT_NH * IDXT_HD, *kr = rows + (int64_t)c * IDXT_HD;
+                            const float *qt = qI + (int64_t)t * IDXT_NH * IDXT_HD;
+                            const idx_elem<FMT> *kr = R::row(rows, c, IDXT_HD);
 #pragma unroll 1
                             for (int j = 0; j < 16; j++) {     /* n-tile j / 2, column 2 qd + j % 2 */
                                 int h = 8 * (2 * qd + (j >> 3)) + 2 * ((j >> 1) & 3) + (j & 1);
-                                float d = idxt_dot_fma(qt + h * IDXT_HD, kr);
+                                float d = idxt_dot_fma<FMT>(qt + h * IDXT_HD, kr);
 #pragma unroll
                                 for (int i = 0; i < 8; i++)     /* constant indices: acc stays in registers */
 #pragma unroll
@@ -646,9 +739,16 @@ k_idx_scores_tc(const float *qI, const float *wI, const float *rows, int T, floa
     }
 }
 
-void cu_idx_scores_sims(const float *qI, const float *wI, const float *rows, int T, int nh, int hd, float wscale,
-                        int topk, int max_rows, const int *pos0p, float *scores, int64_t score_stride, int sims,
-                        cudaStream_t st) {
+template <int FMT>
+static void idxt_launch(int mt, dim3 grid, const float *qI, const float *wI, const void *rows, int T, float wscale,
+                        int topk, const int *pos0p, float *scores, int64_t score_stride, int tok, cudaStream_t st) {
+    cu_launch(mt == 1 ? k_idx_scores_tc<1, FMT> : k_idx_scores_tc<2, FMT>, grid, IDXT_THREADS, 0, st, qI, wI,
+              (const idx_elem<FMT> *)rows, T, wscale, topk, pos0p, scores, score_stride, tok);
+}
+
+void cu_idx_scores_sims(const float *qI, const float *wI, const void *rows, int rows_fmt, int T, int nh, int hd,
+                        float wscale, int topk, int max_rows, const int *pos0p, float *scores, int64_t score_stride,
+                        int sims, cudaStream_t st) {
     /* MINKE_CUDA_IDX_TC: 1 (default) tensor cores for prefill batches with
      * the simulations on; 0 never; 2 also with them off (a check of the
      * fallback: then nearly every score takes it) */
@@ -664,15 +764,13 @@ void cu_idx_scores_sims(const float *qI, const float *wI, const float *rows, int
         if (gx > tiles) gx = tiles;
         if (gx < 1) gx = 1;
         dim3 grid(gx, gy);
-        if (mt == 1)
-            cu_launch(k_idx_scores_tc<1>, grid, IDXT_THREADS, 0, st, qI, wI, rows, T, wscale, topk, pos0p, scores,
-                      score_stride, tok);
+        if (rows_fmt == CU_KV_FP4)
+            idxt_launch<CU_KV_FP4>(mt, grid, qI, wI, rows, T, wscale, topk, pos0p, scores, score_stride, tok, st);
         else
-            cu_launch(k_idx_scores_tc<2>, grid, IDXT_THREADS, 0, st, qI, wI, rows, T, wscale, topk, pos0p, scores,
-                      score_stride, tok);
+            idxt_launch<CU_KV_F32>(mt, grid, qI, wI, rows, T, wscale, topk, pos0p, scores, score_stride, tok, st);
         return;
     }
-    cu_idx_scores(qI, wI, rows, T, nh, hd, wscale, topk, max_rows, pos0p, scores, score_stride, st);
+    cu_idx_scores(qI, wI, rows, rows_fmt, T, nh, hd, wscale, topk, max_rows, pos0p, scores, score_stride, st);
 }
 
 /* Top-k by (score desc, index asc) with a 4-pass 8-bit radix select on
@@ -924,9 +1022,12 @@ void cu_idx_topk(const float *scores, int64_t score_stride, int T, int topk, con
 
 
 void cu_indexer_init(void) {
-    cudaFuncSetAttribute(k_idx_scores, cudaFuncAttributeMaxDynamicSharedMemorySize, 160 * 1024);
-    cudaFuncSetAttribute(k_idx_scores_w<16>, cudaFuncAttributeMaxDynamicSharedMemorySize, idxw_smem_max());
-    cudaFuncSetAttribute(k_idx_scores_w<32>, cudaFuncAttributeMaxDynamicSharedMemorySize, idxw_smem_max());
+    cudaFuncSetAttribute(k_idx_scores<CU_KV_F32>, cudaFuncAttributeMaxDynamicSharedMemorySize, 160 * 1024);
+    cudaFuncSetAttribute(k_idx_scores<CU_KV_FP4>, cudaFuncAttributeMaxDynamicSharedMemorySize, 160 * 1024);
+    cudaFuncSetAttribute(k_idx_scores_w<16, CU_KV_F32>, cudaFuncAttributeMaxDynamicSharedMemorySize, idxw_smem_max());
+    cudaFuncSetAttribute(k_idx_scores_w<32, CU_KV_F32>, cudaFuncAttributeMaxDynamicSharedMemorySize, idxw_smem_max());
+    cudaFuncSetAttribute(k_idx_scores_w<16, CU_KV_FP4>, cudaFuncAttributeMaxDynamicSharedMemorySize, idxw_smem_max());
+    cudaFuncSetAttribute(k_idx_scores_w<32, CU_KV_FP4>, cudaFuncAttributeMaxDynamicSharedMemorySize, idxw_smem_max());
     {
         int cmax = (idxw_smem_max() - 16 * 1024) / 4;
         cudaFuncSetAttribute(k_idx_topk_r, cudaFuncAttributeMaxDynamicSharedMemorySize, 4 * (cmax < TK_CACHE ? cmax : TK_CACHE));

@@ -141,35 +141,45 @@ void cu_kv_finish(const float *kvp, const float *w, int T, int hd, int nrot, con
                   const int *pos0p, float eps, int sims, int f16round, float *kv_out, cudaStream_t st);
 void cu_raw_store(const float *kv, int T, int hd, int W, const int *pos0p, float *ring, cudaStream_t st);
 
-/* compressor: emitted rows of the batch into rows[], then the carried state */
+/* compressor: emitted rows of the batch into rows[] (fmt CU_KV_F32: f32 rows
+ * of d floats; CU_KV_FP8 (attention rows) / CU_KV_FP4 (is_index) need sims
+ * and no f16round: the simulation stored packed), then the carried state */
 void cu_comp_emit(const float *a, const float *s, int T, const void *ape, int apetype, int m, int d,
                   float *Skv, float *Ssc, const float *norm_w, float eps, int nrot, const float *inv_freq,
-                  const int *pos0p, int sims, int is_index, int f16round, float *rows, cudaStream_t st);
+                  const int *pos0p, int sims, int is_index, int f16round, void *rows, int fmt, cudaStream_t st);
 void cu_comp_state(const float *a, const float *s, int T, const void *ape, int apetype, int m, int d,
                    float *Skv, float *Ssc, const int *pos0p, cudaStream_t st);
 
 /* indexer */
 void cu_idx_q_prep(float *qI, int T, int nh, int hd, int nrot, const float *inv_freq, const int *pos0p,
                    int sims, cudaStream_t st);
-void cu_idx_scores(const float *qI, const float *wI, const float *rows, int T, int nh, int hd, float wscale,
-                   int topk, int max_rows, const int *pos0p, float *scores, int64_t score_stride, cudaStream_t st);
+/* rows: the index rows in rows_fmt, CU_KV_F32 (hd floats a row) or CU_KV_FP4 (kv4_stride(hd) bytes a
+ * row, hd a multiple of 32); FP4 rows give the bits of f32 rows holding the values they unpack to */
+void cu_idx_scores(const float *qI, const float *wI, const void *rows, int rows_fmt, int T, int nh, int hd,
+                   float wscale, int topk, int max_rows, const int *pos0p, float *scores, int64_t score_stride,
+                   cudaStream_t st);
 /* the same scores; with sims (the simulations on: q and rows FP4-exact), nh 64, hd 128 and T >= 16
  * on the tensor cores (k_idx_scores_tc), bit-identical to cu_idx_scores */
-void cu_idx_scores_sims(const float *qI, const float *wI, const float *rows, int T, int nh, int hd, float wscale,
-                        int topk, int max_rows, const int *pos0p, float *scores, int64_t score_stride, int sims,
-                        cudaStream_t st);
+void cu_idx_scores_sims(const float *qI, const float *wI, const void *rows, int rows_fmt, int T, int nh, int hd,
+                        float wscale, int topk, int max_rows, const int *pos0p, float *scores, int64_t score_stride,
+                        int sims, cudaStream_t st);
 void cu_idx_topk(const float *scores, int64_t score_stride, int T, int topk, const int *pos0p,
                  int *sel, int *nsel, cudaStream_t st);
 
-/* attention with sinks + inverse RoPE of the output */
-void cu_attention(const float *q, const float *kv_batch, const float *ring, const float *comp,
+/* attention with sinks + inverse RoPE of the output. comp: the compressed rows
+ * in comp_fmt's layout (CU_KV_F32: hd floats a row; CU_KV_FP8: kv8_stride(hd,
+ * nrot) bytes a row, see the row formats below); the same output bits either
+ * way for rows holding the FP8 simulation's values. kv_batch and ring: f32. */
+void cu_attention(const float *q, const float *kv_batch, const float *ring, const void *comp, int comp_fmt,
                   const int *sel, const int *nsel, int topk, const float *sinks, int T, int nh, int hd,
                   int W, int ratio, int nrot, const float *inv_freq, float scale, const int *pos0p,
                   float *o, float *part, int nsplit, int tc, cudaStream_t st);
-/* the tensor-core prefill attention (cu_attn_tc.cu); 0 when hd is not one it takes */
-int cu_attention_tc(const float *q, const float *kv_batch, const float *ring, const float *comp, const int *sel,
-                    const int *nsel, int topk, const float *sinks, int T, int nh, int hd, int W, int ratio, int nrot,
-                    const float *inv_freq, float scale, const int *pos0p, float *o, cudaStream_t st);
+/* the tensor-core prefill attention (cu_attn_tc.cu; comp as for cu_attention);
+ * 0 when hd is not one it takes */
+int cu_attention_tc(const float *q, const float *kv_batch, const float *ring, const void *comp, int comp_fmt,
+                    const int *sel, const int *nsel, int topk, const float *sinks, int T, int nh, int hd, int W,
+                    int ratio, int nrot, const float *inv_freq, float scale, const int *pos0p, float *o,
+                    cudaStream_t st);
 
 /* router + MoE. [own0, own1): the experts this GPU owns (0, E with one GPU);
  * a pair of another expert gets sel -1, its weight as usual. */
@@ -192,12 +202,39 @@ void cu_argmax(const float *x, int64_t n, int skip, int *out, cudaStream_t st);
 /* byte_off: where dst starts in the whole tensor (a GPU's slice of the experts; a
  * multiple of 4), so the slice holds the values of that part of the whole */
 void cu_synth_fill(void *dst, int type, int64_t nel, uint64_t seed, float scale, uint64_t byte_off, cudaStream_t st);
+/* KV cache row formats (cu_kvrow.cuh says why and how they unpack): f32 rows
+ * of hd floats, FP8 attention rows (E4M3 codes of the first hd - nrot values,
+ * a scale byte per 64, the RoPE tail as f32) or FP4 indexer rows (E2M1 codes,
+ * a scale byte per 32), each row 16-byte aligned. */
+#define CU_KV_F32 0
+#define CU_KV_FP8 1
+#define CU_KV_FP4 2
+#ifdef __CUDACC__
+#define CU_KV_HD __host__ __device__
+#else
+#define CU_KV_HD
+#endif
+static inline CU_KV_HD int kv8_rope_off(int hd, int nrot) { int nope = hd - nrot; return (nope + nope / 64 + 15) & ~15; }
+static inline CU_KV_HD int kv8_stride(int hd, int nrot) { return (kv8_rope_off(hd, nrot) + 4 * nrot + 15) & ~15; }
+static inline CU_KV_HD int kv4_stride(int hd) { return (hd / 2 + hd / 32 + 15) & ~15; }
+/* bytes of one row of a store (nrot only for FP8) */
+static inline CU_KV_HD int kv_row_bytes(int fmt, int hd, int nrot) {
+    return fmt == CU_KV_FP8 ? kv8_stride(hd, nrot) : fmt == CU_KV_FP4 ? kv4_stride(hd) : 4 * hd;
+}
+
 /* KV row formats (cu_kvfmt.cu): pack nrows rows of n floats into FP8 (fp4 = 0:
  * codes[n], exps[n / 64] a row) or FP4 (codes[n / 2], exps[n / 32]) blocks and
  * unpack them into y; ok[row] (set to 1 by the caller) becomes 0 when a block
  * of the row does not pack. */
 void cu_kvfmt_roundtrip(int fp4, const float *x, int nrows, int n, uint8_t *codes, uint8_t *exps, float *y, int *ok,
                         cudaStream_t st);
+/* Whole cache rows (fmt CU_KV_FP8: attention rows of hd with an f32 RoPE tail of
+ * nrot; CU_KV_FP4: indexer rows): pack f32 rows (*ok, set to 1 by the caller,
+ * becomes 0 when a value is not the format's), unpack them to f32, and the
+ * compressors' writer path beside the simulation it stores (kvfmt_check). */
+void cu_kvrows_pack(int fmt, const float *x, int nrows, int hd, int nrot, void *rows, int *ok, cudaStream_t st);
+void cu_kvrows_unpack(int fmt, const void *rows, int nrows, int hd, int nrot, float *y, cudaStream_t st);
+void cu_kvrows_sim(int fmt, const float *x, int nrows, int hd, int nrot, float *sim, void *rows, cudaStream_t st);
 
 #ifdef __cplusplus
 }

@@ -15,6 +15,12 @@
  * attention shape above, at 40 heads, and at Flash size (4096 tokens: a first chunk and a second one
  * with window 128 + 512 selected rows a token, and ratio 128), with a
  * "time attention_tc" line for each Flash case (always printed).
+ * The compressed rows hold the FP8 simulation's values (nm_fp8_sim on the
+ * first HD - NROT dims, as the compressors' rows with the simulations on),
+ * and every attention path (split decode k_attn_dec, k_attention, the
+ * head-batch kernel, the tensor-core kernels with pipe 0 and 1) must give
+ * the same bits reading them packed as FP8 rows (issue #6, comp_fmt
+ * CU_KV_FP8; packed on the host by nm_fp8_pack) as reading them as f32 rows.
  * Prints one ok/FAIL line per check; exit 1 on any FAIL.
  *   attn_check            the checks
  *   attn_check --time     also median kernel times, old vs new (cudaEvent
@@ -29,6 +35,7 @@
 
 #include "cuda/cu_ops.h"
 #include "cuda/cu_dec.h"
+#include "cpu/numerics.h"
 
 #define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("FAIL cuda %s: %s (line %d)\n", #x, cudaGetErrorString(e_), __LINE__); exit(1); } } while (0)
 
@@ -123,7 +130,7 @@ typedef struct {
 static void l_qprep(void *a) { idx_ctx *c = a; cu_idx_q_prep(c->qI, c->T, IH, IHD, NROT, c->inv_freq, c->pos, c->sims, st); }
 static void l_scores(void *a) {
     idx_ctx *c = a;
-    cu_idx_scores(c->qI, c->wI, c->rows, c->T, IH, IHD, 1.0f / 8.0f / 64.0f, TOPK, c->icap, c->pos, c->scores, c->icap, st);
+    cu_idx_scores(c->qI, c->wI, c->rows, CU_KV_F32, c->T, IH, IHD, 1.0f / 8.0f / 64.0f, TOPK, c->icap, c->pos, c->scores, c->icap, st);
 }
 static void l_topk(void *a) { idx_ctx *c = a; cu_idx_topk(c->scores, c->icap, c->T, TOPK, c->pos, c->sel, c->nsel, st); }
 
@@ -364,11 +371,67 @@ typedef struct {
     int T, ratio, nsplit, pos0;
     float *q, *kvb, *ring, *comp, *sinks, *inv_freq, *o, *part;
     int *sel, *nsel, *pos;
+    void *comp8;        /* the compressed rows packed as FP8 (read when fmt is CU_KV_FP8) */
+    int fmt;
 } att_ctx;
 static void l_att(void *a) {
     att_ctx *c = a;
-    cu_attention(c->q, c->kvb, c->ring, c->comp, c->ratio == 4 ? c->sel : NULL, c->nsel, TOPK, c->sinks, c->T, NH, HD,
-                 WIN, c->ratio, NROT, c->inv_freq, 1.0f / sqrtf((float)HD), c->pos, c->o, c->part, c->nsplit, 1, st);
+    cu_attention(c->q, c->kvb, c->ring, c->fmt == CU_KV_FP8 ? c->comp8 : c->comp, c->fmt, c->ratio == 4 ? c->sel : NULL,
+                 c->nsel, TOPK, c->sinks, c->T, NH, HD, WIN, c->ratio, NROT, c->inv_freq, 1.0f / sqrtf((float)HD), c->pos,
+                 c->o, c->part, c->nsplit, 1, st);
+}
+
+/* ---- compressed rows stored as FP8 (issue #6) ----
+ * With the simulations on, a compressed row's first HD - NROT values are the
+ * FP8 simulation's (blocks of 64) and its RoPE tail is f32: fp8_sim_rows
+ * makes random rows such, fp8_rows_dev packs them in the cache's FP8 layout
+ * (cu_ops.h: the codes, a scale byte per block, the tail at kv8_rope_off)
+ * and uploads them (NULL and a FAIL line when a row does not pack). */
+static void fp8_sim_rows(float *rows, int nrows) {
+    for (int r = 0; r < nrows; r++) nm_fp8_sim(rows + (size_t)r * HD, HD - NROT, NULL);
+}
+static void *fp8_rows_dev(const float *rows, int nrows, const char *label) {
+    const int nope = HD - NROT, stride = kv8_stride(HD, NROT);
+    uint8_t *h = calloc((size_t)nrows, (size_t)stride);
+    for (int r = 0; r < nrows; r++) {
+        const float *x = rows + (size_t)r * HD;
+        uint8_t *row = h + (size_t)r * stride;
+        if (!nm_fp8_pack(x, nope, row, row + nope)) {
+            char what[240];
+            snprintf(what, sizeof what, "fp8 rows %s: row %d of %d does not pack as FP8 (not the simulation's values)",
+                     label, r, nrows);
+            report(0, what);
+            free(h);
+            return NULL;
+        }
+        memcpy(row + kv8_rope_off(HD, NROT), x + nope, sizeof(float) * NROT);
+    }
+    void *d = dup_to_dev(h, (size_t)nrows * stride);
+    free(h);
+    return d;
+}
+/* fn on ctx with *fmt CU_KV_F32, then CU_KV_FP8 (the n output floats at dout
+ * NaN-filled before each run): an ok line when the two outputs are the same
+ * bits and all finite (every output written) */
+static void fp8_compare(const char *label, launch_fn fn, void *ctx, int *fmt, float *dout, size_t n) {
+    float *o32 = malloc(sizeof(float) * n), *o8 = malloc(sizeof(float) * n);
+    for (int k = 0; k < 2; k++) {
+        *fmt = k ? CU_KV_FP8 : CU_KV_F32;
+        CK(cudaMemset(dout, 0xff, sizeof(float) * n));
+        fn(ctx); CK(cudaGetLastError());
+        to_host(k ? o8 : o32, dout, sizeof(float) * n);
+    }
+    *fmt = CU_KV_F32;
+    size_t ndiff = 0, nbad = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (memcmp(&o32[i], &o8[i], 4)) ndiff++;
+        if (!isfinite(o8[i])) nbad++;
+    }
+    char what[300];
+    snprintf(what, sizeof what, "%s: FP8 comp rows vs f32 rows bit-identical (%zu of %zu differ, %zu not finite)", label,
+             ndiff, n, nbad);
+    report(ndiff == 0 && nbad == 0, what);
+    free(o32); free(o8);
 }
 
 /* double reference of one token's attention output (all heads) */
@@ -423,12 +486,15 @@ typedef struct {
     int T, nh, ratio, pos0;
     float *q, *kvb, *ring, *comp, *sinks, *inv_freq, *o;
     int *sel, *nsel, *pos;
+    void *comp8;        /* as in att_ctx */
+    int fmt;
 } tc_ctx;
 static int tc_refused;
 static void l_tc(void *a) {
     tc_ctx *c = a;
-    if (!cu_attention_tc(c->q, c->kvb, c->ring, c->comp, c->ratio == 4 ? c->sel : NULL, c->nsel, TOPK, c->sinks, c->T,
-                         c->nh, HD, WIN, c->ratio, NROT, c->inv_freq, 1.0f / sqrtf((float)HD), c->pos, c->o, st))
+    if (!cu_attention_tc(c->q, c->kvb, c->ring, c->fmt == CU_KV_FP8 ? c->comp8 : c->comp, c->fmt,
+                         c->ratio == 4 ? c->sel : NULL, c->nsel, TOPK, c->sinks, c->T, c->nh, HD, WIN, c->ratio, NROT,
+                         c->inv_freq, 1.0f / sqrtf((float)HD), c->pos, c->o, st))
         tc_refused = 1;
 }
 static void tc_pipe_set(int v) {
@@ -481,6 +547,17 @@ static void tc_compare(tc_ctx *c, const char *label, float *out0, const double *
     unsetenv("MINKE_CUDA_ATT_TC_PIPE");
     free(o1);
 }
+/* pipe 0 and 1 on c's FP8 rows against its f32 rows (fp8_compare) */
+static void tc_compare_fp8(tc_ctx *c, const char *label) {
+    if (!c->comp8) return;
+    char what[240];
+    for (int pipe = 0; pipe <= 1; pipe++) {
+        tc_pipe_set(pipe);
+        snprintf(what, sizeof what, "attention_tc %s pipe=%d", label, pipe);
+        fp8_compare(what, l_tc, c, &c->fmt, c->o, (size_t)c->T * c->nh * HD);
+    }
+    unsetenv("MINKE_CUDA_ATT_TC_PIPE");
+}
 
 /* a batch of T tokens from pos0 with nh heads: random q / rows, ratio 4
  * selections (ascending, distinct, min(nI, 512) of nI = (pos+1)/4), then
@@ -494,6 +571,7 @@ static void check_attention_tc(int T, int nh, int ratio, int pos0, int timed) {
     float *hring = malloc(sizeof(float) * WIN * HD), *hcomp = malloc(sizeof(float) * (size_t)ncap * HD);
     float hs[NH], inv[NROT / 2];
     fill(hq, nq, 3.0f); fill(hkvb, (int64_t)T * HD, 1.0f); fill(hring, WIN * HD, 1.0f); fill(hcomp, (int64_t)ncap * HD, 1.0f);
+    fp8_sim_rows(hcomp, ncap);
     fill(hs, NH, 2.0f);
     for (int k = 0; k < NROT / 2; k++) inv[k] = powf(160000.0f, -2.0f * k / NROT);
     int *hsel = malloc(sizeof(int) * TOPK * (size_t)T), *hnsel = malloc(sizeof(int) * T);
@@ -523,9 +601,11 @@ static void check_attention_tc(int T, int nh, int ratio, int pos0, int timed) {
              ratio == 4 ? TOPK : ratio ? (pos0 + T) / ratio : 0);
     float *o0 = malloc(sizeof(float) * nq);
     tc_compare(&c, label, o0, ref, toks, ntok, timed ? tflop * 1e-12 : 0);
+    c.comp8 = fp8_rows_dev(hcomp, ncap, label);
+    tc_compare_fp8(&c, label);
     free(hq); free(hkvb); free(hring); free(hcomp); free(hsel); free(hnsel); free(ref); free(o0);
     cudaFree(c.q); cudaFree(c.kvb); cudaFree(c.ring); cudaFree(c.comp); cudaFree(c.sinks); cudaFree(c.inv_freq);
-    cudaFree(c.sel); cudaFree(c.nsel); cudaFree(c.pos); cudaFree(c.o);
+    cudaFree(c.sel); cudaFree(c.nsel); cudaFree(c.pos); cudaFree(c.o); cudaFree(c.comp8);
 }
 
 static void check_attention(int T, int ratio, int ncomp_rows) {
@@ -538,6 +618,7 @@ static void check_attention(int T, int ratio, int ncomp_rows) {
     float *hq = malloc(sizeof(float) * nq), *hkvb = malloc(sizeof(float) * T * HD), *hring = malloc(sizeof(float) * WIN * HD);
     float *hcomp = malloc(sizeof(float) * (size_t)ncap * HD), hs[NH], inv[NROT / 2];
     fill(hq, nq, 3.0f); fill(hkvb, T * HD, 1.0f); fill(hring, WIN * HD, 1.0f); fill(hcomp, (int64_t)ncap * HD, 1.0f); fill(hs, NH, 2.0f);
+    fp8_sim_rows(hcomp, ncap);
     for (int k = 0; k < NROT / 2; k++) inv[k] = powf(160000.0f, -2.0f * k / NROT);
     int *hsel = malloc(sizeof(int) * TOPK * T), hnsel[2];
     for (int t = 0; t < T; t++) {
@@ -598,16 +679,32 @@ static void check_attention(int T, int ratio, int ncomp_rows) {
             c.nsplit = ns; cu_dec_old_set(0); time_one(what, l_att, &c, &mn, &an);
             printf("time %-44s old(8) %7.2f us (b2b %7.2f)  new %7.2f us (b2b %7.2f)  x%.2f\n", what, mo, ao, mn, an, mo / mn);
         }
+    char label[96];
+    snprintf(label, sizeof label, "T=%d ratio=%d rows=%d+%d", T, ratio, nraw, ncomp);
+    c.comp8 = fp8_rows_dev(hcomp, ncap, label);
     {   /* the tensor-core kernel, forced, on the same inputs */
-        tc_ctx tc = {T, NH, ratio, c.pos0, c.q, c.kvb, c.ring, c.comp, c.sinks, c.inv_freq, c.o, c.sel, c.nsel, c.pos};
+        tc_ctx tc = {T, NH, ratio, c.pos0, c.q, c.kvb, c.ring, c.comp, c.sinks, c.inv_freq, c.o, c.sel, c.nsel, c.pos,
+                     c.comp8, CU_KV_F32};
         int toks[2] = {0, 1};
-        char label[96];
-        snprintf(label, sizeof label, "T=%d ratio=%d rows=%d+%d", T, ratio, nraw, ncomp);
         tc_compare(&tc, label, o, ref, toks, T, 0);
+        tc_compare_fp8(&tc, label);
     }
+    /* every other path on the FP8 rows: split decode (k_attn_dec; at T = 1
+     * on an H200 the 64-split case stages chunks that hold both window and
+     * compressed rows), the previous kernel (k_attention + combine), one
+     * split (k_attention_heads) */
+    static const struct { int old, nsplit; const char *what; } fp8_cases[] = {
+        {0, 8, "k_attn_dec"}, {0, 64, "k_attn_dec"}, {1, 8, "k_attention"}, {0, 1, "k_attention_heads"}};
+    for (int k = 0; c.comp8 && k < (int)(sizeof fp8_cases / sizeof fp8_cases[0]); k++) {
+        cu_dec_old_set(fp8_cases[k].old ? CU_OLD_ATTENTION : 0);
+        c.nsplit = fp8_cases[k].nsplit;
+        snprintf(what, sizeof what, "attention %s nsplit=%d %s", fp8_cases[k].what, c.nsplit, label);
+        fp8_compare(what, l_att, &c, &c.fmt, c.o, nq);
+    }
+    cu_dec_old_set(0);
     free(hq); free(hkvb); free(hring); free(hcomp); free(hsel); free(ref); free(o); free(oold);
     cudaFree(c.q); cudaFree(c.kvb); cudaFree(c.ring); cudaFree(c.comp); cudaFree(c.sinks); cudaFree(c.inv_freq);
-    cudaFree(c.sel); cudaFree(c.nsel); cudaFree(c.pos); cudaFree(c.o); cudaFree(c.part);
+    cudaFree(c.sel); cudaFree(c.nsel); cudaFree(c.pos); cudaFree(c.o); cudaFree(c.part); cudaFree(c.comp8);
 }
 
 int main(int argc, char **argv) {

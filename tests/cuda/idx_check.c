@@ -23,6 +23,16 @@
  * (MINKE_CUDA_IDX_TC=2: every score by the fallback); T = 8 (decode side:
  * the FMA kernel); the Flash-size prompt (T = 4096, pos0 = 0) with timings.
  *
+ * FP4 rows (issue #6): the rows packed on the host into the KV cache's FP4
+ * layout (nm_fp4_pack: kv4_stride(128) bytes a row, codes at 0, scale bytes
+ * at 64; cu_kvrow.cuh); each path (the FMA kernel at decode T = 1 with 16 and
+ * 32 row slots and at prefill T, the previous FMA kernel k_idx_scores, the
+ * tensor-core kernel and its f32 fallback) must give from the packed rows
+ * the bits it gives from the f32 rows: scores, unwritten entries, top-k.
+ * Rows that are not FP4 values (the poisoned and the random f32 data) go
+ * through the FP4 simulation first, as the cache's writer does; a row that
+ * then does not pack is a failure. Decode is timed with both row formats.
+ *
  *   idx_check          the checks and the Flash-size timing ('time' lines)
  *   idx_check --time   also the row / token tile variants timed
  * Ends with 'idx_check: all ok' (exit 0) or 'FAIL idx_check: N failure(s)'.
@@ -40,7 +50,7 @@
 
 #define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("FAIL cuda %s: %s (line %d)\n", #x, cudaGetErrorString(e_), __LINE__); exit(1); } } while (0)
 
-enum { NH = 64, HD = 128, TOPK = 512 };
+enum { NH = 64, HD = 128, TOPK = 512, TC_MIN_T = 16 };   /* TC_MIN_T: cu_indexer.cu's IDXT_MIN_T */
 #define WSCALE 0.011048543456039806f     /* 1 / sqrt(128 * 64), the model's indexer scale */
 
 static uint64_t rng = 0x2545F4914F6CDD1Dull;
@@ -125,6 +135,8 @@ typedef struct {
     float *hq, *hw, *hrows;            /* host */
     float *q, *w, *rows, *sc;          /* device */
     int *pos, *sel, *nsel;
+    uint8_t *rows4;                    /* device: the rows in FP4 (pack_rows), or NULL */
+    int fmt;                           /* the rows the kernels read: CU_KV_F32 (rows) or CU_KV_FP4 (rows4) */
 } icase;
 
 enum { DATA_FP4, DATA_FP4_POISON, DATA_F32 };
@@ -186,22 +198,27 @@ static void case_init(icase *c, int T, int pos0, int data) {
 static void case_free(icase *c) {
     free(c->hq); free(c->hw); free(c->hrows);
     cudaFree(c->q); cudaFree(c->w); cudaFree(c->rows); cudaFree(c->sc);
-    cudaFree(c->pos); cudaFree(c->sel); cudaFree(c->nsel);
+    cudaFree(c->pos); cudaFree(c->sel); cudaFree(c->nsel); cudaFree(c->rows4);
 }
 
-/* paths: the FMA kernel itself; the public entry with sims on / off; sims
- * off forced onto the tensor-core kernel */
-enum { P_FMA, P_SIMS_ON, P_SIMS_OFF, P_TC_FORCED };
+/* paths: the FMA kernel itself (P_FMA_OLD: the previous one, k_idx_scores);
+ * the public entry with sims on / off; sims off forced onto the tensor-core
+ * kernel */
+enum { P_FMA, P_FMA_OLD, P_SIMS_ON, P_SIMS_OFF, P_TC_FORCED };
 static void launch(icase *c, int path, int mt, int tok) {
     char b[16];
     snprintf(b, sizeof b, "%d", mt); setenv("MINKE_CUDA_IDX_TC_MT", b, 1);
     snprintf(b, sizeof b, "%d", tok); setenv("MINKE_CUDA_IDX_TC_TOK", b, 1);
     setenv("MINKE_CUDA_IDX_TC", path == P_TC_FORCED ? "2" : "1", 1);
-    if (path == P_FMA)
-        cu_idx_scores(c->q, c->w, c->rows, c->T, NH, HD, WSCALE, TOPK, c->icap, c->pos, c->sc, c->icap, st);
-    else
-        cu_idx_scores_sims(c->q, c->w, c->rows, c->T, NH, HD, WSCALE, TOPK, c->icap, c->pos, c->sc, c->icap,
+    const void *rows = c->fmt == CU_KV_FP4 ? (const void *)c->rows4 : (const void *)c->rows;
+    if (path == P_FMA || path == P_FMA_OLD) {
+        cu_dec_old_set(path == P_FMA_OLD ? CU_OLD_IDX_SCORES : 0);
+        cu_idx_scores(c->q, c->w, rows, c->fmt, c->T, NH, HD, WSCALE, TOPK, c->icap, c->pos, c->sc, c->icap, st);
+        cu_dec_old_set(0);
+    } else {
+        cu_idx_scores_sims(c->q, c->w, rows, c->fmt, c->T, NH, HD, WSCALE, TOPK, c->icap, c->pos, c->sc, c->icap,
                            path == P_SIMS_ON, st);
+    }
 }
 
 typedef struct { float *sc; int *sel, *nsel; } result;
@@ -369,6 +386,79 @@ static void check_small(int T, int pos0) {
     case_free(&c);
 }
 
+/* the case's rows in the KV cache's FP4 layout, on the device in c->rows4:
+ * row r at r kv4_stride(HD) bytes, its codes at 0, its scale bytes at HD / 2;
+ * the rows past the last token's nI (never read) are 0xff bytes (-6 times
+ * an infinite scale). Returns 0, reported, when a row does not pack. */
+static int pack_rows(icase *c) {
+    int nmax = (c->pos0 + c->T) / 4, rb = kv4_stride(HD);
+    uint8_t *h = malloc((size_t)c->icap * rb);
+    memset(h, 0xff, (size_t)c->icap * rb);
+    for (int r = 0; r < nmax; r++) {
+        uint8_t *row = h + (size_t)r * rb;
+        memset(row, 0, rb);
+        if (!nm_fp4_pack(c->hrows + (size_t)r * HD, HD, row, row + HD / 2)) {
+            char what[160];
+            snprintf(what, sizeof what, "FP4 rows T=%d pos0=%d: row %d does not pack (not FP4-simulated values)",
+                     c->T, c->pos0, r);
+            report(0, what);
+            free(h);
+            return 0;
+        }
+    }
+    CK(cudaMalloc((void **)&c->rows4, (size_t)c->icap * rb));
+    CK(cudaMemcpy(c->rows4, h, (size_t)c->icap * rb, cudaMemcpyHostToDevice));
+    free(h);
+    return 1;
+}
+
+/* FP4 rows against f32 rows of the same values, path by path (the FMA
+ * kernels; from T = 16 the tensor-core kernel with both row tilings: sims on,
+ * or forced for random f32 queries, whose scores all take the fallback) */
+static void check_fp4_rows(int T, int pos0, int data, int timed) {
+    icase c;
+    case_init(&c, T, pos0, data);
+    int nmax = (pos0 + T) / 4;
+    if (data != DATA_FP4) {       /* the writer's simulation: what a cache row can hold */
+        for (int r = 0; r < nmax; r++) nm_fp4_sim(c.hrows + (size_t)r * HD, HD, NULL);
+        CK(cudaMemcpy(c.rows, c.hrows, sizeof(float) * (size_t)nmax * HD, cudaMemcpyHostToDevice));
+    }
+    if (!pack_rows(&c)) { case_free(&c); return; }
+    long long nfb, nall;
+    fallback_count(c.hq, c.hrows, T, pos0, &nfb, &nall);
+    int tc = data == DATA_F32 ? P_TC_FORCED : P_SIMS_ON;
+    static const char *const names[] = {
+        [P_FMA] = "FMA kernel", [P_FMA_OLD] = "k_idx_scores (old kernels)", [P_SIMS_ON] = "tensor cores",
+        [P_TC_FORCED] = "forced tensor cores"};
+    const int runs[][2] = {{P_FMA, 2}, {P_FMA_OLD, 2}, {tc, 2}, {tc, 1}};
+    result ref, got;
+    result_alloc(&ref, &c); result_alloc(&got, &c);
+    for (int v = 0; v < 4; v++) {
+        int path = runs[v][0], mt = runs[v][1];
+        if (path == tc && T < TC_MIN_T) break;      /* below it the public entry is the FMA kernel */
+        c.fmt = CU_KV_F32; run(&c, path, mt, 8, &ref);
+        c.fmt = CU_KV_FP4; run(&c, path, mt, 8, &got);
+        char label[240];
+        snprintf(label, sizeof label, "FP4 rows vs f32 rows T=%d pos0=%d%s, %s%s", T, pos0,
+                 data == DATA_FP4_POISON ? " poisoned" : data == DATA_F32 ? " random queries" : "", names[path],
+                 path == tc ? (mt == 2 ? " rows 256" : " rows 128") : "");
+        if (path == tc) {
+            size_t n = strlen(label);
+            snprintf(label + n, sizeof label - n, " (%lld of %lld by fallback)", nfb, nall);
+        }
+        compare(&c, &ref, &got, label);
+        if (v == 0 && data == DATA_FP4) check_double(&c, &got, label);
+        if (timed) {
+            c.fmt = CU_KV_F32; float tf = time_launch(&c, path, mt, 8);
+            c.fmt = CU_KV_FP4; float t4 = time_launch(&c, path, mt, 8);
+            printf("time idx_scores %s T=%d pos0=%d: f32 rows %9.1f us, FP4 rows %9.1f us  x%.2f\n", names[path], T,
+                   pos0, tf, t4, tf / t4);
+        }
+    }
+    result_free(&ref); result_free(&got);
+    case_free(&c);
+}
+
 int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--time")) do_time = 1;
@@ -389,6 +479,13 @@ int main(int argc, char **argv) {
     check_f32(48, 3000);
     check_small(8, 3000);
     check_fp4(4096, 0, DATA_FP4, 1);           /* the Flash prompt */
+    /* row slots and rows a thread as cu_idx_scores picks them on the H200 (132 SMs) */
+    check_fp4_rows(1, 20000, DATA_FP4, 0);     /* decode, 5000 rows: 16 row slots, a row a thread */
+    check_fp4_rows(1, 160000, DATA_FP4, 1);    /* decode, 40000 rows: 32 row slots, 4 rows a thread; timed */
+    check_fp4_rows(37, 2048, DATA_FP4, 0);     /* prefill, tokens 0-2 inactive; 2 rows a thread */
+    check_fp4_rows(200, 4000, DATA_FP4, 0);    /* across the 1024 row tile; 4 rows a thread */
+    check_fp4_rows(64, 2400, DATA_FP4_POISON, 0);   /* the tensor cores' f32 fallback reading FP4 rows */
+    check_fp4_rows(48, 3000, DATA_F32, 0);     /* every tensor-core score by the fallback */
     CK(cudaDeviceSynchronize());
     if (fails) { printf("FAIL idx_check: %d failure(s)\n", fails); return 1; }
     printf("idx_check: all ok\n");

@@ -4,7 +4,9 @@
  * zero, -0 and floor-scale blocks; FP4 rows through the Hadamard rotation
  * first) must give the same code and exponent bytes as the CPU and come
  * back bit for bit; rows with a value between codes, a NaN or an infinity
- * must be refused. Run on a GPU machine (tests/run-cuda.sh).
+ * must be refused. Then whole cache rows (check_rows): what the compressors
+ * store unpacks to the simulation's bits. Run on a GPU machine
+ * (tests/run-cuda.sh).
  */
 #include <math.h>
 #include <stdio.h>
@@ -72,6 +74,66 @@ static int check(int fp4, int nrows, int n) {
     return bad;
 }
 
+/* Whole cache rows (cu_kvrow.cuh layouts; fmt FP8: hd with an f32 tail of
+ * nrot, FP4: hd): the compressors' writer path (cu_kvrows_sim: simulate and
+ * pack in shared memory) must store what the simulation gives (unpacked, the
+ * same bits as the GPU's and the CPU's simulation), and the state copy's pack
+ * of those f32 rows must accept them and come back bit for bit; a row with a
+ * value between codes must be refused. */
+static int check_rows(int fmt, int nrows, int hd, int nrot) {
+    const int fp4 = fmt == CU_KV_FP4, rb = kv_row_bytes(fmt, hd, nrot), npk = fp4 ? hd : hd - nrot;
+    const size_t fb = sizeof(float) * (size_t)nrows * hd;
+    float *x = malloc(fb), *sim = malloc(fb), *y = malloc(fb), *cpu = malloc(fb);
+    for (int r = 0; r < nrows; r++) {
+        float *row = x + (size_t)r * hd;
+        kvrows_random(row, hd, fp4 ? 32 : 64);
+        memcpy(cpu + (size_t)r * hd, row, sizeof(float) * hd);
+        if (fp4) nm_fp4_sim(cpu + (size_t)r * hd, npk, NULL);
+        else nm_fp8_sim(cpu + (size_t)r * hd, npk, NULL);
+    }
+    float *dx, *dsim, *dy; uint8_t *drows, *drows2; int *dok;
+    CK(cudaMalloc((void **)&dx, fb)); CK(cudaMalloc((void **)&dsim, fb)); CK(cudaMalloc((void **)&dy, fb));
+    CK(cudaMalloc((void **)&drows, (size_t)nrows * rb)); CK(cudaMalloc((void **)&drows2, (size_t)nrows * rb));
+    CK(cudaMalloc((void **)&dok, sizeof(int)));
+    CK(cudaMemcpy(dx, x, fb, cudaMemcpyHostToDevice));
+    cu_kvrows_sim(fmt, dx, nrows, hd, nrot, dsim, drows, 0);
+    cu_kvrows_unpack(fmt, drows, nrows, hd, nrot, dy, 0);
+    CK(cudaGetLastError());
+    CK(cudaMemcpy(sim, dsim, fb, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(y, dy, fb, cudaMemcpyDeviceToHost));
+    int bad_sim = 0, bad_store = 0, bad_back = 0, ok = 1, refused = 0;
+    for (int r = 0; r < nrows; r++) {
+        bad_sim += memcmp(sim + (size_t)r * hd, cpu + (size_t)r * hd, sizeof(float) * hd) != 0;
+        bad_store += memcmp(sim + (size_t)r * hd, y + (size_t)r * hd, sizeof(float) * hd) != 0;
+    }
+    /* the state-load path: pack the simulated f32 rows, unpack, compare */
+    CK(cudaMemcpy(dok, &ok, sizeof(int), cudaMemcpyHostToDevice));
+    cu_kvrows_pack(fmt, dsim, nrows, hd, nrot, drows2, dok, 0);
+    CK(cudaMemset(dy, 0, fb));
+    cu_kvrows_unpack(fmt, drows2, nrows, hd, nrot, dy, 0);
+    CK(cudaMemcpy(&ok, dok, sizeof(int), cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(y, dy, fb, cudaMemcpyDeviceToHost));
+    for (int r = 0; r < nrows; r++) bad_back += memcmp(sim + (size_t)r * hd, y + (size_t)r * hd, sizeof(float) * hd) != 0;
+    /* one value between codes in the last row: the pack must refuse */
+    float v = sim[(size_t)(nrows - 1) * hd + 5];
+    v = (v == 0.0f ? 1.0f : v) * (1.0f + ldexpf(1.0f, -12));
+    CK(cudaMemcpy(dsim + (size_t)(nrows - 1) * hd + 5, &v, sizeof v, cudaMemcpyHostToDevice));
+    int ok2 = 1;
+    CK(cudaMemcpy(dok, &ok2, sizeof(int), cudaMemcpyHostToDevice));
+    cu_kvrows_pack(fmt, dsim, nrows, hd, nrot, drows2, dok, 0);
+    CK(cudaMemcpy(&ok2, dok, sizeof(int), cudaMemcpyDeviceToHost));
+    CK(cudaDeviceSynchronize());
+    refused = !ok2;
+    int bad = bad_sim || bad_store || bad_back || !ok || !refused;
+    printf("%s kvrows %s %d rows of %d (%d bytes a row): %d rows differ from the CPU's simulation, %d stored rows "
+           "unpack to other bits, pack of the simulated rows %s, %d rows not back bit for bit, a value between codes %s\n",
+           bad ? "FAIL" : "ok", fp4 ? "fp4" : "fp8", nrows, hd, rb, bad_sim, bad_store, ok ? "accepted" : "REFUSED",
+           bad_back, refused ? "refused" : "ACCEPTED");
+    cudaFree(dx); cudaFree(dsim); cudaFree(dy); cudaFree(drows); cudaFree(drows2); cudaFree(dok);
+    free(x); free(sim); free(y); free(cpu);
+    return bad;
+}
+
 int main(void) {
     int dev = 0;
     if (cudaGetDeviceCount(&dev) != cudaSuccess || dev < 1) { printf("skip kvfmt_check: no CUDA device\n"); return 0; }
@@ -81,6 +143,9 @@ int main(void) {
     bad += check(0, 2000, 448);     /* the FP8 part of a 512-dim row with 64 RoPE dims */
     bad += check(0, 300, 64);
     bad += check(1, 2000, 128);     /* an indexer row */
+    bad += check_rows(CU_KV_FP8, 2000, 512, 64);   /* Flash's attention rows */
+    bad += check_rows(CU_KV_FP8, 300, 128, 64);    /* tiny-a's */
+    bad += check_rows(CU_KV_FP4, 2000, 128, 0);    /* indexer rows */
     printf("kvfmt_check: %s\n", bad ? "FAIL" : "all ok");
     return bad != 0;
 }
