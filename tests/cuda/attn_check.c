@@ -603,6 +603,16 @@ static void check_attention_tc(int T, int nh, int ratio, int pos0, int timed) {
     tc_compare(&c, label, o0, ref, toks, ntok, timed ? tflop * 1e-12 : 0);
     c.comp8 = fp8_rows_dev(hcomp, ncap, label);
     tc_compare_fp8(&c, label);
+    if (timed && c.comp8 && !tc_refused) {
+        /* what the packed rows cost the pipelined kernel (the default) */
+        float med[2], mean[2];
+        tc_pipe_set(1);
+        for (int f = 0; f < 2; f++) { c.fmt = f ? CU_KV_FP8 : CU_KV_F32; time_one(label, l_tc, &c, &med[f], &mean[f]); }
+        c.fmt = CU_KV_F32;
+        unsetenv("MINKE_CUDA_ATT_TC_PIPE");
+        printf("time attention_tc %s pipe=1: f32 rows %.1f us, FP8 rows %.1f us (b2b %.1f, %.1f)\n", label, med[0], med[1],
+               mean[0], mean[1]);
+    }
     free(hq); free(hkvb); free(hring); free(hcomp); free(hsel); free(hnsel); free(ref); free(o0);
     cudaFree(c.q); cudaFree(c.kvb); cudaFree(c.ring); cudaFree(c.comp); cudaFree(c.sinks); cudaFree(c.inv_freq);
     cudaFree(c.sel); cudaFree(c.nsel); cudaFree(c.pos); cudaFree(c.o); cudaFree(c.comp8);

@@ -310,6 +310,8 @@ static float time_launch(icase *c, int path, int mt, int tok) {
     return t[N / 2] * 1000.f;
 }
 
+static int pack_rows(icase *c);
+
 /* FP4 data: the FMA kernel against the tensor-core kernel's variants */
 static void check_fp4(int T, int pos0, int data, int flash) {
     icase c;
@@ -335,6 +337,12 @@ static void check_fp4(int T, int pos0, int data, int flash) {
         float tf = time_launch(&c, P_FMA, 2, 8), tt = time_launch(&c, P_SIMS_ON, 2, 8);
         printf("time idx_scores T=%d pos0=%d (Flash prompt): FMA k_idx_scores_w %9.1f us, tensor cores %8.1f us  x%.1f\n",
                T, pos0, tf, tt, tf / tt);
+        if (pack_rows(&c)) {
+            c.fmt = CU_KV_FP4;
+            float t4 = time_launch(&c, P_SIMS_ON, 2, 8);
+            c.fmt = CU_KV_F32;
+            printf("time idx_scores_tc T=%d pos0=%d (Flash prompt): f32 rows %8.1f us, FP4 rows %8.1f us\n", T, pos0, tt, t4);
+        }
         if (do_time) {
             static const int mts[2] = {2, 1}, toks[5] = {4, 8, 12, 16, 32};
             for (int a = 0; a < 2; a++)
