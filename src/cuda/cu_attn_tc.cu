@@ -390,12 +390,14 @@ k_attention_tcp(const float *q, const float *kv_batch, const float *ring, const 
                 int idx = tid + j * ATC_THREADS, r = idx / (HD / 4), d4 = idx - r * (HD / 4);
                 uint2 hv = make_uint2(0u, 0u);
                 if (r < nr) {
-                    float4 v = FMT == CU_KV_FP8 && base + r >= nraw
-                                   ? kv8_load4((const uint8_t *)(sRaw + r * HD), 4 * d4, HD, nrot)
-                                   : *(const float4 *)(sRaw + r * HD + d4 * 4);
-                    __half2 a = __floats2half2_rn(v.x, v.y), b = __floats2half2_rn(v.z, v.w);
-                    hv.x = *(const uint32_t *)&a;
-                    hv.y = *(const uint32_t *)&b;
+                    if (FMT == CU_KV_FP8 && base + r >= nraw) {
+                        hv = kv8_load4_h((const uint8_t *)(sRaw + r * HD), 4 * d4, HD, nrot);
+                    } else {
+                        float4 v = *(const float4 *)(sRaw + r * HD + d4 * 4);
+                        __half2 a = __floats2half2_rn(v.x, v.y), b = __floats2half2_rn(v.z, v.w);
+                        hv.x = *(const uint32_t *)&a;
+                        hv.y = *(const uint32_t *)&b;
+                    }
                 }
                 *(uint2 *)(sK + r * QS + d4 * 4) = hv;
             }
