@@ -694,7 +694,6 @@ k_attn_dec_combine(const float *part, const float *sinks, const int *nsel, int n
 #define ATH_HEADS 8
 #define ATH_ROWS 16
 #define ATH_V4 4        /* float4 per lane: hd / 128 */
-template <int FMT>
 __global__ void __launch_bounds__(ATH_HEADS * 32)
 k_attention_heads(const float *q, const float *kv_batch, const float *ring, const void *comp, const int *sel,
                   const int *nsel, int topk, const float *sinks, int nh, int hd, int W, int ratio, int nrot,
@@ -722,8 +721,8 @@ k_attention_heads(const float *q, const float *kv_batch, const float *ring, cons
         int nr = n - base < ATH_ROWS ? n - base : ATH_ROWS;
         for (int idx = threadIdx.x; idx < nr * per_row; idx += blockDim.x) {
             int r = idx / per_row, c = idx - r * per_row;
-            const void *row = att_row<FMT>(base + r, nraw, qp, pos0, W, hd, nrot, ratio, kv_batch, ring, comp, sel_t);
-            ((float4 *)(srow + r * hd))[c] = att_val4<FMT>(row, base + r >= nraw, c, hd, nrot);
+            const void *row = att_row<CU_KV_F32>(base + r, nraw, qp, pos0, W, hd, nrot, ratio, kv_batch, ring, comp, sel_t);
+            ((float4 *)(srow + r * hd))[c] = att_val4<CU_KV_F32>(row, false, c, hd, nrot);
         }
         __syncthreads();
         if (h < nh)
@@ -835,12 +834,14 @@ void cu_attention(const float *q, const float *kv_batch, const float *ring, cons
     const bool fp8 = comp_fmt == CU_KV_FP8;
     if (!part || nsplit < 1) nsplit = 1;
     if (nsplit > 64) nsplit = 64;
-    if (nsplit == 1 && T >= att_tc_min() && (att_tc_mode() == 2 || (tc && att_tc_mode() == 1)) &&
-        cu_attention_tc(q, kv_batch, ring, comp, comp_fmt, sel, nsel, topk, sinks, T, nh, hd, W, ratio, nrot, inv_freq,
-                        scale, pos0p, o, st))
+    /* FP8 rows: the decode kernels read them; a batch's (nsplit 1) take k_attention,
+     * the backend unpacks them first (cu_kvrows_unpack) for the prefill kernels */
+    if (!fp8 && nsplit == 1 && T >= att_tc_min() && (att_tc_mode() == 2 || (tc && att_tc_mode() == 1)) &&
+        cu_attention_tc(q, kv_batch, ring, (const float *)comp, sel, nsel, topk, sinks, T, nh, hd, W, ratio, nrot,
+                        inv_freq, scale, pos0p, o, st))
         return;
-    if (nsplit == 1 && hd <= 512 && hd % 128 == 0 && att_heads_mode()) {
-        cu_launch(fp8 ? k_attention_heads<CU_KV_FP8> : k_attention_heads<CU_KV_F32>,
+    if (!fp8 && nsplit == 1 && hd <= 512 && hd % 128 == 0 && att_heads_mode()) {
+        cu_launch(k_attention_heads,
             dim3((nh + ATH_HEADS - 1) / ATH_HEADS, T), ATH_HEADS * 32, 0, st,
             q, kv_batch, ring, comp, sel, nsel, topk, sinks, nh, hd, W, ratio, nrot, inv_freq, scale, pos0p, o);
         return;

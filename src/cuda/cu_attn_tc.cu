@@ -24,15 +24,9 @@
  * MINKE_CUDA_ATT_TC=2 forces it for all models, 0 turns it off.
  * k_attention_tcp (below, MINKE_CUDA_ATT_TC_PIPE, default 1) is the same
  * arithmetic with the next tile's rows copied by cp.async during this one's
- * products; PIPE=0 runs k_attention_tc.
- *
- * The compressed rows may be packed FP8 rows (cu_kvrow.cuh; the kernels'
- * FMT, cu_attention_tc's comp_fmt): they are unpacked (kv8_load4) to the f32
- * values the simulation produced where the f32 kernels read a row, so the f16
- * tile and everything after it are the same bits. */
+ * products; PIPE=0 runs k_attention_tc. */
 #include "cuda/cu_common.cuh"
 #include "cuda/cu_ops.h"
-#include "cuda/cu_kvrow.cuh"
 #include <cuda_fp16.h>
 #include <stdlib.h>
 
@@ -69,20 +63,17 @@ __device__ __forceinline__ void atc_ldm_x4_trans(uint32_t &r0, uint32_t &r1, uin
 
 __device__ __forceinline__ uint32_t atc_ld32(const __half *p) { return *(const uint32_t *)p; }
 
-/* row i of token qp's attention list (window rows first, f32, then the
- * compressed ones in FMT's layout: an FP8 row exactly when i >= nraw) */
-template <int FMT>
-__device__ __forceinline__ const void *atc_row(int i, int nraw, int qp, int pos0, int W, int hd, int nrot, int ratio,
-                                               const float *kv_batch, const float *ring, const void *comp,
-                                               const int *sel_t) {
+/* row i of token qp's attention list (window rows first, then compressed) */
+__device__ __forceinline__ const float *atc_row(int i, int nraw, int qp, int pos0, int W, int hd, int ratio,
+                                                const float *kv_batch, const float *ring, const float *comp,
+                                                const int *sel_t) {
     if (i < nraw) {
         int j = qp - nraw + 1 + i;
         return j >= pos0 ? kv_batch + (int64_t)(j - pos0) * hd : ring + (int64_t)(j % W) * hd;
     }
     int c = i - nraw;
     if (ratio == 4) c = sel_t[c];
-    if (FMT == CU_KV_FP8) return (const uint8_t *)comp + (int64_t)c * kv8_stride(hd, nrot);
-    return (const float *)comp + (int64_t)c * hd;
+    return comp + (int64_t)c * hd;
 }
 
 /* The pieces both prefill kernels share (k_attention_tc and its pipelined
@@ -196,9 +187,9 @@ __device__ __forceinline__ void atc_finish(const float (&acc)[HD / 32][4], const
     }
 }
 
-template <int HD, int FMT>
+template <int HD>
 __global__ void __launch_bounds__(ATC_THREADS, 1)
-k_attention_tc(const float *q, const float *kv_batch, const float *ring, const void *comp, const int *sel,
+k_attention_tc(const float *q, const float *kv_batch, const float *ring, const float *comp, const int *sel,
                const int *nsel, int topk, const float *sinks, int nh, int W, int ratio, int nrot,
                const float *inv_freq, float scale, const int *pos0p, float *o) {
     cu_pdl_enter();
@@ -212,7 +203,7 @@ k_attention_tc(const float *q, const float *kv_batch, const float *ring, const v
     __half *sP = (__half *)(atc_sh + Lt::p_off);
     float *sM = (float *)(atc_sh + Lt::m_off), *sL = sM + ATC_HEADS, *sC = sL + ATC_HEADS;
     float *sCos = sC + ATC_HEADS, *sSin = sCos + HD / 2;
-    const void **sRow = (const void **)(atc_sh + Lt::r_off);     /* the next tile's row addresses */
+    const float **sRow = (const float **)(atc_sh + Lt::r_off);   /* the next tile's row addresses */
 
     int t = blockIdx.y, h0 = blockIdx.x * ATC_HEADS;
     int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
@@ -223,8 +214,7 @@ k_attention_tc(const float *q, const float *kv_batch, const float *ring, const v
 
     atc_stage_q<HD>(q, t, nh, h0, qp, nrot, inv_freq, sQ, sM, sL, sCos, sSin, tid);
 
-    if (w == 0)
-        sRow[lane] = lane < n ? atc_row<FMT>(lane, nraw, qp, pos0, W, HD, nrot, ratio, kv_batch, ring, comp, sel_t) : nullptr;
+    if (w == 0) sRow[lane] = lane < n ? atc_row(lane, nraw, qp, pos0, W, HD, ratio, kv_batch, ring, comp, sel_t) : nullptr;
     __syncthreads();
 
     int hg = w & 3, part = w >> 2;        /* 16-head group; row block (S) / dim quarter (O) */
@@ -243,9 +233,7 @@ k_attention_tc(const float *q, const float *kv_batch, const float *ring, const v
 #pragma unroll
             for (int j = 0; j < PER; j++) {
                 int idx = tid + j * ATC_THREADS, r = idx / (HD / 4), d4 = idx - r * (HD / 4);
-                v[j] = r >= nr ? make_float4(0.f, 0.f, 0.f, 0.f)
-                     : FMT == CU_KV_FP8 && base + r >= nraw ? kv8_load4((const uint8_t *)sRow[r], 4 * d4, HD, nrot)
-                     : __ldg((const float4 *)sRow[r] + d4);
+                v[j] = r < nr ? __ldg((const float4 *)sRow[r] + d4) : make_float4(0.f, 0.f, 0.f, 0.f);
             }
 #pragma unroll
             for (int j = 0; j < PER; j++) {
@@ -275,7 +263,7 @@ k_attention_tc(const float *q, const float *kv_batch, const float *ring, const v
         atc_softmax(sS, sP, sM, sL, sC, nr, scale, w, lane);
         if (w == 0) {       /* the next tile's rows (the staging above has read this tile's) */
             int i = base + ATC_ROWS + lane;
-            sRow[lane] = i < n ? atc_row<FMT>(i, nraw, qp, pos0, W, HD, nrot, ratio, kv_batch, ring, comp, sel_t) : nullptr;
+            sRow[lane] = i < n ? atc_row(i, nraw, qp, pos0, W, HD, ratio, kv_batch, ring, comp, sel_t) : nullptr;
         }
         __syncthreads();
         /* O += P V: warp = 16 heads x hd/4 dims */
@@ -303,10 +291,7 @@ k_attention_tc(const float *q, const float *kv_batch, const float *ring, const v
  * H200: 3,013 tok/s prefill against 3,018 and 3,028.)
  * Shared memory: the layout above + 32 rows x HD f32 (64 KB at HD 512:
  * 178 KB a block, over sm_80's 163 KB opt-in: there cudaFuncSetAttribute
- * refuses it and the launcher runs the kernel above).
- * FP8 compressed rows: their packed bytes (kv8_stride, < HD floats) are
- * copied to the start of the row's raw slot and unpacked (kv8_load4 from
- * shared memory) by the f16 conversion. */
+ * refuses it and the launcher runs the kernel above). */
 template <int HD> struct atcp_layout {
     typedef atc_layout<HD> B;
     static constexpr size_t r_off = B::r_off;
@@ -315,26 +300,21 @@ template <int HD> struct atcp_layout {
     static_assert(raw_off % 16 == 0, "raw tile alignment");
 };
 
-/* cp.async of a tile's nr raw rows (addresses in rows[]) into raw (HD floats
- * a row); FP8: rows from r_pk on are packed, kv8_stride(HD, nrot) bytes */
-template <int HD, int FMT>
-__device__ __forceinline__ void atcp_issue(float *raw, const void *const *rows, int nr, int r_pk, int nrot, int tid) {
+/* cp.async of a tile's nr raw rows (addresses in rows[]) into raw (HD floats a row) */
+template <int HD>
+__device__ __forceinline__ void atcp_issue(float *raw, const float *const *rows, int nr, int tid) {
     constexpr int PER = ATC_ROWS * HD / 4 / ATC_THREADS;
 #pragma unroll
     for (int j = 0; j < PER; j++) {
         int idx = tid + j * ATC_THREADS, r = idx / (HD / 4), d4 = idx - r * (HD / 4);
-        if (r >= nr) continue;
-        if (FMT == CU_KV_FP8 && r >= r_pk) {
-            if (16 * d4 < kv8_stride(HD, nrot)) cp_async16(raw + r * HD + d4 * 4, (const uint8_t *)rows[r] + 16 * d4);
-        } else
-            cp_async16(raw + r * HD + d4 * 4, (const float *)rows[r] + d4 * 4);
+        if (r < nr) cp_async16(raw + r * HD + d4 * 4, rows[r] + d4 * 4);
     }
     cp_async_commit();
 }
 
-template <int HD, int FMT>
+template <int HD>
 __global__ void __launch_bounds__(ATC_THREADS, 1)
-k_attention_tcp(const float *q, const float *kv_batch, const float *ring, const void *comp, const int *sel,
+k_attention_tcp(const float *q, const float *kv_batch, const float *ring, const float *comp, const int *sel,
                 const int *nsel, int topk, const float *sinks, int nh, int W, int ratio, int nrot,
                 const float *inv_freq, float scale, const int *pos0p, float *o) {
     cu_pdl_enter();
@@ -349,7 +329,7 @@ k_attention_tcp(const float *q, const float *kv_batch, const float *ring, const 
     __half *sP = (__half *)(atc_sh + Lt::p_off);
     float *sM = (float *)(atc_sh + Lt::m_off), *sL = sM + ATC_HEADS, *sC = sL + ATC_HEADS;
     float *sCos = sC + ATC_HEADS, *sSin = sCos + HD / 2;
-    const void **sRow = (const void **)(atc_sh + Lp::r_off);     /* tile k's row addresses: sRow[(k & 1) * 32 + r] */
+    const float **sRow = (const float **)(atc_sh + Lp::r_off);   /* tile k's row addresses: sRow[(k & 1) * 32 + r] */
     float *sRaw = (float *)(atc_sh + Lp::raw_off);
 
     int t = blockIdx.y, h0 = blockIdx.x * ATC_HEADS;
@@ -361,13 +341,12 @@ k_attention_tcp(const float *q, const float *kv_batch, const float *ring, const 
 
     /* the first two tiles' addresses, then tile 0 in flight while Q is staged */
     if (w == 0) {
-        sRow[lane] = lane < n ? atc_row<FMT>(lane, nraw, qp, pos0, W, HD, nrot, ratio, kv_batch, ring, comp, sel_t) : nullptr;
+        sRow[lane] = lane < n ? atc_row(lane, nraw, qp, pos0, W, HD, ratio, kv_batch, ring, comp, sel_t) : nullptr;
         int i = ATC_ROWS + lane;
-        sRow[ATC_ROWS + lane] =
-            i < n ? atc_row<FMT>(i, nraw, qp, pos0, W, HD, nrot, ratio, kv_batch, ring, comp, sel_t) : nullptr;
+        sRow[ATC_ROWS + lane] = i < n ? atc_row(i, nraw, qp, pos0, W, HD, ratio, kv_batch, ring, comp, sel_t) : nullptr;
     }
     __syncthreads();
-    atcp_issue<HD, FMT>(sRaw, sRow, n < ATC_ROWS ? n : ATC_ROWS, nraw, nrot, tid);
+    atcp_issue<HD>(sRaw, sRow, n < ATC_ROWS ? n : ATC_ROWS, tid);
 
     atc_stage_q<HD>(q, t, nh, h0, qp, nrot, inv_freq, sQ, sM, sL, sCos, sSin, tid);
 
@@ -390,14 +369,10 @@ k_attention_tcp(const float *q, const float *kv_batch, const float *ring, const 
                 int idx = tid + j * ATC_THREADS, r = idx / (HD / 4), d4 = idx - r * (HD / 4);
                 uint2 hv = make_uint2(0u, 0u);
                 if (r < nr) {
-                    if (FMT == CU_KV_FP8 && base + r >= nraw) {
-                        hv = kv8_load4_h((const uint8_t *)(sRaw + r * HD), 4 * d4, HD, nrot);
-                    } else {
-                        float4 v = *(const float4 *)(sRaw + r * HD + d4 * 4);
-                        __half2 a = __floats2half2_rn(v.x, v.y), b = __floats2half2_rn(v.z, v.w);
-                        hv.x = *(const uint32_t *)&a;
-                        hv.y = *(const uint32_t *)&b;
-                    }
+                    float4 v = *(const float4 *)(sRaw + r * HD + d4 * 4);
+                    __half2 a = __floats2half2_rn(v.x, v.y), b = __floats2half2_rn(v.z, v.w);
+                    hv.x = *(const uint32_t *)&a;
+                    hv.y = *(const uint32_t *)&b;
                 }
                 *(uint2 *)(sK + r * QS + d4 * 4) = hv;
             }
@@ -407,7 +382,7 @@ k_attention_tcp(const float *q, const float *kv_batch, const float *ring, const 
          * was read above) */
         if (base + ATC_ROWS < n) {
             int nr1 = n - base - ATC_ROWS < ATC_ROWS ? n - base - ATC_ROWS : ATC_ROWS;
-            atcp_issue<HD, FMT>(sRaw, sRow + ((it + 1) & 1) * ATC_ROWS, nr1, nraw - base - ATC_ROWS, nrot, tid);
+            atcp_issue<HD>(sRaw, sRow + ((it + 1) & 1) * ATC_ROWS, nr1, tid);
         }
         /* S: warps 0-7 = 16 heads x 16 rows (two n8 accumulators, one Q fragment) */
         int rb = w >> 2;
@@ -436,8 +411,7 @@ k_attention_tcp(const float *q, const float *kv_batch, const float *ring, const 
         atc_softmax(sS, sP, sM, sL, sC, nr, scale, w, lane);
         if (w == 0) {       /* tile it+2's rows, into the buffer tile it's copies read from */
             int i = base + 2 * ATC_ROWS + lane;
-            sRow[(it & 1) * ATC_ROWS + lane] =
-                i < n ? atc_row<FMT>(i, nraw, qp, pos0, W, HD, nrot, ratio, kv_batch, ring, comp, sel_t) : nullptr;
+            sRow[(it & 1) * ATC_ROWS + lane] = i < n ? atc_row(i, nraw, qp, pos0, W, HD, ratio, kv_batch, ring, comp, sel_t) : nullptr;
         }
         __syncthreads();
         /* O += P V: warp = 16 heads x hd/4 dims */
@@ -469,47 +443,33 @@ template <typename K> static int atc_smem_ready(int *ready, int dev, K kern, siz
     return ready[dev] > 0;
 }
 
-/* the launch of one instantiation (its own ready flags: the shared-memory
- * attribute is set per kernel) */
-template <int HD, int FMT>
-static int atc_launch(const float *q, const float *kv_batch, const float *ring, const void *comp, const int *sel,
+template <int HD>
+static int atc_launch(const float *q, const float *kv_batch, const float *ring, const float *comp, const int *sel,
                       const int *nsel, int topk, const float *sinks, int T, int nh, int W, int ratio, int nrot,
                       const float *inv_freq, float scale, const int *pos0p, float *o, cudaStream_t st) {
     static int ready[32], ready_p[32];
     const int dev = cu_cur_dev();
     const dim3 grid((nh + ATC_HEADS - 1) / ATC_HEADS, T);
-    if (atc_pipe_mode() == 1 && atc_smem_ready(ready_p, dev, k_attention_tcp<HD, FMT>, atcp_layout<HD>::bytes)) {
-        cu_launch(k_attention_tcp<HD, FMT>, grid, ATC_THREADS, atcp_layout<HD>::bytes, st,
+    if (atc_pipe_mode() == 1 && atc_smem_ready(ready_p, dev, k_attention_tcp<HD>, atcp_layout<HD>::bytes)) {
+        cu_launch(k_attention_tcp<HD>, grid, ATC_THREADS, atcp_layout<HD>::bytes, st,
                   q, kv_batch, ring, comp, sel, nsel, topk, sinks, nh, W, ratio, nrot, inv_freq, scale, pos0p, o);
         return 1;
     }
     size_t smem = atc_layout<HD>::bytes;
-    if (!atc_smem_ready(ready, dev, k_attention_tc<HD, FMT>, smem)) return 0;
-    cu_launch(k_attention_tc<HD, FMT>, grid, ATC_THREADS, smem, st,
+    if (!atc_smem_ready(ready, dev, k_attention_tc<HD>, smem)) return 0;
+    cu_launch(k_attention_tc<HD>, grid, ATC_THREADS, smem, st,
               q, kv_batch, ring, comp, sel, nsel, topk, sinks, nh, W, ratio, nrot, inv_freq, scale, pos0p, o);
     return 1;
 }
 
-template <int FMT>
-static int atc_launch_hd(const float *q, const float *kv_batch, const float *ring, const void *comp, const int *sel,
-                         const int *nsel, int topk, const float *sinks, int T, int nh, int hd, int W, int ratio,
-                         int nrot, const float *inv_freq, float scale, const int *pos0p, float *o, cudaStream_t st) {
+int cu_attention_tc(const float *q, const float *kv_batch, const float *ring, const float *comp, const int *sel,
+                    const int *nsel, int topk, const float *sinks, int T, int nh, int hd, int W, int ratio, int nrot,
+                    const float *inv_freq, float scale, const int *pos0p, float *o, cudaStream_t st) {
+    if (nrot > hd || nrot % 2) return 0;
     switch (hd) {
-    case 128: return atc_launch<128, FMT>(q, kv_batch, ring, comp, sel, nsel, topk, sinks, T, nh, W, ratio, nrot, inv_freq, scale, pos0p, o, st);
-    case 256: return atc_launch<256, FMT>(q, kv_batch, ring, comp, sel, nsel, topk, sinks, T, nh, W, ratio, nrot, inv_freq, scale, pos0p, o, st);
-    case 512: return atc_launch<512, FMT>(q, kv_batch, ring, comp, sel, nsel, topk, sinks, T, nh, W, ratio, nrot, inv_freq, scale, pos0p, o, st);
+    case 128: return atc_launch<128>(q, kv_batch, ring, comp, sel, nsel, topk, sinks, T, nh, W, ratio, nrot, inv_freq, scale, pos0p, o, st);
+    case 256: return atc_launch<256>(q, kv_batch, ring, comp, sel, nsel, topk, sinks, T, nh, W, ratio, nrot, inv_freq, scale, pos0p, o, st);
+    case 512: return atc_launch<512>(q, kv_batch, ring, comp, sel, nsel, topk, sinks, T, nh, W, ratio, nrot, inv_freq, scale, pos0p, o, st);
     default: return 0;
     }
-}
-
-int cu_attention_tc(const float *q, const float *kv_batch, const float *ring, const void *comp, int comp_fmt,
-                    const int *sel, const int *nsel, int topk, const float *sinks, int T, int nh, int hd, int W,
-                    int ratio, int nrot, const float *inv_freq, float scale, const int *pos0p, float *o,
-                    cudaStream_t st) {
-    if (nrot > hd || nrot % 2) return 0;
-    if (comp_fmt == CU_KV_FP8)
-        return atc_launch_hd<CU_KV_FP8>(q, kv_batch, ring, comp, sel, nsel, topk, sinks, T, nh, hd, W, ratio, nrot,
-                                        inv_freq, scale, pos0p, o, st);
-    return atc_launch_hd<CU_KV_F32>(q, kv_batch, ring, comp, sel, nsel, topk, sinks, T, nh, hd, W, ratio, nrot, inv_freq,
-                                    scale, pos0p, o, st);
 }

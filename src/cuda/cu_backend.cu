@@ -107,6 +107,7 @@ struct cu_session {
      * with the simulations on (their values, stored as codes: no change in
      * any result), f32 with them off or MINKE_CUDA_KV=f32 */
     int comp_fmt, index_fmt;
+    float *comp_f32;                /* FP8 rows: a layer's compressed rows unpacked for a prefill batch */
     uint64_t bytes;
     int *d_pos, *h_pos;             /* pinned host mirror for async updates */
     int32_t *d_tok, *h_tok;
@@ -761,7 +762,7 @@ static void dev_session_free(minke_model *m, cu_model *cm, cu_session *s) {
                     s->kvp, s->kvb, s->ca, s->cg, s->ia, s->ig, s->qi, s->wi, s->scores, s->o, s->z, s->a, s->sel,
                     s->nsel, s->rlog, s->rw, s->rsel, s->tpairs, s->tstart, s->tcount, s->texp, s->ntiles, s->eg,
                     s->eu, s->emid, s->eout, s->mo, s->sg, s->su, s->smid, s->so, s->hy, s->logits, s->act, s->d_argmax,
-                    s->attn_part, s->act2, s->actx, s->asplit, s->asplit2, s->asplit3};
+                    s->attn_part, s->act2, s->actx, s->asplit, s->asplit2, s->asplit3, s->comp_f32};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cudaFree(bufs[i]);
     cudaFreeHost(s->h_pos); cudaFreeHost(s->h_tok); cudaFreeHost(s->h_logits);
     free(s);
@@ -815,6 +816,7 @@ static cu_session *dev_session_alloc(minke_model *m, cu_model *cm, int n_ctx) {
     if (!s->lc) { minke_set_error("out of memory"); free(s); return NULL; }
     const size_t comp_rb = (size_t)kv_row_bytes(s->comp_fmt, Dh, (int)c->rope_dim);
     const size_t index_rb = (size_t)kv_row_bytes(s->index_fmt, ihd, 0);
+    int64_t comp_most = 0;      /* the most compressed rows of a layer */
     {
         /* chunk: up to 4096 tokens (MINKE_CUDA_CHUNK), fewer when the indexer
          * score matrix would pass 256 MiB. 4096 rather than 2048: every
@@ -841,6 +843,7 @@ static cu_session *dev_session_alloc(minke_model *m, cu_model *cm, int n_ctx) {
             l->crows = r == 4 ? 8 : r;
             l->cwidth = r == 4 ? 2 * Dh : Dh;
             CK(cudaMalloc(&l->comp, comp_rb * (size_t)l->comp_cap));
+            if (l->comp_cap > comp_most) comp_most = l->comp_cap;
             CK(cudaMalloc(&l->ckv, sizeof(float) * l->crows * l->cwidth));
             CK(cudaMalloc(&l->csc, sizeof(float) * l->crows * l->cwidth));
             s->bytes += comp_rb * (size_t)l->comp_cap + 2 * sizeof(float) * (size_t)l->crows * l->cwidth;
@@ -855,6 +858,9 @@ static cu_session *dev_session_alloc(minke_model *m, cu_model *cm, int n_ctx) {
         }
     }
 #define AL(p, n) CK(cudaMalloc((void **)&(p), (size_t)(n) > 0 ? (size_t)(n) : 4))
+    if (s->comp_fmt == CU_KV_FP8 && comp_most) {
+        AL(s->comp_f32, comp_most * Dh * 4);     /* scratch, not state: outside s->bytes */
+    }
     AL(s->d_pos, 4 * sizeof(int));
     AL(s->d_tok, T * 4);
     CK(cudaMallocHost(&s->h_pos, 4 * sizeof(int)));
@@ -1246,7 +1252,17 @@ static void attention_layer(fwd *f, int il) {
         cu_idx_topk(s->scores, s->score_stride, T, (int)c->indexer_top_k, s->d_pos, s->sel, s->nsel, st);
     }
     PROF(f, "attention");
-    cu_attention(s->q, s->kvb, lc->ring, lc->comp, s->comp_fmt, ratio == 4 ? s->sel : NULL, s->nsel, (int)c->indexer_top_k,
+    const void *comp_rows = lc->comp;
+    int comp_fmt = s->comp_fmt;
+    if (ratio && comp_fmt == CU_KV_FP8 && T > ATT_SPLIT_MAX_T) {
+        /* a batch reads every compressed row for many tokens and head blocks:
+         * unpacked once into f32 for the prefill kernels (their f16 staging
+         * from FP8 rows cost 19% a launch, docs/performance.md) */
+        cu_kvrows_unpack(CU_KV_FP8, lc->comp, (f->pos0_host + T) / ratio, Dh, nrot, s->comp_f32, st);
+        comp_rows = s->comp_f32;
+        comp_fmt = CU_KV_F32;
+    }
+    cu_attention(s->q, s->kvb, lc->ring, comp_rows, comp_fmt, ratio == 4 ? s->sel : NULL, s->nsel, (int)c->indexer_top_k,
                  (const float *)L->sinks.d + f->cm->h0, T, H, Dh, W, ratio, nrot, rope, c->attn_scale, s->d_pos, s->o,
                  s->attn_part, T <= ATT_SPLIT_MAX_T ? ATT_SPLIT : 1, L->q_b.type != CU_TYPE_F32, st);
     if (!ring_done) cu_raw_store(s->kvb, T, Dh, W, s->d_pos, lc->ring, st);

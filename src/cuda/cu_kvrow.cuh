@@ -23,7 +23,6 @@
 #include "cuda/cu_common.cuh"
 #include "cuda/cu_numerics.cuh"
 #include "cuda/cu_ops.h"
-#include <cuda_fp8.h>
 
 /* the scale 2^k of a block from its byte */
 static __device__ __forceinline__ float kv_scale(uint32_t b) {
@@ -51,33 +50,6 @@ static __device__ __forceinline__ float4 kv8_load4(const uint8_t *row, int col, 
     const int nope = hd - nrot;
     if (col >= nope) return *(const float4 *)(row + kv8_rope_off(hd, nrot) + 4 * (col - nope));
     return kv8_dec4(*(const uint32_t *)(row + col), kv_scale(row[nope + col / 64]));
-}
-/* values col .. col + 3 of an FP8 attention row as two f16 pairs (the lower
- * column in the low half), the bits __floats2half2_rn gives for kv8_load4's
- * floats, for the f16 tensor-core attention: E4M3 values are f16 values, and
- * when the block scale 2^k is an f16 (k in [-24, 15]) one f16 product
- * rounds the exact value code x 2^k once, as the f32 route's conversion
- * rounds the exact f32 product; other scales take the f32 route. Three
- * instructions a pair instead of the f32 route's ten (sm_89+: the E4M3
- * conversion is one instruction) */
-static __device__ __forceinline__ uint2 kv8_load4_h(const uint8_t *row, int col, int hd, int nrot) {
-    const int nope = hd - nrot;
-    if (col < nope) {
-        const int k = (int)row[nope + col / 64] - 127;
-        if (k >= -24 && k <= 15) {
-            const uint32_t w = *(const uint32_t *)(row + col);
-            const uint32_t sb = k >= -14 ? (uint32_t)(k + 15) << 10 : 1u << (k + 24);
-            const uint32_t s2 = sb | sb << 16;
-            const __half2_raw lo = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(w & 0xffffu), __NV_E4M3);
-            const __half2_raw hi = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(w >> 16), __NV_E4M3);
-            const __half2 a = __hmul2(*(const __half2 *)&lo, *(const __half2 *)&s2);
-            const __half2 b = __hmul2(*(const __half2 *)&hi, *(const __half2 *)&s2);
-            return make_uint2(*(const uint32_t *)&a, *(const uint32_t *)&b);
-        }
-    }
-    const float4 v = kv8_load4(row, col, hd, nrot);
-    const __half2 a = __floats2half2_rn(v.x, v.y), b = __floats2half2_rn(v.z, v.w);
-    return make_uint2(*(const uint32_t *)&a, *(const uint32_t *)&b);
 }
 /* values col .. col + 7 of an FP4 indexer row (col a multiple of 8) */
 static __device__ __forceinline__ void kv4_load8(const uint8_t *row, int col, int hd, float (&v)[8]) {

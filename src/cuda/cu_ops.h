@@ -169,17 +169,18 @@ void cu_idx_topk(const float *scores, int64_t score_stride, int T, int topk, con
 /* attention with sinks + inverse RoPE of the output. comp: the compressed rows
  * in comp_fmt's layout (CU_KV_F32: hd floats a row; CU_KV_FP8: kv8_stride(hd,
  * nrot) bytes a row, see the row formats below); the same output bits either
- * way for rows holding the FP8 simulation's values. kv_batch and ring: f32. */
+ * way for rows holding the FP8 simulation's values. kv_batch and ring: f32.
+ * The decode kernels (nsplit > 1) read FP8 rows as they are; batches of FP8
+ * rows with nsplit 1 take the generic k_attention, so the backend unpacks a
+ * prefill batch's rows to f32 first (cu_kvrows_unpack) for the tensor cores. */
 void cu_attention(const float *q, const float *kv_batch, const float *ring, const void *comp, int comp_fmt,
                   const int *sel, const int *nsel, int topk, const float *sinks, int T, int nh, int hd,
                   int W, int ratio, int nrot, const float *inv_freq, float scale, const int *pos0p,
                   float *o, float *part, int nsplit, int tc, cudaStream_t st);
-/* the tensor-core prefill attention (cu_attn_tc.cu; comp as for cu_attention);
- * 0 when hd is not one it takes */
-int cu_attention_tc(const float *q, const float *kv_batch, const float *ring, const void *comp, int comp_fmt,
-                    const int *sel, const int *nsel, int topk, const float *sinks, int T, int nh, int hd, int W,
-                    int ratio, int nrot, const float *inv_freq, float scale, const int *pos0p, float *o,
-                    cudaStream_t st);
+/* the tensor-core prefill attention (cu_attn_tc.cu; f32 rows); 0 when hd is not one it takes */
+int cu_attention_tc(const float *q, const float *kv_batch, const float *ring, const float *comp, const int *sel,
+                    const int *nsel, int topk, const float *sinks, int T, int nh, int hd, int W, int ratio, int nrot,
+                    const float *inv_freq, float scale, const int *pos0p, float *o, cudaStream_t st);
 
 /* router + MoE. [own0, own1): the experts this GPU owns (0, E with one GPU);
  * a pair of another expert gets sel -1, its weight as usual. */

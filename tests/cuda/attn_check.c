@@ -17,10 +17,11 @@
  * "time attention_tc" line for each Flash case (always printed).
  * The compressed rows hold the FP8 simulation's values (nm_fp8_sim on the
  * first HD - NROT dims, as the compressors' rows with the simulations on),
- * and every attention path (split decode k_attn_dec, k_attention, the
- * head-batch kernel, the tensor-core kernels with pipe 0 and 1) must give
- * the same bits reading them packed as FP8 rows (issue #6, comp_fmt
- * CU_KV_FP8; packed on the host by nm_fp8_pack) as reading them as f32 rows.
+ * and the decode paths (split decode k_attn_dec, k_attention with several
+ * splits and one) must give the same bits reading them packed as FP8 rows
+ * (issue #6, comp_fmt CU_KV_FP8; packed on the host by nm_fp8_pack) as
+ * reading them as f32 rows; the prefill kernels read f32 rows (the backend
+ * unpacks a batch's packed rows first, kvfmt_check checks the unpack).
  * Prints one ok/FAIL line per check; exit 1 on any FAIL.
  *   attn_check            the checks
  *   attn_check --time     also median kernel times, old vs new (cudaEvent
@@ -495,15 +496,12 @@ typedef struct {
     int T, nh, ratio, pos0;
     float *q, *kvb, *ring, *comp, *sinks, *inv_freq, *o;
     int *sel, *nsel, *pos;
-    void *comp8;        /* as in att_ctx */
-    int fmt;
 } tc_ctx;
 static int tc_refused;
 static void l_tc(void *a) {
     tc_ctx *c = a;
-    if (!cu_attention_tc(c->q, c->kvb, c->ring, c->fmt == CU_KV_FP8 ? c->comp8 : c->comp, c->fmt,
-                         c->ratio == 4 ? c->sel : NULL, c->nsel, TOPK, c->sinks, c->T, c->nh, HD, WIN, c->ratio, NROT,
-                         c->inv_freq, 1.0f / sqrtf((float)HD), c->pos, c->o, st))
+    if (!cu_attention_tc(c->q, c->kvb, c->ring, c->comp, c->ratio == 4 ? c->sel : NULL, c->nsel, TOPK, c->sinks, c->T,
+                         c->nh, HD, WIN, c->ratio, NROT, c->inv_freq, 1.0f / sqrtf((float)HD), c->pos, c->o, st))
         tc_refused = 1;
 }
 static void tc_pipe_set(int v) {
@@ -556,18 +554,6 @@ static void tc_compare(tc_ctx *c, const char *label, float *out0, const double *
     unsetenv("MINKE_CUDA_ATT_TC_PIPE");
     free(o1);
 }
-/* pipe 0 and 1 on c's FP8 rows against its f32 rows (fp8_compare) */
-static void tc_compare_fp8(tc_ctx *c, const char *label) {
-    if (!c->comp8) return;
-    char what[240];
-    for (int pipe = 0; pipe <= 1; pipe++) {
-        tc_pipe_set(pipe);
-        snprintf(what, sizeof what, "attention_tc %s pipe=%d", label, pipe);
-        fp8_compare(what, l_tc, c, &c->fmt, c->o, (size_t)c->T * c->nh * HD);
-    }
-    unsetenv("MINKE_CUDA_ATT_TC_PIPE");
-}
-
 /* a batch of T tokens from pos0 with nh heads: random q / rows, ratio 4
  * selections (ascending, distinct, min(nI, 512) of nI = (pos+1)/4), then
  * tc_compare (the reference on 3 tokens when nh == NH) */
@@ -610,21 +596,9 @@ static void check_attention_tc(int T, int nh, int ratio, int pos0, int timed) {
              ratio == 4 ? TOPK : ratio ? (pos0 + T) / ratio : 0);
     float *o0 = malloc(sizeof(float) * nq);
     tc_compare(&c, label, o0, ref, toks, ntok, timed ? tflop * 1e-12 : 0);
-    c.comp8 = fp8_rows_dev(hcomp, ncap, label);
-    tc_compare_fp8(&c, label);
-    if (timed && c.comp8 && !tc_refused) {
-        /* what the packed rows cost the pipelined kernel (the default) */
-        float med[2], mean[2];
-        tc_pipe_set(1);
-        for (int f = 0; f < 2; f++) { c.fmt = f ? CU_KV_FP8 : CU_KV_F32; time_one(label, l_tc, &c, &med[f], &mean[f]); }
-        c.fmt = CU_KV_F32;
-        unsetenv("MINKE_CUDA_ATT_TC_PIPE");
-        printf("time attention_tc %s pipe=1: f32 rows %.1f us, FP8 rows %.1f us (b2b %.1f, %.1f)\n", label, med[0], med[1],
-               mean[0], mean[1]);
-    }
     free(hq); free(hkvb); free(hring); free(hcomp); free(hsel); free(hnsel); free(ref); free(o0);
     cudaFree(c.q); cudaFree(c.kvb); cudaFree(c.ring); cudaFree(c.comp); cudaFree(c.sinks); cudaFree(c.inv_freq);
-    cudaFree(c.sel); cudaFree(c.nsel); cudaFree(c.pos); cudaFree(c.o); cudaFree(c.comp8);
+    cudaFree(c.sel); cudaFree(c.nsel); cudaFree(c.pos); cudaFree(c.o);
 }
 
 static void check_attention(int T, int ratio, int ncomp_rows) {
@@ -702,18 +676,16 @@ static void check_attention(int T, int ratio, int ncomp_rows) {
     snprintf(label, sizeof label, "T=%d ratio=%d rows=%d+%d", T, ratio, nraw, ncomp);
     c.comp8 = fp8_rows_dev(hcomp, ncap, label);
     {   /* the tensor-core kernel, forced, on the same inputs */
-        tc_ctx tc = {T, NH, ratio, c.pos0, c.q, c.kvb, c.ring, c.comp, c.sinks, c.inv_freq, c.o, c.sel, c.nsel, c.pos,
-                     c.comp8, CU_KV_F32};
+        tc_ctx tc = {T, NH, ratio, c.pos0, c.q, c.kvb, c.ring, c.comp, c.sinks, c.inv_freq, c.o, c.sel, c.nsel, c.pos};
         int toks[2] = {0, 1};
         tc_compare(&tc, label, o, ref, toks, T, 0);
-        tc_compare_fp8(&tc, label);
     }
     /* every other path on the FP8 rows: split decode (k_attn_dec; at T = 1
      * on an H200 the 64-split case stages chunks that hold both window and
      * compressed rows), the previous kernel (k_attention + combine), one
-     * split (k_attention_heads) */
+     * split (k_attention; with f32 rows the head-batch kernel) */
     static const struct { int old, nsplit; const char *what; } fp8_cases[] = {
-        {0, 8, "k_attn_dec"}, {0, 64, "k_attn_dec"}, {1, 8, "k_attention"}, {0, 1, "k_attention_heads"}};
+        {0, 8, "k_attn_dec"}, {0, 64, "k_attn_dec"}, {1, 8, "k_attention"}, {0, 1, "k_attention (one split)"}};
     for (int k = 0; c.comp8 && k < (int)(sizeof fp8_cases / sizeof fp8_cases[0]); k++) {
         cu_dec_old_set(fp8_cases[k].old ? CU_OLD_ATTENTION : 0);
         c.nsplit = fp8_cases[k].nsplit;
