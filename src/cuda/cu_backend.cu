@@ -1253,8 +1253,8 @@ static void attention_layer(fwd *f, int il) {
     }
     PROF(f, "attention");
     const void *comp_rows = lc->comp;
-    int comp_fmt = s->comp_fmt;
-    if (ratio && comp_fmt == CU_KV_FP8 && T > ATT_SPLIT_MAX_T) {
+    int comp_fmt = ratio ? s->comp_fmt : CU_KV_F32;      /* no compressed rows: nothing packed */
+    if (comp_fmt == CU_KV_FP8 && T > ATT_SPLIT_MAX_T) {
         /* a batch reads every compressed row for many tokens and head blocks:
          * unpacked once into f32 for the prefill kernels (their f16 staging
          * from FP8 rows cost 19% a launch, docs/performance.md) */

@@ -17,8 +17,8 @@
  * "time attention_tc" line for each Flash case (always printed).
  * The compressed rows hold the FP8 simulation's values (nm_fp8_sim on the
  * first HD - NROT dims, as the compressors' rows with the simulations on),
- * and the decode paths (split decode k_attn_dec, k_attention with several
- * splits and one) must give the same bits reading them packed as FP8 rows
+ * and the decode paths (split decode k_attn_dec, the previous k_attention
+ * with its combine) must give the same bits reading them packed as FP8 rows
  * (issue #6, comp_fmt CU_KV_FP8; packed on the host by nm_fp8_pack) as
  * reading them as f32 rows; the prefill kernels read f32 rows (the backend
  * unpacks a batch's packed rows first, kvfmt_check checks the unpack).
@@ -682,10 +682,9 @@ static void check_attention(int T, int ratio, int ncomp_rows) {
     }
     /* every other path on the FP8 rows: split decode (k_attn_dec; at T = 1
      * on an H200 the 64-split case stages chunks that hold both window and
-     * compressed rows), the previous kernel (k_attention + combine), one
-     * split (k_attention; with f32 rows the head-batch kernel) */
+     * compressed rows), the previous kernel (k_attention + combine) */
     static const struct { int old, nsplit; const char *what; } fp8_cases[] = {
-        {0, 8, "k_attn_dec"}, {0, 64, "k_attn_dec"}, {1, 8, "k_attention"}, {0, 1, "k_attention (one split)"}};
+        {0, 8, "k_attn_dec"}, {0, 64, "k_attn_dec"}, {1, 8, "k_attention"}};
     for (int k = 0; c.comp8 && k < (int)(sizeof fp8_cases / sizeof fp8_cases[0]); k++) {
         cu_dec_old_set(fp8_cases[k].old ? CU_OLD_ATTENTION : 0);
         c.nsplit = fp8_cases[k].nsplit;
