@@ -16,8 +16,34 @@
 #include "cuda/cu_kvrow.cuh"
 #include "cuda/cu_ops.h"
 
-/* A warp a block: FP8 lanes take values l and l + 32 of 64, FP4 value l of 32.
- * ok[row] ends 0 when a block of the row does not pack (as nm_*_pack's 0). */
+/* One block packed by a warp (FP8: a lane's values l and l + 32 of 64 in a0,
+ * a1; FP4: value l of 32 in a0): its codes stored at codes (value 2i of FP4
+ * in the low nibble of byte i), its exponent k (-1000 for a NaN or an
+ * amax out of UE8M0's range) and the lane's codes c0, c1 returned; false
+ * when a value of the block does not come back bit for bit (nm_*_pack's 0). */
+template <bool FP4>
+__device__ __forceinline__ bool kv_pack_block(float a0, float a1, uint8_t *codes, int &k, uint32_t &c0, uint32_t &c1) {
+    const int lane = threadIdx.x & 31;
+    const float amax = warp_max(fmaxf(fabsf(a0), fabsf(a1)));
+    const bool nan = __any_sync(0xffffffffu, a0 != a0 || a1 != a1);
+    k = nan ? -1000 : d_kv_block_exp(amax, FP4 ? 6.0f : 448.0f);
+    bool g0 = k != -1000, g1 = g0;
+    c0 = c1 = 0;
+    if (g0) {
+        c0 = d_kv_code<FP4>(a0, k, g0);
+        if (!FP4) c1 = d_kv_code<FP4>(a1, k, g1);
+    }
+    if (FP4) {
+        const uint32_t hi = __shfl_down_sync(0xffffffffu, c0, 1);
+        if (!(lane & 1)) codes[lane / 2] = (uint8_t)(c0 | (hi << 4));
+    } else {
+        codes[lane] = (uint8_t)c0;
+        codes[lane + 32] = (uint8_t)c1;
+    }
+    return __all_sync(0xffffffffu, g0 && g1);
+}
+
+/* A warp a block. ok[row] ends 0 when a block of the row does not pack. */
 template <bool FP4>
 __global__ void k_kvfmt_roundtrip(const float *x, int nrows, int n, uint8_t *codes, uint8_t *exps, float *y, int *ok) {
     cu_pdl_enter();
@@ -28,32 +54,15 @@ __global__ void k_kvfmt_roundtrip(const float *x, int nrows, int n, uint8_t *cod
     if (blk >= (int64_t)nrows * nb) return;
     const int row = (int)(blk / nb);
     const float *v = x + blk * BS;
-    const float a0 = v[lane], a1 = FP4 ? 0.0f : v[lane + 32];
-    const float amax = warp_max(fmaxf(fabsf(a0), fabsf(a1)));
-    const bool nan = __any_sync(0xffffffffu, a0 != a0 || a1 != a1);
-    const int k = nan ? -1000 : d_kv_block_exp(amax, FP4 ? 6.0f : 448.0f);
-    bool g0 = k != -1000, g1 = g0;
-    uint32_t c0 = 0, c1 = 0;
-    if (g0) {
-        c0 = d_kv_code<FP4>(a0, k, g0);
-        if (!FP4) c1 = d_kv_code<FP4>(a1, k, g1);
-    }
-    const bool good = __all_sync(0xffffffffu, g0 && g1);
+    int k;
+    uint32_t c0, c1;
+    const bool good = kv_pack_block<FP4>(v[lane], FP4 ? 0.0f : v[lane + 32], codes + blk * (FP4 ? 16 : 64), k, c0, c1);
     if (lane == 0) {
         exps[blk] = (uint8_t)(good ? k + 127 : 0);
         if (!good) atomicAnd(&ok[row], 0);
     }
-    if (FP4) {
-        /* value 2i in the low nibble of byte i */
-        const uint32_t hi = __shfl_down_sync(0xffffffffu, c0, 1);
-        if (!(lane & 1)) codes[blk * 16 + lane / 2] = (uint8_t)(c0 | (hi << 4));
-        y[blk * BS + lane] = ldexpf(d_e2m1_decode(c0), k);
-    } else {
-        codes[blk * 64 + lane] = (uint8_t)c0;
-        codes[blk * 64 + lane + 32] = (uint8_t)c1;
-        y[blk * BS + lane] = ldexpf(d_e4m3_decode(c0), k);
-        y[blk * BS + lane + 32] = ldexpf(d_e4m3_decode(c1), k);
-    }
+    y[blk * BS + lane] = ldexpf(FP4 ? d_e2m1_decode(c0) : d_e4m3_decode(c0), k);
+    if (!FP4) y[blk * BS + lane + 32] = ldexpf(d_e4m3_decode(c1), k);
 }
 
 extern "C" void cu_kvfmt_roundtrip(int fp4, const float *x, int nrows, int n, uint8_t *codes, uint8_t *exps, float *y,
@@ -81,24 +90,13 @@ __global__ void k_kvrows_pack(const float *x, int nrows, int hd, int nrot, uint8
     const float *v = x + (int64_t)r * hd;
     uint8_t *row = rows + (int64_t)r * stride, *exps = row + (FP4 ? hd / 2 : npk);
     for (int b = w; b < npk / BS; b += nw) {
-        const float a0 = v[b * BS + lane], a1 = FP4 ? 0.0f : v[b * BS + lane + 32];
-        const float amax = warp_max(fmaxf(fabsf(a0), fabsf(a1)));
-        const bool nan = __any_sync(0xffffffffu, a0 != a0 || a1 != a1);
-        const int k = nan ? -1000 : d_kv_block_exp(amax, FP4 ? 6.0f : 448.0f);
-        bool g0 = k != -1000, g1 = g0;
-        uint32_t c0 = 0, c1 = 0;
-        if (g0) {
-            c0 = d_kv_code<FP4>(a0, k, g0);
-            if (!FP4) c1 = d_kv_code<FP4>(a1, k, g1);
-        }
-        if (!__all_sync(0xffffffffu, g0 && g1) && lane == 0) atomicAnd(ok, 0);
-        if (lane == 0) exps[b] = (uint8_t)(k + 127);
-        if (FP4) {
-            const uint32_t hi = __shfl_down_sync(0xffffffffu, c0, 1);
-            if (!(lane & 1)) row[b * 16 + lane / 2] = (uint8_t)(c0 | (hi << 4));
-        } else {
-            row[b * 64 + lane] = (uint8_t)c0;
-            row[b * 64 + lane + 32] = (uint8_t)c1;
+        int k;
+        uint32_t c0, c1;
+        const bool good = kv_pack_block<FP4>(v[b * BS + lane], FP4 ? 0.0f : v[b * BS + lane + 32],
+                                             row + b * (FP4 ? 16 : 64), k, c0, c1);
+        if (lane == 0) {
+            exps[b] = (uint8_t)(k + 127);
+            if (!good) atomicAnd(ok, 0);
         }
     }
     if (!FP4) {
