@@ -5,11 +5,13 @@
  * tensor-core prefill attention is cu_attn_tc.cu.
  *
  * The compressed rows (comp) come as f32 rows or, with the simulations on,
- * as packed FP8 rows (cu_kvrow.cuh, issue #6): the attention kernels take the
- * format as a template parameter (cu_attention picks the instantiation from
- * comp_fmt), unpack a value to the float bits the simulation produced and
- * then do exactly what the f32 instantiation does, so both give the same
- * output bits. The window rows (kv_batch, ring) are always f32.
+ * as packed FP8 rows (cu_kvrow.cuh, issue #6): the decode kernels (k_attn_dec,
+ * k_attention) take the format as a template parameter (cu_attention picks
+ * the instantiation from comp_fmt), unpack a value to the float bits the
+ * simulation produced and then do exactly what the f32 instantiation does,
+ * so both give the same output bits. The head-batch kernel and the
+ * tensor-core prefill read f32 rows: the backend unpacks a prefill batch's
+ * rows once (cu_kvrows_unpack). The window rows (kv_batch, ring) are f32.
  *
  * The decode kernels have a current and a previous version (cu_dec.h,
  * MINKE_CUDA_OLD_KERNELS): q head and kv finish are bit-identical, the split
@@ -280,12 +282,6 @@ __device__ __forceinline__ float att_val(const void *row, bool packed, int col, 
         return kv8_val(b[col], kv_scale(b[nope + col / 64]));
     }
     return ((const float *)row)[col];
-}
-/* values 4 c4 .. 4 c4 + 3 of a row, as att_val */
-template <int FMT>
-__device__ __forceinline__ float4 att_val4(const void *row, bool packed, int c4, int hd, int nrot) {
-    if (FMT == CU_KV_FP8 && packed) return kv8_load4((const uint8_t *)row, 4 * c4, hd, nrot);
-    return ((const float4 *)row)[c4];
 }
 
 /* Block (head, token, split): the split's rows are spread over 8 warps, each
@@ -721,8 +717,9 @@ k_attention_heads(const float *q, const float *kv_batch, const float *ring, cons
         int nr = n - base < ATH_ROWS ? n - base : ATH_ROWS;
         for (int idx = threadIdx.x; idx < nr * per_row; idx += blockDim.x) {
             int r = idx / per_row, c = idx - r * per_row;
-            const void *row = att_row<CU_KV_F32>(base + r, nraw, qp, pos0, W, hd, nrot, ratio, kv_batch, ring, comp, sel_t);
-            ((float4 *)(srow + r * hd))[c] = att_val4<CU_KV_F32>(row, false, c, hd, nrot);
+            const float *row = (const float *)att_row<CU_KV_F32>(base + r, nraw, qp, pos0, W, hd, nrot, ratio, kv_batch,
+                                                                 ring, comp, sel_t);
+            ((float4 *)(srow + r * hd))[c] = ((const float4 *)row)[c];
         }
         __syncthreads();
         if (h < nh)
