@@ -32,6 +32,13 @@
  * V4 tiles run k_mmqp, weights and pieces double-buffered by cp.async
  * (MINKE_CUDA_MMQ_QPIPE, default 1; V4's bits; see "QP" below). F16 weights run k_mmf16
  * (cu_mmf16.cu: f16 hi + lo split of the f32 activations) in both modes.
+ *
+ * Types: Q8_0 (as stored and repacked, Q8_0R), IQ2_XXS (as stored and
+ * repacked, IQ2R), Q2_K and MXFP4 in both modes (MXFP4 as Q8_0: 32 int8 codes
+ * and one float scale per item, decoded by mq_wload); Q4_K with exact
+ * activations only (V1-V6; V0 runs V1): its codes 0..15 with d sc_j per item
+ * and the min term dmin m_j times the item's activation sum in float (see
+ * "Q4_K" below); with q8 activations it keeps the GEMV kernels.
  */
 #include <stdlib.h>
 
@@ -104,6 +111,109 @@ template <> __device__ __forceinline__ void mq_wload<CU_TYPE_Q2_K>(const uint8_t
 #pragma unroll
     for (int k = 0; k < 8; k++) q[k] = (int)((((uint32_t)qs[k] >> sh) & 0x03030303u) * (k < 4 ? sc0 : sc1));
     s = 0.f;
+}
+
+/* MXFP4 (src/quant/mxfp4.c): 17 bytes per item, the E8M0 byte e, then 16 bytes
+ * whose low nibbles are elements 0..15 and high nibbles 16..31. A code becomes
+ * mxfp4_kvalues[code] (E2M1 doubled: 0 1 2 3 4 6 8 12, codes 8..15 the same
+ * negated) and the scale e8m0_half(e) = 2^(e - 128) (f32 subnormals for e < 2),
+ * so each item's integer dot and scale are dot_mxfp4_q8_0f's. The codes: one
+ * PRMT per 4 nibbles from an 8-byte table of magnitudes, one from their
+ * negations, the nibble's sign bit (bit 3) choosing (a table of negations, not
+ * a negation: code 8, -0, must stay 0 without a carry into the next byte). */
+#define MQ_E2M1_POS_LO 0x03020100u     /* magnitudes of codes 0..3, then 4..7 */
+#define MQ_E2M1_POS_HI 0x0C080604u
+#define MQ_E2M1_NEG_LO 0xFDFEFF00u     /* the same negated */
+#define MQ_E2M1_NEG_HI 0xF4F8FAFCu
+/* prmt.b32 with its sign mode (a selector nibble with bit 3 set replicates the
+ * chosen byte's top bit), which __byte_perm does not document */
+__device__ __forceinline__ uint32_t mq_prmt(uint32_t a, uint32_t b, uint32_t sel) {
+    uint32_t d;
+    asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
+    return d;
+}
+/* 4 code bytes (elements 4k..4k+3 in the low nibbles, 16+4k..16+4k+3 in the
+ * high ones) -> the int8 codes of those elements (lo, hi) */
+__device__ __forceinline__ void mq_e2m1_word(uint32_t w, uint32_t &lo, uint32_t &hi) {
+    /* nibble n's sign is bit 4n + 3: the top bit of a byte of w (n odd) or of w << 4 (n even) */
+    const uint32_t w4 = w << 4, m0 = mq_prmt(w, w4, 0x9D8Cu), m1 = mq_prmt(w, w4, 0xBFAEu);
+    const uint32_t s0 = w & 0x7777u, s1 = (w >> 16) & 0x7777u;
+    /* nibbles in order: elements 4k, 16+4k, 4k+1, 16+4k+1 (v0), then 4k+2 .. (v1) */
+    const uint32_t v0 = (__byte_perm(MQ_E2M1_POS_LO, MQ_E2M1_POS_HI, s0) & ~m0) |
+                        (__byte_perm(MQ_E2M1_NEG_LO, MQ_E2M1_NEG_HI, s0) & m0);
+    const uint32_t v1 = (__byte_perm(MQ_E2M1_POS_LO, MQ_E2M1_POS_HI, s1) & ~m1) |
+                        (__byte_perm(MQ_E2M1_NEG_LO, MQ_E2M1_NEG_HI, s1) & m1);
+    lo = __byte_perm(v0, v1, 0x6420);
+    hi = __byte_perm(v0, v1, 0x7531);
+}
+template <> __device__ __forceinline__ void mq_wload<CU_TYPE_MXFP4>(const uint8_t *row, int it, int nit, const uint64_t *tab,
+                                                                     int (&q)[8], float &s) {
+    const uint8_t *b = row + (int64_t)it * 17;
+    const uint32_t e = b[0];
+    /* the 16 code bytes from the aligned words that hold them (a fifth only when they straddle one) */
+    const uintptr_t a = (uintptr_t)(b + 1);
+    const uint32_t *p = (const uint32_t *)(a & ~(uintptr_t)3);
+    const uint32_t sh = 8 * (uint32_t)(a & 3);
+    uint32_t u[5];
+#pragma unroll
+    for (int k = 0; k < 4; k++) u[k] = p[k];
+    u[4] = sh ? p[4] : 0u;
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        uint32_t lo, hi;
+        mq_e2m1_word(__funnelshift_r(u[k], u[k + 1], sh), lo, hi);
+        q[k] = (int)lo;
+        q[4 + k] = (int)hi;
+    }
+    s = __uint_as_float(e < 2 ? 0x00200000u << e : (e - 1u) << 23);
+}
+
+/* ---- Q4_K (exact activations only) ----
+ * A block of 256 (144 bytes: d, dmin as f16, 12 bytes of 6-bit scales and
+ * mins, 128 bytes of nibbles) is one stage of 8 items, item j its sub-block j:
+ * w = d sc_j q - dmin m_j, q = 0..15. q sc_j does not fit int8, so the codes
+ * are q with the item scale d sc_j (an exact float: 11 x 6 bits), as Q8_0's;
+ * the min term, -dmin m_j times the sum of the item's activations, is one
+ * FFMA per output and item: the weight side -dmin m_j per row and item (smn),
+ * the activation side D S (ssx: S the exact int32 sum of the item's piece
+ * integers, mq_item_xsum), both in shared memory. One more FFMA per output and
+ * item than Q8_0; the codes need no table. */
+__device__ __forceinline__ void mq_q4k_item(const uint8_t *row, int it, int (&q)[8], float &s, float &mn) {
+    const int j = it & 7;
+    const uint8_t *b = row + (int64_t)(it >> 3) * 144;
+    /* 16-byte loads, as cu_gemv.cu's XW<CU_TYPE_Q4_K> (blocks 16-byte aligned) */
+    const uint4 h = *(const uint4 *)b;              /* d | dmin, scales[0..11] */
+    const uint4 c0 = *(const uint4 *)(b + 16 + 32 * (j >> 1)), c1 = *(const uint4 *)(b + 32 + 32 * (j >> 1));
+    const int sh = 4 * (j & 1);
+    q[0] = (int)((c0.x >> sh) & 0x0F0F0F0Fu); q[1] = (int)((c0.y >> sh) & 0x0F0F0F0Fu);
+    q[2] = (int)((c0.z >> sh) & 0x0F0F0F0Fu); q[3] = (int)((c0.w >> sh) & 0x0F0F0F0Fu);
+    q[4] = (int)((c1.x >> sh) & 0x0F0F0F0Fu); q[5] = (int)((c1.y >> sh) & 0x0F0F0F0Fu);
+    q[6] = (int)((c1.z >> sh) & 0x0F0F0F0Fu); q[7] = (int)((c1.w >> sh) & 0x0F0F0F0Fu);
+    /* q4_K_scale_min: j < 4: scales[j] & 63, scales[j + 4] & 63; j >= 4: the low nibbles of
+     * scales[j + 4], the top 2 bits of scales[j - 4] and scales[j] (branch-free: j is per lane) */
+    const int k = 8 * (j & 3);
+    const uint32_t bs = (h.y >> k) & 255, bm = (h.z >> k) & 255, bl = (h.w >> k) & 255;
+    const uint32_t sc = j < 4 ? bs & 63 : (bl & 15) | ((bs >> 6) << 4);
+    const uint32_t m = j < 4 ? bm & 63 : (bl >> 4) | ((bm >> 6) << 4);
+    s = cu_h2f((uint16_t)h.x) * (float)sc;
+    mn = cu_h2f((uint16_t)(h.x >> 16)) * (float)m;
+}
+/* The sum of an item's activations from its P staged pieces (w: word 0 of piece 0,
+ * pstride ints between pieces) and D: D S in the units of x (S = the sum of the 32
+ * integers q, exact in int32: |S| <= 32 x 2^23; x = D q, with 3 pieces D q / 256) */
+template <int P>
+__device__ __forceinline__ float mq_item_xsum(const int *w, int pstride, float D) {
+    int S = 0;
+#pragma unroll
+    for (int p = 0; p < P; p++) {
+        const int4 a = *(const int4 *)(w + p * pstride), c = *(const int4 *)(w + p * pstride + 4);
+        int t = __dp4a(a.x, 0x01010101, 0);
+        t = __dp4a(a.y, 0x01010101, t); t = __dp4a(a.z, 0x01010101, t); t = __dp4a(a.w, 0x01010101, t);
+        t = __dp4a(c.x, 0x01010101, t); t = __dp4a(c.y, 0x01010101, t);
+        t = __dp4a(c.z, 0x01010101, t); t = __dp4a(c.w, 0x01010101, t);
+        S = S * 256 + t;
+    }
+    return D * ((float)S * (P == 3 ? 1.f / 256.f : 1.f));
 }
 
 /* MINB: blocks per SM the register allocation must allow. 1 (MINKE_CUDA_MMQ_OCC=1):
@@ -418,6 +528,7 @@ template <int TYPE, int P, int V, bool WP = false>
 struct mx_lay {
     static constexpr bool Q2K = TYPE == CU_TYPE_Q2_K;
     static constexpr bool IQ2 = TYPE == CU_TYPE_IQ2R || TYPE == CU_TYPE_IQ2_XXS;
+    static constexpr bool Q4K = TYPE == CU_TYPE_Q4_K;
     /* V2 (wide tiles, see "V2" below): 128 weight rows x 32 activation rows; V4: 128 x 64,
      * 8 warps; V6: 256 x 32, 8 warps */
     static constexpr int BM = V == 6 ? 4 * MQ_BM : V >= 2 ? 2 * MQ_BM : MQ_BM;
@@ -430,6 +541,8 @@ struct mx_lay {
     static constexpr int n_grid = (!V || IQ2) ? 256 : 0;                   /* uint64 */
     static constexpr int n_smask = (V >= 2 && IQ2) ? 128 : 0;              /* uint64: mq_wload_tab's sign masks */
     static constexpr int n_min = (!V || Q2K) ? BM * 16 : 0;                /* bytes */
+    static constexpr int n_mn = Q4K ? BM * MQ_KI : 0;                      /* floats: Q4_K's -dmin m_j */
+    static constexpr int n_sx = Q4K ? BN * MQ_KI : 0;                      /* floats: Q4_K's item sums D S */
     static constexpr size_t o_sa = (size_t)BM * MQ_LDI * 4;
     static constexpr size_t o_ws = o_sa + (size_t)P * LDS * 4;
     static constexpr size_t o_as = o_ws + (size_t)n_ws * 4;
@@ -438,10 +551,13 @@ struct mx_lay {
     static constexpr size_t o_off = o_grid + (size_t)(n_grid + n_smask) * 8;
     static constexpr size_t o_min = o_off + (size_t)BN * 8;
     static constexpr size_t o_id = o_min + (size_t)n_min;
+    static constexpr size_t o_mn = o_id + (size_t)BN * 4;
+    static constexpr size_t o_sx = o_mn + (size_t)n_mn * 4;
+    static constexpr size_t o_end = o_sx + (size_t)n_sx * 4;
     /* WP (MINKE_CUDA_MMQ_WPIPE, Q2_K in V2 tiles): the next stage's raw blocks, 64 code bytes per
      * row, then d|dmin per row (the 16 scale bytes go to the pad of the row's sw line) */
-    static constexpr size_t o_raw = (o_id + (size_t)BN * 4 + 15) & ~(size_t)15;
-    static constexpr size_t bytes = WP ? o_raw + (size_t)BM * (64 + 4) : o_id + (size_t)BN * 4;
+    static constexpr size_t o_raw = (o_end + 15) & ~(size_t)15;
+    static constexpr size_t bytes = WP ? o_raw + (size_t)BM * (64 + 4) : o_end;
 };
 
 /* 4 8x8 b16 matrices from shared memory: lane L gives the address of row L % 8
@@ -474,10 +590,13 @@ __device__ __forceinline__ unsigned mx_opaque(unsigned v) {
  * P pieces' fragments, P mma per 16 x 8 tile and the fold of each output:
  * 256 h exact, + m one rounding, (x 256 + l) one rounding, times d_w D. KI:
  * items per shared row of scales, LD: ints per shared code row, LDS: ints of
- * one activation piece. One copy, so both kernels have the same bits. */
-template <int P, int KI, int LD, int LDS>
+ * one activation piece. One copy, so both kernels have the same bits. MIN
+ * (Q4_K): then + the min term, smn (weight row, item) x ssx (activation row,
+ * item), one more FFMA per output. */
+template <int P, int KI, int LD, int LDS, bool MIN = false>
 __device__ __forceinline__ void mx_item_v4(float (&acc)[2][4][4], unsigned wl, unsigned al, int i, int wm, int wn, int gq,
-                                           int tq, const float *sws, const float *sas) {
+                                           int tq, const float *sws, const float *sas, const float *smn = nullptr,
+                                           const float *ssx = nullptr) {
     int af[2][4];
 #pragma unroll
     for (int mt = 0; mt < 2; mt++) ldsm4(af[mt], wl + (mt * 16 * LD + i * 8) * 4);
@@ -492,6 +611,7 @@ __device__ __forceinline__ void mx_item_v4(float (&acc)[2][4][4], unsigned wl, u
             const int n4 = 2 * h + nn;
             const int tc = wn + n4 * 8 + 2 * tq;
             const float as0 = sas[tc * KI + i], as1 = sas[(tc + 1) * KI + i];
+            const float sx0 = MIN ? ssx[tc * KI + i] : 0.f, sx1 = MIN ? ssx[(tc + 1) * KI + i] : 0.f;
 #pragma unroll
             for (int mt = 0; mt < 2; mt++) {
                 int hv[4], mv[4], lv[4];
@@ -509,6 +629,7 @@ __device__ __forceinline__ void mx_item_v4(float (&acc)[2][4][4], unsigned wl, u
                                           __int_as_float(mv[k]));
                     if (P == 3) dot = __fmaf_rn(dot, 256.f, __int_as_float(lv[k]));
                     acc[mt][n4][k] = __fmaf_rn(dot, sc[k], acc[mt][n4][k]);
+                    if (MIN) acc[mt][n4][k] = __fmaf_rn(smn[(rw + (k >> 1) * 8) * KI + i], (k & 1) ? sx1 : sx0, acc[mt][n4][k]);
                 }
             }
         }
@@ -729,7 +850,9 @@ __global__ void __launch_bounds__(mx_lay<TYPE, P, V>::THREADS, MINB) k_mmqx(cu_g
     cu_pdl_enter();
     typedef mx_lay<TYPE, P, V, WP> L;
     static_assert(!WP || (TYPE == CU_TYPE_Q2_K && V == 2), "WP: Q2_K in V2");
+    static_assert(!L::Q4K || V >= 1, "Q4_K: V1 and the wide tilings (its min term is mx_item_v4's)");
     constexpr bool Q2K = L::Q2K;
+    constexpr bool Q4K = L::Q4K;
     constexpr bool IQ2 = L::IQ2;
     constexpr bool WIDE = V >= 2;       /* 128 or 256 rows; empty slots neither loaded nor multiplied */
     constexpr bool HALVES = L::BN == MQ_BN / 2;   /* 32 activation rows: two blocks per MoE tile */
@@ -748,6 +871,8 @@ __global__ void __launch_bounds__(mx_lay<TYPE, P, V>::THREADS, MINB) k_mmqx(cu_g
     uint8_t *smin = sbase + L::o_min;
     int *sid = (int *)(sbase + L::o_id);
     uint8_t *sraw = sbase + L::o_raw;                       /* WP: the next stage's raw weight blocks */
+    float *smn = (float *)(sbase + L::o_mn);                /* Q4_K: -dmin m_j per row and item */
+    float *ssx = (float *)(sbase + L::o_sx);                /* Q4_K: the item sums D S per activation row */
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int gq = lane >> 2, tq = lane & 3;
     /* V2, V6: warps stacked over the 128 or 256 rows, each over all 32 activation rows; V4: 4 x 2 warps */
@@ -865,9 +990,10 @@ __global__ void __launch_bounds__(mx_lay<TYPE, P, V>::THREADS, MINB) k_mmqx(cu_g
                 if (WIDE) wr = wbase + (r0 + r < g.rows ? r0 + r : g.rows - 1) * (int64_t)g.row_bytes;
                 else wr = wrow[j];
                 int q[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-                float s = 0.f;
+                float s = 0.f, mn = 0.f;
                 if (it < nit) {
-                    if (WIDE) mq_wload_tab<TYPE>(wr, it, nit, tab, smask, q, s);
+                    if constexpr (Q4K) mq_q4k_item(wr, it, q, s, mn);
+                    else if (WIDE) mq_wload_tab<TYPE>(wr, it, nit, tab, smask, q, s);
                     else mq_wload<TYPE>(wr, it, nit, tab, q, s);
                 }
                 int4 *d = (int4 *)&sw[r * MQ_LDI + li * 8];
@@ -897,6 +1023,7 @@ __global__ void __launch_bounds__(mx_lay<TYPE, P, V>::THREADS, MINB) k_mmqx(cu_g
                     }
                 } else {
                     sws[r * MQ_KI + li] = s * SC3;
+                    if (Q4K) smn[r * MQ_KI + li] = -mn;
                 }
             }
             if (!PRE && j < NJA)
@@ -935,6 +1062,16 @@ __global__ void __launch_bounds__(mx_lay<TYPE, P, V>::THREADS, MINB) k_mmqx(cu_g
                 } else {
                     sas[r * MQ_KI + li] = D;
                 }
+            }
+        }
+        if constexpr (Q4K) {
+            /* item li's pieces and D: staged by this thread (pre-split rows) or by the 8 lanes
+             * of row r's group in this warp (f32 rows, mx_split_stage; D by lane 0) */
+            __syncwarp();
+#pragma unroll
+            for (int j = 0; j < NJA; j++) {
+                const int r = (tid >> 3) + (THREADS / 8) * j;
+                ssx[r * MQ_KI + li] = mq_item_xsum<P>(sa + r * MQ_LDI + li * 8, LDS, sas[r * MQ_KI + li]);
             }
         }
         if ((!PRE || ACP) && V && Q2K) {
@@ -1040,7 +1177,8 @@ __global__ void __launch_bounds__(mx_lay<TYPE, P, V>::THREADS, MINB) k_mmqx(cu_g
             /* 2 items at a time (8 warps: 1, under their 128-register cap): fully unrolled, ptxas keeps the 8 items' loads in flight
              * and spills 100-300 bytes under any register cap */
 #pragma unroll (THREADS == 128 ? 2 : 1)
-            for (int i = 0; i < MQ_KI; i++) mx_item_v4<P, MQ_KI, MQ_LDI, LDS>(acc, wl, al, i, wm, wn, gq, tq, sws, sas);
+            for (int i = 0; i < MQ_KI; i++)
+                mx_item_v4<P, MQ_KI, MQ_LDI, LDS, Q4K>(acc, wl, al, i, wm, wn, gq, tq, sws, sas, smn, ssx);
         } else if (Q2K) {
             int ci[2][4][4], cm[2][4][4];
 #pragma unroll
@@ -1401,11 +1539,14 @@ extern "C" int cu_mmq_min_rows(void) {
     return mmq_mode ? mmq_min : 0;
 }
 
-extern "C" int cu_mmq_supported(const cu_gemv_args *g) {
+/* exact: the product takes exact activations (f32 rows, or pre-split ones: cu_mmq_presplit
+ * asks with act_f32 = 0, which only drops the f32 rows' alignment rules); Q4_K has only those */
+static int mq_supported(const cu_gemv_args *g, bool exact) {
     if (g->wtype == CU_TYPE_F16) return cu_mmf16_supported(g);
     switch (g->wtype) {
-    case CU_TYPE_Q8_0: case CU_TYPE_Q8_0R: break;
+    case CU_TYPE_Q8_0: case CU_TYPE_Q8_0R: case CU_TYPE_MXFP4: break;
     case CU_TYPE_IQ2R: case CU_TYPE_IQ2_XXS: case CU_TYPE_Q2_K: if (g->in % 256) return 0; break;
+    case CU_TYPE_Q4_K: if (!exact || g->in % 256) return 0; break;
     default: return 0;
     }
     if (g->in % 32) return 0;
@@ -1414,6 +1555,7 @@ extern "C" int cu_mmq_supported(const cu_gemv_args *g) {
     if (g->act_f32 && (((uintptr_t)g->act & 15) || g->act_stride % 16 || g->group_act_bytes % 16)) return 0;
     return 1;
 }
+extern "C" int cu_mmq_supported(const cu_gemv_args *g) { return mq_supported(g, g->act_f32 != 0); }
 
 /* Pieces of the exact-activation kernels: 3 (default: 24 bits, the tiny model matches the CPU to
  * 1.7e-5 of max|logit|) or MINKE_CUDA_MMQ_PIECES=2 (16 bits, faster; off by 0.18 there). */
@@ -1476,6 +1618,11 @@ static int mx_occ3(void) {
     }
     return o;
 }
+
+static_assert(3 * (mx_lay<CU_TYPE_Q4_K, 3, 2>::bytes + 1024) <= 228 * 1024 &&
+                  2 * (mx_lay<CU_TYPE_Q4_K, 3, 4>::bytes + 1024) <= 228 * 1024 &&
+                  2 * (mx_lay<CU_TYPE_Q4_K, 3, 6>::bytes + 1024) <= 228 * 1024,
+              "Q4_K with 3 pieces: V2 3 blocks per SM, V4 and V6 2 on the H200");
 
 /* k_mmqx needs more than the 48 KB of static shared memory: opt in once per
  * instantiation, and ask for the largest carveout so 3 blocks fit per SM. */
@@ -1592,14 +1739,20 @@ static void mx_pick(int ntiles, cudaStream_t st, const cu_gemv_args &g) {
         }
     }
     dim3 grid((unsigned)((g.rows + MQ_BM - 1) / MQ_BM), (unsigned)ntiles);
-    if (ver == 0) {
-        /* V0: 2 pieces under the same register cap as k_mmq (3 blocks per SM: 58 KB of shared
-         * memory each); 3 pieces take 76 KB, so 2 blocks per SM and no cap */
-        if (mx_pieces() == 3) mx_launch<T, 2, 3, PRE, 0>(grid, st, g);
-        else mx_launch<T, MQ_OCC_DEFAULT, 2, PRE, 0>(grid, st, g);
-    } else if (mx_pieces() == 3) {
-        /* V1, 3 pieces: <= 75.5 KB of shared memory, 3 blocks per SM fit the H200's 228 KB */
-        if (mx_occ3() == 2) mx_launch<T, 2, 3, PRE, 1>(grid, st, g);
+    if constexpr (T != CU_TYPE_Q4_K) {     /* V0 predates Q4_K: it runs V1 there */
+        if (ver == 0) {
+            /* V0: 2 pieces under the same register cap as k_mmq (3 blocks per SM: 58 KB of shared
+             * memory each); 3 pieces take 76 KB, so 2 blocks per SM and no cap */
+            if (mx_pieces() == 3) mx_launch<T, 2, 3, PRE, 0>(grid, st, g);
+            else mx_launch<T, MQ_OCC_DEFAULT, 2, PRE, 0>(grid, st, g);
+            return;
+        }
+    }
+    if (mx_pieces() == 3) {
+        /* V1, 3 pieces: <= 75.5 KB of shared memory, 3 blocks per SM fit the H200's 228 KB
+         * (Q4_K's mins and item sums take 4 KB more: 2 blocks, no register cap) */
+        if constexpr (3 * (mx_lay<T, 3, 1>::bytes + 1024) > 228 * 1024) mx_launch<T, 2, 3, PRE, 1>(grid, st, g);
+        else if (mx_occ3() == 2) mx_launch<T, 2, 3, PRE, 1>(grid, st, g);
         else mx_launch<T, 3, 3, PRE, 1>(grid, st, g);
     } else {
         mx_launch<T, MQ_OCC_DEFAULT, 2, PRE, 1>(grid, st, g);
@@ -1615,6 +1768,8 @@ static int mx_run(const cu_gemv_args &g, int ntiles, cudaStream_t st) {
     case CU_TYPE_IQ2R: mx_pick<CU_TYPE_IQ2R, PRE>(ntiles, st, g); break;
     case CU_TYPE_IQ2_XXS: mx_pick<CU_TYPE_IQ2_XXS, PRE>(ntiles, st, g); break;
     case CU_TYPE_Q2_K: mx_pick<CU_TYPE_Q2_K, PRE>(ntiles, st, g); break;
+    case CU_TYPE_MXFP4: mx_pick<CU_TYPE_MXFP4, PRE>(ntiles, st, g); break;
+    case CU_TYPE_Q4_K: mx_pick<CU_TYPE_Q4_K, PRE>(ntiles, st, g); break;
     default: return 0;
     }
     return 1;
@@ -1638,6 +1793,7 @@ extern "C" int cu_mmq(const cu_gemv_args *ga, int ntiles, cudaStream_t st) {
     case CU_TYPE_IQ2_XXS: MQ_LAUNCH(CU_TYPE_IQ2_XXS); break;
     case CU_TYPE_F16: cu_mmf16(&g, ntiles, st); break;
     case CU_TYPE_Q2_K: MQ_LAUNCH(CU_TYPE_Q2_K); break;
+    case CU_TYPE_MXFP4: MQ_LAUNCH(CU_TYPE_MXFP4); break;
     default: return 0;
     }
 #undef MQ_LAUNCH
@@ -1683,7 +1839,7 @@ extern "C" int cu_mmq_split_act(int wtype, const float *x, int64_t nrows, int64_
 extern "C" int cu_mmq_presplit(const cu_gemv_args *ga, int ntiles, cudaStream_t st) {
     cu_gemv_args g = *ga;
     g.act_f32 = 0;
-    if (g.wtype == CU_TYPE_F16 || !cu_mmq_supported(&g)) return 0;
+    if (g.wtype == CU_TYPE_F16 || !mq_supported(&g, true)) return 0;
     if (((uintptr_t)g.act & 15) || g.act_stride % 16 || g.group_act_bytes % 128) return 0;
     g.items = (int)(g.in / 32);
     if (g.act_div <= 0) g.act_div = 1;

@@ -4,7 +4,9 @@
  * dequantized weights with the f32 activations in double.
  *
  * Every int8 weight type (Q8_0 as stored and repacked, IQ2_XXS as stored and
- * repacked, Q2_K) in dense, grouped-input and MoE-tile mode, on activation rows
+ * repacked, Q2_K, MXFP4, Q4_K) in dense, grouped-input and MoE-tile mode (MXFP4
+ * and Q4_K also in Flash's MoE shapes, gate/up 2048 x 4096 and down 4096 x
+ * 2048, with 2 experts; fresh random weights per case), on activation rows
  * of several kinds (plain, a large dynamic range inside an item, all zero,
  * zero items with spikes, tiny and huge scales). Prints one ok/FAIL line per
  * case with max|err| / max|y| (all outputs) and the worst row's ratio; MoE
@@ -48,6 +50,11 @@
  * the V4 runs the pre-split Q8_0R product of Flash's dense shapes at 4096
  * tokens with QPIPE=0 (k_mmqx V4) and 1 (k_mmqp), us per launch and whether
  * their bits agree ("time mmq qpipe" lines).
+ * The q8 kernel (k_mmq, MINKE_ACT_Q8: activations quantized to Q8_0_F32) for
+ * MXFP4 against the CPU's quant_matvec (rel 1e-5, as gemv_check's mmq lines),
+ * once, in the V1 3-piece run ("mmq q8" lines), and Q4_K refused there (it has
+ * the exact kernels only: "mmq q8 q4_K ... refused" line). --time also times
+ * MXFP4 and Q4_K in Flash's MoE shapes (Q4_K without a q8 figure).
  * Run on a GPU machine: build/cuda/tests/cuda/mmq_exact [--time].
  */
 #include <math.h>
@@ -309,6 +316,81 @@ done:
     return fail;
 }
 
+/* The q8 kernel (act_f32 = 0: activations quantized by cu_quantize_act to the type's
+ * activation type) against the CPU's quant_matvec on the same quantized weights: rel 1e-5
+ * of max|y| (gemv_check's mmq limit). E > 0: MoE tiles as in check(). A type with
+ * only the exact kernels (refuse = 1) must be refused instead. 1 on failure. */
+static int check_q8(int type, int64_t rows, int64_t in, int T, int E, int K, int refuse) {
+    const quant_traits *tr = quant_get(type);
+    uint64_t rb = quant_row_bytes(type, in);
+    int ne = E > 0 ? E : 1, P = E > 0 ? T * K : T;
+    int at = cu_act_type(type);
+    int64_t arb = cu_act_row_bytes(at, in);
+    float *wf = malloc(sizeof(float) * in), *x = malloc(sizeof(float) * T * in);
+    uint8_t *W = malloc(rb * rows * ne);
+    for (int64_t r = 0; r < rows * ne; r++) {
+        for (int64_t i = 0; i < in; i++) wf[i] = frand() * (1.0f + (r % 7));
+        tr->quant(wf, W + r * rb, in);
+    }
+    for (int t = 0; t < T; t++) act_row(x + (int64_t)t * in, in, t);
+    int *sel = malloc(sizeof(int) * P);
+    for (int p = 0; p < P; p++) sel[p] = E > 0 ? (p * 5 + p / 3 + (p % 7 == 0 ? 1 : 0)) % E : 0;
+    float *yref = malloc(sizeof(float) * P * rows), *ygpu = malloc(sizeof(float) * P * rows);
+    for (int p = 0; p < P; p++)
+        quant_matvec(type, W + (uint64_t)sel[p] * rows * rb, rows, in, x + (int64_t)(E > 0 ? p / K : p) * in, yref + (int64_t)p * rows);
+    void *dW, *dact; float *dx, *dy; int *dsel, *dt;
+    int maxt = P / 64 + 1 + ne;
+    CK(cudaMalloc(&dW, rb * rows * ne)); CK(cudaMalloc((void **)&dx, sizeof(float) * T * in));
+    CK(cudaMalloc(&dact, arb * T + 64)); CK(cudaMalloc((void **)&dy, sizeof(float) * P * rows));
+    CK(cudaMalloc((void **)&dsel, sizeof(int) * P)); CK(cudaMalloc((void **)&dt, sizeof(int) * (P + 4 * maxt + 1)));
+    CK(cudaMemcpy(dW, W, rb * rows * ne, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dx, x, sizeof(float) * T * in, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dsel, sel, sizeof(int) * P, cudaMemcpyHostToDevice));
+    cu_quantize_act(at, dx, dact, T, in, 0);
+    cu_gemv_args g;
+    memset(&g, 0, sizeof g);
+    g.w = dW; g.wtype = type; g.rows = rows; g.in = in; g.row_bytes = rb; g.act = dact; g.act_stride = arb;
+    g.act_div = 1; g.out = dy; g.out_stride = rows; g.ntok = T;
+    int ntiles = (T + 63) / 64;
+    if (E > 0) {
+        int *pairs = dt, *ts = dt + P, *tc = ts + maxt, *tx = tc + maxt, *nt = tx + maxt;
+        cu_moe_tiles(dsel, P, E, 64, pairs, ts, tc, tx, nt, 0);
+        g.tile_pairs = pairs; g.tile_start = ts; g.tile_count = tc; g.tile_expert = tx; g.n_tiles = nt;
+        g.expert_bytes = rb * rows; g.act_div = K; g.ntok = 0;
+        ntiles = maxt;
+    }
+    char what[128];
+    snprintf(what, sizeof what, "%-6s rows %4lld in %5lld T %3d%s", tname(type), (long long)rows, (long long)in, T,
+             E > 0 ? " moe" : " dense");
+    if (E > 0) snprintf(what + strlen(what), sizeof what - strlen(what), " E %d K %d", E, K);
+    int fail = 0;
+    if (refuse) {
+        /* exact activations only: the backend keeps the GEMV kernels for q8 activations */
+        fail = cu_mmq_supported(&g) || cu_mmq(&g, ntiles, 0);
+        printf("%s mmq q8 %s: %s\n", fail ? "FAIL" : "ok  ", what, fail ? "not refused" : "refused (exact activations only)");
+    } else if (!cu_mmq_supported(&g)) {
+        printf("FAIL mmq q8 %s: not supported\n", what);
+        fail = 1;
+    } else {
+        CK(cudaMemset(dy, 0xFF, sizeof(float) * P * rows));
+        int ran = cu_mmq(&g, ntiles, 0);
+        CK(cudaGetLastError());
+        CK(cudaMemcpy(ygpu, dy, sizeof(float) * P * rows, cudaMemcpyDeviceToHost));
+        double md = 0, mr = 0;
+        for (int64_t i = 0; i < (int64_t)P * rows; i++) {
+            if (fabs(yref[i]) > mr) mr = fabs(yref[i]);
+            double d = fabs((double)yref[i] - ygpu[i]);
+            if (!(d <= md)) md = isnan(d) ? INFINITY : d;
+        }
+        double rel = md / (mr > 0 ? mr : 1);
+        fail = !ran || !(rel <= 1e-5);
+        printf("%s mmq q8 %s: rel err %.2e against quant_matvec%s\n", fail ? "FAIL" : "ok  ", what, rel, ran ? "" : " (refused)");
+    }
+    cudaFree(dW); cudaFree(dx); cudaFree(dact); cudaFree(dy); cudaFree(dsel); cudaFree(dt);
+    free(wf); free(x); free(W); free(yref); free(ygpu); free(sel);
+    return fail;
+}
+
 /* ms per launch of cu_mmq(g) or cu_mmq_presplit(g): mean of reps after one warm-up */
 static float time_launch(const cu_gemv_args *g, int ntiles, int reps, int presplit) {
     cudaEvent_t e0, e1;
@@ -374,7 +456,8 @@ static void time_case(int type, int64_t rows, int64_t in, int T, int E, int K, i
     q8.act = dq; q8.act_stride = qrb; q8.act_f32 = 0;
     ex.act = dx; ex.act_stride = in * 4; ex.act_f32 = 1;
     int reps = E > 0 ? 3 : 10;
-    float tq = time_launch(&q8, ntiles, reps, 0), te = time_launch(&ex, ntiles, reps, 0);
+    /* Q4_K: no q8 kernel (exact activations only) */
+    float tq = cu_mmq_supported(&q8) ? time_launch(&q8, ntiles, reps, 0) : NAN, te = time_launch(&ex, ntiles, reps, 0);
     /* pre-split: the split launch and the product on pieces */
     int64_t sb = cu_mmq_split_row_bytes(in);
     void *dsp = NULL;
@@ -528,12 +611,40 @@ int main(int argc, char **argv) {
     fail |= check(GGML_TYPE_Q2_K, 0, 200, 1024, 90, 5, 3, 1);
     fail |= check(GGML_TYPE_Q2_K, 0, 256, 512, 100, 3, 2, 1);       /* ~67 pairs per expert: 64 + a few */
     fail |= check(GGML_TYPE_Q2_K, 0, 128, 512, 33, 0, 1, 2);
+    /* MXFP4: 17-byte blocks, so rows and items at every byte alignment */
+    fail |= check(GGML_TYPE_MXFP4, 0, 300, 1024, 100, 0, 1, 1);
+    fail |= check(GGML_TYPE_MXFP4, 0, 64, 96, 37, 0, 1, 1);        /* 3 items: a partial stage */
+    fail |= check(GGML_TYPE_MXFP4, 0, 200, 1024, 90, 5, 3, 1);
+    fail |= check(GGML_TYPE_MXFP4, 0, 256, 512, 40, 6, 2, 1);      /* ~13 pairs per expert: V4's idle warps */
+    fail |= check(GGML_TYPE_MXFP4, 0, 256, 512, 70, 0, 1, 2);      /* grouped */
+    fail |= check(GGML_TYPE_MXFP4, 0, 2048, 4096, 40, 2, 2, 1);    /* Flash's MoE gate / up */
+    fail |= check(GGML_TYPE_MXFP4, 0, 4096, 2048, 40, 2, 2, 1);    /* Flash's MoE down */
+    /* Q4_K: codes with a scale per item, the min term from the items' activation sums */
+    fail |= check(GGML_TYPE_Q4_K, 0, 300, 1024, 100, 0, 1, 1);
+    fail |= check(GGML_TYPE_Q4_K, 0, 64, 256, 37, 0, 1, 1);        /* one block per row */
+    fail |= check(GGML_TYPE_Q4_K, 0, 200, 1024, 90, 5, 3, 1);
+    fail |= check(GGML_TYPE_Q4_K, 0, 256, 512, 100, 3, 2, 1);      /* ~67 pairs per expert: 64 + a few */
+    fail |= check(GGML_TYPE_Q4_K, 0, 256, 512, 40, 6, 2, 1);       /* ~13 pairs per expert: V4's idle warps */
+    fail |= check(GGML_TYPE_Q4_K, 0, 256, 512, 33, 0, 1, 2);       /* grouped */
+    fail |= check(GGML_TYPE_Q4_K, 0, 2048, 4096, 40, 2, 2, 1);     /* Flash's MoE gate / up */
+    fail |= check(GGML_TYPE_Q4_K, 0, 4096, 2048, 40, 2, 2, 1);     /* Flash's MoE down */
+    if (version == 1 && pieces == 3 && !getenv("MINKE_CUDA_MMQ_XOCC")) {
+        /* the q8 kernel (once: it does not depend on the exact kernels' settings) */
+        fail |= check_q8(GGML_TYPE_MXFP4, 300, 1024, 100, 0, 1, 0);
+        fail |= check_q8(GGML_TYPE_MXFP4, 64, 96, 37, 0, 1, 0);
+        fail |= check_q8(GGML_TYPE_MXFP4, 200, 1024, 90, 5, 3, 0);
+        fail |= check_q8(GGML_TYPE_Q4_K, 64, 256, 37, 0, 1, 1);
+    }
     if (timing) {
         time_case(GGML_TYPE_Q8_0, 4096, 4096, 512, 0, 0, 0);
         time_case(GGML_TYPE_IQ2_XXS, 4096, 4096, 512, 0, 0, 0);
         time_case(GGML_TYPE_Q2_K, 4096, 4096, 512, 0, 0, 0);
         time_case(GGML_TYPE_IQ2_XXS, 2048, 4096, 4096, 256, 6, 0);  /* MoE gate (and up): token activations */
         time_case(GGML_TYPE_Q2_K, 4096, 2048, 4096, 256, 6, 1);     /* MoE down: one activation row per pair */
+        time_case(GGML_TYPE_MXFP4, 2048, 4096, 4096, 256, 6, 0);
+        time_case(GGML_TYPE_MXFP4, 4096, 2048, 4096, 256, 6, 1);
+        time_case(GGML_TYPE_Q4_K, 2048, 4096, 4096, 256, 6, 0);
+        time_case(GGML_TYPE_Q4_K, 4096, 2048, 4096, 256, 6, 1);
         if (version == 4 && qpipe) {
             /* Flash's dense Q8_0R products at 4096 tokens, pre-split: k_mmqx V4 against k_mmqp */
             fail |= time_qpipe(4096, 8192, 4096, 1);     /* out_b */
