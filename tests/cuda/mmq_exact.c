@@ -6,7 +6,8 @@
  * Every int8 weight type (Q8_0 as stored and repacked, IQ2_XXS as stored and
  * repacked, Q2_K, MXFP4, Q4_K) in dense, grouped-input and MoE-tile mode (MXFP4
  * and Q4_K also in Flash's MoE shapes, gate/up 2048 x 4096 and down 4096 x
- * 2048, with 2 experts; fresh random weights per case), on activation rows
+ * 2048, with 2 experts, in the V4 and V1 runs with 3 pieces; fresh random
+ * weights per case), on activation rows
  * of several kinds (plain, a large dynamic range inside an item, all zero,
  * zero items with spikes, tiny and huge scales). Prints one ok/FAIL line per
  * case with max|err| / max|y| (all outputs) and the worst row's ratio; MoE
@@ -617,8 +618,13 @@ int main(int argc, char **argv) {
     fail |= check(GGML_TYPE_MXFP4, 0, 200, 1024, 90, 5, 3, 1);
     fail |= check(GGML_TYPE_MXFP4, 0, 256, 512, 40, 6, 2, 1);      /* ~13 pairs per expert: V4's idle warps */
     fail |= check(GGML_TYPE_MXFP4, 0, 256, 512, 70, 0, 1, 2);      /* grouped */
-    fail |= check(GGML_TYPE_MXFP4, 0, 2048, 4096, 40, 2, 2, 1);    /* Flash's MoE gate / up */
-    fail |= check(GGML_TYPE_MXFP4, 0, 4096, 2048, 40, 2, 2, 1);    /* Flash's MoE down */
+    /* Flash's MoE shapes (gate / up, down) in the default tiling (V4) and V1 only,
+     * 3 pieces: the host quantization of their weights is most of a run's time */
+    const int flash_shapes = pieces == 3 && (version == 1 || version == 4) && !getenv("MINKE_CUDA_MMQ_XOCC") && qpipe;
+    if (flash_shapes) {
+        fail |= check(GGML_TYPE_MXFP4, 0, 2048, 4096, 40, 2, 2, 1);
+        fail |= check(GGML_TYPE_MXFP4, 0, 4096, 2048, 40, 2, 2, 1);
+    }
     /* Q4_K: codes with a scale per item, the min term from the items' activation sums */
     fail |= check(GGML_TYPE_Q4_K, 0, 300, 1024, 100, 0, 1, 1);
     fail |= check(GGML_TYPE_Q4_K, 0, 64, 256, 37, 0, 1, 1);        /* one block per row */
@@ -626,8 +632,10 @@ int main(int argc, char **argv) {
     fail |= check(GGML_TYPE_Q4_K, 0, 256, 512, 100, 3, 2, 1);      /* ~67 pairs per expert: 64 + a few */
     fail |= check(GGML_TYPE_Q4_K, 0, 256, 512, 40, 6, 2, 1);       /* ~13 pairs per expert: V4's idle warps */
     fail |= check(GGML_TYPE_Q4_K, 0, 256, 512, 33, 0, 1, 2);       /* grouped */
-    fail |= check(GGML_TYPE_Q4_K, 0, 2048, 4096, 40, 2, 2, 1);     /* Flash's MoE gate / up */
-    fail |= check(GGML_TYPE_Q4_K, 0, 4096, 2048, 40, 2, 2, 1);     /* Flash's MoE down */
+    if (flash_shapes) {
+        fail |= check(GGML_TYPE_Q4_K, 0, 2048, 4096, 40, 2, 2, 1);
+        fail |= check(GGML_TYPE_Q4_K, 0, 4096, 2048, 40, 2, 2, 1);
+    }
     if (version == 1 && pieces == 3 && !getenv("MINKE_CUDA_MMQ_XOCC")) {
         /* the q8 kernel (once: it does not depend on the exact kernels' settings) */
         fail |= check_q8(GGML_TYPE_MXFP4, 300, 1024, 100, 0, 1, 0);
