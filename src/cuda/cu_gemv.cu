@@ -154,8 +154,8 @@ template <> struct WItem<CU_TYPE_MXFP4> : Q8Item32 {
     __device__ __forceinline__ void load(const uint8_t *row, int it, int nit, const uint64_t *tab) {
         const uint8_t *b = row + (int64_t)it * 17;
         uint8_t e = b[0];
-        d = e == 0 ? __uint_as_float(0x00200000u) : e == 255 ? __uint_as_float(0x7fc00000u)
-                   : __uint_as_float(((uint32_t)e - 1u) << 23);
+        /* src/quant's e8m0_half: e = 0, 1 are f32 subnormals, e = 255 is 2^127 */
+        d = __uint_as_float(e < 2 ? 0x00200000u << e : ((uint32_t)e - 1u) << 23);
         uint8_t lo[16], hi[16];
 #pragma unroll
         for (int k = 0; k < 16; k++) {

@@ -63,7 +63,8 @@ int cu_tables_init_from_quant(void);
 /* Activation rows from which the backend uses cu_mmq (0: off; env MINKE_CUDA_MMQ=0/1
  * turns it off/on, MINKE_CUDA_MMQ_MIN=n moves the threshold, default 32). */
 int cu_mmq_min_rows(void);
-/* 1 when cu_mmq handles these weights (Q8_0, Q8_0R, IQ2_XXS, IQ2R, Q2_K; grouped input
+/* 1 when cu_mmq handles these weights (Q8_0, Q8_0R, IQ2_XXS, IQ2R, Q2_K, MXFP4; Q4_K with
+ * exact activations only; grouped input
  * only with groups of a multiple of 64 rows; F16 with f32 activations, dense,
  * input a multiple of 64, 16-byte aligned). */
 int cu_mmq_supported(const cu_gemv_args *g);
