@@ -162,6 +162,16 @@ static int out_err(const double *yref, const float *y, int P, int64_t rows, doub
     return *rel <= lim && worst_row <= 3 * lim;
 }
 
+/* MoE mode: g's tiles of 64 (token, expert) pairs built from dsel by
+ * cu_moe_tiles into dt (P + 4 maxt + 1 ints); returns the tiles to launch */
+static int moe_tiles_set(cu_gemv_args *g, const int *dsel, int P, int E, int K, int *dt, int maxt) {
+    int *pairs = dt, *ts = dt + P, *tc = ts + maxt, *tx = tc + maxt, *nt = tx + maxt;
+    cu_moe_tiles(dsel, P, E, 64, pairs, ts, tc, tx, nt, 0);
+    g->tile_pairs = pairs; g->tile_start = ts; g->tile_count = tc; g->tile_expert = tx; g->n_tiles = nt;
+    g->expert_bytes = g->row_bytes * g->rows; g->act_div = K; g->ntok = 0;
+    return maxt;
+}
+
 static int check(int type, int repack, int64_t rows, int64_t in, int T, int E, int K, int ngroups) {
     const quant_traits *tr = quant_get(type);
     uint64_t rb = quant_row_bytes(type, in);
@@ -209,14 +219,7 @@ static int check(int type, int repack, int64_t rows, int64_t in, int T, int E, i
     if (ngroups > 1) { g.group_rows = grows; g.group_act_bytes = in * 4; }
     cu_gemv_args gd = g;           /* dense launch over the same tokens (MoE: per expert) */
     gd.out = dyd;
-    int ntiles = (T + 63) / 64;
-    if (E > 0) {
-        int *pairs = dt, *ts = dt + P, *tc = ts + maxt, *tx = tc + maxt, *nt = tx + maxt;
-        cu_moe_tiles(dsel, P, E, 64, pairs, ts, tc, tx, nt, 0);
-        g.tile_pairs = pairs; g.tile_start = ts; g.tile_count = tc; g.tile_expert = tx; g.n_tiles = nt;
-        g.expert_bytes = rb * rows; g.act_div = K; g.ntok = 0;
-        ntiles = maxt;
-    }
+    int ntiles = E > 0 ? moe_tiles_set(&g, dsel, P, E, K, dt, maxt) : (T + 63) / 64;
     char what[160];
     snprintf(what, sizeof what, "%-6s rows %4lld in %5lld T %3d%s%s", tname(wt), (long long)rows, (long long)in, T,
              E > 0 ? " moe" : ngroups > 1 ? " grouped" : " dense", "");
@@ -352,14 +355,7 @@ static int check_q8(int type, int64_t rows, int64_t in, int T, int E, int K, int
     memset(&g, 0, sizeof g);
     g.w = dW; g.wtype = type; g.rows = rows; g.in = in; g.row_bytes = rb; g.act = dact; g.act_stride = arb;
     g.act_div = 1; g.out = dy; g.out_stride = rows; g.ntok = T;
-    int ntiles = (T + 63) / 64;
-    if (E > 0) {
-        int *pairs = dt, *ts = dt + P, *tc = ts + maxt, *tx = tc + maxt, *nt = tx + maxt;
-        cu_moe_tiles(dsel, P, E, 64, pairs, ts, tc, tx, nt, 0);
-        g.tile_pairs = pairs; g.tile_start = ts; g.tile_count = tc; g.tile_expert = tx; g.n_tiles = nt;
-        g.expert_bytes = rb * rows; g.act_div = K; g.ntok = 0;
-        ntiles = maxt;
-    }
+    int ntiles = E > 0 ? moe_tiles_set(&g, dsel, P, E, K, dt, maxt) : (T + 63) / 64;
     char what[128];
     snprintf(what, sizeof what, "%-6s rows %4lld in %5lld T %3d%s", tname(type), (long long)rows, (long long)in, T,
              E > 0 ? " moe" : " dense");
