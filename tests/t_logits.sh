@@ -1,7 +1,8 @@
 #!/bin/sh
 # t_logits.sh: the `minke logits` test interface on tiny-a (F32 conversion):
 # logits match the HF reference (1e-4 x max|logit|), prefill == --chunk ==
-# --decode byte for byte, taps are written, and bad inputs fail with a message.
+# --decode == --restore-at byte for byte, taps are written, and bad inputs
+# fail with a message.
 set -u
 B=${MINKE_BUILD:-build}
 T="$B/tmp/h4_logits"
@@ -34,6 +35,19 @@ paste "$T/ref.txt" "$T/got.txt" | awk '
 # sims on changes the numbers
 "$MINKE_BIN" logits -m "$T/f32.gguf" --tokens "$FX/tokens.i32" --out "$T/sims.f32" || fail "logits sims on"
 cmp -s "$T/all.f32" "$T/sims.f32" && fail "--sims on gives the same logits as off"
+
+# --restore-at: the session through its serialised bytes into a new one after
+# 37 tokens, then the rest: the logits of an uninterrupted run, byte for byte
+# (prefill and decode, sims on: the compressed rows and indexer state travel)
+"$MINKE_BIN" logits -m "$T/f32.gguf" --tokens "$FX/tokens.i32" --out "$T/rs.f32" --restore-at 37 \
+    || fail "logits --restore-at"
+cmp -s "$T/sims.f32" "$T/rs.f32" || fail "--restore-at 37 changed the prefill logits"
+"$MINKE_BIN" logits -m "$T/f32.gguf" --tokens "$FX/tokens.i32" --out "$T/rsd.f32" --decode --restore-at 101 \
+    || fail "logits --decode --restore-at"
+cmp -s "$T/sims.f32" "$T/rsd.f32" || fail "--decode --restore-at 101 differs from one prefill"
+"$MINKE_BIN" logits -m "$T/f32.gguf" --tokens "$FX/tokens.i32" --out "$T/x.f32" --restore-at 160 2> "$T/err.txt" \
+    && fail "--restore-at past the tokens accepted"
+grep -q "needs more than" "$T/err.txt" || fail "no clear message for --restore-at 160: $(cat "$T/err.txt")"
 
 # bad inputs
 printf '\001\000\000\000\210\023\000\000' > "$T/bad.i32"   # ids 1, 5000
