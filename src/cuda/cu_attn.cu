@@ -271,16 +271,10 @@ __device__ __forceinline__ const void *att_row(int i, int nraw, int q, int pos0,
     return (const float *)comp + (int64_t)c * hd;
 }
 
-/* value col of a row (packed: an FP8 row; kv8_load4's arithmetic for one
- * value, so the same float bits) */
+/* value col of a row (packed: an FP8 row) */
 template <int FMT>
 __device__ __forceinline__ float att_val(const void *row, bool packed, int col, int hd, int nrot) {
-    if (FMT == CU_KV_FP8 && packed) {
-        const uint8_t *b = (const uint8_t *)row;
-        const int nope = hd - nrot;
-        if (col >= nope) return *(const float *)(b + kv8_rope_off(hd, nrot) + 4 * (col - nope));
-        return kv8_val(b[col], kv_scale(b[nope + col / 64]));
-    }
+    if (FMT == CU_KV_FP8 && packed) return kv8_load1((const uint8_t *)row, col, hd, nrot);
     return ((const float *)row)[col];
 }
 

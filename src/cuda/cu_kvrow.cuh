@@ -45,6 +45,12 @@ static __device__ __forceinline__ float kv4_val(uint32_t c, float s) {
     const float v = __uint_as_float(((c & 7u) << 22) | ((c & 8u) << 28));
     return __fmul_rn(__fmul_rn(v, 0x1p126f), s);
 }
+/* value col of an FP8 attention row */
+static __device__ __forceinline__ float kv8_load1(const uint8_t *row, int col, int hd, int nrot) {
+    const int nope = hd - nrot;
+    if (col >= nope) return *(const float *)(row + kv8_rope_off(hd, nrot) + 4 * (col - nope));
+    return kv8_val(row[col], kv_scale(row[nope + col / 64]));
+}
 /* values col .. col + 3 of an FP8 attention row (col a multiple of 4) */
 static __device__ __forceinline__ float4 kv8_load4(const uint8_t *row, int col, int hd, int nrot) {
     const int nope = hd - nrot;
@@ -60,7 +66,7 @@ static __device__ __forceinline__ void kv4_load8(const uint8_t *row, int col, in
 }
 
 /* The writers: the simulation of d_fp8_sim_sh / d_fp4_sim_sh over n values of
- * shared memory x (the same amax, scale and rounding, step for step), stored
+ * shared memory x (the same block step, d_fp8_block / d_fp4_block), stored
  * as codes and scale bytes instead of rounded floats; x is left as it was.
  * Called by every thread of the block (blockDim a multiple of 32). */
 static __device__ void d_fp8_pack_sh(const float *x, int n, uint8_t *codes, uint8_t *exps) {
@@ -68,11 +74,8 @@ static __device__ void d_fp8_pack_sh(const float *x, int n, uint8_t *codes, uint
     __syncthreads();
     for (int b = w; b < n / 64; b += nw) {
         const float *v = x + 64 * b;
-        const float a0 = v[lane], a1 = v[lane + 32];
-        float amax = warp_max(fmaxf(fabsf(a0), fabsf(a1)));
-        amax = fmaxf(amax, 1e-4f);
-        const float s = d_pow2_ceil(amax * (1.0f / 448.0f));
-        const float u0 = fminf(fmaxf(a0 / s, -448.f), 448.f), u1 = fminf(fmaxf(a1 / s, -448.f), 448.f);
+        float u0, u1;
+        const float s = d_fp8_block(v[lane], v[lane + 32], u0, u1);
         codes[64 * b + lane] = (uint8_t)d_e4m3_encode(d_e4m3_round(u0));
         codes[64 * b + lane + 32] = (uint8_t)d_e4m3_encode(d_e4m3_round(u1));
         if (lane == 0) exps[b] = (uint8_t)((__float_as_uint(s) >> 23) & 255u);
@@ -83,10 +86,8 @@ static __device__ void d_fp4_pack_sh(const float *x, int n, uint8_t *codes, uint
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
     __syncthreads();
     for (int b = w; b < n / 32; b += nw) {
-        const float a = x[32 * b + lane];
-        const float amax = fmaxf(warp_max(fabsf(a)), 7.052966104933725e-38f);
-        const float s = d_pow2_ceil(amax * (1.0f / 6.0f));
-        const float u = fminf(fmaxf(a / s, -6.f), 6.f);
+        float u;
+        const float s = d_fp4_block(x[32 * b + lane], u);
         const uint32_t c = d_e2m1_encode(d_e2m1_round(u));
         const uint32_t hi = __shfl_down_sync(0xffffffffu, c, 1);
         if (!(lane & 1)) codes[16 * b + lane / 2] = (uint8_t)(c | (hi << 4));

@@ -48,6 +48,26 @@ static __device__ void d_rope_tail_sh(float *x, int hd, int nrot, const float *i
     }
 }
 
+/* One block of the simulations, a warp's: the block scale s (returned) and
+ * the lane's values divided by it and clamped (u0, u1), which the simulation
+ * rounds (d_e4m3_round / d_e2m1_round) and multiplies by s again, and the KV
+ * cache's writer stores as codes (cu_kvrow.cuh). FP8: values l and l + 32 of
+ * 64 in a0, a1; FP4: value l of 32 in a0. */
+static __device__ __forceinline__ float d_fp8_block(float a0, float a1, float &u0, float &u1) {
+    float amax = warp_max(fmaxf(fabsf(a0), fabsf(a1)));
+    amax = fmaxf(amax, 1e-4f);
+    const float s = d_pow2_ceil(amax * (1.0f / 448.0f));
+    u0 = fminf(fmaxf(a0 / s, -448.f), 448.f);
+    u1 = fminf(fmaxf(a1 / s, -448.f), 448.f);
+    return s;
+}
+static __device__ __forceinline__ float d_fp4_block(float a, float &u) {
+    const float amax = fmaxf(warp_max(fabsf(a)), 7.052966104933725e-38f);
+    const float s = d_pow2_ceil(amax * (1.0f / 6.0f));
+    u = fminf(fmaxf(a / s, -6.f), 6.f);
+    return s;
+}
+
 /* FP8 sim over n (multiple of 64) values in shared memory; blockDim >= 64 multiple of 32. */
 static __device__ void d_fp8_sim_sh(float *x, int n, float *red) {
     int nb = n / 64;
@@ -56,11 +76,8 @@ static __device__ void d_fp8_sim_sh(float *x, int n, float *red) {
     __syncthreads();
     for (int b = w; b < nb; b += nw) {
         float *v = x + 64 * b;
-        float a0 = v[lane], a1 = v[lane + 32];
-        float amax = warp_max(fmaxf(fabsf(a0), fabsf(a1)));
-        amax = fmaxf(amax, 1e-4f);
-        float s = d_pow2_ceil(amax * (1.0f / 448.0f));
-        float u0 = fminf(fmaxf(a0 / s, -448.f), 448.f), u1 = fminf(fmaxf(a1 / s, -448.f), 448.f);
+        float u0, u1;
+        const float s = d_fp8_block(v[lane], v[lane + 32], u0, u1);
         v[lane] = d_e4m3_round(u0) * s;
         v[lane + 32] = d_e4m3_round(u1) * s;
     }
@@ -70,10 +87,8 @@ static __device__ void d_fp4_sim_sh(float *x, int n) {
     int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
     __syncthreads();
     for (int b = w; b < n / 32; b += nw) {
-        float a = x[32 * b + lane];
-        float amax = fmaxf(warp_max(fabsf(a)), 7.052966104933725e-38f);
-        float s = d_pow2_ceil(amax * (1.0f / 6.0f));
-        float u = fminf(fmaxf(a / s, -6.f), 6.f);
+        float u;
+        const float s = d_fp4_block(x[32 * b + lane], u);
         x[32 * b + lane] = d_e2m1_round(u) * s;
     }
     __syncthreads();
