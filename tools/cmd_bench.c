@@ -411,18 +411,19 @@ int cmd_bench(int argc, char **argv) {
 
     void *bs = m->ops->session_alloc(m, ctx_alloc);
     if (!bs) { fprintf(stderr, "minke bench: %s\n", minke_last_error()); return 1; }
-    /* the KV cache's rows: the device's formats (CUDA), f32 on the CPU */
+    /* the KV cache's rows: the device's formats (CUDA), f32 on the CPU; a
+     * token of context adds 1 / ratio of a row to each compressing layer */
     int crow = (int)c->head_dim * 4, irow = (int)c->indexer_head_dim * 4;
     const char *kvfmt = "f32 rows";
+#ifdef MINKE_CUDA
+    if (is_cuda) cu_kv_row_bytes(m, bs, &crow, &irow, &kvfmt);
+#endif
     double kvtok = 0;
     for (uint32_t il = 0; il < c->n_layer; il++) {
         int r = (int)c->compress_ratio[il];
         if (r) kvtok += (double)crow / r;
         if (r == 4) kvtok += (double)irow / 4;
     }
-#ifdef MINKE_CUDA
-    if (is_cuda) kvtok = cu_kv_token_bytes(m, bs, &crow, &irow, &kvfmt);
-#endif
     fprintf(stderr, "minke bench: KV cache %.0f bytes a token of context (%s: %d bytes an attention row, %d an "
             "indexer row); the session holds %.1f MB for %d tokens\n", kvtok, kvfmt, crow, irow,
             m->ops->session_bytes(m, bs) / 1e6, ctx_alloc);

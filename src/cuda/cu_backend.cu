@@ -107,7 +107,9 @@ struct cu_session {
      * with the simulations on (their values, stored as codes: no change in
      * any result), f32 with them off or MINKE_CUDA_KV=f32 */
     int comp_fmt, index_fmt;
-    float *comp_f32;                /* FP8 rows: a layer's compressed rows unpacked for a prefill batch */
+    float *comp_f32;                /* packed rows: a layer's compressed (or indexer) rows unpacked, for a
+                                     * prefill batch and the state copy */
+    int *d_kvok;                    /* packed rows: the state copy's pack verdict */
     uint64_t bytes;
     int *d_pos, *h_pos;             /* pinned host mirror for async updates */
     int32_t *d_tok, *h_tok;
@@ -762,7 +764,7 @@ static void dev_session_free(minke_model *m, cu_model *cm, cu_session *s) {
                     s->kvp, s->kvb, s->ca, s->cg, s->ia, s->ig, s->qi, s->wi, s->scores, s->o, s->z, s->a, s->sel,
                     s->nsel, s->rlog, s->rw, s->rsel, s->tpairs, s->tstart, s->tcount, s->texp, s->ntiles, s->eg,
                     s->eu, s->emid, s->eout, s->mo, s->sg, s->su, s->smid, s->so, s->hy, s->logits, s->act, s->d_argmax,
-                    s->attn_part, s->act2, s->actx, s->asplit, s->asplit2, s->asplit3, s->comp_f32};
+                    s->attn_part, s->act2, s->actx, s->asplit, s->asplit2, s->asplit3, s->comp_f32, s->d_kvok};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cudaFree(bufs[i]);
     cudaFreeHost(s->h_pos); cudaFreeHost(s->h_tok); cudaFreeHost(s->h_logits);
     free(s);
@@ -859,7 +861,9 @@ static cu_session *dev_session_alloc(minke_model *m, cu_model *cm, int n_ctx) {
     }
 #define AL(p, n) CK(cudaMalloc((void **)&(p), (size_t)(n) > 0 ? (size_t)(n) : 4))
     if (s->comp_fmt == CU_KV_FP8 && comp_most) {
-        AL(s->comp_f32, comp_most * Dh * 4);     /* scratch, not state: outside s->bytes */
+        /* scratch, not state: outside s->bytes (an indexer row has ihd floats) */
+        AL(s->comp_f32, comp_most * (Dh > ihd ? Dh : ihd) * 4);
+        AL(s->d_kvok, 4);
     }
     AL(s->d_pos, 4 * sizeof(int));
     AL(s->d_tok, T * 4);
@@ -1644,23 +1648,6 @@ static int state_copy(minke_model *m, cu_session *s, int pos, uint8_t *buf, int 
     int Dh = (int)c->head_dim, ihd = (int)c->indexer_head_dim, W = (int)c->sliding_window, nrot = (int)c->rope_dim;
     cudaMemcpyKind k = save ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice;
     int rc = 0;
-    /* f32 scratch for the packed rows of the largest layer */
-    float *scratch = NULL;
-    int *d_ok = NULL;
-    if (s->comp_fmt != CU_KV_F32 || s->index_fmt != CU_KV_F32) {
-        size_t most = 4;
-        for (uint32_t il = 0; il < c->n_layer; il++) {
-            size_t a = (size_t)lay[il].n_comp * Dh * 4, b = (size_t)lay[il].n_index * ihd * 4;
-            if (a > most) most = a;
-            if (b > most) most = b;
-        }
-        if (cudaMalloc((void **)&scratch, most) != cudaSuccess || cudaMalloc((void **)&d_ok, 4) != cudaSuccess) {
-            cudaFree(scratch);
-            free(lay);
-            minke_set_error("cuda: no device memory for the state copy's %zu bytes of scratch", most);
-            return -1;
-        }
-    }
     for (uint32_t il = 0; il < c->n_layer && !rc; il++) {
         minke_kv_layer_layout *L = &lay[il];
         cu_lcache *l = &s->lc[il];
@@ -1671,8 +1658,9 @@ static int state_copy(minke_model *m, cu_session *s, int pos, uint8_t *buf, int 
             rc |= save ? cudaMemcpy(host, dev, Dh * 4, k) != cudaSuccess : cudaMemcpy(dev, host, Dh * 4, k) != cudaSuccess;
         }
 #define CP(dev, off, bytes) if ((bytes) > 0) rc |= (save ? cudaMemcpy(buf + (off), (dev), (bytes), k) : cudaMemcpy((dev), buf + (off), (bytes), k)) != cudaSuccess;
-        if (!rc) rc |= rows_copy(l->comp, s->comp_fmt, L->n_comp, Dh, nrot, buf + L->off_comp, save, scratch, d_ok, 0);
-        if (!rc) rc |= rows_copy(l->index, s->index_fmt, L->n_index, ihd, 0, buf + L->off_index, save, scratch, d_ok, 0);
+        if (!rc) rc |= rows_copy(l->comp, s->comp_fmt, L->n_comp, Dh, nrot, buf + L->off_comp, save, s->comp_f32, s->d_kvok, 0);
+        if (!rc) rc |= rows_copy(l->index, s->index_fmt, L->n_index, ihd, 0, buf + L->off_index, save, s->comp_f32, s->d_kvok,
+                                 0);
         CP(l->ckv, L->off_comp_kv, (size_t)L->state_rows * L->state_width * 4)
         CP(l->csc, L->off_comp_sc, (size_t)L->state_rows * L->state_width * 4)
         CP(l->ikv, L->off_index_kv, (size_t)L->istate_rows * L->istate_width * 4)
@@ -1680,8 +1668,6 @@ static int state_copy(minke_model *m, cu_session *s, int pos, uint8_t *buf, int 
 #undef CP
     }
     free(lay);
-    cudaFree(scratch);
-    cudaFree(d_ok);
     if (rc == 1) minke_set_error("cuda: state copy failed");
     return rc ? -1 : 0;
 }
@@ -1773,24 +1759,14 @@ extern "C" void cu_bench_set_comm(minke_model *m, void *bs, int on) {
     cudaSetDevice(g->dev[0]->dev);
 }
 
-/* The KV cache's rows on one GPU: bytes a token of context adds (the
- * compressed attention and indexer rows, 1 / ratio of a row a layer) and the
- * bytes of one attention / indexer row, in the session's formats. */
-extern "C" double cu_kv_token_bytes(minke_model *m, void *bs, int *comp_row, int *index_row, const char **fmt) {
+/* The KV cache's rows on one GPU: the bytes of an attention and an indexer
+ * row in the session's formats, and the formats in words. */
+extern "C" void cu_kv_row_bytes(minke_model *m, void *bs, int *comp_row, int *index_row, const char **fmt) {
     const dsv4_config *c = &m->w.cfg;
     cu_session *s = ((cu_gsession *)bs)->dev[0];
-    const int crb = kv_row_bytes(s->comp_fmt, (int)c->head_dim, (int)c->rope_dim);
-    const int irb = kv_row_bytes(s->index_fmt, (int)c->indexer_head_dim, 0);
-    double b = 0;
-    for (uint32_t il = 0; il < c->n_layer; il++) {
-        const int r = (int)c->compress_ratio[il];
-        if (r) b += (double)crb / r;
-        if (r == 4) b += (double)irb / 4;
-    }
-    if (comp_row) *comp_row = crb;
-    if (index_row) *index_row = irb;
-    if (fmt) *fmt = s->comp_fmt == CU_KV_FP8 ? "FP8 attention rows, FP4 indexer rows" : "f32 rows";
-    return b;
+    *comp_row = kv_row_bytes(s->comp_fmt, (int)c->head_dim, (int)c->rope_dim);
+    *index_row = kv_row_bytes(s->index_fmt, (int)c->indexer_head_dim, 0);
+    *fmt = s->comp_fmt == CU_KV_FP8 ? "FP8 attention rows, FP4 indexer rows" : "f32 rows";
 }
 
 static const minke_backend_ops cuda_ops = {

@@ -33,9 +33,9 @@ int cu_gpu_count(void);
 /* bench: 0 skips the all-reduces (a step's compute alone; wrong results with
  * several GPUs, so restore the state afterwards), 1 runs them again */
 void cu_bench_set_comm(struct minke_model *m, void *bs, int on);
-/* bench: the KV cache's bytes a token of context on one GPU, the bytes of an
- * attention and an indexer row, and the formats in words */
-double cu_kv_token_bytes(struct minke_model *m, void *bs, int *comp_row, int *index_row, const char **fmt);
+/* bench: the bytes of a KV cache's attention and indexer row on one GPU in
+ * the session's formats, and the formats in words */
+void cu_kv_row_bytes(struct minke_model *m, void *bs, int *comp_row, int *index_row, const char **fmt);
 
 #ifdef __cplusplus
 }
