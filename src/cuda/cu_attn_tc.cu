@@ -187,6 +187,20 @@ __device__ __forceinline__ void atc_finish(const float (&acc)[HD / 32][4], const
     }
 }
 
+/* Both kernels' shared regions of atc_layout: Q, the K/V tile, S, P, the
+ * heads' running max / sum / correction and the RoPE angles. */
+template <int HD>
+__device__ __forceinline__ void atc_carve(unsigned char *sh, __half *&sQ, __half *&sK, float *&sS, __half *&sP, float *&sM,
+                                          float *&sL, float *&sC, float *&sCos, float *&sSin) {
+    typedef atc_layout<HD> Lt;
+    sQ = (__half *)(sh + Lt::q_off);
+    sK = (__half *)(sh + Lt::kv_off);
+    sS = (float *)(sh + Lt::s_off);
+    sP = (__half *)(sh + Lt::p_off);
+    sM = (float *)(sh + Lt::m_off); sL = sM + ATC_HEADS; sC = sL + ATC_HEADS;
+    sCos = sC + ATC_HEADS; sSin = sCos + HD / 2;
+}
+
 template <int HD>
 __global__ void __launch_bounds__(ATC_THREADS, 1)
 k_attention_tc(const float *q, const float *kv_batch, const float *ring, const float *comp, const int *sel,
@@ -197,12 +211,9 @@ k_attention_tc(const float *q, const float *kv_batch, const float *ring, const f
     constexpr int QS = Lt::QS;
     constexpr int NT = HD / 32;           /* n8 tiles of a warp's hd/4 output dims */
     extern __shared__ __align__(16) unsigned char atc_sh[];
-    __half *sQ = (__half *)(atc_sh + Lt::q_off);
-    __half *sK = (__half *)(atc_sh + Lt::kv_off);
-    float *sS = (float *)(atc_sh + Lt::s_off);
-    __half *sP = (__half *)(atc_sh + Lt::p_off);
-    float *sM = (float *)(atc_sh + Lt::m_off), *sL = sM + ATC_HEADS, *sC = sL + ATC_HEADS;
-    float *sCos = sC + ATC_HEADS, *sSin = sCos + HD / 2;
+    __half *sQ, *sK, *sP;
+    float *sS, *sM, *sL, *sC, *sCos, *sSin;
+    atc_carve<HD>(atc_sh, sQ, sK, sS, sP, sM, sL, sC, sCos, sSin);
     const float **sRow = (const float **)(atc_sh + Lt::r_off);   /* the next tile's row addresses */
 
     int t = blockIdx.y, h0 = blockIdx.x * ATC_HEADS;
@@ -323,12 +334,9 @@ k_attention_tcp(const float *q, const float *kv_batch, const float *ring, const 
     constexpr int QS = Lt::QS;
     constexpr int NT = HD / 32;           /* n8 tiles of a warp's hd/4 output dims */
     extern __shared__ __align__(16) unsigned char atc_sh[];
-    __half *sQ = (__half *)(atc_sh + Lt::q_off);
-    __half *sK = (__half *)(atc_sh + Lt::kv_off);
-    float *sS = (float *)(atc_sh + Lt::s_off);
-    __half *sP = (__half *)(atc_sh + Lt::p_off);
-    float *sM = (float *)(atc_sh + Lt::m_off), *sL = sM + ATC_HEADS, *sC = sL + ATC_HEADS;
-    float *sCos = sC + ATC_HEADS, *sSin = sCos + HD / 2;
+    __half *sQ, *sK, *sP;
+    float *sS, *sM, *sL, *sC, *sCos, *sSin;
+    atc_carve<HD>(atc_sh, sQ, sK, sS, sP, sM, sL, sC, sCos, sSin);
     const float **sRow = (const float **)(atc_sh + Lp::r_off);   /* tile k's row addresses: sRow[(k & 1) * 32 + r] */
     float *sRaw = (float *)(atc_sh + Lp::raw_off);
 
