@@ -241,6 +241,15 @@ __device__ __forceinline__ void cu_pdl_enter() {
 #endif
 }
 
+/* Only the second half of cu_pdl_enter(): for threads that read nothing a
+ * grid before writes (the streamed products' copy warp, which reads only
+ * weights), so that they do not hold back the next kernel's launch. */
+__device__ __forceinline__ void cu_pdl_launch_next() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 /* cu_rope_early: a kernel may read the step's position (pos0p) and the RoPE
  * frequency tables before cu_pdl_enter(): the position is copied in before
  * the step's first kernel (an ordinary stream dependency) and the tables at

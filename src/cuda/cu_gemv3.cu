@@ -26,7 +26,11 @@
  *                 about one an SM, so a block's split of the input serves
  *                 many rows; MINKE_CUDA_G3=1 gives them back to k_gemvf);
  *   k_moe_glu_mma k_g3_iq2_glu_b's work on the int8 tensor cores (an
- *                 experiment, MINKE_CUDA_MOE_MMA=1: no faster, see there).
+ *                 experiment, MINKE_CUDA_MOE_MMA=1: no faster, see there);
+ *   k_g3_q8s, k_g3_q2k_downs  k_g3_q8's and k_g3_q2k_down's products with
+ *                 the weights streamed into shared memory by bulk copies
+ *                 (sm_90, cu_bulk.cuh), the same arithmetic and order (the
+ *                 same bits as k_g3_q8 with KS = 1 and as k_g3_q2k_down).
  * Each output is summed in a fixed order (the same bits every run).
  */
 #include <stdlib.h>
@@ -36,6 +40,7 @@
 #include "cuda/cu_ops.h"
 #include "cuda/cu_gemv3.h"
 #include "cuda/cu_split.cuh"
+#include "cuda/cu_bulk.cuh"
 
 /* the IQ2_XXS grid as byte selectors, and the sign selectors of the 128
  * stored sign patterns (cu_gemv3_tables_init, from the grid src/quant
@@ -93,8 +98,9 @@ extern "C" int cu_gemv3_tables_init(const uint64_t *grid) {
  * the f32 sums of each 16-element half item. The loop is uniform per warp
  * (the shuffles need all lanes). */
 template <bool BLK, bool SUMS>
-__device__ __forceinline__ void g3_stage(const float *x, int n, int *sh) {
-    const int li = threadIdx.x & 7, grp = threadIdx.x >> 3, ngrp = blockDim.x >> 3;
+__device__ __forceinline__ void g3_stage(const float *x, int n, int *sh, int nthr = 0) {
+    /* nthr: the threads taking part (the first nthr of the block; all by default) */
+    const int li = threadIdx.x & 7, grp = threadIdx.x >> 3, ngrp = (nthr ? nthr : (int)blockDim.x) >> 3;
     const int nit = n >> 5, nblk = (nit + 7) >> 3;
     for (int b0 = 0; b0 < nblk; b0 += ngrp) {
         const int b = b0 + grp;
@@ -260,6 +266,106 @@ __global__ void __launch_bounds__(256) k_g3_q8(g3_args a) {
                 if (a.accumulate) *o += acc[rr]; else *o = acc[rr];
             }
     }
+}
+
+/* Q8_0R streamed through shared memory (sm_90: cu_bulk.cuh). A block takes
+ * a contiguous range of rows (in one input group) and streams it in stages
+ * of RPS rows (a row, or a few short ones: stages of a few KB, so the first
+ * products start soon after the first bytes arrive), one bulk copy a stage,
+ * through a ring of nst stage buffers: a producer warp (warp G3S_NW) issues
+ * the first nst stages before the PDL wait, then each stage as soon as its
+ * buffer's computing warp has released it (the empty barrier). The G3S_NW
+ * computing warps take the stages in turn (warp w: stages w, w + G3S_NW, ...),
+ * each of the stage's rows whole: lane l items l, l + 32, ... in that order,
+ * then warp_sum, which is k_g3_q8's order with KS = 1 (the same bits). */
+#define G3S_NW 8
+#define G3S_MAXST 32
+template <int RPS>
+__global__ void __launch_bounds__((G3S_NW + 1) * 32, 1) k_g3_q8s(g3_args a, int nst) {
+#if CU_BULK_ARCH
+    extern __shared__ int4 g3_sm[];
+    __shared__ uint64_t full[G3S_MAXST], empty[G3S_MAXST];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int nit = a.in >> 5;
+    int *sh = (int *)g3_sm;
+    uint8_t *stg = (uint8_t *)g3_sm + (((size_t)nit * G3_IW * 4 + 127) & ~(size_t)127);
+    const uint8_t *wb = blockIdx.y ? a.w2 : a.w;
+    float *out = blockIdx.y ? a.out2 : a.out;
+    /* the block's rows: blocks split each input group evenly (gridDim.x a multiple of the groups) */
+    const int64_t gr = a.group_rows ? a.group_rows : a.rows, ngroups = a.rows / gr, bpg = gridDim.x / ngroups;
+    const int64_t g = blockIdx.x / bpg, bi = blockIdx.x - g * bpg;
+    const int64_t r0 = g * gr + gr * bi / bpg, r1 = g * gr + gr * (bi + 1) / bpg;
+    const int ns = (int)((r1 - r0 + RPS - 1) / RPS);
+    const size_t sbytes = (size_t)RPS * a.row_bytes;
+    if (threadIdx.x == 0) {
+        for (int i = 0; i < nst; i++) { mbar_init(&full[i], 1); mbar_init(&empty[i], 1); }
+        mbar_init_fence();
+    }
+    __syncthreads();
+    if (warp == G3S_NW) {
+        /* the first nst stages, then the next kernel may launch (this warp
+         * reads only weights: no wait for the previous one), then the rest */
+        auto issue = [&](int s) {
+            const int b = s % nst;
+            if (s >= nst) mbar_wait(&empty[b], (uint32_t)((s / nst) - 1) & 1u);
+            const int64_t rs = r0 + (int64_t)s * RPS, nr = r1 - rs < RPS ? r1 - rs : RPS;
+            const uint32_t bytes = (uint32_t)(nr * (int64_t)a.row_bytes);
+            mbar_arrive_tx(&full[b], bytes);
+            bulk_g2s(stg + b * sbytes, wb + rs * (int64_t)a.row_bytes, bytes, &full[b]);
+        };
+        const int first = ns < nst ? ns : nst;
+        if (lane == 0)
+            for (int s = 0; s < first; s++) issue(s);
+        __syncwarp();
+        cu_pdl_launch_next();
+        if (lane == 0)
+            for (int s = first; s < ns; s++) issue(s);
+        return;
+    }
+    cu_pdl_enter();
+    g3_stage<false, false>(a.x + (a.group_rows ? g * a.group_floats : 0), a.in, sh, G3S_NW * 32);
+    asm volatile("bar.sync 1, %0;" ::"n"(G3S_NW * 32) : "memory");
+    for (int s = warp; s < ns; s += G3S_NW) {
+        const int b = s % nst;
+        mbar_wait(&full[b], (uint32_t)(s / nst) & 1u);
+        const int64_t rs = r0 + (int64_t)s * RPS;
+        const uint8_t *rowp = stg + b * sbytes;
+        float acc[RPS];
+#pragma unroll
+        for (int j = 0; j < RPS; j++) acc[j] = 0.f;
+        for (int it = lane; it < nit; it += 32) {
+            g3_act act;
+            g3_act_load(act, sh, it);
+#pragma unroll
+            for (int j = 0; j < RPS; j++) {
+                const uint8_t *rp = rowp + (size_t)j * a.row_bytes;
+                const uint4 c0 = *(const uint4 *)(rp + it * 32), c1 = *(const uint4 *)(rp + it * 32 + 16);
+                const float d = cu_h2f(*(const uint16_t *)(rp + nit * 32 + 2 * it));
+                const uint32_t q[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
+                int s0 = MX_MAGIC_BITS, s1 = MX_MAGIC_BITS, s2 = MX_MAGIC_BITS;
+#pragma unroll
+                for (int k = 0; k < 8; k++) {
+                    s0 = __dp4a((int)q[k], g3_word(act, 0, k), s0);
+                    s1 = __dp4a((int)q[k], g3_word(act, 1, k), s1);
+                    s2 = __dp4a((int)q[k], g3_word(act, 2, k), s2);
+                }
+                acc[j] = __fmaf_rn(mx_combine3(s0, s1, s2), d * act.D, acc[j]);
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < RPS; j++) acc[j] = warp_sum(acc[j]);
+        __syncwarp();
+        if (lane == 0) {
+            mbar_arrive(&empty[b]);     /* rows past r1 in the last stage were not copied: their sums are not stored */
+#pragma unroll
+            for (int j = 0; j < RPS; j++)
+                if (rs + j < r1) {
+                    float *o = out + rs + j;
+                    if (a.accumulate) *o += acc[j]; else *o = acc[j];
+                }
+        }
+    }
+#endif
 }
 
 /* ------------------------------------------------------------------ */
@@ -630,6 +736,125 @@ __global__ void __launch_bounds__(G3_DOWN_GPB * NE * 32) k_g3_q2k_down(g3_args a
     }
 }
 
+/* The same products streamed through shared memory (sm_90: cu_bulk.cuh). A
+ * block takes a contiguous range of output rows; each selected expert's rows
+ * of that range are contiguous, so a stage is RPS rows of one expert, one
+ * bulk copy. Stage s holds expert s % NE's rows chunk s / NE, in a ring of
+ * nst buffers (a multiple of NE x G3DS_NG: every fill of a buffer is consumed
+ * by the same warp, in order). The copy warp reads the selection before the
+ * PDL wait: cu_moe_dec_down follows cu_moe_dec_glu, which waited for the
+ * selection's writer, so it is complete when this grid can start; the
+ * weights' first stages are in flight while the gate+up kernel drains.
+ * Computing warp w (expert w % NE, group w / NE) takes its expert's chunks
+ * grp, grp + G3DS_NG, ...: per row the unit of k_g3_q2k_down and its
+ * warp_sum, stored per (row, expert); at the end one thread a row adds the
+ * experts in order from 0: k_g3_q2k_down's bits. */
+#define G3DS_NG 2
+#define G3DS_RPS 8
+#define G3DS_MAXST 48
+template <int NE>
+__global__ void __launch_bounds__((G3DS_NG * NE + 1) * 32, 1) k_g3_q2k_downs(g3_args a, int nst) {
+#if CU_BULK_ARCH
+    extern __shared__ int4 g3_sm[];
+    __shared__ uint64_t full[G3DS_MAXST], empty[G3DS_MAXST];
+    constexpr int NCW = G3DS_NG * NE;       /* computing warps */
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int nsel = NE;
+    const int nitr = a.in >> 5;
+    const int rows_pb = (a.rows + gridDim.x - 1) / gridDim.x;
+    int *sh = (int *)g3_sm;
+    const size_t act_bytes = ((size_t)nsel * nitr * G3_IW * 4 + 127) & ~(size_t)127;
+    float *part = (float *)((uint8_t *)g3_sm + act_bytes);                   /* [row - r0][expert] */
+    uint8_t *stg = (uint8_t *)part + (((size_t)rows_pb * NE * 4 + 127) & ~(size_t)127);
+    const int r0 = (int)((int64_t)a.rows * blockIdx.x / gridDim.x), r1 = (int)((int64_t)a.rows * (blockIdx.x + 1) / gridDim.x);
+    const int nch = (r1 - r0 + G3DS_RPS - 1) / G3DS_RPS, ns = nch * NE;
+    const size_t sbytes = (size_t)G3DS_RPS * a.row_bytes;
+    if (threadIdx.x == 0) {
+        for (int i = 0; i < nst; i++) { mbar_init(&full[i], 1); mbar_init(&empty[i], 1); }
+        mbar_init_fence();
+    }
+    __syncthreads();
+    if (warp == NCW) {
+        auto issue = [&](int s) {
+            const int b = s % nst, e = s % NE, c = s / NE;
+            if (s >= nst) mbar_wait(&empty[b], (uint32_t)((s / nst) - 1) & 1u);
+            const int ex = a.sel[e];
+            if (ex < 0) { mbar_arrive(&full[b]); return; }      /* another GPU's expert: an empty stage */
+            const int rs = r0 + c * G3DS_RPS, nr = r1 - rs < G3DS_RPS ? r1 - rs : G3DS_RPS;
+            const uint32_t bytes = (uint32_t)nr * (uint32_t)a.row_bytes;
+            mbar_arrive_tx(&full[b], bytes);
+            bulk_g2s(stg + b * sbytes, a.w + (int64_t)ex * (int64_t)a.expert_bytes + (int64_t)rs * (int64_t)a.row_bytes, bytes,
+                     &full[b]);
+        };
+        const int first = ns < nst ? ns : nst;
+        if (lane == 0)
+            for (int s = 0; s < first; s++) issue(s);
+        __syncwarp();
+        cu_pdl_launch_next();
+        if (lane == 0)
+            for (int s = first; s < ns; s++) issue(s);
+        return;
+    }
+    cu_pdl_enter();
+    const int grp = warp / NE, e = warp - grp * NE;
+    const int nu = a.in >> 6;
+    const int u = lane, blk = u >> 2, n = (u >> 1) & 1, h = u & 1;
+    const bool active = u < nu && a.sel[e] >= 0;
+    g3_stage<true, true>(a.x, nsel * a.in, sh, NCW * 32);
+    asm volatile("bar.sync 1, %0;" ::"n"(NCW * 32) : "memory");
+    int xw[4][3][4];
+    float xs[4], D = 0.f;
+    {
+        const int it0 = e * nitr + blk * 8 + 4 * n;
+#pragma unroll
+        for (int s = 0; s < 4; s++) {
+            const int *ip = sh + (active ? (it0 + s) * G3_IW : 0);
+#pragma unroll
+            for (int p = 0; p < 3; p++) {
+                const int4 v = *(const int4 *)(ip + 8 * p + 4 * h);
+                xw[s][p][0] = active ? v.x : 0; xw[s][p][1] = active ? v.y : 0;
+                xw[s][p][2] = active ? v.z : 0; xw[s][p][3] = active ? v.w : 0;
+            }
+            xs[s] = active ? __int_as_float(ip[25 + h]) : 0.f;
+        }
+        if (active) D = __int_as_float(sh[it0 * G3_IW + 24]);
+    }
+    for (int c = grp; c < nch; c += G3DS_NG) {
+        const int s = c * NE + e, b = s % nst;
+        mbar_wait(&full[b], (uint32_t)(s / nst) & 1u);
+        const int rs = r0 + c * G3DS_RPS, nr = r1 - rs < G3DS_RPS ? r1 - rs : G3DS_RPS;
+        const uint8_t *rowp = stg + b * sbytes;
+        float acc[G3DS_RPS];
+#pragma unroll
+        for (int j = 0; j < G3DS_RPS; j++) {
+            acc[j] = 0.f;
+            if (active && j < nr) {
+                const uint8_t *bb = rowp + (size_t)j * a.row_bytes + blk * 84, *q = bb + 16 + 32 * n + 16 * h;
+                g3_q2k_w wk;
+                wk.qs = make_uint4(*(const uint32_t *)q, *(const uint32_t *)(q + 4), *(const uint32_t *)(q + 8),
+                                   *(const uint32_t *)(q + 12));
+                wk.sc = make_uint2(*(const uint32_t *)(bb + 8 * n), *(const uint32_t *)(bb + 8 * n + 4));
+                wk.dd = *(const uint32_t *)(bb + 80);
+                acc[j] = g3_q2k_unit(wk, xw, xs, D);
+            }
+        }
+        __syncwarp();
+        if (lane == 0) mbar_arrive(&empty[b]);
+#pragma unroll
+        for (int j = 0; j < G3DS_RPS; j++) {
+            const float v = warp_sum(acc[j]);
+            if (lane == 0 && j < nr) part[(rs - r0 + j) * NE + e] = v;
+        }
+    }
+    asm volatile("bar.sync 1, %0;" ::"n"(NCW * 32) : "memory");
+    for (int r = threadIdx.x; r < r1 - r0; r += NCW * 32) {
+        float o = 0.f;
+        for (int k2 = 0; k2 < nsel; k2++) o += part[r * NE + k2];
+        if (a.accumulate) a.out[r0 + r] += o; else a.out[r0 + r] = o;
+    }
+#endif
+}
+
 /* ------------------------------------------------------------------ */
 /* host launchers */
 
@@ -651,6 +876,87 @@ static void g3_launch_q8(const g3_args &a, int pairs, cudaStream_t st) {
     cu_launch(k_g3_q8<REP, R, KS, NI>, dim3((unsigned)((a.rows + nwr * R - 1) / (nwr * R)), pairs), 256, smem, st, a);
 }
 
+/* The streamed kernels have their bodies on this device: code built for
+ * sm_90+ (their bodies are empty in the sm_80 build and its PTX, which a
+ * newer GPU without its own code would run) */
+static int g3_bulk_ok(void) {
+    static int ok[32];
+    const int d = cu_cur_dev();
+    if (!ok[d]) {
+        cudaFuncAttributes fa;
+        ok[d] = cudaFuncGetAttributes(&fa, k_g3_q8s<1>) == cudaSuccess && fa.ptxVersion >= 90 ? 1 : -1;
+    }
+    return ok[d] > 0;
+}
+
+/* MINKE_CUDA_G3S: streams dense Q8_0R decode products through shared
+ * memory (k_g3_q8s) where the device has bulk copies: 2 (default) those with
+ * rows of at most 2048 inputs or at most 6 MB (q_b, q_a, kv, the shared
+ * expert's down), 1 every shape, 0 none (k_g3_q8 / k_gemvf).
+ * MINKE_CUDA_G3S_KB: the shared memory a block may take (default 100 KB).
+ * gemv_check --time, graphs of 43 on the H200 (tenth session): q_b 32768 x
+ * 1024 12.2 us against 13.8 (k_gemvf), q_a 3.7 against 4.8, kv 3.3 against
+ * 3.7, 4096 x 2048 4.2-4.4 against 4.9 (k_g3_q8); but out_b 4096 x 8192 12.7
+ * against 11.8 and 4096 x 4096 7.3-8.0 against 7.2: decode 154.4-154.7 tok/s
+ * with 2, 143.0-145.8 with 1, 150.9-152.2 with 0. */
+static int g3s_on = -1;
+extern "C" void cu_gemv3s_set(int v) { g3s_on = v; }
+static int g3s_enabled(void) {
+    if (g3s_on < 0) { const char *e = getenv("MINKE_CUDA_G3S"); g3s_on = e && *e ? atoi(e) : 2; }
+    return g3_bulk_ok() ? g3s_on : 0;
+}
+static size_t g3s_budget(void) {
+    static int kb = -1;
+    if (kb < 0) { const char *e = getenv("MINKE_CUDA_G3S_KB"); kb = e && atoi(e) > 0 ? atoi(e) : 100; }
+    return (size_t)kb * 1024;
+}
+
+template <int RPS>
+static int g3_launch_q8s(const g3_args &a, int pairs, int nbx, cudaStream_t st) {
+    const size_t sbytes = (size_t)RPS * a.row_bytes, items = (g3_items_bytes(a.in) + 127) & ~(size_t)127;
+    const size_t budget = g3s_budget();
+    int nst = budget > items ? (int)((budget - items) / sbytes) : 0;
+    /* a multiple of the computing warps: then every fill of a buffer is
+     * consumed by the same warp, in order, so no warp can wait on a buffer's
+     * barrier two phases ahead (a parity wait would pass at once) */
+    nst -= nst % G3S_NW;
+    if (nst < G3S_NW) nst = G3S_NW;
+    if (nst > G3S_MAXST) nst = G3S_MAXST;
+    const size_t smem = items + (size_t)nst * sbytes;
+    if (smem > 227 * 1024) return 0;
+    g3_smem_attr(k_g3_q8s<RPS>, smem);
+    static unsigned carve;     /* all of L1 as shared memory: room for the next launch's blocks beside this one's */
+    if (cu_dev_first(&carve))
+        cudaFuncSetAttribute(k_g3_q8s<RPS>, cudaFuncAttributePreferredSharedMemoryCarveout, (int)cudaSharedmemCarveoutMaxShared);
+    cu_launch(k_g3_q8s<RPS>, dim3((unsigned)nbx, pairs), (G3S_NW + 1) * 32, smem, st, a, nst);
+    return 1;
+}
+
+/* the streamed kernel for a Q8_0R product (0: it does not apply) */
+static int g3_try_q8s(const g3_args &a, int pairs, cudaStream_t st) {
+    const int on = g3s_enabled();
+    if (!on) return 0;
+    /* 2: only the short rows and small matrices (q_b, q_a, kv) */
+    if (on == 2 && a.in > 2048 && (int64_t)a.rows * pairs * (int64_t)a.row_bytes > (6 << 20)) return 0;
+    if (((uintptr_t)a.w | (uintptr_t)(a.w2 ? a.w2 : a.w) | a.row_bytes) & 15) return 0;
+    /* about one block an SM; a block's rows in one input group */
+    int64_t nbx = cu_num_sms() / pairs;
+    if (nbx < 1) nbx = 1;
+    if (a.group_rows) {
+        const int64_t ngroups = a.rows / a.group_rows;
+        if (ngroups * a.group_rows != a.rows) return 0;
+        int64_t bpg = nbx / ngroups;
+        if (bpg < 1) bpg = 1;
+        if (bpg > a.group_rows) bpg = a.group_rows;
+        nbx = bpg * ngroups;
+    } else if (nbx > a.rows) nbx = a.rows;
+    if (nbx > 65535 * 16) return 0;
+    /* stages of a row, or of 2 or 4 rows under 4 KB */
+    if (a.row_bytes >= 4096) return g3_launch_q8s<1>(a, pairs, (int)nbx, st);
+    if (2 * a.row_bytes >= 4096) return g3_launch_q8s<2>(a, pairs, (int)nbx, st);
+    return g3_launch_q8s<4>(a, pairs, (int)nbx, st);
+}
+
 /* Dense T = 1 products of Q8_0 / Q8_0R weights with f32 activations (cu_gemv
  * calls it first for those); 0 when it does not apply. */
 extern "C" int cu_gemv3(const cu_gemv_args *g, cudaStream_t st) {
@@ -658,6 +964,16 @@ extern "C" int cu_gemv3(const cu_gemv_args *g, cudaStream_t st) {
     if (on < 2 || !g->act_f32 || g->ntok != 1 || g->tile_pairs) return 0;
     if (g->wtype != CU_TYPE_Q8_0 && g->wtype != CU_TYPE_Q8_0R) return 0;
     if (g->in % 32 || g->in > G3_MAXIN || g->rows <= 0 || g->rows > 0x7fffffff) return 0;
+    if (g->wtype == CU_TYPE_Q8_0R && !((uintptr_t)g->act & 15) && !(g->group_rows && (g->group_act_bytes & 15))) {
+        g3_args a;
+        memset(&a, 0, sizeof a);
+        a.w = (const uint8_t *)g->w; a.w2 = (const uint8_t *)g->w2;
+        a.row_bytes = g->row_bytes; a.rows = (int)g->rows; a.in = (int)g->in;
+        a.x = (const float *)g->act;
+        a.group_rows = g->group_rows; a.group_floats = g->group_act_bytes / 4;
+        a.out = g->out; a.out2 = g->out2; a.accumulate = g->accumulate;
+        if (g3_try_q8s(a, g->w2 ? 2 : 1, st)) return 1;
+    }
     /* where it is faster (gemv_check --time, graphs of 43 on the H200): out_b
      * 4096 x 8192 11.8 us against 14.7, 4096 x 4096 7.3 against 8.7, but q_b
      * 32768 x 1024 16.3 against 12.9 (rows of 32 items: too little work a
@@ -989,12 +1305,57 @@ static int down_sr(void) {
     return down_sr_v == 4 || down_sr_v == 8 || down_sr_v == 12 ? down_sr_v : 0;
 }
 
+/* MINKE_CUDA_DOWN_S: 1 (default where the device has bulk copies) streams
+ * the down products through shared memory (k_g3_q2k_downs), 0 keeps
+ * k_g3_q2k_down; MINKE_CUDA_DOWN_S_KB: its shared memory (default 200 KB:
+ * Flash's whole share of a block, 24 stages, in flight at once) */
+static int down_s_v = -1;
+extern "C" void cu_moe_down_stream_set(int v) { down_s_v = v; }
+static int down_stream(void) {
+    if (down_s_v < 0) { const char *e = getenv("MINKE_CUDA_DOWN_S"); down_s_v = e && *e ? atoi(e) : 1; }
+    return down_s_v > 0 && g3_bulk_ok();
+}
+
+template <int NE>
+static int g3_launch_downs(const g3_args &a, cudaStream_t st) {
+    static int kb = -1;
+    if (kb < 0) { const char *e = getenv("MINKE_CUDA_DOWN_S_KB"); kb = e && atoi(e) > 0 ? atoi(e) : 200; }
+    const int nb = cu_num_sms() < a.rows ? cu_num_sms() : a.rows;
+    const int rows_pb = (a.rows + nb - 1) / nb;
+    const size_t act = ((size_t)NE * (a.in / 32) * G3_IW * 4 + 127) & ~(size_t)127;
+    const size_t part = ((size_t)rows_pb * NE * 4 + 127) & ~(size_t)127;
+    const size_t sbytes = (size_t)G3DS_RPS * a.row_bytes, fixed = act + part;
+    const int unit = NE * G3DS_NG;
+    int nst = (size_t)kb * 1024 > fixed ? (int)(((size_t)kb * 1024 - fixed) / sbytes) : 0;
+    nst -= nst % unit;
+    if (nst < unit) nst = unit;
+    if (nst > G3DS_MAXST) nst = G3DS_MAXST - G3DS_MAXST % unit;
+    const size_t smem = fixed + (size_t)nst * sbytes;
+    if (smem > 227 * 1024) return 0;
+    g3_smem_attr(k_g3_q2k_downs<NE>, smem);
+    cu_launch(k_g3_q2k_downs<NE>, dim3((unsigned)nb), (G3DS_NG * NE + 1) * 32, smem, st, a, nst);
+    return 1;
+}
+
 extern "C" void cu_moe_dec_down(const void *wd, uint64_t row_bytes, uint64_t expert_bytes, int64_t rows, int64_t ff,
                                 const float *mid, const int *sel, int nsel, float *out, cudaStream_t st) {
     g3_args a;
     memset(&a, 0, sizeof a);
     a.w = (const uint8_t *)wd; a.row_bytes = row_bytes; a.expert_bytes = expert_bytes;
     a.rows = (int)rows; a.in = (int)ff; a.x = mid; a.sel = sel; a.nsel = nsel; a.out = out;
+    if (down_stream() && !(((uintptr_t)wd | row_bytes | expert_bytes) & 15)) {
+        int done = 0;
+        switch (nsel) {     /* the experts are the kernel's warps: one instance per count */
+        case 6: done = g3_launch_downs<6>(a, st); break;
+        case 8: done = g3_launch_downs<8>(a, st); break;
+        case 4: done = g3_launch_downs<4>(a, st); break;
+        case 3: done = g3_launch_downs<3>(a, st); break;
+        case 2: done = g3_launch_downs<2>(a, st); break;
+        case 1: done = g3_launch_downs<1>(a, st); break;
+        default: break;
+        }
+        if (done) return;
+    }
     const int threads = G3_DOWN_GPB * nsel * 32, sr = down_sr();
     const size_t smem = g3_items_bytes((int64_t)nsel * ff) + (size_t)(threads / 32) * sr * 1024;
 #define G3_DOWN(SR) do { \

@@ -16,6 +16,9 @@ extern "C" {
  * one for every shape; cu_gemv3_set for the checks (-1: the environment). */
 int cu_gemv3_enabled(void);
 void cu_gemv3_set(int v);
+/* MINKE_CUDA_G3S: Q8_0R products streamed through shared memory by bulk
+ * copies (sm_90; default 1); cu_gemv3s_set for the checks (-1: the environment). */
+void cu_gemv3s_set(int v);
 int cu_gemv3_tables_init(const uint64_t *grid);
 /* Dense Q8_0 / Q8_0R at ntok = 1 with act_f32 (cu_gemv tries it first); 0 when it does not apply. */
 int cu_gemv3(const cu_gemv_args *g, cudaStream_t st);
@@ -28,11 +31,15 @@ void cu_moe_mma_set(int v);
 void cu_moe_dec_glu(int wtype, const void *wg, const void *wu, uint64_t row_bytes, uint64_t expert_bytes, int64_t ff,
                     int64_t in, const float *x, const int *sel, const float *rw, int nsel, float limit, float *mid,
                     cudaStream_t st);
-/* out[rows] = sum over e of down_e mid[e] (Q2_K). MINKE_CUDA_DOWN_SR = 4
- * (default), 8 or 12: the next rows' codes in a shared-memory ring, 0 in
- * registers (the same bits; cu_moe_down_sr_set for the checks, -1: the
- * environment). */
+/* out[rows] = sum over e of down_e mid[e] (Q2_K). Call it after
+ * cu_moe_dec_glu with the same sel on the same stream (or with sel written
+ * before that): on sm_90 the streamed kernel reads sel before its PDL wait
+ * (MINKE_CUDA_DOWN_S, default 1; cu_moe_down_stream_set). Without it:
+ * MINKE_CUDA_DOWN_SR = 4 (default), 8 or 12: the next rows' codes in a
+ * shared-memory ring, 0 in registers. All give the same bits
+ * (cu_moe_down_sr_set for the checks; -1: the environment). */
 void cu_moe_down_sr_set(int v);
+void cu_moe_down_stream_set(int v);
 void cu_moe_dec_down(const void *wd, uint64_t row_bytes, uint64_t expert_bytes, int64_t rows, int64_t ff,
                      const float *mid, const int *sel, int nsel, float *out, cudaStream_t st);
 

@@ -422,21 +422,24 @@ static int check_f32(int type, int64_t rows, int64_t in, int T, int E, int K, in
              * kernel on every shape (MINKE_CUDA_G3=3, cu_gemv3.cu: Q8_0 and Q8_0R) (failures
              * only), then the default */
             size_t wl = strlen(what);
-            for (int v = 0; v <= 9; v++) {
+            for (int v = 0; v <= 10; v++) {
                 if (v < 6) snprintf(what + wl, sizeof what - wl, " V%d", v);
                 else if (v < 8) snprintf(what + wl, sizeof what - wl, " Q8MMA=%d", v - 5);
-                else if (v == 8) snprintf(what + wl, sizeof what - wl, " G3=3");
+                else if (v == 8) snprintf(what + wl, sizeof what - wl, " G3=3 G3S=0");
+                else if (v == 9) snprintf(what + wl, sizeof what - wl, " G3=3 G3S=1");
                 else snprintf(what + wl, sizeof what - wl, " (variants checked, default)");
                 cu_gemvf_set_variant(v < 6 ? v : -1);
-                cu_gemvq8_set(v < 6 || v == 8 ? 0 : v < 8 ? v - 5 : -1);
-                cu_gemv3_set(v < 8 ? 1 : v == 8 ? 3 : -1);
-                f32_quiet = v < 9;
+                cu_gemvq8_set(v < 6 || v == 8 || v == 9 ? 0 : v < 8 ? v - 5 : -1);
+                cu_gemv3_set(v < 8 ? 1 : v < 10 ? 3 : -1);
+                cu_gemv3s_set(v == 8 ? 0 : v == 9 ? 1 : -1);
+                f32_quiet = v < 10;
                 fail |= run_f32(what, g, ntiles, ref, (int64_t)P * rows);
             }
             f32_quiet = 0;
             cu_gemvf_set_variant(-1);
             cu_gemvq8_set(-1);
             cu_gemv3_set(-1);
+            cu_gemv3s_set(-1);
         }
     }
     cudaFree(dW); cudaFree(dx); cudaFree(dy); cudaFree(dsel); cudaFree(dt);
@@ -548,13 +551,14 @@ static void time_f32(int type, int64_t rows, int64_t in, int E, int paired, int 
     /* mode 0: the q8 kernel; 1..6: act_f32 with MINKE_CUDA_GEMVF_V = mode - 1 (the
      * tensor-core and dense dp4a kernels off); 7..11: act_f32 with MINKE_CUDA_Q8MMA =
      * 1..5 (Q8_0 only); 12: the dense dp4a kernel (MINKE_CUDA_G3=3, Q8_0 only) */
-    const int nvar = wt == 108 ? 12 : 6;
+    const int nvar = wt == 108 ? 13 : 6;
     float med[1 + 15], graph_us[1 + 15];
     for (int mode = 0; mode < 1 + nvar; mode++) {
         int f32 = mode > 0;
         if (f32) cu_gemvf_set_variant(mode <= 6 ? mode - 1 : -1);
-        cu_gemvq8_set(mode <= 6 || mode == 12 ? 0 : mode - 6);
-        cu_gemv3_set(mode == 12 ? 3 : 1);
+        cu_gemvq8_set(mode <= 6 || mode >= 12 ? 0 : mode - 6);
+        cu_gemv3_set(mode >= 12 ? 3 : 1);
+        cu_gemv3s_set(mode == 13 ? 1 : 0);
         g.act_f32 = f32;
         g.act = f32 ? (const void *)dx : dq;
         g.act_stride = f32 ? in * 4 : arb;
@@ -563,11 +567,12 @@ static void time_f32(int type, int64_t rows, int64_t in, int E, int paired, int 
     cu_gemvf_set_variant(-1);
     cu_gemvq8_set(-1);
     cu_gemv3_set(-1);
+    cu_gemv3s_set(-1);
     printf("time gemvf %-8s %-26s %6.2f MB: q8 %.2f us (%.0f GB/s), graph %.2f us (%.0f GB/s)\n", quant_get(type)->name, shape,
            set / 1e6, med[0] * 1e3, set / (med[0] * 1e-3) / 1e9, graph_us[0], set / (graph_us[0] * 1e-6) / 1e9);
     for (int v = 0; v < nvar; v++)
         printf("time gemvf %-8s %-26s    f32 %s%d: %.2f us (%.0f GB/s), graph of 43: %.2f us (%.0f GB/s)\n", quant_get(type)->name,
-               shape, v < 6 ? "V" : v < 11 ? "Q8MMA=" : "G3=", v < 6 ? v : v < 11 ? v - 5 : 3, med[1 + v] * 1e3, set / (med[1 + v] * 1e-3) / 1e9, graph_us[1 + v], set / (graph_us[1 + v] * 1e-6) / 1e9);
+               shape, v < 6 ? "V" : v < 11 ? "Q8MMA=" : v == 11 ? "G3=" : "G3S=", v < 6 ? v : v < 11 ? v - 5 : v == 11 ? 3 : 1, med[1 + v] * 1e3, set / (med[1 + v] * 1e-3) / 1e9, graph_us[1 + v], set / (graph_us[1 + v] * 1e-6) / 1e9);
     for (int i = 0; i < 21; i++) cudaEventDestroy(ev[i]);
     cudaStreamDestroy(gs);
     cudaFree(pool); cudaFree(dx); cudaFree(dq); cudaFree(dy); cudaFree(dy2); cudaFree(dsel); cudaFree(dt);

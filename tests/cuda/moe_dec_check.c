@@ -113,12 +113,14 @@ static int check(int64_t in, int64_t ff, int E, int nsel, int repack, float limi
     CK(cudaMemcpy(gout, dout, sizeof(float) * in, cudaMemcpyDeviceToHost));
     double md = 0;
     for (int64_t i = 0; i < nsel * ff; i++) md = fmax(md, fabs(midf[i] - mid[i]));
-    /* the down kernel with its shared-memory ring of rows (MINKE_CUDA_DOWN_SR): the same bits */
+    /* the down kernel with its shared-memory rings of rows (MINKE_CUDA_DOWN_SR)
+     * and not streamed (MINKE_CUDA_DOWN_S=0): the same bits as the default */
     int srbad = 0;
     {
-        static const int srs[3] = {0, 8, 12};     /* against gout: the default ring (4) */
+        static const int srs[4] = {0, 4, 8, 12};     /* against gout: the default (streamed on sm_90) */
         float *o1 = malloc(sizeof(float) * in);
-        for (int k = 0; k < 3; k++) {
+        cu_moe_down_stream_set(0);
+        for (int k = 0; k < 4; k++) {
             cu_moe_down_sr_set(srs[k]);
             CK(cudaMemset(dout, 0xFF, sizeof(float) * in));
             cu_moe_dec_down(dd, rbd, rbd * in, in, ff, dmid, dsel, nsel, dout, 0);
@@ -127,11 +129,12 @@ static int check(int64_t in, int64_t ff, int E, int nsel, int repack, float limi
             int dq = 0;
             for (int64_t i = 0; i < in; i++) dq += memcmp(&o1[i], &gout[i], 4) != 0;
             if (dq) {
-                printf("FAIL moe_dec down SR=%d: %d of %lld values differ from the default ring's bits\n", srs[k], dq, (long long)in);
+                printf("FAIL moe_dec down SR=%d: %d of %lld values differ from the default kernel's bits\n", srs[k], dq, (long long)in);
                 srbad = 1;
             }
         }
         cu_moe_down_sr_set(-1);
+        cu_moe_down_stream_set(-1);
         free(o1);
     }
     for (int e = 0; e < nsel; e++)
@@ -268,7 +271,10 @@ int main(int argc, char **argv) {
         if (argc > 1 && !strcmp(argv[1], "--time")) {
             printf("MINKE_CUDA_MOE_MMA=%d: ", mm); timing(4096, 2048, 32, 6);
             for (int sr = 0; !mm && sr <= 12; sr += 4) {
-                cu_moe_down_sr_set(sr); printf("MINKE_CUDA_DOWN_SR=%d: ", sr); timing(4096, 2048, 32, 6); cu_moe_down_sr_set(-1);
+                cu_moe_down_stream_set(0);
+                cu_moe_down_sr_set(sr); printf("MINKE_CUDA_DOWN_S=0 MINKE_CUDA_DOWN_SR=%d: ", sr); timing(4096, 2048, 32, 6);
+                cu_moe_down_sr_set(-1);
+                cu_moe_down_stream_set(-1);
             }
         }
     }
