@@ -34,7 +34,7 @@ if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; t
 fi
 nvidia-smi -L
 
-for k in gemv_check mmq_exact mmf16_check hc_check attn_check idx_check argmax_check moe_dec_check kvfmt_check nccl_check; do
+for k in gemv_check mmq_exact mmf16_check hc_check attn_check idx_check argmax_check moe_dec_check moes_check kvfmt_check nccl_check; do
     [ -x "$B/tests/cuda/$k" ] || continue
     if "$B/tests/cuda/$k" ${GEMV_TIME:+--time} > "$T/$k.log" 2>&1; then ok $k; else bad $k; fi
     grep -E '^(FAIL|time)' "$T/$k.log"

@@ -1378,6 +1378,14 @@ static void ffn_layer(fwd *f, int il) {
                        s->emid, st);
         PROF(f, "moe_down");
         cu_moe_dec_down(Wd->d, Wd->row_bytes, Wd->row_bytes * D, D, F, s->emid, s->rsel, K, s->mo, st);
+    } else if (T == 1 && !mmq && f->cm->act_f32 && Wu->row_bytes == Wg->row_bytes &&
+               !(((uintptr_t)Wg->d | (uintptr_t)Wu->d | (uintptr_t)Wd->d) & 15) &&
+               cu_moes_supported(Wg->type, Wu->type, Wd->type, D, F, K, Wg->row_bytes, Wd->row_bytes)) {
+        /* the same for Q4_K / MXFP4 experts, streamed (cu_moes.cu) */
+        PROF(f, "moe_gate_up");
+        cu_moes_glu(Wg->type, Wg->d, Wu->d, Wg->row_bytes, Wg->row_bytes * F, F, D, s->x, s->rsel, s->rw, K, clamp, s->emid, st);
+        PROF(f, "moe_down");
+        cu_moes_down(Wd->type, Wd->d, Wd->row_bytes, Wd->row_bytes * D, D, F, s->emid, s->rsel, K, s->mo, st);
     } else {
         /* gate and up over the token activations (act row = pair / K) */
         PROF(f, "moe_gate_up");

@@ -41,6 +41,7 @@
 #include "cuda/cu_gemv3.h"
 #include "cuda/cu_split.cuh"
 #include "cuda/cu_bulk.cuh"
+#include "cuda/cu_g3.cuh"
 
 /* the IQ2_XXS grid as byte selectors, and the sign selectors of the 128
  * stored sign patterns (cu_gemv3_tables_init, from the grid src/quant
@@ -48,11 +49,6 @@
 __device__ uint32_t g3_tsel[256];
 __device__ uint32_t g3_ssel[128];
 
-/* Shared activation items: item i at sh + i * G3_IW ints: piece p's word j
- * (elements 4j .. 4j + 3) at p * 8 + j, D (float bits) at 24, the sums of the
- * item's two halves at 25 and 26 (Q2_K mins). 28 ints = 112 bytes: 16-byte
- * aligned, and 8 lanes reading 8 consecutive items hit 8 different bank quads. */
-#define G3_IW 28
 #define G3_MAXIN 16384
 #define G3_DENSE_MIN 2048     /* dense: the least rows and inputs with MINKE_CUDA_G3=2 */
 
@@ -89,73 +85,6 @@ extern "C" int cu_gemv3_tables_init(const uint64_t *grid) {
     if (cudaMemcpyToSymbol(g3_tsel, tsel, sizeof tsel) != cudaSuccess) return -1;
     return cudaMemcpyToSymbol(g3_ssel, ssel, sizeof ssel) == cudaSuccess ? 0 : -1;
 }
-
-/* Stage n f32 activations (n a multiple of 32; BLK: of 256) into shared
- * items, split into 3 pieces. Threads work in aligned groups of 8 lanes, a
- * group per block of 8 items: lane li takes float4 li of each item, so an
- * item is one 128-byte line and its amax three shuffles. BLK: one scale per
- * block of 8 items (Q2_K's super-block, whose integer sums span it); SUMS:
- * the f32 sums of each 16-element half item. The loop is uniform per warp
- * (the shuffles need all lanes). */
-template <bool BLK, bool SUMS>
-__device__ __forceinline__ void g3_stage(const float *x, int n, int *sh, int nthr = 0) {
-    /* nthr: the threads taking part (the first nthr of the block; all by default) */
-    const int li = threadIdx.x & 7, grp = threadIdx.x >> 3, ngrp = (nthr ? nthr : (int)blockDim.x) >> 3;
-    const int nit = n >> 5, nblk = (nit + 7) >> 3;
-    for (int b0 = 0; b0 < nblk; b0 += ngrp) {
-        const int b = b0 + grp;
-        float4 v[8];
-        float ma = 0.f;
-#pragma unroll
-        for (int i = 0; i < 8; i++) {
-            const int it = b * 8 + i;
-            v[i] = b < nblk && it < nit ? __ldg((const float4 *)(x + (int64_t)it * 32 + li * 4)) : make_float4(0.f, 0.f, 0.f, 0.f);
-            if (BLK) ma = fmaxf(ma, fmaxf(fmaxf(fabsf(v[i].x), fabsf(v[i].y)), fmaxf(fabsf(v[i].z), fabsf(v[i].w))));
-        }
-        if (BLK) {
-#pragma unroll
-            for (int o = 1; o < 8; o <<= 1) ma = fmaxf(ma, __shfl_xor_sync(0xffffffffu, ma, o));
-        }
-#pragma unroll
-        for (int i = 0; i < 8; i++) {
-            const int it = b * 8 + i;
-            float m = ma;
-            if (!BLK) {
-                m = fmaxf(fmaxf(fabsf(v[i].x), fabsf(v[i].y)), fmaxf(fabsf(v[i].z), fabsf(v[i].w)));
-#pragma unroll
-                for (int o = 1; o < 8; o <<= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-            }
-            int pc[3];
-            mx_split4<3>(v[i], mx_inv_scale<3>(m), pc);
-            float hs = 0.f;
-            if (SUMS) {
-                hs = (v[i].x + v[i].y) + (v[i].z + v[i].w);
-                hs += __shfl_xor_sync(0xffffffffu, hs, 1);
-                hs += __shfl_xor_sync(0xffffffffu, hs, 2);
-            }
-            if (b < nblk && it < nit) {
-                int *d = sh + it * G3_IW;
-                d[li] = pc[0]; d[8 + li] = pc[1]; d[16 + li] = pc[2];
-                if (li == 0) d[24] = __float_as_int(m * (1.f / 32512.f));
-                if (SUMS && (li & 3) == 0) d[25 + (li >> 2)] = __float_as_int(hs);
-            }
-        }
-    }
-}
-
-/* the three pieces of one item (8 words each) */
-struct g3_act { int4 p[6]; float D; };
-__device__ __forceinline__ void g3_act_load(g3_act &a, const int *sh, int it) {
-    const int4 *ip = (const int4 *)(sh + it * G3_IW);
-#pragma unroll
-    for (int k = 0; k < 6; k++) a.p[k] = ip[k];
-    a.D = __int_as_float(sh[it * G3_IW + 24]);
-}
-__device__ __forceinline__ int g3_word(const g3_act &a, int p, int j) {
-    const int4 v = a.p[2 * p + (j >> 2)];
-    return (j & 3) == 0 ? v.x : (j & 3) == 1 ? v.y : (j & 3) == 2 ? v.z : v.w;
-}
-
 
 struct g3_args {
     const uint8_t *w, *w2;          /* weights (MoE: expert 0); w2: a second matrix (dense pair, or up) */
@@ -888,6 +817,8 @@ static int g3_bulk_ok(void) {
     }
     return ok[d] > 0;
 }
+
+extern "C" int cu_gemv3_bulk_ok(void) { return g3_bulk_ok(); }
 
 /* MINKE_CUDA_G3S: streams dense Q8_0R decode products through shared
  * memory (k_g3_q8s) where the device has bulk copies: 2 (default) those with

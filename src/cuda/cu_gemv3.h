@@ -42,6 +42,23 @@ void cu_moe_down_sr_set(int v);
 void cu_moe_down_stream_set(int v);
 void cu_moe_dec_down(const void *wd, uint64_t row_bytes, uint64_t expert_bytes, int64_t rows, int64_t ff,
                      const float *mid, const int *sel, int nsel, float *out, cudaStream_t st);
+/* 1 when this device runs the sm_90 kernels that stream weights by bulk copies */
+int cu_gemv3_bulk_ok(void);
+
+/* Q4_K and MXFP4 experts of one token (cu_moes.cu, sm_90): the same
+ * contracts as cu_moe_dec_glu / cu_moe_dec_down (mid[e][ff] = swiglu(gate_e
+ * x, up_e x) rw[e]; out = the sum over the slots of down_e mid[e]; the down
+ * after the gate + up with the same sel). cu_moes_supported: 1 when the
+ * formats, shapes and row sizes have these kernels (MINKE_CUDA_MOES=0 turns
+ * them off; cu_moes_set for the checks, -1: the environment). */
+int cu_moes_supported(int gate_type, int up_type, int down_type, int64_t in, int64_t ff, int nsel,
+                      uint64_t gate_row_bytes, uint64_t down_row_bytes);
+void cu_moes_set(int v);
+void cu_moes_glu(int wtype, const void *wg, const void *wu, uint64_t row_bytes, uint64_t expert_bytes, int64_t ff,
+                 int64_t in, const float *x, const int *sel, const float *rw, int nsel, float limit, float *mid,
+                 cudaStream_t st);
+void cu_moes_down(int wtype, const void *wd, uint64_t row_bytes, uint64_t expert_bytes, int64_t rows, int64_t ff,
+                  const float *mid, const int *sel, int nsel, float *out, cudaStream_t st);
 
 #ifdef __cplusplus
 }

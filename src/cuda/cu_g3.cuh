@@ -1,0 +1,84 @@
+/* cu_g3.cuh: the exact activations of the decode products on dp4a, as the
+ * kernels stage them in shared memory (cu_gemv3.cu for IQ2_XXS / Q2_K /
+ * Q8_0, cu_moes.cu for Q4_K / MXFP4): f32 activations split into three int8
+ * pieces a 32-element item (cu_split.cuh) with the item's scale, and the
+ * f32 sums of its halves for formats with mins. */
+#ifndef MINKE_CU_G3_CUH
+#define MINKE_CU_G3_CUH
+
+#include "cuda/cu_common.cuh"
+#include "cuda/cu_split.cuh"
+
+/* Shared activation items: item i at sh + i * G3_IW ints: piece p's word j
+ * (elements 4j .. 4j + 3) at p * 8 + j, D (float bits) at 24, the sums of the
+ * item's two halves at 25 and 26 (Q2_K mins). 28 ints = 112 bytes: 16-byte
+ * aligned, and 8 lanes reading 8 consecutive items hit 8 different bank quads. */
+#define G3_IW 28
+
+/* Stage n f32 activations (n a multiple of 32; BLK: of 256) into shared
+ * items, split into 3 pieces. Threads work in aligned groups of 8 lanes, a
+ * group per block of 8 items: lane li takes float4 li of each item, so an
+ * item is one 128-byte line and its amax three shuffles. BLK: one scale per
+ * block of 8 items (Q2_K's super-block, whose integer sums span it); SUMS:
+ * the f32 sums of each 16-element half item. The loop is uniform per warp
+ * (the shuffles need all lanes). */
+template <bool BLK, bool SUMS>
+__device__ __forceinline__ void g3_stage(const float *x, int n, int *sh, int nthr = 0) {
+    /* nthr: the threads taking part (the first nthr of the block; all by default) */
+    const int li = threadIdx.x & 7, grp = threadIdx.x >> 3, ngrp = (nthr ? nthr : (int)blockDim.x) >> 3;
+    const int nit = n >> 5, nblk = (nit + 7) >> 3;
+    for (int b0 = 0; b0 < nblk; b0 += ngrp) {
+        const int b = b0 + grp;
+        float4 v[8];
+        float ma = 0.f;
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            const int it = b * 8 + i;
+            v[i] = b < nblk && it < nit ? __ldg((const float4 *)(x + (int64_t)it * 32 + li * 4)) : make_float4(0.f, 0.f, 0.f, 0.f);
+            if (BLK) ma = fmaxf(ma, fmaxf(fmaxf(fabsf(v[i].x), fabsf(v[i].y)), fmaxf(fabsf(v[i].z), fabsf(v[i].w))));
+        }
+        if (BLK) {
+#pragma unroll
+            for (int o = 1; o < 8; o <<= 1) ma = fmaxf(ma, __shfl_xor_sync(0xffffffffu, ma, o));
+        }
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            const int it = b * 8 + i;
+            float m = ma;
+            if (!BLK) {
+                m = fmaxf(fmaxf(fabsf(v[i].x), fabsf(v[i].y)), fmaxf(fabsf(v[i].z), fabsf(v[i].w)));
+#pragma unroll
+                for (int o = 1; o < 8; o <<= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+            }
+            int pc[3];
+            mx_split4<3>(v[i], mx_inv_scale<3>(m), pc);
+            float hs = 0.f;
+            if (SUMS) {
+                hs = (v[i].x + v[i].y) + (v[i].z + v[i].w);
+                hs += __shfl_xor_sync(0xffffffffu, hs, 1);
+                hs += __shfl_xor_sync(0xffffffffu, hs, 2);
+            }
+            if (b < nblk && it < nit) {
+                int *d = sh + it * G3_IW;
+                d[li] = pc[0]; d[8 + li] = pc[1]; d[16 + li] = pc[2];
+                if (li == 0) d[24] = __float_as_int(m * (1.f / 32512.f));
+                if (SUMS && (li & 3) == 0) d[25 + (li >> 2)] = __float_as_int(hs);
+            }
+        }
+    }
+}
+
+/* the three pieces of one item (8 words each) */
+struct g3_act { int4 p[6]; float D; };
+__device__ __forceinline__ void g3_act_load(g3_act &a, const int *sh, int it) {
+    const int4 *ip = (const int4 *)(sh + it * G3_IW);
+#pragma unroll
+    for (int k = 0; k < 6; k++) a.p[k] = ip[k];
+    a.D = __int_as_float(sh[it * G3_IW + 24]);
+}
+__device__ __forceinline__ int g3_word(const g3_act &a, int p, int j) {
+    const int4 v = a.p[2 * p + (j >> 2)];
+    return (j & 3) == 0 ? v.x : (j & 3) == 1 ? v.y : (j & 3) == 2 ? v.z : v.w;
+}
+
+#endif

@@ -1,0 +1,232 @@
+/* moes_check.c: the one-token MoE kernels for Q4_K and MXFP4 experts
+ * (cu_moes.cu: gate + up + SwiGLU x router weight, then the down summed over
+ * the selected experts, weights streamed by bulk copies on sm_90) against a
+ * double reference built from src/quant's dequantization of the same random
+ * blocks: mid within 3e-5 of max|mid|, the output within 3e-5 of max|out|
+ * (the reference down takes the GPU's mid, so the two checks are
+ * independent). Then one GPU of two: slots of experts >= E/2 belong to
+ * another GPU (sel -1): the owned slots' mid the same bits, the others
+ * untouched, the output the sum over the owned slots only. A run twice
+ * gives the same bits. --time: the Flash shape (4096 -> 2048, 6 of 32
+ * experts, a different set every launch) alone and in a graph of 43 pairs.
+ * Skips (exit 0) where the kernels do not apply (no sm_90 code).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cuda_runtime_api.h>
+
+#include "quant/quant.h"
+#include "cuda/cu_ops.h"
+#include "cuda/cu_gemv3.h"
+
+#define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("FAIL cuda %s: %s\n", #x, cudaGetErrorString(e_)); exit(1); } } while (0)
+
+static uint64_t rng = 0x2545F4914F6CDD1Dull;
+static uint32_t urand(void) { rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17; return (uint32_t)(rng >> 32); }
+static float frand(void) { return (float)(urand() * (1.0 / 4294967296.0)) * 2.0f - 1.0f; }
+
+static uint16_t f16_bits(float f) {
+    uint32_t u; memcpy(&u, &f, 4);
+    int e = (int)((u >> 23) & 255) - 127 + 15;
+    return (uint16_t)(((u >> 16) & 0x8000) | ((uint32_t)e << 10) | ((u >> 13) & 0x3FF));
+}
+
+/* random blocks with sane scales: Q4_K d / dmin at bytes 0 / 2, MXFP4 E8M0 at byte 0 */
+static void fill(int type, uint8_t *p, size_t nblocks) {
+    size_t bs = quant_get(type)->bytes;
+    for (size_t b = 0; b < nblocks; b++) {
+        uint8_t *q = p + b * bs;
+        for (size_t i = 0; i < bs; i++) q[i] = (uint8_t)urand();
+        if (type == GGML_TYPE_Q4_K) {
+            uint16_t d = f16_bits(0.0002f + 0.0004f * fabsf(frand())), m = f16_bits(0.0001f + 0.0002f * fabsf(frand()));
+            memcpy(q, &d, 2); memcpy(q + 2, &m, 2);
+        } else q[0] = (uint8_t)(118 + urand() % 6);
+    }
+}
+
+static double swiglu_d(double g, double u, double lim) {
+    if (lim > 1e-6) { if (g > lim) g = lim; if (u > lim) u = lim; if (u < -lim) u = -lim; }
+    return g / (1.0 + exp(-g)) * u;
+}
+
+static int check(int type, int64_t in, int64_t ff, int E, int nsel, float limit) {
+    const quant_traits *tq = quant_get(type);
+    uint64_t rbg = (uint64_t)(in / tq->blck) * tq->bytes, rbd = (uint64_t)(ff / tq->blck) * tq->bytes;
+    if (!cu_moes_supported(type, type, type, in, ff, nsel, rbg, rbd)) {
+        printf("FAIL moes %s in %lld ff %lld sel %d: not supported\n", tq->name, (long long)in, (long long)ff, nsel);
+        return 1;
+    }
+    size_t ng = (size_t)E * ff * rbg, nd = (size_t)E * in * rbd;
+    uint8_t *hg = malloc(ng), *hu = malloc(ng), *hd = malloc(nd);
+    fill(type, hg, ng / tq->bytes); fill(type, hu, ng / tq->bytes); fill(type, hd, nd / tq->bytes);
+    float *x = malloc(sizeof(float) * in), *rw = malloc(sizeof(float) * nsel);
+    int *sel = malloc(sizeof(int) * nsel);
+    for (int64_t i = 0; i < in; i++) x[i] = frand() * (i % 97 == 0 ? 20.f : 1.f);
+    for (int e = 0; e < nsel; e++) {
+        int ok;
+        do { sel[e] = (int)(urand() % (uint32_t)E); ok = 1; for (int k = 0; k < e; k++) ok &= sel[k] != sel[e]; } while (!ok);
+        rw[e] = 0.1f + fabsf(frand());
+    }
+    double *mid = malloc(sizeof(double) * nsel * ff);
+    float *row = malloc(sizeof(float) * (in > ff ? in : ff)), *row2 = malloc(sizeof(float) * in);
+    for (int e = 0; e < nsel; e++)
+        for (int64_t r = 0; r < ff; r++) {
+            tq->dequant(hg + ((size_t)sel[e] * ff + r) * rbg, row, in);
+            tq->dequant(hu + ((size_t)sel[e] * ff + r) * rbg, row2, in);
+            double g = 0, u = 0;
+            for (int64_t i = 0; i < in; i++) { g += (double)row[i] * x[i]; u += (double)row2[i] * x[i]; }
+            mid[e * ff + r] = swiglu_d(g, u, limit) * rw[e];
+        }
+    double mmax = 0;
+    for (int64_t i = 0; i < nsel * ff; i++) mmax = fmax(mmax, fabs(mid[i]));
+    uint8_t *dg, *du, *dd; float *dx, *drw, *dmid, *dout; int *dsel;
+    CK(cudaMalloc((void **)&dg, ng)); CK(cudaMalloc((void **)&du, ng)); CK(cudaMalloc((void **)&dd, nd));
+    CK(cudaMalloc((void **)&dx, sizeof(float) * in)); CK(cudaMalloc((void **)&drw, sizeof(float) * nsel));
+    CK(cudaMalloc((void **)&dmid, sizeof(float) * nsel * ff)); CK(cudaMalloc((void **)&dout, sizeof(float) * in));
+    CK(cudaMalloc((void **)&dsel, sizeof(int) * nsel));
+    CK(cudaMemcpy(dg, hg, ng, cudaMemcpyHostToDevice)); CK(cudaMemcpy(du, hu, ng, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dd, hd, nd, cudaMemcpyHostToDevice)); CK(cudaMemcpy(dx, x, sizeof(float) * in, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(drw, rw, sizeof(float) * nsel, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dsel, sel, sizeof(int) * nsel, cudaMemcpyHostToDevice));
+    CK(cudaMemset(dmid, 0xFF, sizeof(float) * nsel * ff)); CK(cudaMemset(dout, 0xFF, sizeof(float) * in));
+    cu_moes_glu(type, dg, du, rbg, rbg * ff, ff, in, dx, dsel, drw, nsel, limit, dmid, 0);
+    cu_moes_down(type, dd, rbd, rbd * in, in, ff, dmid, dsel, nsel, dout, 0);
+    CK(cudaGetLastError());
+    CK(cudaDeviceSynchronize());
+    float *midf = malloc(sizeof(float) * nsel * ff), *gout = malloc(sizeof(float) * in), *g2 = malloc(sizeof(float) * in);
+    CK(cudaMemcpy(midf, dmid, sizeof(float) * nsel * ff, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(gout, dout, sizeof(float) * in, cudaMemcpyDeviceToHost));
+    double md = 0;
+    for (int64_t i = 0; i < nsel * ff; i++) md = fmax(md, isnan(midf[i]) ? INFINITY : fabs(midf[i] - mid[i]));
+    double *out = calloc((size_t)in, sizeof(double));
+    for (int e = 0; e < nsel; e++)
+        for (int64_t r = 0; r < in; r++) {
+            tq->dequant(hd + ((size_t)sel[e] * in + r) * rbd, row, ff);
+            double s = 0;
+            for (int64_t i = 0; i < ff; i++) s += (double)row[i] * midf[e * ff + i];
+            out[r] += s;
+        }
+    double omax = 0, od = 0;
+    for (int64_t r = 0; r < in; r++) { omax = fmax(omax, fabs(out[r])); od = fmax(od, isnan(gout[r]) ? INFINITY : fabs(gout[r] - out[r])); }
+    /* again: the same bits */
+    cu_moes_glu(type, dg, du, rbg, rbg * ff, ff, in, dx, dsel, drw, nsel, limit, dmid, 0);
+    cu_moes_down(type, dd, rbd, rbd * in, in, ff, dmid, dsel, nsel, dout, 0);
+    CK(cudaMemcpy(g2, dout, sizeof(float) * in, cudaMemcpyDeviceToHost));
+    int rerun = memcmp(g2, gout, sizeof(float) * in) != 0;
+    int bad = rerun || !(md <= 3e-5 * mmax) || !(od <= 3e-5 * omax) || !(mmax > 0) || !(omax > 0);
+    printf("%s moes %s in %lld ff %lld sel %d/%d limit %g: mid max|diff| %.3g of %.3g, out %.3g of %.3g%s\n", bad ? "FAIL" : "ok",
+           tq->name, (long long)in, (long long)ff, nsel, E, limit, md, mmax, od, omax, rerun ? ", a second run differs" : "");
+    /* one GPU of two */
+    {
+        int *msel = malloc(sizeof(int) * nsel), nown = 0;
+        for (int e = 0; e < nsel; e++) { msel[e] = sel[e] < E / 2 ? sel[e] : -1; nown += msel[e] >= 0; }
+        CK(cudaMemcpy(dsel, msel, sizeof(int) * nsel, cudaMemcpyHostToDevice));
+        CK(cudaMemset(dmid, 0xFF, sizeof(float) * nsel * ff));
+        cu_moes_glu(type, dg, du, rbg, rbg * ff, ff, in, dx, dsel, drw, nsel, limit, dmid, 0);
+        cu_moes_down(type, dd, rbd, rbd * in, in, ff, dmid, dsel, nsel, dout, 0);
+        CK(cudaDeviceSynchronize());
+        float *mmid = malloc(sizeof(float) * nsel * ff);
+        CK(cudaMemcpy(mmid, dmid, sizeof(float) * nsel * ff, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(g2, dout, sizeof(float) * in, cudaMemcpyDeviceToHost));
+        int mbad = 0;
+        const uint32_t nanbits = 0xFFFFFFFFu;
+        for (int e = 0; e < nsel; e++)
+            for (int64_t i = 0; i < ff; i++)
+                mbad += msel[e] >= 0 ? memcmp(&mmid[e * ff + i], &midf[e * ff + i], 4) != 0 : memcmp(&mmid[e * ff + i], &nanbits, 4) != 0;
+        double mo = 0, mod = 0;
+        for (int64_t r = 0; r < in; r++) {
+            double s = 0;
+            for (int e = 0; e < nsel; e++) {
+                if (msel[e] < 0) continue;
+                tq->dequant(hd + ((size_t)sel[e] * in + r) * rbd, row, ff);
+                for (int64_t i = 0; i < ff; i++) s += (double)row[i] * midf[e * ff + i];
+            }
+            mo = fmax(mo, fabs(s));
+            mod = fmax(mod, isnan(g2[r]) ? INFINITY : fabs(g2[r] - s));
+        }
+        int b2 = mbad != 0 || !(mod <= 3e-5 * (mo > 0 ? mo : 1)) || (nown && !(mo > 0));
+        printf("%s moes %s owned slots %d of %d: mid %d values differ, out %.3g of %.3g\n", b2 ? "FAIL" : "ok", tq->name, nown,
+               nsel, mbad, mod, mo);
+        bad |= b2;
+        free(msel); free(mmid);
+    }
+    cudaFree(dg); cudaFree(du); cudaFree(dd); cudaFree(dx); cudaFree(drw); cudaFree(dmid); cudaFree(dout); cudaFree(dsel);
+    free(hg); free(hu); free(hd); free(x); free(rw); free(sel); free(mid); free(row); free(row2); free(midf); free(gout);
+    free(g2); free(out);
+    return bad;
+}
+
+static void timing(int type, int64_t in, int64_t ff, int E, int nsel) {
+    const quant_traits *tq = quant_get(type);
+    uint64_t rbg = (uint64_t)(in / tq->blck) * tq->bytes, rbd = (uint64_t)(ff / tq->blck) * tq->bytes;
+    size_t ng = (size_t)E * ff * rbg, nd = (size_t)E * in * rbd;
+    const int NS = 43;
+    uint8_t *dg, *du, *dd; float *dx, *drw, *dmid, *dout; int *dsel;
+    CK(cudaMalloc((void **)&dg, ng)); CK(cudaMalloc((void **)&du, ng)); CK(cudaMalloc((void **)&dd, nd));
+    CK(cudaMemset(dg, 0x11, ng)); CK(cudaMemset(du, 0x22, ng)); CK(cudaMemset(dd, 0x13, nd));
+    CK(cudaMalloc((void **)&dx, sizeof(float) * in)); CK(cudaMalloc((void **)&drw, sizeof(float) * nsel));
+    CK(cudaMalloc((void **)&dmid, sizeof(float) * nsel * ff)); CK(cudaMalloc((void **)&dout, sizeof(float) * in));
+    CK(cudaMalloc((void **)&dsel, sizeof(int) * nsel * NS));
+    CK(cudaMemset(dx, 0, sizeof(float) * in)); CK(cudaMemset(drw, 0, sizeof(float) * nsel));
+    int *sel = malloc(sizeof(int) * nsel * NS);
+    for (int k = 0; k < NS * nsel; k++) sel[k] = (k * 7 + k / nsel) % E;
+    CK(cudaMemcpy(dsel, sel, sizeof(int) * nsel * NS, cudaMemcpyHostToDevice));
+    cudaStream_t st; CK(cudaStreamCreate(&st));
+    cudaEvent_t a, b; CK(cudaEventCreate(&a)); CK(cudaEventCreate(&b));
+    float ms[2];
+    for (int which = 0; which < 2; which++) {
+        float best = 1e30f;
+        for (int rep = 0; rep < 20; rep++) {
+            const int *s = dsel + (rep % NS) * nsel;
+            CK(cudaEventRecord(a, st));
+            if (which == 0) cu_moes_glu(type, dg, du, rbg, rbg * ff, ff, in, dx, s, drw, nsel, 0.f, dmid, st);
+            else cu_moes_down(type, dd, rbd, rbd * in, in, ff, dmid, s, nsel, dout, st);
+            CK(cudaEventRecord(b, st)); CK(cudaEventSynchronize(b));
+            float t; cudaEventElapsedTime(&t, a, b); if (t < best) best = t;
+        }
+        ms[which] = best;
+    }
+    cudaGraph_t gr; cudaGraphExec_t ge;
+    CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+    for (int k = 0; k < NS; k++) {
+        cu_moes_glu(type, dg, du, rbg, rbg * ff, ff, in, dx, dsel + k * nsel, drw, nsel, 0.f, dmid, st);
+        cu_moes_down(type, dd, rbd, rbd * in, in, ff, dmid, dsel + k * nsel, nsel, dout, st);
+    }
+    CK(cudaStreamEndCapture(st, &gr)); CK(cudaGraphInstantiate(&ge, gr, 0));
+    CK(cudaGraphLaunch(ge, st)); CK(cudaStreamSynchronize(st));
+    CK(cudaEventRecord(a, st)); CK(cudaGraphLaunch(ge, st)); CK(cudaEventRecord(b, st)); CK(cudaEventSynchronize(b));
+    float tg; cudaEventElapsedTime(&tg, a, b);
+    double bg = 2.0 * nsel * ff * rbg, bd = (double)nsel * in * rbd;
+    printf("time moes %s glu %.2f us (%.0f GB/s), down %.2f us (%.0f GB/s); graph of %d pairs: %.2f us a pair (%.0f GB/s)\n",
+           tq->name, ms[0] * 1e3, bg / (ms[0] * 1e-3) / 1e9, ms[1] * 1e3, bd / (ms[1] * 1e-3) / 1e9, NS, tg * 1e3 / NS,
+           (bg + bd) / (tg * 1e-3 / NS) / 1e9);
+    cudaGraphExecDestroy(ge); cudaGraphDestroy(gr);
+    cudaFree(dg); cudaFree(du); cudaFree(dd); cudaFree(dx); cudaFree(drw); cudaFree(dmid); cudaFree(dout); cudaFree(dsel);
+    free(sel);
+}
+
+int main(int argc, char **argv) {
+    int dev = 0;
+    if (cudaGetDeviceCount(&dev) != cudaSuccess || dev < 1) { printf("skip moes_check: no CUDA device\n"); return 0; }
+    if (cu_tables_init_from_quant()) { printf("FAIL tables\n"); return 1; }
+    if (!cu_moes_supported(GGML_TYPE_Q4_K, GGML_TYPE_Q4_K, GGML_TYPE_Q4_K, 4096, 2048, 6, 2304, 1152)) {
+        printf("skip moes_check: the streamed MoE kernels do not apply on this device\n");
+        return 0;
+    }
+    int bad = 0;
+    const int types[2] = {GGML_TYPE_Q4_K, GGML_TYPE_MXFP4};
+    for (int t = 0; t < 2; t++) {
+        bad += check(types[t], 4096, 2048, 8, 6, 0.f);
+        bad += check(types[t], 4096, 2048, 8, 6, 7.f);
+        bad += check(types[t], 2048, 1024, 6, 4, 0.f);
+        bad += check(types[t], 1024, 512, 16, 8, 0.f);
+        bad += check(types[t], 512, 512, 4, 1, 0.f);
+        bad += check(types[t], 2048, 512, 4, 2, 0.5f);
+    }
+    if (argc > 1 && !strcmp(argv[1], "--time"))
+        for (int t = 0; t < 2; t++) timing(types[t], 4096, 2048, 32, 6);
+    printf("moes_check: %s\n", bad ? "FAIL" : "all ok");
+    return bad != 0;
+}
