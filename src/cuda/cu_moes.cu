@@ -24,6 +24,7 @@
  * of the computing warps (glu) or of the slot x group warps (down), so every
  * fill of a buffer is consumed by one warp in order and no parity wait can
  * pass a phase early. Every output is summed in a fixed order. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -129,14 +130,11 @@ template <> struct ms_item<CU_TYPE_MXFP4> {
 
 /* ------------------------------------------------------------------ */
 
-#define MS_NW 8          /* computing warps of the gate + up kernel */
-#define MS_RPS 4         /* rows a gate + up stage (of each matrix) */
 #define MS_MAXST 32
-#define MSD_NG 2         /* warps a slot in the down kernel */
-#define MSD_RPS 8
 #define MSD_MAXST 48
 
-template <int FMT>
+/* MS_RPS: rows a stage (of each matrix); MS_NW: computing warps */
+template <int FMT, int MS_RPS, int MS_NW>
 __global__ void __launch_bounds__((MS_NW + 1) * 32, 1) k_moes_glu(ms_args a, int nst) {
 #if CU_BULK_ARCH
     extern __shared__ int4 ms_sm[];
@@ -215,7 +213,8 @@ __global__ void __launch_bounds__((MS_NW + 1) * 32, 1) k_moes_glu(ms_args a, int
 #endif
 }
 
-template <int FMT, int NE>
+/* MSD_RPS: rows a stage; MSD_NG: computing warps a slot */
+template <int FMT, int NE, int MSD_RPS, int MSD_NG>
 __global__ void __launch_bounds__((MSD_NG * NE + 1) * 32, 1) k_moes_down(ms_args a, int nst) {
 #if CU_BULK_ARCH
     extern __shared__ int4 ms_sm[];
@@ -330,34 +329,71 @@ static void ms_attr(K k, size_t smem) {
     cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
 }
 
-template <int FMT>
-static void ms_launch_glu(const ms_args &a, cudaStream_t st) {
-    const size_t act = ((size_t)(a.in / 32) * G3_IW * 4 + 127) & ~(size_t)127;
-    const size_t sbytes = 2 * (size_t)MS_RPS * a.row_bytes;
-    int nst = (int)((150 * 1024 - act) / sbytes);
-    nst -= nst % MS_NW;
-    if (nst < MS_NW) nst = MS_NW;
-    if (nst > MS_MAXST) nst = MS_MAXST;
-    const size_t smem = act + (size_t)nst * sbytes;
-    ms_attr(k_moes_glu<FMT>, smem);
-    cu_launch(k_moes_glu<FMT>, dim3((unsigned)cu_num_sms()), (MS_NW + 1) * 32, smem, st, a, nst);
+/* MINKE_CUDA_MOES_RPS=g,d: rows a stage of the gate + up kernel (1, 2 or
+ * 4) and of the down kernel (4 or 8); MINKE_CUDA_MOES_KB=g,d: their shared
+ * memory budgets in KB (the ring takes what the activations leave);
+ * MINKE_CUDA_MOES_W=g,d: computing warps of the gate + up kernel (8 or 16),
+ * warps a slot of the down kernel (2 or 4). Defaults 2,4 / 170,200 / 16,2
+ * from moes_check --time on the H200 (tenth session; a glu + down pair in
+ * a graph of 43, Flash shape): q4 38.5 us, MXFP4 43.0 us, against 42.7 /
+ * 45.7 with 8 gate + up warps, 43.4 / 46.5 with 4 down warps a slot, 43.3 /
+ * 45.9 with stages of 4 and 8 rows, 42.7 / 47.2 with 16 warps on 1-row stages. */
+static int ms_rps_g = -1, ms_rps_d, ms_kb_g, ms_kb_d, ms_w_g, ms_w_d;
+static void ms_config(void) {
+    if (ms_rps_g >= 0) return;
+    const char *e = getenv("MINKE_CUDA_MOES_RPS"), *k = getenv("MINKE_CUDA_MOES_KB"), *w = getenv("MINKE_CUDA_MOES_W");
+    int g = 2, d = 4, kg = 170, kd = 200, wg = 16, wd = 2;
+    if (e && *e) sscanf(e, "%d,%d", &g, &d);
+    if (k && *k) sscanf(k, "%d,%d", &kg, &kd);
+    if (w && *w) sscanf(w, "%d,%d", &wg, &wd);
+    ms_rps_d = d == 8 ? 8 : 4; ms_kb_g = kg > 0 ? kg : 170; ms_kb_d = kd > 0 ? kd : 200;
+    ms_w_g = wg == 8 ? 8 : 16; ms_w_d = wd == 4 ? 4 : 2;
+    ms_rps_g = g == 1 ? 1 : g == 4 ? 4 : 2;
 }
 
-template <int FMT, int NE>
+template <int FMT, int RPS, int NW>
+static void ms_launch_glu(const ms_args &a, cudaStream_t st) {
+    const size_t act = ((size_t)(a.in / 32) * G3_IW * 4 + 127) & ~(size_t)127;
+    const size_t sbytes = 2 * (size_t)RPS * a.row_bytes, budget = (size_t)ms_kb_g * 1024;
+    int nst = budget > act ? (int)((budget - act) / sbytes) : 0;
+    nst -= nst % NW;
+    if (nst < NW) nst = NW;
+    if (nst > MS_MAXST) nst = MS_MAXST;
+    const size_t smem = act + (size_t)nst * sbytes;
+    ms_attr(k_moes_glu<FMT, RPS, NW>, smem);
+    cu_launch(k_moes_glu<FMT, RPS, NW>, dim3((unsigned)cu_num_sms()), (NW + 1) * 32, smem, st, a, nst);
+}
+
+template <int FMT, int NE, int RPS, int NG>
 static void ms_launch_down(const ms_args &a, cudaStream_t st) {
     const int nb = cu_num_sms() < a.rows ? cu_num_sms() : a.rows;
     const int rows_pb = (a.rows + nb - 1) / nb;
     const size_t act = ((size_t)NE * (a.in / 32) * G3_IW * 4 + 127) & ~(size_t)127;
     const size_t part = ((size_t)rows_pb * NE * 4 + 127) & ~(size_t)127;
-    const size_t sbytes = (size_t)MSD_RPS * a.row_bytes, fixed = act + part;
-    const int unit = NE * MSD_NG;
-    int nst = 200 * 1024 > fixed ? (int)((200 * 1024 - fixed) / sbytes) : 0;
+    const size_t sbytes = (size_t)RPS * a.row_bytes, fixed = act + part, budget = (size_t)ms_kb_d * 1024;
+    const int unit = NE * NG;
+    int nst = budget > fixed ? (int)((budget - fixed) / sbytes) : 0;
     nst -= nst % unit;
     if (nst < unit) nst = unit;
     if (nst > MSD_MAXST) nst = MSD_MAXST - MSD_MAXST % unit;
     const size_t smem = fixed + (size_t)nst * sbytes;
-    ms_attr(k_moes_down<FMT, NE>, smem);
-    cu_launch(k_moes_down<FMT, NE>, dim3((unsigned)nb), (MSD_NG * NE + 1) * 32, smem, st, a, nst);
+    ms_attr(k_moes_down<FMT, NE, RPS, NG>, smem);
+    cu_launch(k_moes_down<FMT, NE, RPS, NG>, dim3((unsigned)nb), (NG * NE + 1) * 32, smem, st, a, nst);
+}
+
+template <int FMT>
+static void ms_glu(const ms_args &a, cudaStream_t st) {
+    if (ms_w_g == 16) { if (ms_rps_g == 1) ms_launch_glu<FMT, 1, 16>(a, st); else ms_launch_glu<FMT, 2, 16>(a, st); }
+    else if (ms_rps_g == 4) ms_launch_glu<FMT, 4, 8>(a, st);
+    else if (ms_rps_g == 1) ms_launch_glu<FMT, 1, 8>(a, st);
+    else ms_launch_glu<FMT, 2, 8>(a, st);
+}
+
+template <int FMT, int NE>
+static void ms_down(const ms_args &a, cudaStream_t st) {
+    if (ms_w_d == 4 && NE * 4 + 1 <= 32) { if (ms_rps_d == 8) ms_launch_down<FMT, NE, 8, (NE * 4 + 1 <= 32 ? 4 : 2)>(a, st); else ms_launch_down<FMT, NE, 4, (NE * 4 + 1 <= 32 ? 4 : 2)>(a, st); }
+    else if (ms_rps_d == 8) ms_launch_down<FMT, NE, 8, 2>(a, st);
+    else ms_launch_down<FMT, NE, 4, 2>(a, st);
 }
 
 extern "C" void cu_moes_glu(int wtype, const void *wg, const void *wu, uint64_t row_bytes, uint64_t expert_bytes,
@@ -368,8 +404,9 @@ extern "C" void cu_moes_glu(int wtype, const void *wg, const void *wu, uint64_t 
     a.w = (const uint8_t *)wg; a.w2 = (const uint8_t *)wu; a.row_bytes = row_bytes; a.expert_bytes = expert_bytes;
     a.rows = (int)ff; a.in = (int)in; a.x = x; a.sel = sel; a.rw = rw; a.nsel = nsel; a.limit = limit; a.out = mid;
     a.tab = ms_table();
-    if (wtype == CU_TYPE_Q4_K) ms_launch_glu<CU_TYPE_Q4_K>(a, st);
-    else ms_launch_glu<CU_TYPE_MXFP4>(a, st);
+    ms_config();
+    if (wtype == CU_TYPE_Q4_K) ms_glu<CU_TYPE_Q4_K>(a, st);
+    else ms_glu<CU_TYPE_MXFP4>(a, st);
 }
 
 extern "C" void cu_moes_down(int wtype, const void *wd, uint64_t row_bytes, uint64_t expert_bytes, int64_t rows, int64_t ff,
@@ -379,8 +416,8 @@ extern "C" void cu_moes_down(int wtype, const void *wd, uint64_t row_bytes, uint
     a.w = (const uint8_t *)wd; a.row_bytes = row_bytes; a.expert_bytes = expert_bytes;
     a.rows = (int)rows; a.in = (int)ff; a.x = mid; a.sel = sel; a.nsel = nsel; a.out = out;
     a.tab = ms_table();
-#define MS_DOWN(NE) do { if (wtype == CU_TYPE_Q4_K) ms_launch_down<CU_TYPE_Q4_K, NE>(a, st); \
-                         else ms_launch_down<CU_TYPE_MXFP4, NE>(a, st); } while (0)
+    ms_config();
+#define MS_DOWN(NE) do { if (wtype == CU_TYPE_Q4_K) ms_down<CU_TYPE_Q4_K, NE>(a, st); else ms_down<CU_TYPE_MXFP4, NE>(a, st); } while (0)
     switch (nsel) {
     case 1: MS_DOWN(1); break;
     case 2: MS_DOWN(2); break;
