@@ -822,8 +822,8 @@ extern "C" int cu_gemv3_bulk_ok(void) { return g3_bulk_ok(); }
 
 /* MINKE_CUDA_G3S: streams dense Q8_0R decode products through shared
  * memory (k_g3_q8s) where the device has bulk copies: 2 (default) those with
- * rows of at most 2048 inputs or at most 6 MB (q_b, q_a, kv, the shared
- * expert's down), 1 every shape, 0 none (k_g3_q8 / k_gemvf).
+ * rows of at most 2048 inputs or matrices of at most 6 MB (q_b, q_a, kv, the
+ * shared expert's down), 1 every shape, 0 none (k_g3_q8 / k_gemvf).
  * MINKE_CUDA_G3S_KB: the shared memory a block may take (default 100 KB).
  * gemv_check --time, graphs of 43 on the H200 (tenth session): q_b 32768 x
  * 1024 12.2 us against 13.8 (k_gemvf), q_a 3.7 against 4.8, kv 3.3 against
@@ -867,8 +867,10 @@ static int g3_launch_q8s(const g3_args &a, int pairs, int nbx, cudaStream_t st) 
 static int g3_try_q8s(const g3_args &a, int pairs, cudaStream_t st) {
     const int on = g3s_enabled();
     if (!on) return 0;
-    /* 2: only the short rows and small matrices (q_b, q_a, kv) */
-    if (on == 2 && a.in > 2048 && (int64_t)a.rows * pairs * (int64_t)a.row_bytes > (6 << 20)) return 0;
+    /* 2: only the short rows and small matrices (q_b, q_a, kv), judged by
+     * one matrix: a paired launch takes the kernel (and the bits) of two
+     * single ones */
+    if (on == 2 && a.in > 2048 && (int64_t)a.rows * (int64_t)a.row_bytes > (6 << 20)) return 0;
     if (((uintptr_t)a.w | (uintptr_t)(a.w2 ? a.w2 : a.w) | a.row_bytes) & 15) return 0;
     /* about one block an SM; a block's rows in one input group */
     int64_t nbx = cu_num_sms() / pairs;
