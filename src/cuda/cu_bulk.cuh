@@ -16,6 +16,8 @@
 
 #include <stdint.h>
 
+#include "cuda/cu_common.cuh"
+
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define CU_BULK_ARCH 1
 #else
@@ -58,6 +60,67 @@ __device__ __forceinline__ void bulk_g2s(void *dst, const void *src, uint32_t by
                  ::"r"(bulk_saddr(dst)), "l"(src), "r"(bytes), "r"(bulk_saddr(bar)), "l"(pol)
                  : "memory");
 }
+
+/* A ring of nst stage buffers: full[i] completes when stage i's copies have
+ * landed (one producer arrival + the bytes), empty[i] when its consumer
+ * warp has released it (one arrival). Thread 0 initialises; the caller
+ * then synchronises the block. */
+__device__ __forceinline__ void bulk_ring_init(uint64_t *full, uint64_t *empty, int nst) {
+    if (threadIdx.x == 0) {
+        for (int i = 0; i < nst; i++) { mbar_init(&full[i], 1); mbar_init(&empty[i], 1); }
+        mbar_init_fence();
+    }
+}
+
+/* A copy warp's schedule: lane 0 issues stages 0 .. nst - 1 (every buffer
+ * free), then the warp lets the next kernel launch (a copy warp reads only
+ * what no kernel it overlaps writes), then lane 0 issues the rest, each as
+ * its buffer is released (issue(s) waits for that itself). */
+template <typename Issue>
+__device__ __forceinline__ void bulk_produce(int ns, int nst, int lane, Issue &issue) {
+    const int first = ns < nst ? ns : nst;
+    if (lane == 0)
+        for (int s = 0; s < first; s++) issue(s);
+    __syncwarp();
+    cu_pdl_launch_next();
+    if (lane == 0)
+        for (int s = first; s < ns; s++) issue(s);
+}
+
+/* The copy warp of the streamed MoE down kernels (cu_gemv3.cu, cu_moes.cu):
+ * stage s holds rows r0 + (s / ne) rps .. (at most rps, up to r1) of slot
+ * s % ne's expert sel[s % ne] (a slot of another GPU, sel < 0: an empty
+ * stage, the barrier completed without bytes), on bulk_produce's schedule
+ * (the selection is complete before the kernel starts: the callers' contract,
+ * cu_moe_dec_down in cu_gemv3.h). */
+template <int ne, int rps>
+__device__ __forceinline__ void bulk_moe_rows_producer(uint64_t *full, uint64_t *empty, int nst, int ns, int r0, int r1,
+                                                       const uint8_t *w, uint64_t row_bytes, uint64_t expert_bytes,
+                                                       const int *sel, uint8_t *stg, size_t sbytes, int lane) {
+    /* sbytes = rps x row_bytes: a stage buffer */
+    auto issue = [&](int s) {
+        const int b = s % nst, e = s % ne, c = s / ne;
+        if (s >= nst) mbar_wait(&empty[b], (uint32_t)((s / nst) - 1) & 1u);
+        const int ex = sel[e];
+        if (ex < 0) { mbar_arrive(&full[b]); return; }
+        const int rs = r0 + c * rps, nr = r1 - rs < rps ? r1 - rs : rps;
+        const uint32_t bytes = (uint32_t)nr * (uint32_t)row_bytes;
+        mbar_arrive_tx(&full[b], bytes);
+        bulk_g2s(stg + b * sbytes, w + (int64_t)ex * (int64_t)expert_bytes + (int64_t)rs * (int64_t)row_bytes, bytes, &full[b]);
+    };
+    bulk_produce(ns, nst, lane, issue);
+}
 #endif
+
+/* out[r0 + r] (+)= the sum over the ne slots of part[r][slot], in slot
+ * order from 0, for the block's rows (the first nthr threads) */
+__device__ __forceinline__ void bulk_moe_rows_sum(const float *part, int ne, int r0, int r1, float *out, int accumulate,
+                                                  int nthr) {
+    for (int r = threadIdx.x; r < r1 - r0; r += nthr) {
+        float o = 0.f;
+        for (int k = 0; k < ne; k++) o += part[r * ne + k];
+        if (accumulate) out[r0 + r] += o; else out[r0 + r] = o;
+    }
+}
 
 #endif

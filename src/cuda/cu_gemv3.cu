@@ -226,14 +226,10 @@ __global__ void __launch_bounds__((G3S_NW + 1) * 32, 1) k_g3_q8s(g3_args a, int 
     const int64_t r0 = g * gr + gr * bi / bpg, r1 = g * gr + gr * (bi + 1) / bpg;
     const int ns = (int)((r1 - r0 + RPS - 1) / RPS);
     const size_t sbytes = (size_t)RPS * a.row_bytes;
-    if (threadIdx.x == 0) {
-        for (int i = 0; i < nst; i++) { mbar_init(&full[i], 1); mbar_init(&empty[i], 1); }
-        mbar_init_fence();
-    }
+    bulk_ring_init(full, empty, nst);
     __syncthreads();
     if (warp == G3S_NW) {
-        /* the first nst stages, then the next kernel may launch (this warp
-         * reads only weights: no wait for the previous one), then the rest */
+        /* this warp reads only weights: no wait for the previous kernel */
         auto issue = [&](int s) {
             const int b = s % nst;
             if (s >= nst) mbar_wait(&empty[b], (uint32_t)((s / nst) - 1) & 1u);
@@ -242,13 +238,7 @@ __global__ void __launch_bounds__((G3S_NW + 1) * 32, 1) k_g3_q8s(g3_args a, int 
             mbar_arrive_tx(&full[b], bytes);
             bulk_g2s(stg + b * sbytes, wb + rs * (int64_t)a.row_bytes, bytes, &full[b]);
         };
-        const int first = ns < nst ? ns : nst;
-        if (lane == 0)
-            for (int s = 0; s < first; s++) issue(s);
-        __syncwarp();
-        cu_pdl_launch_next();
-        if (lane == 0)
-            for (int s = first; s < ns; s++) issue(s);
+        bulk_produce(ns, nst, lane, issue);
         return;
     }
     cu_pdl_enter();
@@ -535,6 +525,25 @@ __device__ __forceinline__ float g3_q2k_unit(const g3_q2k_w &w, const int (&xw)[
     return __fmaf_rn(dd * D, mx_combine3(i0, i1, i2), -dmin * mm);
 }
 
+/* A lane's activations for its unit (staged with BLK and SUMS): plane s is
+ * item it0 + s, words 4h .. 4h + 3 of its pieces, the half sums and D; all
+ * zero for an inactive lane (past the input, or another GPU's slot) */
+__device__ __forceinline__ void g3_q2k_xload(const int *sh, int it0, int h, bool active, int (&xw)[4][3][4], float (&xs)[4],
+                                             float &D) {
+#pragma unroll
+    for (int s = 0; s < 4; s++) {
+        const int *ip = sh + (active ? (it0 + s) * G3_IW : 0);
+#pragma unroll
+        for (int p = 0; p < 3; p++) {
+            const int4 v = *(const int4 *)(ip + 8 * p + 4 * h);
+            xw[s][p][0] = active ? v.x : 0; xw[s][p][1] = active ? v.y : 0;
+            xw[s][p][2] = active ? v.z : 0; xw[s][p][3] = active ? v.w : 0;
+        }
+        xs[s] = active ? __int_as_float(ip[25 + h]) : 0.f;
+    }
+    D = active ? __int_as_float(sh[it0 * G3_IW + 24]) : 0.f;
+}
+
 /* SR: the unit's 28 bytes of a row by cp.async into the lane's ring slot
  * (codes at qs_s, scales and d|dmin at sd_s: 16-byte lanes, no bank conflict) */
 __device__ __forceinline__ void g3_q2k_fetch(const uint8_t *row, int u, unsigned qs_s, unsigned sd_s) {
@@ -599,22 +608,8 @@ __global__ void __launch_bounds__(G3_DOWN_GPB * NE * 32) k_g3_q2k_down(g3_args a
     __syncthreads();
     /* this lane's unit: plane s is item 8 blk + 4 n + s of expert e's row, words 4h .. 4h + 3 */
     int xw[4][3][4];
-    float xs[4], D = 0.f;
-    {
-        const int it0 = e * nitr + blk * 8 + 4 * n;
-#pragma unroll
-        for (int s = 0; s < 4; s++) {
-            const int *ip = sh + (active ? (it0 + s) * G3_IW : 0);
-#pragma unroll
-            for (int p = 0; p < 3; p++) {
-                const int4 v = *(const int4 *)(ip + 8 * p + 4 * h);
-                xw[s][p][0] = active ? v.x : 0; xw[s][p][1] = active ? v.y : 0;
-                xw[s][p][2] = active ? v.z : 0; xw[s][p][3] = active ? v.w : 0;
-            }
-            xs[s] = active ? __int_as_float(ip[25 + h]) : 0.f;
-        }
-        if (active) D = __int_as_float(sh[it0 * G3_IW + 24]);
-    }
+    float xs[4], D;
+    g3_q2k_xload(sh, e * nitr + blk * 8 + 4 * n, h, active, xw, xs, D);
     int slot = 0;
     /* one output row: this expert's part, then the group's sum in expert order */
     auto row_out = [&](int rk, float acc) {
@@ -698,30 +693,11 @@ __global__ void __launch_bounds__((G3DS_NG * NE + 1) * 32, 1) k_g3_q2k_downs(g3_
     const int r0 = (int)((int64_t)a.rows * blockIdx.x / gridDim.x), r1 = (int)((int64_t)a.rows * (blockIdx.x + 1) / gridDim.x);
     const int nch = (r1 - r0 + G3DS_RPS - 1) / G3DS_RPS, ns = nch * NE;
     const size_t sbytes = (size_t)G3DS_RPS * a.row_bytes;
-    if (threadIdx.x == 0) {
-        for (int i = 0; i < nst; i++) { mbar_init(&full[i], 1); mbar_init(&empty[i], 1); }
-        mbar_init_fence();
-    }
+    bulk_ring_init(full, empty, nst);
     __syncthreads();
     if (warp == NCW) {
-        auto issue = [&](int s) {
-            const int b = s % nst, e = s % NE, c = s / NE;
-            if (s >= nst) mbar_wait(&empty[b], (uint32_t)((s / nst) - 1) & 1u);
-            const int ex = a.sel[e];
-            if (ex < 0) { mbar_arrive(&full[b]); return; }      /* another GPU's expert: an empty stage */
-            const int rs = r0 + c * G3DS_RPS, nr = r1 - rs < G3DS_RPS ? r1 - rs : G3DS_RPS;
-            const uint32_t bytes = (uint32_t)nr * (uint32_t)a.row_bytes;
-            mbar_arrive_tx(&full[b], bytes);
-            bulk_g2s(stg + b * sbytes, a.w + (int64_t)ex * (int64_t)a.expert_bytes + (int64_t)rs * (int64_t)a.row_bytes, bytes,
-                     &full[b]);
-        };
-        const int first = ns < nst ? ns : nst;
-        if (lane == 0)
-            for (int s = 0; s < first; s++) issue(s);
-        __syncwarp();
-        cu_pdl_launch_next();
-        if (lane == 0)
-            for (int s = first; s < ns; s++) issue(s);
+        bulk_moe_rows_producer<NE, G3DS_RPS>(full, empty, nst, ns, r0, r1, a.w, a.row_bytes, a.expert_bytes, a.sel, stg, sbytes,
+                                          lane);
         return;
     }
     cu_pdl_enter();
@@ -732,22 +708,8 @@ __global__ void __launch_bounds__((G3DS_NG * NE + 1) * 32, 1) k_g3_q2k_downs(g3_
     g3_stage<true, true>(a.x, nsel * a.in, sh, NCW * 32);
     asm volatile("bar.sync 1, %0;" ::"n"(NCW * 32) : "memory");
     int xw[4][3][4];
-    float xs[4], D = 0.f;
-    {
-        const int it0 = e * nitr + blk * 8 + 4 * n;
-#pragma unroll
-        for (int s = 0; s < 4; s++) {
-            const int *ip = sh + (active ? (it0 + s) * G3_IW : 0);
-#pragma unroll
-            for (int p = 0; p < 3; p++) {
-                const int4 v = *(const int4 *)(ip + 8 * p + 4 * h);
-                xw[s][p][0] = active ? v.x : 0; xw[s][p][1] = active ? v.y : 0;
-                xw[s][p][2] = active ? v.z : 0; xw[s][p][3] = active ? v.w : 0;
-            }
-            xs[s] = active ? __int_as_float(ip[25 + h]) : 0.f;
-        }
-        if (active) D = __int_as_float(sh[it0 * G3_IW + 24]);
-    }
+    float xs[4], D;
+    g3_q2k_xload(sh, e * nitr + blk * 8 + 4 * n, h, active, xw, xs, D);
     for (int c = grp; c < nch; c += G3DS_NG) {
         const int s = c * NE + e, b = s % nst;
         mbar_wait(&full[b], (uint32_t)(s / nst) & 1u);
@@ -776,11 +738,7 @@ __global__ void __launch_bounds__((G3DS_NG * NE + 1) * 32, 1) k_g3_q2k_downs(g3_
         }
     }
     asm volatile("bar.sync 1, %0;" ::"n"(NCW * 32) : "memory");
-    for (int r = threadIdx.x; r < r1 - r0; r += NCW * 32) {
-        float o = 0.f;
-        for (int k2 = 0; k2 < nsel; k2++) o += part[r * NE + k2];
-        if (a.accumulate) a.out[r0 + r] += o; else a.out[r0 + r] = o;
-    }
+    bulk_moe_rows_sum(part, NE, r0, r1, a.out, a.accumulate, NCW * 32);
 #endif
 }
 
@@ -897,24 +855,6 @@ extern "C" int cu_gemv3(const cu_gemv_args *g, cudaStream_t st) {
     if (on < 2 || !g->act_f32 || g->ntok != 1 || g->tile_pairs) return 0;
     if (g->wtype != CU_TYPE_Q8_0 && g->wtype != CU_TYPE_Q8_0R) return 0;
     if (g->in % 32 || g->in > G3_MAXIN || g->rows <= 0 || g->rows > 0x7fffffff) return 0;
-    if (g->wtype == CU_TYPE_Q8_0R && !((uintptr_t)g->act & 15) && !(g->group_rows && (g->group_act_bytes & 15))) {
-        g3_args a;
-        memset(&a, 0, sizeof a);
-        a.w = (const uint8_t *)g->w; a.w2 = (const uint8_t *)g->w2;
-        a.row_bytes = g->row_bytes; a.rows = (int)g->rows; a.in = (int)g->in;
-        a.x = (const float *)g->act;
-        a.group_rows = g->group_rows; a.group_floats = g->group_act_bytes / 4;
-        a.out = g->out; a.out2 = g->out2; a.accumulate = g->accumulate;
-        if (g3_try_q8s(a, g->w2 ? 2 : 1, st)) return 1;
-    }
-    /* where it is faster (gemv_check --time, graphs of 43 on the H200): out_b
-     * 4096 x 8192 11.8 us against 14.7, 4096 x 4096 7.3 against 8.7, but q_b
-     * 32768 x 1024 16.3 against 12.9 (rows of 32 items: too little work a
-     * block for its split) and kv 512 x 4096 4.1 against 3.7 */
-    if (on == 2 && (g->in < G3_DENSE_MIN || g->rows < G3_DENSE_MIN)) return 0;
-    if (((uintptr_t)g->act & 15) || (g->group_rows && (g->group_act_bytes & 15))) return 0;
-    const bool rep = g->wtype == CU_TYPE_Q8_0R;
-    if (rep && (((uintptr_t)g->w | (uintptr_t)(g->w2 ? g->w2 : g->w) | g->row_bytes) & 15)) return 0;
     g3_args a;
     memset(&a, 0, sizeof a);
     a.w = (const uint8_t *)g->w; a.w2 = (const uint8_t *)g->w2;
@@ -923,6 +863,17 @@ extern "C" int cu_gemv3(const cu_gemv_args *g, cudaStream_t st) {
     a.group_rows = g->group_rows; a.group_floats = g->group_act_bytes / 4;
     a.out = g->out; a.out2 = g->out2; a.accumulate = g->accumulate;
     const int pairs = g->w2 ? 2 : 1;
+    if (g->wtype == CU_TYPE_Q8_0R && !((uintptr_t)g->act & 15) && !(g->group_rows && (g->group_act_bytes & 15)) &&
+        g3_try_q8s(a, pairs, st))
+        return 1;
+    /* where it is faster (gemv_check --time, graphs of 43 on the H200): out_b
+     * 4096 x 8192 11.8 us against 14.7, 4096 x 4096 7.3 against 8.7, but q_b
+     * 32768 x 1024 16.3 against 12.9 (rows of 32 items: too little work a
+     * block for its split) and kv 512 x 4096 4.1 against 3.7 */
+    if (on == 2 && (g->in < G3_DENSE_MIN || g->rows < G3_DENSE_MIN)) return 0;
+    if (((uintptr_t)g->act & 15) || (g->group_rows && (g->group_act_bytes & 15))) return 0;
+    const bool rep = g->wtype == CU_TYPE_Q8_0R;
+    if (rep && (((uintptr_t)g->w | (uintptr_t)(g->w2 ? g->w2 : g->w) | g->row_bytes) & 15)) return 0;
     /* the shape: K split over warps (KS) only where one matrix gives too few
      * blocks of 8 warp rows, then 4 rows a warp while that leaves a block an
      * SM, else fewer; a block's rows stay in one input group. KS sets the

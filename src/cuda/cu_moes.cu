@@ -146,10 +146,7 @@ __global__ void __launch_bounds__((MS_NW + 1) * 32, 1) k_moes_glu(ms_args a, int
     uint8_t *stg = (uint8_t *)ms_sm + (((size_t)nit * G3_IW * 4 + 127) & ~(size_t)127);
     const size_t half = (size_t)MS_RPS * a.row_bytes, sbytes = 2 * half;
     const uint4 tab = a.tab;
-    if (threadIdx.x == 0) {
-        for (int i = 0; i < nst; i++) { mbar_init(&full[i], 1); mbar_init(&empty[i], 1); }
-        mbar_init_fence();
-    }
+    bulk_ring_init(full, empty, nst);
     cu_pdl_enter();     /* the selection comes from the kernel before */
     if (threadIdx.x == 0) {
         int n = 0;
@@ -231,31 +228,12 @@ __global__ void __launch_bounds__((MSD_NG * NE + 1) * 32, 1) k_moes_down(ms_args
     const int nch = (r1 - r0 + MSD_RPS - 1) / MSD_RPS, ns = nch * NE;
     const size_t sbytes = (size_t)MSD_RPS * a.row_bytes;
     const uint4 tab = a.tab;
-    if (threadIdx.x == 0) {
-        for (int i = 0; i < nst; i++) { mbar_init(&full[i], 1); mbar_init(&empty[i], 1); }
-        mbar_init_fence();
-    }
+    bulk_ring_init(full, empty, nst);
     __syncthreads();
     if (warp == NCW) {
         /* the selection before the PDL wait: see cu_moe_dec_down (cu_gemv3.h) */
-        auto issue = [&](int s) {
-            const int b = s % nst, e = s % NE, c = s / NE;
-            if (s >= nst) mbar_wait(&empty[b], (uint32_t)((s / nst) - 1) & 1u);
-            const int ex = a.sel[e];
-            if (ex < 0) { mbar_arrive(&full[b]); return; }
-            const int rs = r0 + c * MSD_RPS, nr = r1 - rs < MSD_RPS ? r1 - rs : MSD_RPS;
-            const uint32_t bytes = (uint32_t)nr * (uint32_t)a.row_bytes;
-            mbar_arrive_tx(&full[b], bytes);
-            bulk_g2s(stg + b * sbytes, a.w + (int64_t)ex * (int64_t)a.expert_bytes + (int64_t)rs * (int64_t)a.row_bytes, bytes,
-                     &full[b]);
-        };
-        const int first = ns < nst ? ns : nst;
-        if (lane == 0)
-            for (int s = 0; s < first; s++) issue(s);
-        __syncwarp();
-        cu_pdl_launch_next();
-        if (lane == 0)
-            for (int s = first; s < ns; s++) issue(s);
+        bulk_moe_rows_producer<NE, MSD_RPS>(full, empty, nst, ns, r0, r1, a.w, a.row_bytes, a.expert_bytes, a.sel, stg, sbytes,
+                                          lane);
         return;
     }
     cu_pdl_enter();
@@ -289,11 +267,7 @@ __global__ void __launch_bounds__((MSD_NG * NE + 1) * 32, 1) k_moes_down(ms_args
         }
     }
     asm volatile("bar.sync 1, %0;" ::"n"(NCW * 32) : "memory");
-    for (int r = threadIdx.x; r < r1 - r0; r += NCW * 32) {
-        float o = 0.f;
-        for (int k = 0; k < NE; k++) o += part[r * NE + k];
-        a.out[r0 + r] = o;
-    }
+    bulk_moe_rows_sum(part, NE, r0, r1, a.out, 0, NCW * 32);
 #endif
 }
 

@@ -21,23 +21,12 @@
 #include "quant/quant.h"
 #include "cuda/cu_ops.h"
 #include "cuda/cu_gemv3.h"
+#include "moe_ref.h"
 
 #define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("FAIL cuda %s: %s\n", #x, cudaGetErrorString(e_)); exit(1); } } while (0)
 
-static uint64_t rng = 0x9E3779B97F4A7C15ull;
-static uint32_t urand(void) { rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17; return (uint32_t)(rng >> 32); }
-static float frand(void) { return (float)(urand() * (1.0 / 4294967296.0)) * 2.0f - 1.0f; }
-
-
 /* MINKE_CUDA_MOE_MMA for the IQ2R cases: 1 the tensor-core gate + up, 0 the dp4a one */
 static int mma_mode = 1;
-
-static uint16_t f16_bits(float f) {
-    /* a normal half near f (|f| in [2^-14, 65504]), enough for random scales */
-    uint32_t u; memcpy(&u, &f, 4);
-    int e = (int)((u >> 23) & 255) - 127 + 15;
-    return (uint16_t)(((u >> 16) & 0x8000) | ((uint32_t)e << 10) | ((u >> 13) & 0x3FF));
-}
 
 /* random blocks of a type with sane scales: IQ2_XXS d at byte 0, Q2_K d/dmin at 80/82 */
 static void fill(int type, uint8_t *p, size_t nblocks) {
@@ -51,11 +40,6 @@ static void fill(int type, uint8_t *p, size_t nblocks) {
     }
 }
 
-static double swiglu_d(double g, double u, double lim) {
-    if (lim > 1e-6) { if (g > lim) g = lim; if (u > lim) u = lim; if (u < -lim) u = -lim; }
-    return g / (1.0 + exp(-g)) * u;
-}
-
 /* one check: E experts of (ff x in) gate/up and (in x ff) down, nsel selected */
 static int check(int64_t in, int64_t ff, int E, int nsel, int repack, float limit) {
     const quant_traits *tg = quant_get(GGML_TYPE_IQ2_XXS), *td = quant_get(GGML_TYPE_Q2_K);
@@ -67,26 +51,12 @@ static int check(int64_t in, int64_t ff, int E, int nsel, int repack, float limi
     fill(GGML_TYPE_Q2_K, hd, nd / td->bytes);
     float *x = malloc(sizeof(float) * in), *rw = malloc(sizeof(float) * nsel);
     int *sel = malloc(sizeof(int) * nsel);
-    for (int64_t i = 0; i < in; i++) x[i] = frand() * (i % 97 == 0 ? 20.f : 1.f);
-    for (int e = 0; e < nsel; e++) {
-        int ok;
-        do { sel[e] = (int)(urand() % (uint32_t)E); ok = 1; for (int k = 0; k < e; k++) ok &= sel[k] != sel[e]; } while (!ok);
-        rw[e] = 0.1f + fabsf(frand());
-    }
+    moe_inputs(in, E, nsel, x, sel, rw);
     /* reference */
-    double *mid = malloc(sizeof(double) * nsel * ff), *out = calloc((size_t)in, sizeof(double));
+    double *mid = malloc(sizeof(double) * nsel * ff);
     float *row = malloc(sizeof(float) * (in > ff ? in : ff)), *row2 = malloc(sizeof(float) * in);
     float *midf = malloc(sizeof(float) * nsel * ff);
-    for (int e = 0; e < nsel; e++)
-        for (int64_t r = 0; r < ff; r++) {
-            tg->dequant(hg + ((size_t)sel[e] * ff + r) * rbg, row, in);
-            tg->dequant(hu + ((size_t)sel[e] * ff + r) * rbg, row2, in);
-            double g = 0, u = 0;
-            for (int64_t i = 0; i < in; i++) { g += (double)row[i] * x[i]; u += (double)row2[i] * x[i]; }
-            mid[e * ff + r] = swiglu_d(g, u, limit) * rw[e];
-        }
-    double mmax = 0;
-    for (int64_t i = 0; i < nsel * ff; i++) mmax = fmax(mmax, fabs(mid[i]));
+    const double mmax = moe_ref_mid(tg, hg, hu, rbg, sel, nsel, ff, in, x, rw, limit, mid, row, row2);
     /* the GPU's mid feeds the reference down, so the two checks are independent */
     uint8_t *dg, *du, *dd; float *dx, *drw, *dmid, *dout; int *dsel;
     CK(cudaMalloc((void **)&dg, ng)); CK(cudaMalloc((void **)&du, ng)); CK(cudaMalloc((void **)&dd, nd));
@@ -137,15 +107,8 @@ static int check(int64_t in, int64_t ff, int E, int nsel, int repack, float limi
         cu_moe_down_stream_set(-1);
         free(o1);
     }
-    for (int e = 0; e < nsel; e++)
-        for (int64_t r = 0; r < in; r++) {
-            td->dequant(hd + ((size_t)sel[e] * in + r) * rbd, row, ff);
-            double s = 0;
-            for (int64_t i = 0; i < ff; i++) s += (double)row[i] * midf[e * ff + i];
-            out[r] += s;
-        }
-    double omax = 0, od = 0;
-    for (int64_t r = 0; r < in; r++) { omax = fmax(omax, fabs(out[r])); od = fmax(od, fabs(gout[r] - out[r])); }
+    double od;
+    const double omax = moe_ref_down(td, hd, rbd, sel, NULL, nsel, in, ff, midf, gout, &od, row);
     int bad = srbad || !(md <= 3e-5 * mmax) || !(od <= 3e-5 * omax) || !(mmax > 0) || !(omax > 0);
     printf("%s moe_dec in %lld ff %lld sel %d/%d %s%s limit %g: mid max|diff| %.3g of %.3g, out %.3g of %.3g\n", bad ? "FAIL" : "ok",
            (long long)in, (long long)ff, nsel, E, repack ? "IQ2R" : "IQ2_XXS", repack && mma_mode ? " mma" : "", limit, md, mmax,
@@ -171,17 +134,8 @@ static int check(int64_t in, int64_t ff, int E, int nsel, int repack, float limi
                 mbad += msel[e] >= 0 ? memcmp(&mmid[e * ff + i], &midf[e * ff + i], 4) != 0
                                      : memcmp(&mmid[e * ff + i], &nanbits, 4) != 0;
         }
-        double mo = 0, mod = 0;
-        for (int64_t r = 0; r < in; r++) {
-            double s = 0;
-            for (int e = 0; e < nsel; e++) {
-                if (msel[e] < 0) continue;
-                td->dequant(hd + ((size_t)sel[e] * in + r) * rbd, row, ff);
-                for (int64_t i = 0; i < ff; i++) s += (double)row[i] * midf[e * ff + i];
-            }
-            mo = fmax(mo, fabs(s));
-            mod = fmax(mod, fabs(gout[r] - s));
-        }
+        double mod;
+        const double mo = moe_ref_down(td, hd, rbd, sel, msel, nsel, in, ff, midf, gout, &mod, row);
         int b2 = mbad != 0 || !(mod <= 3e-5 * mo) || (nown && !(mo > 0));
         printf("%s moe_dec owned slots %d of %d: mid %d values differ, out %.3g of %.3g\n", b2 ? "FAIL" : "ok", nown, nsel,
                mbad, mod, mo);
@@ -189,7 +143,7 @@ static int check(int64_t in, int64_t ff, int E, int nsel, int repack, float limi
         free(msel); free(mmid);
     }
     cudaFree(dg); cudaFree(du); cudaFree(dd); cudaFree(dx); cudaFree(drw); cudaFree(dmid); cudaFree(dout); cudaFree(dsel);
-    free(hg); free(hu); free(hd); free(x); free(rw); free(sel); free(mid); free(out); free(row); free(row2); free(midf); free(gout);
+    free(hg); free(hu); free(hd); free(x); free(rw); free(sel); free(mid); free(row); free(row2); free(midf); free(gout);
     return bad;
 }
 

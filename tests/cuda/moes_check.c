@@ -20,18 +20,9 @@
 #include "quant/quant.h"
 #include "cuda/cu_ops.h"
 #include "cuda/cu_gemv3.h"
+#include "moe_ref.h"
 
 #define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("FAIL cuda %s: %s\n", #x, cudaGetErrorString(e_)); exit(1); } } while (0)
-
-static uint64_t rng = 0x2545F4914F6CDD1Dull;
-static uint32_t urand(void) { rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17; return (uint32_t)(rng >> 32); }
-static float frand(void) { return (float)(urand() * (1.0 / 4294967296.0)) * 2.0f - 1.0f; }
-
-static uint16_t f16_bits(float f) {
-    uint32_t u; memcpy(&u, &f, 4);
-    int e = (int)((u >> 23) & 255) - 127 + 15;
-    return (uint16_t)(((u >> 16) & 0x8000) | ((uint32_t)e << 10) | ((u >> 13) & 0x3FF));
-}
 
 /* random blocks with sane scales: Q4_K d / dmin at bytes 0 / 2, MXFP4 E8M0 at byte 0 */
 static void fill(int type, uint8_t *p, size_t nblocks) {
@@ -46,11 +37,6 @@ static void fill(int type, uint8_t *p, size_t nblocks) {
     }
 }
 
-static double swiglu_d(double g, double u, double lim) {
-    if (lim > 1e-6) { if (g > lim) g = lim; if (u > lim) u = lim; if (u < -lim) u = -lim; }
-    return g / (1.0 + exp(-g)) * u;
-}
-
 static int check(int type, int64_t in, int64_t ff, int E, int nsel, float limit) {
     const quant_traits *tq = quant_get(type);
     uint64_t rbg = (uint64_t)(in / tq->blck) * tq->bytes, rbd = (uint64_t)(ff / tq->blck) * tq->bytes;
@@ -63,24 +49,10 @@ static int check(int type, int64_t in, int64_t ff, int E, int nsel, float limit)
     fill(type, hg, ng / tq->bytes); fill(type, hu, ng / tq->bytes); fill(type, hd, nd / tq->bytes);
     float *x = malloc(sizeof(float) * in), *rw = malloc(sizeof(float) * nsel);
     int *sel = malloc(sizeof(int) * nsel);
-    for (int64_t i = 0; i < in; i++) x[i] = frand() * (i % 97 == 0 ? 20.f : 1.f);
-    for (int e = 0; e < nsel; e++) {
-        int ok;
-        do { sel[e] = (int)(urand() % (uint32_t)E); ok = 1; for (int k = 0; k < e; k++) ok &= sel[k] != sel[e]; } while (!ok);
-        rw[e] = 0.1f + fabsf(frand());
-    }
+    moe_inputs(in, E, nsel, x, sel, rw);
     double *mid = malloc(sizeof(double) * nsel * ff);
     float *row = malloc(sizeof(float) * (in > ff ? in : ff)), *row2 = malloc(sizeof(float) * in);
-    for (int e = 0; e < nsel; e++)
-        for (int64_t r = 0; r < ff; r++) {
-            tq->dequant(hg + ((size_t)sel[e] * ff + r) * rbg, row, in);
-            tq->dequant(hu + ((size_t)sel[e] * ff + r) * rbg, row2, in);
-            double g = 0, u = 0;
-            for (int64_t i = 0; i < in; i++) { g += (double)row[i] * x[i]; u += (double)row2[i] * x[i]; }
-            mid[e * ff + r] = swiglu_d(g, u, limit) * rw[e];
-        }
-    double mmax = 0;
-    for (int64_t i = 0; i < nsel * ff; i++) mmax = fmax(mmax, fabs(mid[i]));
+    const double mmax = moe_ref_mid(tq, hg, hu, rbg, sel, nsel, ff, in, x, rw, limit, mid, row, row2);
     uint8_t *dg, *du, *dd; float *dx, *drw, *dmid, *dout; int *dsel;
     CK(cudaMalloc((void **)&dg, ng)); CK(cudaMalloc((void **)&du, ng)); CK(cudaMalloc((void **)&dd, nd));
     CK(cudaMalloc((void **)&dx, sizeof(float) * in)); CK(cudaMalloc((void **)&drw, sizeof(float) * nsel));
@@ -100,16 +72,8 @@ static int check(int type, int64_t in, int64_t ff, int E, int nsel, float limit)
     CK(cudaMemcpy(gout, dout, sizeof(float) * in, cudaMemcpyDeviceToHost));
     double md = 0;
     for (int64_t i = 0; i < nsel * ff; i++) md = fmax(md, isnan(midf[i]) ? INFINITY : fabs(midf[i] - mid[i]));
-    double *out = calloc((size_t)in, sizeof(double));
-    for (int e = 0; e < nsel; e++)
-        for (int64_t r = 0; r < in; r++) {
-            tq->dequant(hd + ((size_t)sel[e] * in + r) * rbd, row, ff);
-            double s = 0;
-            for (int64_t i = 0; i < ff; i++) s += (double)row[i] * midf[e * ff + i];
-            out[r] += s;
-        }
-    double omax = 0, od = 0;
-    for (int64_t r = 0; r < in; r++) { omax = fmax(omax, fabs(out[r])); od = fmax(od, isnan(gout[r]) ? INFINITY : fabs(gout[r] - out[r])); }
+    double od;
+    const double omax = moe_ref_down(tq, hd, rbd, sel, NULL, nsel, in, ff, midf, gout, &od, row);
     /* again: the same bits */
     cu_moes_glu(type, dg, du, rbg, rbg * ff, ff, in, dx, dsel, drw, nsel, limit, dmid, 0);
     cu_moes_down(type, dd, rbd, rbd * in, in, ff, dmid, dsel, nsel, dout, 0);
@@ -135,17 +99,8 @@ static int check(int type, int64_t in, int64_t ff, int E, int nsel, float limit)
         for (int e = 0; e < nsel; e++)
             for (int64_t i = 0; i < ff; i++)
                 mbad += msel[e] >= 0 ? memcmp(&mmid[e * ff + i], &midf[e * ff + i], 4) != 0 : memcmp(&mmid[e * ff + i], &nanbits, 4) != 0;
-        double mo = 0, mod = 0;
-        for (int64_t r = 0; r < in; r++) {
-            double s = 0;
-            for (int e = 0; e < nsel; e++) {
-                if (msel[e] < 0) continue;
-                tq->dequant(hd + ((size_t)sel[e] * in + r) * rbd, row, ff);
-                for (int64_t i = 0; i < ff; i++) s += (double)row[i] * midf[e * ff + i];
-            }
-            mo = fmax(mo, fabs(s));
-            mod = fmax(mod, isnan(g2[r]) ? INFINITY : fabs(g2[r] - s));
-        }
+        double mod;
+        const double mo = moe_ref_down(tq, hd, rbd, sel, msel, nsel, in, ff, midf, g2, &mod, row);
         int b2 = mbad != 0 || !(mod <= 3e-5 * (mo > 0 ? mo : 1)) || (nown && !(mo > 0));
         printf("%s moes %s owned slots %d of %d: mid %d values differ, out %.3g of %.3g\n", b2 ? "FAIL" : "ok", tq->name, nown,
                nsel, mbad, mod, mo);
@@ -154,7 +109,7 @@ static int check(int type, int64_t in, int64_t ff, int E, int nsel, float limit)
     }
     cudaFree(dg); cudaFree(du); cudaFree(dd); cudaFree(dx); cudaFree(drw); cudaFree(dmid); cudaFree(dout); cudaFree(dsel);
     free(hg); free(hu); free(hd); free(x); free(rw); free(sel); free(mid); free(row); free(row2); free(midf); free(gout);
-    free(g2); free(out);
+    free(g2);
     return bad;
 }
 
@@ -215,6 +170,7 @@ int main(int argc, char **argv) {
         printf("skip moes_check: the streamed MoE kernels do not apply on this device\n");
         return 0;
     }
+    moe_rng = 0x2545F4914F6CDD1Dull;
     int bad = 0;
     const int types[2] = {GGML_TYPE_Q4_K, GGML_TYPE_MXFP4};
     for (int t = 0; t < 2; t++) {

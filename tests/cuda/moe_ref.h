@@ -1,0 +1,79 @@
+/* moe_ref.h: what the one-token MoE checks (moe_dec_check.c, moes_check.c)
+ * share: their random inputs and the double references built from
+ * src/quant's dequantization. Each check has its own generator state (its
+ * seed). Header-only: static functions for the two programs. */
+#ifndef MINKE_TESTS_MOE_REF_H
+#define MINKE_TESTS_MOE_REF_H
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "quant/quant.h"
+
+static uint64_t moe_rng = 0x9E3779B97F4A7C15ull;
+static uint32_t urand(void) { moe_rng ^= moe_rng << 13; moe_rng ^= moe_rng >> 7; moe_rng ^= moe_rng << 17; return (uint32_t)(moe_rng >> 32); }
+static float frand(void) { return (float)(urand() * (1.0 / 4294967296.0)) * 2.0f - 1.0f; }
+
+/* a normal half near f (|f| in [2^-14, 65504]), enough for random scales */
+static uint16_t f16_bits(float f) {
+    uint32_t u; memcpy(&u, &f, 4);
+    int e = (int)((u >> 23) & 255) - 127 + 15;
+    return (uint16_t)(((u >> 16) & 0x8000) | ((uint32_t)e << 10) | ((u >> 13) & 0x3FF));
+}
+
+static double swiglu_d(double g, double u, double lim) {
+    if (lim > 1e-6) { if (g > lim) g = lim; if (u > lim) u = lim; if (u < -lim) u = -lim; }
+    return g / (1.0 + exp(-g)) * u;
+}
+
+/* one token's inputs: x with a few large values, nsel distinct experts of E, router weights */
+static void moe_inputs(int64_t in, int E, int nsel, float *x, int *sel, float *rw) {
+    for (int64_t i = 0; i < in; i++) x[i] = frand() * (i % 97 == 0 ? 20.f : 1.f);
+    for (int e = 0; e < nsel; e++) {
+        int ok;
+        do { sel[e] = (int)(urand() % (uint32_t)E); ok = 1; for (int k = 0; k < e; k++) ok &= sel[k] != sel[e]; } while (!ok);
+        rw[e] = 0.1f + fabsf(frand());
+    }
+}
+
+/* mid[e][r] = swiglu(gate_sel[e] x, up_sel[e] x) rw[e] in double (ff rows of
+ * `in`, rows of rbg bytes); returns max|mid|. row, row2: scratch of `in`. */
+static double moe_ref_mid(const quant_traits *tg, const uint8_t *hg, const uint8_t *hu, uint64_t rbg, const int *sel, int nsel,
+                          int64_t ff, int64_t in, const float *x, const float *rw, float limit, double *mid, float *row,
+                          float *row2) {
+    double mmax = 0;
+    for (int e = 0; e < nsel; e++)
+        for (int64_t r = 0; r < ff; r++) {
+            tg->dequant(hg + ((size_t)sel[e] * ff + r) * rbg, row, in);
+            tg->dequant(hu + ((size_t)sel[e] * ff + r) * rbg, row2, in);
+            double g = 0, u = 0;
+            for (int64_t i = 0; i < in; i++) { g += (double)row[i] * x[i]; u += (double)row2[i] * x[i]; }
+            mid[e * ff + r] = swiglu_d(g, u, limit) * rw[e];
+            mmax = fmax(mmax, fabs(mid[e * ff + r]));
+        }
+    return mmax;
+}
+
+/* out[r] = the sum over the slots e with use[e] >= 0 (all when use is NULL)
+ * of down_sel[e] row r . mid[e] in double (in rows of ff, rows of rbd
+ * bytes); returns max|out| and, with got, max|got - out| in *maxdiff (a NaN
+ * counts as infinite). row: scratch of ff. */
+static double moe_ref_down(const quant_traits *td, const uint8_t *hd, uint64_t rbd, const int *sel, const int *use, int nsel,
+                           int64_t in, int64_t ff, const float *mid, const float *got, double *maxdiff, float *row) {
+    double omax = 0, od = 0;
+    for (int64_t r = 0; r < in; r++) {
+        double s = 0;
+        for (int e = 0; e < nsel; e++) {
+            if (use && use[e] < 0) continue;
+            td->dequant(hd + ((size_t)sel[e] * in + r) * rbd, row, ff);
+            for (int64_t i = 0; i < ff; i++) s += (double)row[i] * mid[e * ff + i];
+        }
+        omax = fmax(omax, fabs(s));
+        if (got) od = fmax(od, isnan(got[r]) ? INFINITY : fabs(got[r] - s));
+    }
+    if (maxdiff) *maxdiff = od;
+    return omax;
+}
+
+#endif
