@@ -274,30 +274,6 @@ __global__ void __launch_bounds__((MSD_NG * NE + 1) * 32, 1) k_moes_down(ms_args
 /* ------------------------------------------------------------------ */
 /* host */
 
-/* MINKE_CUDA_MOES: 1 (default) these kernels for Q4_K / MXFP4 experts where
- * they apply, 0 the general GEMVs; cu_moes_set for the checks */
-static int moes_on = -1;
-extern "C" void cu_moes_set(int v) { moes_on = v; }
-
-extern "C" int cu_moes_supported(int gate_type, int up_type, int down_type, int64_t in, int64_t ff, int nsel,
-                                 uint64_t gate_row_bytes, uint64_t down_row_bytes) {
-    if (moes_on < 0) { const char *e = getenv("MINKE_CUDA_MOES"); moes_on = e && *e ? atoi(e) : 1; }
-    if (!moes_on || !cu_gemv3_bulk_ok()) return 0;
-    if (gate_type != up_type || gate_type != down_type) return 0;
-    if (gate_type != CU_TYPE_Q4_K && gate_type != CU_TYPE_MXFP4) return 0;
-    if (in % 256 || ff % 256 || in > 8192 || ff > 4096 || (gate_row_bytes | down_row_bytes) & 15) return 0;
-    return nsel == 1 || nsel == 2 || nsel == 4 || nsel == 6 || nsel == 8;
-}
-
-static uint4 ms_table(void) {
-    const int8_t *kv = quant_mxfp4_kvalues();
-    uint32_t t[4];
-    for (int k = 0; k < 4; k++)
-        t[k] = (uint32_t)(uint8_t)kv[4 * k] | (uint32_t)(uint8_t)kv[4 * k + 1] << 8 | (uint32_t)(uint8_t)kv[4 * k + 2] << 16 |
-               (uint32_t)(uint8_t)kv[4 * k + 3] << 24;
-    return make_uint4(t[0], t[1], t[2], t[3]);
-}
-
 template <typename K>
 static void ms_attr(K k, size_t smem) {
     cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
@@ -325,34 +301,79 @@ static void ms_config(void) {
     ms_rps_g = g == 1 ? 1 : g == 4 ? 4 : 2;
 }
 
+/* The launch plans: the ring's stages (nst) and the shared memory a block
+ * takes (0 when it exceeds what a block may have: the shape is refused) */
+#define MS_SMEM_MAX (227 * 1024)
+static size_t ms_glu_plan(int64_t in, uint64_t row_bytes, int rps, int nw, int *nst_out) {
+    const size_t act = ((size_t)(in / 32) * G3_IW * 4 + 127) & ~(size_t)127;
+    const size_t sbytes = 2 * (size_t)rps * row_bytes, budget = (size_t)ms_kb_g * 1024;
+    int nst = budget > act ? (int)((budget - act) / sbytes) : 0;
+    nst -= nst % nw;
+    if (nst < nw) nst = nw;
+    if (nst > MS_MAXST) nst = MS_MAXST;
+    *nst_out = nst;
+    const size_t smem = act + (size_t)nst * sbytes;
+    return smem <= MS_SMEM_MAX ? smem : 0;
+}
+static int ms_down_ng(int ne) { return ms_w_d == 4 && ne * 4 + 1 <= 32 ? 4 : 2; }
+static size_t ms_down_plan(int ne, int ng, int rps, int64_t rows, int64_t ff, uint64_t row_bytes, int *nst_out, int *nb_out) {
+    const int nb = cu_num_sms() < rows ? cu_num_sms() : (int)rows;
+    const int rows_pb = (int)((rows + nb - 1) / nb);
+    const size_t act = ((size_t)ne * (ff / 32) * G3_IW * 4 + 127) & ~(size_t)127;
+    const size_t part = ((size_t)rows_pb * ne * 4 + 127) & ~(size_t)127;
+    const size_t sbytes = (size_t)rps * row_bytes, fixed = act + part, budget = (size_t)ms_kb_d * 1024;
+    const int unit = ne * ng;
+    int nst = budget > fixed ? (int)((budget - fixed) / sbytes) : 0;
+    nst -= nst % unit;
+    if (nst < unit) nst = unit;
+    if (nst > MSD_MAXST) nst = MSD_MAXST - MSD_MAXST % unit;
+    *nst_out = nst; *nb_out = nb;
+    const size_t smem = fixed + (size_t)nst * sbytes;
+    return smem <= MS_SMEM_MAX ? smem : 0;
+}
+
 template <int FMT, int RPS, int NW>
 static void ms_launch_glu(const ms_args &a, cudaStream_t st) {
-    const size_t act = ((size_t)(a.in / 32) * G3_IW * 4 + 127) & ~(size_t)127;
-    const size_t sbytes = 2 * (size_t)RPS * a.row_bytes, budget = (size_t)ms_kb_g * 1024;
-    int nst = budget > act ? (int)((budget - act) / sbytes) : 0;
-    nst -= nst % NW;
-    if (nst < NW) nst = NW;
-    if (nst > MS_MAXST) nst = MS_MAXST;
-    const size_t smem = act + (size_t)nst * sbytes;
+    int nst;
+    const size_t smem = ms_glu_plan(a.in, a.row_bytes, RPS, NW, &nst);     /* > 0: cu_moes_supported checked it */
     ms_attr(k_moes_glu<FMT, RPS, NW>, smem);
     cu_launch(k_moes_glu<FMT, RPS, NW>, dim3((unsigned)cu_num_sms()), (NW + 1) * 32, smem, st, a, nst);
 }
 
 template <int FMT, int NE, int RPS, int NG>
 static void ms_launch_down(const ms_args &a, cudaStream_t st) {
-    const int nb = cu_num_sms() < a.rows ? cu_num_sms() : a.rows;
-    const int rows_pb = (a.rows + nb - 1) / nb;
-    const size_t act = ((size_t)NE * (a.in / 32) * G3_IW * 4 + 127) & ~(size_t)127;
-    const size_t part = ((size_t)rows_pb * NE * 4 + 127) & ~(size_t)127;
-    const size_t sbytes = (size_t)RPS * a.row_bytes, fixed = act + part, budget = (size_t)ms_kb_d * 1024;
-    const int unit = NE * NG;
-    int nst = budget > fixed ? (int)((budget - fixed) / sbytes) : 0;
-    nst -= nst % unit;
-    if (nst < unit) nst = unit;
-    if (nst > MSD_MAXST) nst = MSD_MAXST - MSD_MAXST % unit;
-    const size_t smem = fixed + (size_t)nst * sbytes;
+    int nst, nb;
+    const size_t smem = ms_down_plan(NE, NG, RPS, a.rows, a.in, a.row_bytes, &nst, &nb);
     ms_attr(k_moes_down<FMT, NE, RPS, NG>, smem);
     cu_launch(k_moes_down<FMT, NE, RPS, NG>, dim3((unsigned)nb), (NG * NE + 1) * 32, smem, st, a, nst);
+}
+
+/* MINKE_CUDA_MOES: 1 (default) these kernels for Q4_K / MXFP4 experts where
+ * they apply, 0 the general GEMVs; cu_moes_set for the checks */
+static int moes_on = -1;
+extern "C" void cu_moes_set(int v) { moes_on = v; }
+
+extern "C" int cu_moes_supported(int gate_type, int up_type, int down_type, int64_t in, int64_t ff, int nsel,
+                                 uint64_t gate_row_bytes, uint64_t down_row_bytes) {
+    if (moes_on < 0) { const char *e = getenv("MINKE_CUDA_MOES"); moes_on = e && *e ? atoi(e) : 1; }
+    if (!moes_on || !cu_gemv3_bulk_ok()) return 0;
+    if (gate_type != up_type || gate_type != down_type) return 0;
+    if (gate_type != CU_TYPE_Q4_K && gate_type != CU_TYPE_MXFP4) return 0;
+    if (in % 256 || ff % 256 || in > 8192 || ff > 4096 || (gate_row_bytes | down_row_bytes) & 15) return 0;
+    if (nsel != 1 && nsel != 2 && nsel != 4 && nsel != 6 && nsel != 8) return 0;
+    ms_config();
+    int nst, nb;
+    return ms_glu_plan(in, gate_row_bytes, ms_rps_g, ms_w_g, &nst) > 0 &&
+           ms_down_plan(nsel, ms_down_ng(nsel), ms_rps_d, in, ff, down_row_bytes, &nst, &nb) > 0;
+}
+
+static uint4 ms_table(void) {
+    const int8_t *kv = quant_mxfp4_kvalues();
+    uint32_t t[4];
+    for (int k = 0; k < 4; k++)
+        t[k] = (uint32_t)(uint8_t)kv[4 * k] | (uint32_t)(uint8_t)kv[4 * k + 1] << 8 | (uint32_t)(uint8_t)kv[4 * k + 2] << 16 |
+               (uint32_t)(uint8_t)kv[4 * k + 3] << 24;
+    return make_uint4(t[0], t[1], t[2], t[3]);
 }
 
 template <int FMT>
@@ -365,7 +386,10 @@ static void ms_glu(const ms_args &a, cudaStream_t st) {
 
 template <int FMT, int NE>
 static void ms_down(const ms_args &a, cudaStream_t st) {
-    if (ms_w_d == 4 && NE * 4 + 1 <= 32) { if (ms_rps_d == 8) ms_launch_down<FMT, NE, 8, (NE * 4 + 1 <= 32 ? 4 : 2)>(a, st); else ms_launch_down<FMT, NE, 4, (NE * 4 + 1 <= 32 ? 4 : 2)>(a, st); }
+    if (ms_down_ng(NE) == 4) {
+        constexpr int NG = NE * 4 + 1 <= 32 ? 4 : 2;     /* what ms_down_ng gives where it says 4 */
+        if (ms_rps_d == 8) ms_launch_down<FMT, NE, 8, NG>(a, st); else ms_launch_down<FMT, NE, 4, NG>(a, st);
+    }
     else if (ms_rps_d == 8) ms_launch_down<FMT, NE, 8, 2>(a, st);
     else ms_launch_down<FMT, NE, 4, 2>(a, st);
 }

@@ -181,6 +181,11 @@ int main(int argc, char **argv) {
         bad += check(types[t], 512, 512, 4, 1, 0.f);
         bad += check(types[t], 2048, 512, 4, 2, 0.5f);
     }
+    /* a shape whose down kernel would need more shared memory than a block may have: refused, not launched */
+    if (cu_moes_supported(GGML_TYPE_Q4_K, GGML_TYPE_Q4_K, GGML_TYPE_Q4_K, 4096, 4096, 8, 2304, 2304)) {
+        printf("FAIL moes: 8 slots of 4096 x 4096 (a down ring over 227 KB) accepted\n");
+        bad++;
+    } else printf("ok moes: 8 slots of 4096 x 4096 refused (its down ring would not fit a block)\n");
     if (argc > 1 && !strcmp(argv[1], "--time"))
         for (int t = 0; t < 2; t++) timing(types[t], 4096, 2048, 32, 6);
     printf("moes_check: %s\n", bad ? "FAIL" : "all ok");
