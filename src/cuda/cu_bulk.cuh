@@ -77,7 +77,7 @@ __device__ __forceinline__ void bulk_ring_init(uint64_t *full, uint64_t *empty, 
  * what no kernel it overlaps writes), then lane 0 issues the rest, each as
  * its buffer is released (issue(s) waits for that itself). */
 template <typename Issue>
-__device__ __forceinline__ void bulk_produce(int ns, int nst, int lane, Issue &issue) {
+__device__ __forceinline__ void bulk_produce(int nst, int ns, int lane, Issue &issue) {
     const int first = ns < nst ? ns : nst;
     if (lane == 0)
         for (int s = 0; s < first; s++) issue(s);
@@ -92,7 +92,9 @@ __device__ __forceinline__ void bulk_produce(int ns, int nst, int lane, Issue &i
  * s % ne's expert sel[s % ne] (a slot of another GPU, sel < 0: an empty
  * stage, the barrier completed without bytes), on bulk_produce's schedule
  * (the selection is complete before the kernel starts: the callers' contract,
- * cu_moe_dec_down in cu_gemv3.h). */
+ * cu_moe_dec_down in cu_gemv3.h; not under MINKE_CUDA_SKIP=moe_gate_up, a
+ * timing aid whose results are wrong anyway: the router then comes right
+ * before and the copies may read an older selection). */
 template <int ne, int rps>
 __device__ __forceinline__ void bulk_moe_rows_producer(uint64_t *full, uint64_t *empty, int nst, int ns, int r0, int r1,
                                                        const uint8_t *w, uint64_t row_bytes, uint64_t expert_bytes,
@@ -108,7 +110,7 @@ __device__ __forceinline__ void bulk_moe_rows_producer(uint64_t *full, uint64_t 
         mbar_arrive_tx(&full[b], bytes);
         bulk_g2s(stg + b * sbytes, w + (int64_t)ex * (int64_t)expert_bytes + (int64_t)rs * (int64_t)row_bytes, bytes, &full[b]);
     };
-    bulk_produce(ns, nst, lane, issue);
+    bulk_produce(nst, ns, lane, issue);
 }
 #endif
 

@@ -238,7 +238,7 @@ __global__ void __launch_bounds__((G3S_NW + 1) * 32, 1) k_g3_q8s(g3_args a, int 
             mbar_arrive_tx(&full[b], bytes);
             bulk_g2s(stg + b * sbytes, wb + rs * (int64_t)a.row_bytes, bytes, &full[b]);
         };
-        bulk_produce(ns, nst, lane, issue);
+        bulk_produce(nst, ns, lane, issue);
         return;
     }
     cu_pdl_enter();
@@ -812,7 +812,7 @@ static int g3_launch_q8s(const g3_args &a, int pairs, int nbx, cudaStream_t st) 
     if (nst < G3S_NW) nst = G3S_NW;
     if (nst > G3S_MAXST) nst = G3S_MAXST;
     const size_t smem = items + (size_t)nst * sbytes;
-    if (smem > 227 * 1024) return 0;
+    if (smem > 226 * 1024) return 0;     /* 227 KB a block, less 1 KB for the static barriers */
     g3_smem_attr(k_g3_q8s<RPS>, smem);
     static unsigned carve;     /* all of L1 as shared memory: room for the next launch's blocks beside this one's */
     if (cu_dev_first(&carve))
@@ -1215,7 +1215,7 @@ static int g3_launch_downs(const g3_args &a, cudaStream_t st) {
     if (nst < unit) nst = unit;
     if (nst > G3DS_MAXST) nst = G3DS_MAXST - G3DS_MAXST % unit;
     const size_t smem = fixed + (size_t)nst * sbytes;
-    if (smem > 227 * 1024) return 0;
+    if (smem > 226 * 1024) return 0;     /* 227 KB a block, less 1 KB for the static barriers */
     g3_smem_attr(k_g3_q2k_downs<NE>, smem);
     cu_launch(k_g3_q2k_downs<NE>, dim3((unsigned)nb), (G3DS_NG * NE + 1) * 32, smem, st, a, nst);
     return 1;

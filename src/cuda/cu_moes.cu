@@ -288,25 +288,33 @@ static void ms_attr(K k, size_t smem) {
  * a graph of 43, Flash shape): q4 38.5 us, MXFP4 43.0 us, against 42.7 /
  * 45.7 with 8 gate + up warps, 43.4 / 46.5 with 4 down warps a slot, 43.3 /
  * 45.9 with stages of 4 and 8 rows, 42.7 / 47.2 with 16 warps on 1-row stages. */
-static int ms_rps_g = -1, ms_rps_d, ms_kb_g, ms_kb_d, ms_w_g, ms_w_d;
-static void ms_config(void) {
-    if (ms_rps_g >= 0) return;
+struct ms_cfg { int rps_g, rps_d, kb_g, kb_d, w_g, w_d; };
+static ms_cfg ms_read_cfg(void) {
     const char *e = getenv("MINKE_CUDA_MOES_RPS"), *k = getenv("MINKE_CUDA_MOES_KB"), *w = getenv("MINKE_CUDA_MOES_W");
     int g = 2, d = 4, kg = 170, kd = 200, wg = 16, wd = 2;
     if (e && *e) sscanf(e, "%d,%d", &g, &d);
     if (k && *k) sscanf(k, "%d,%d", &kg, &kd);
     if (w && *w) sscanf(w, "%d,%d", &wg, &wd);
-    ms_rps_d = d == 8 ? 8 : 4; ms_kb_g = kg > 0 ? kg : 170; ms_kb_d = kd > 0 ? kd : 200;
-    ms_w_g = wg == 8 ? 8 : 16; ms_w_d = wd == 4 ? 4 : 2;
-    ms_rps_g = g == 1 ? 1 : g == 4 ? 4 : 2;
+    ms_cfg c;
+    c.w_g = wg == 8 ? 8 : 16; c.w_d = wd == 4 ? 4 : 2;
+    /* 16 gate + up warps have instances for stages of 1 and 2 rows */
+    c.rps_g = g == 1 ? 1 : g == 4 && c.w_g == 8 ? 4 : 2;
+    c.rps_d = d == 8 ? 8 : 4; c.kb_g = kg > 0 ? kg : 170; c.kb_d = kd > 0 ? kd : 200;
+    return c;
+}
+/* read once, by whichever GPU's host thread comes first (a C++ static: thread-safe) */
+static const ms_cfg &ms_conf(void) {
+    static const ms_cfg c = ms_read_cfg();
+    return c;
 }
 
 /* The launch plans: the ring's stages (nst) and the shared memory a block
  * takes (0 when it exceeds what a block may have: the shape is refused) */
-#define MS_SMEM_MAX (227 * 1024)
+/* a block's shared memory: 227 KB less 1 KB for the kernels' static barriers */
+#define MS_SMEM_MAX (226 * 1024)
 static size_t ms_glu_plan(int64_t in, uint64_t row_bytes, int rps, int nw, int *nst_out) {
     const size_t act = ((size_t)(in / 32) * G3_IW * 4 + 127) & ~(size_t)127;
-    const size_t sbytes = 2 * (size_t)rps * row_bytes, budget = (size_t)ms_kb_g * 1024;
+    const size_t sbytes = 2 * (size_t)rps * row_bytes, budget = (size_t)ms_conf().kb_g * 1024;
     int nst = budget > act ? (int)((budget - act) / sbytes) : 0;
     nst -= nst % nw;
     if (nst < nw) nst = nw;
@@ -315,13 +323,13 @@ static size_t ms_glu_plan(int64_t in, uint64_t row_bytes, int rps, int nw, int *
     const size_t smem = act + (size_t)nst * sbytes;
     return smem <= MS_SMEM_MAX ? smem : 0;
 }
-static int ms_down_ng(int ne) { return ms_w_d == 4 && ne * 4 + 1 <= 32 ? 4 : 2; }
+static int ms_down_ng(int ne) { return ms_conf().w_d == 4 && ne * 4 + 1 <= 32 ? 4 : 2; }
 static size_t ms_down_plan(int ne, int ng, int rps, int64_t rows, int64_t ff, uint64_t row_bytes, int *nst_out, int *nb_out) {
     const int nb = cu_num_sms() < rows ? cu_num_sms() : (int)rows;
     const int rows_pb = (int)((rows + nb - 1) / nb);
     const size_t act = ((size_t)ne * (ff / 32) * G3_IW * 4 + 127) & ~(size_t)127;
     const size_t part = ((size_t)rows_pb * ne * 4 + 127) & ~(size_t)127;
-    const size_t sbytes = (size_t)rps * row_bytes, fixed = act + part, budget = (size_t)ms_kb_d * 1024;
+    const size_t sbytes = (size_t)rps * row_bytes, fixed = act + part, budget = (size_t)ms_conf().kb_d * 1024;
     const int unit = ne * ng;
     int nst = budget > fixed ? (int)((budget - fixed) / sbytes) : 0;
     nst -= nst % unit;
@@ -337,7 +345,8 @@ static void ms_launch_glu(const ms_args &a, cudaStream_t st) {
     int nst;
     const size_t smem = ms_glu_plan(a.in, a.row_bytes, RPS, NW, &nst);     /* > 0: cu_moes_supported checked it */
     ms_attr(k_moes_glu<FMT, RPS, NW>, smem);
-    cu_launch(k_moes_glu<FMT, RPS, NW>, dim3((unsigned)cu_num_sms()), (NW + 1) * 32, smem, st, a, nst);
+    /* at least a block a slot (8 at most): the kernel gives each owned slot gridDim / nown blocks */
+    cu_launch(k_moes_glu<FMT, RPS, NW>, dim3((unsigned)(cu_num_sms() < 8 ? 8 : cu_num_sms())), (NW + 1) * 32, smem, st, a, nst);
 }
 
 template <int FMT, int NE, int RPS, int NG>
@@ -361,10 +370,9 @@ extern "C" int cu_moes_supported(int gate_type, int up_type, int down_type, int6
     if (gate_type != CU_TYPE_Q4_K && gate_type != CU_TYPE_MXFP4) return 0;
     if (in % 256 || ff % 256 || in > 8192 || ff > 4096 || (gate_row_bytes | down_row_bytes) & 15) return 0;
     if (nsel != 1 && nsel != 2 && nsel != 4 && nsel != 6 && nsel != 8) return 0;
-    ms_config();
     int nst, nb;
-    return ms_glu_plan(in, gate_row_bytes, ms_rps_g, ms_w_g, &nst) > 0 &&
-           ms_down_plan(nsel, ms_down_ng(nsel), ms_rps_d, in, ff, down_row_bytes, &nst, &nb) > 0;
+    return ms_glu_plan(in, gate_row_bytes, ms_conf().rps_g, ms_conf().w_g, &nst) > 0 &&
+           ms_down_plan(nsel, ms_down_ng(nsel), ms_conf().rps_d, in, ff, down_row_bytes, &nst, &nb) > 0;
 }
 
 static uint4 ms_table(void) {
@@ -378,9 +386,10 @@ static uint4 ms_table(void) {
 
 template <int FMT>
 static void ms_glu(const ms_args &a, cudaStream_t st) {
-    if (ms_w_g == 16) { if (ms_rps_g == 1) ms_launch_glu<FMT, 1, 16>(a, st); else ms_launch_glu<FMT, 2, 16>(a, st); }
-    else if (ms_rps_g == 4) ms_launch_glu<FMT, 4, 8>(a, st);
-    else if (ms_rps_g == 1) ms_launch_glu<FMT, 1, 8>(a, st);
+    const ms_cfg &c = ms_conf();
+    if (c.w_g == 16) { if (c.rps_g == 1) ms_launch_glu<FMT, 1, 16>(a, st); else ms_launch_glu<FMT, 2, 16>(a, st); }
+    else if (c.rps_g == 4) ms_launch_glu<FMT, 4, 8>(a, st);
+    else if (c.rps_g == 1) ms_launch_glu<FMT, 1, 8>(a, st);
     else ms_launch_glu<FMT, 2, 8>(a, st);
 }
 
@@ -388,9 +397,9 @@ template <int FMT, int NE>
 static void ms_down(const ms_args &a, cudaStream_t st) {
     if (ms_down_ng(NE) == 4) {
         constexpr int NG = NE * 4 + 1 <= 32 ? 4 : 2;     /* what ms_down_ng gives where it says 4 */
-        if (ms_rps_d == 8) ms_launch_down<FMT, NE, 8, NG>(a, st); else ms_launch_down<FMT, NE, 4, NG>(a, st);
+        if (ms_conf().rps_d == 8) ms_launch_down<FMT, NE, 8, NG>(a, st); else ms_launch_down<FMT, NE, 4, NG>(a, st);
     }
-    else if (ms_rps_d == 8) ms_launch_down<FMT, NE, 8, 2>(a, st);
+    else if (ms_conf().rps_d == 8) ms_launch_down<FMT, NE, 8, 2>(a, st);
     else ms_launch_down<FMT, NE, 4, 2>(a, st);
 }
 
@@ -402,7 +411,6 @@ extern "C" void cu_moes_glu(int wtype, const void *wg, const void *wu, uint64_t 
     a.w = (const uint8_t *)wg; a.w2 = (const uint8_t *)wu; a.row_bytes = row_bytes; a.expert_bytes = expert_bytes;
     a.rows = (int)ff; a.in = (int)in; a.x = x; a.sel = sel; a.rw = rw; a.nsel = nsel; a.limit = limit; a.out = mid;
     a.tab = ms_table();
-    ms_config();
     if (wtype == CU_TYPE_Q4_K) ms_glu<CU_TYPE_Q4_K>(a, st);
     else ms_glu<CU_TYPE_MXFP4>(a, st);
 }
@@ -414,7 +422,6 @@ extern "C" void cu_moes_down(int wtype, const void *wd, uint64_t row_bytes, uint
     a.w = (const uint8_t *)wd; a.row_bytes = row_bytes; a.expert_bytes = expert_bytes;
     a.rows = (int)rows; a.in = (int)ff; a.x = mid; a.sel = sel; a.nsel = nsel; a.out = out;
     a.tab = ms_table();
-    ms_config();
 #define MS_DOWN(NE) do { if (wtype == CU_TYPE_Q4_K) ms_down<CU_TYPE_Q4_K, NE>(a, st); else ms_down<CU_TYPE_MXFP4, NE>(a, st); } while (0)
     switch (nsel) {
     case 1: MS_DOWN(1); break;
