@@ -81,4 +81,22 @@ __device__ __forceinline__ int g3_word(const g3_act &a, int p, int j) {
     return (j & 3) == 0 ? v.x : (j & 3) == 1 ? v.y : (j & 3) == 2 ? v.z : v.w;
 }
 
+/* IQ2_XXS codes on dp4a. The grid's code bytes are all 8, 25 or 43, so an
+ * entry is 8 byte selectors (nibbles 0..2) and a group's signs move a
+ * selector to the negated table (nibble + 4): a signed code word is one
+ * PRMT of POS = {8, 25, 43} and NEG = {-8, -25, -43} by (grid selectors |
+ * sign selectors). The kernels keep both tables in shared memory with 32
+ * copies of their 32-bit entries, copy = lane, so the 32 lanes of a load
+ * never share a bank. (cu_gemv3_tables_init refuses a grid with other bytes.) */
+#define G3_POS 0x002B1908u
+#define G3_NEG 0x00D5E7F8u
+/* PRMT as the instruction: __byte_perm masks the selector to 0x7777 first
+ * (two more instructions a group); the selectors here never set a nibble's
+ * bit 3 (sign replication), so the plain instruction gives the same bytes */
+__device__ __forceinline__ uint32_t g3_prmt(uint32_t a, uint32_t b, uint32_t sel) {
+    uint32_t r;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(sel));
+    return r;
+}
+
 #endif

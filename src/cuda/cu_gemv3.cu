@@ -288,23 +288,8 @@ __global__ void __launch_bounds__((G3S_NW + 1) * 32, 1) k_g3_q8s(g3_args a, int 
 }
 
 /* ------------------------------------------------------------------ */
-/* IQ2_XXS gate + up of the selected experts, SwiGLU in the epilogue.
- * The grid's code bytes are all 8, 25 or 43, so an entry is 8 byte selectors
- * (nibbles 0..2) and a group's signs move a selector to the negated table
- * (nibble + 4): a signed code word is one PRMT of POS = {8, 25, 43} and NEG
- * = {-8, -25, -43} by (grid selectors | sign selectors). Both tables hold 32
- * copies of their 32-bit entries, copy = lane, so the 32 lanes of a load never
- * share a bank. (cu_gemv3_tables_init refuses a grid with other bytes.) */
-#define G3_POS 0x002B1908u
-#define G3_NEG 0x00D5E7F8u
-/* PRMT as the instruction: __byte_perm masks the selector to 0x7777 first
- * (two more instructions a group); the selectors here never set a nibble's
- * bit 3 (sign replication), so the plain instruction gives the same bytes */
-__device__ __forceinline__ uint32_t g3_prmt(uint32_t a, uint32_t b, uint32_t sel) {
-    uint32_t r;
-    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(sel));
-    return r;
-}
+/* IQ2_XXS gate + up of the selected experts, SwiGLU in the epilogue (the
+ * selector tables and the signed-code PRMT: cu_g3.cuh). */
 
 
 /* Both IQ2_XXS MoE kernels: the selector tables into shared memory (32
@@ -777,6 +762,12 @@ static int g3_bulk_ok(void) {
 }
 
 extern "C" int cu_gemv3_bulk_ok(void) { return g3_bulk_ok(); }
+extern "C" void cu_gemv3_iq2_tables(const uint32_t **tsel, const uint32_t **ssel) {
+    void *p = nullptr, *q = nullptr;
+    cudaGetSymbolAddress(&p, g3_tsel);
+    cudaGetSymbolAddress(&q, g3_ssel);
+    *tsel = (const uint32_t *)p; *ssel = (const uint32_t *)q;
+}
 
 /* MINKE_CUDA_G3S: streams dense Q8_0R decode products through shared
  * memory (k_g3_q8s) where the device has bulk copies: 2 (default) those with
@@ -1118,6 +1109,16 @@ __global__ void __launch_bounds__(MM_NW * 32, 2) k_moe_glu_mma(mm_args a) {
     }
 }
 
+/* MINKE_CUDA_IQ2S=1: the IQ2R gate + up streamed by bulk copies on
+ * cu_moes.cu's kernel (an experiment, off by default: written after the
+ * tenth session's device time, not yet measured) */
+static int iq2s_on = -1;
+extern "C" void cu_iq2s_set(int v) { iq2s_on = v; }
+static int iq2s_enabled(void) {
+    if (iq2s_on < 0) { const char *e = getenv("MINKE_CUDA_IQ2S"); iq2s_on = e && *e ? atoi(e) : 0; }
+    return iq2s_on > 0;
+}
+
 static int mm_on = -1;
 extern "C" void cu_moe_mma_set(int v) { mm_on = v; }
 static int moe_mma_enabled(void) {
@@ -1152,6 +1153,11 @@ extern "C" void cu_moe_dec_glu(int wtype, const void *wg, const void *wu, uint64
     a.w = (const uint8_t *)wg; a.w2 = (const uint8_t *)wu;
     a.row_bytes = row_bytes; a.expert_bytes = expert_bytes;
     a.rows = (int)ff; a.in = (int)in; a.x = x; a.sel = sel; a.rw = rw; a.nsel = nsel; a.limit = limit; a.out = mid;
+    if (wtype == CU_TYPE_IQ2R && iq2s_enabled() && !(((uintptr_t)wg | (uintptr_t)wu | expert_bytes) & 15) &&
+        cu_moes_glu_iq2r_ok(in, ff, nsel, row_bytes)) {
+        cu_moes_glu(wtype, wg, wu, row_bytes, expert_bytes, ff, in, x, sel, rw, nsel, limit, mid, st);
+        return;
+    }
     if (wtype == CU_TYPE_IQ2R && moe_mma_enabled() && in % 256 == 0 && ff % (16 * (MM_NW / MM_KS)) == 0 &&
         !(((uintptr_t)wg | (uintptr_t)wu | row_bytes | expert_bytes) & 15)) {     /* 16-byte aligned rows: the shapes checked on the device */
         mm_args m;
