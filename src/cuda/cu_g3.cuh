@@ -15,6 +15,18 @@
  * aligned, and 8 lanes reading 8 consecutive items hit 8 different bank quads. */
 #define G3_IW 28
 
+/* shared bytes of nit staged items (32 inputs each), rounded to 128 (what
+ * the streamed kernels put after them starts aligned) */
+__host__ __device__ __forceinline__ size_t g3_items_smem(size_t nit) { return (nit * G3_IW * 4 + 127) & ~(size_t)127; }
+
+/* The streamed MoE down kernels' shared memory (cu_gemv3.cu, cu_moes.cu):
+ * the ne slots' staged items (g3_items_smem of ne x the items of a slot),
+ * then the per-(row, slot) sums of a block's rows_pb rows (these bytes),
+ * then the ring of stages */
+__host__ __device__ __forceinline__ size_t g3_down_part_bytes(int ne, int rows_pb) {
+    return ((size_t)rows_pb * ne * 4 + 127) & ~(size_t)127;
+}
+
 /* Stage n f32 activations (n a multiple of 32; BLK: of 256) into shared
  * items, split into 3 pieces. Threads work in aligned groups of 8 lanes, a
  * group per block of 8 items: lane li takes float4 li of each item, so an
@@ -79,6 +91,36 @@ __device__ __forceinline__ void g3_act_load(g3_act &a, const int *sh, int it) {
 __device__ __forceinline__ int g3_word(const g3_act &a, int p, int j) {
     const int4 v = a.p[2 * p + (j >> 2)];
     return (j & 3) == 0 ? v.x : (j & 3) == 1 ? v.y : (j & 3) == 2 ? v.z : v.w;
+}
+
+/* The ring's stage count for a block's shared-memory budget: what the budget
+ * leaves after `fixed` bytes, in stages of sbytes, rounded down to a multiple
+ * of unit (the consuming warps: then every fill of a buffer is consumed by
+ * the same warp, in order, so no warp can wait on a buffer's barrier two
+ * phases ahead, where a parity wait would pass at once), at least unit, at
+ * most maxst rounded the same way. */
+static inline int g3_ring_stages(size_t budget, size_t fixed, size_t sbytes, int unit, int maxst) {
+    int nst = budget > fixed ? (int)((budget - fixed) / sbytes) : 0;
+    nst -= nst % unit;
+    if (nst < unit) nst = unit;
+    if (nst > maxst) nst = maxst - maxst % unit;
+    return nst;
+}
+/* a block's shared memory: 227 KB less 1 KB for the kernels' static barriers */
+#define G3_SMEM_MAX (226 * 1024)
+
+/* The down kernels' plan: nb blocks (one an SM, at most a row each), nst
+ * stages of rps rows for ne slots x ng warps; returns the shared bytes, 0
+ * when they exceed G3_SMEM_MAX */
+static inline size_t g3_down_plan(int ne, int ng, int rps, int64_t rows, int64_t in, uint64_t row_bytes, size_t budget,
+                                  int maxst, int nsms, int *nst, int *nb) {
+    *nb = nsms < rows ? nsms : (int)rows;
+    const int rows_pb = (int)((rows + *nb - 1) / *nb);
+    const size_t fixed = g3_items_smem((size_t)ne * (size_t)(in >> 5)) + g3_down_part_bytes(ne, rows_pb);
+    const size_t sbytes = (size_t)rps * row_bytes;
+    *nst = g3_ring_stages(budget, fixed, sbytes, ne * ng, maxst);
+    const size_t smem = fixed + (size_t)*nst * sbytes;
+    return smem <= G3_SMEM_MAX ? smem : 0;
 }
 
 /* IQ2_XXS codes on dp4a. The grid's code bytes are all 8, 25 or 43, so an

@@ -217,7 +217,7 @@ __global__ void __launch_bounds__((G3S_NW + 1) * 32, 1) k_g3_q8s(g3_args a, int 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int nit = a.in >> 5;
     int *sh = (int *)g3_sm;
-    uint8_t *stg = (uint8_t *)g3_sm + (((size_t)nit * G3_IW * 4 + 127) & ~(size_t)127);
+    uint8_t *stg = (uint8_t *)g3_sm + g3_items_smem(nit);
     const uint8_t *wb = blockIdx.y ? a.w2 : a.w;
     float *out = blockIdx.y ? a.out2 : a.out;
     /* the block's rows: blocks split each input group evenly (gridDim.x a multiple of the groups) */
@@ -672,9 +672,8 @@ __global__ void __launch_bounds__((G3DS_NG * NE + 1) * 32, 1) k_g3_q2k_downs(g3_
     const int nitr = a.in >> 5;
     const int rows_pb = (a.rows + gridDim.x - 1) / gridDim.x;
     int *sh = (int *)g3_sm;
-    const size_t act_bytes = ((size_t)nsel * nitr * G3_IW * 4 + 127) & ~(size_t)127;
-    float *part = (float *)((uint8_t *)g3_sm + act_bytes);                   /* [row - r0][expert] */
-    uint8_t *stg = (uint8_t *)part + (((size_t)rows_pb * NE * 4 + 127) & ~(size_t)127);
+    float *part = (float *)((uint8_t *)g3_sm + g3_items_smem((size_t)NE * nitr));     /* [row - r0][expert] */
+    uint8_t *stg = (uint8_t *)part + g3_down_part_bytes(NE, rows_pb);
     const int r0 = (int)((int64_t)a.rows * blockIdx.x / gridDim.x), r1 = (int)((int64_t)a.rows * (blockIdx.x + 1) / gridDim.x);
     const int nch = (r1 - r0 + G3DS_RPS - 1) / G3DS_RPS, ns = nch * NE;
     const size_t sbytes = (size_t)G3DS_RPS * a.row_bytes;
@@ -793,17 +792,10 @@ static size_t g3s_budget(void) {
 
 template <int RPS>
 static int g3_launch_q8s(const g3_args &a, int pairs, int nbx, cudaStream_t st) {
-    const size_t sbytes = (size_t)RPS * a.row_bytes, items = (g3_items_bytes(a.in) + 127) & ~(size_t)127;
-    const size_t budget = g3s_budget();
-    int nst = budget > items ? (int)((budget - items) / sbytes) : 0;
-    /* a multiple of the computing warps: then every fill of a buffer is
-     * consumed by the same warp, in order, so no warp can wait on a buffer's
-     * barrier two phases ahead (a parity wait would pass at once) */
-    nst -= nst % G3S_NW;
-    if (nst < G3S_NW) nst = G3S_NW;
-    if (nst > G3S_MAXST) nst = G3S_MAXST;
+    const size_t sbytes = (size_t)RPS * a.row_bytes, items = g3_items_smem(a.in >> 5);
+    const int nst = g3_ring_stages(g3s_budget(), items, sbytes, G3S_NW, G3S_MAXST);
     const size_t smem = items + (size_t)nst * sbytes;
-    if (smem > 226 * 1024) return 0;     /* 227 KB a block, less 1 KB for the static barriers */
+    if (smem > G3_SMEM_MAX) return 0;
     g3_smem_attr(k_g3_q8s<RPS>, smem);
     static unsigned carve;     /* all of L1 as shared memory: room for the next launch's blocks beside this one's */
     if (cu_dev_first(&carve))
@@ -1210,18 +1202,10 @@ template <int NE>
 static int g3_launch_downs(const g3_args &a, cudaStream_t st) {
     static int kb = -1;
     if (kb < 0) { const char *e = getenv("MINKE_CUDA_DOWN_S_KB"); kb = e && atoi(e) > 0 ? atoi(e) : 200; }
-    const int nb = cu_num_sms() < a.rows ? cu_num_sms() : a.rows;
-    const int rows_pb = (a.rows + nb - 1) / nb;
-    const size_t act = ((size_t)NE * (a.in / 32) * G3_IW * 4 + 127) & ~(size_t)127;
-    const size_t part = ((size_t)rows_pb * NE * 4 + 127) & ~(size_t)127;
-    const size_t sbytes = (size_t)G3DS_RPS * a.row_bytes, fixed = act + part;
-    const int unit = NE * G3DS_NG;
-    int nst = (size_t)kb * 1024 > fixed ? (int)(((size_t)kb * 1024 - fixed) / sbytes) : 0;
-    nst -= nst % unit;
-    if (nst < unit) nst = unit;
-    if (nst > G3DS_MAXST) nst = G3DS_MAXST - G3DS_MAXST % unit;
-    const size_t smem = fixed + (size_t)nst * sbytes;
-    if (smem > 226 * 1024) return 0;     /* 227 KB a block, less 1 KB for the static barriers */
+    int nst, nb;
+    const size_t smem = g3_down_plan(NE, G3DS_NG, G3DS_RPS, a.rows, a.in, a.row_bytes, (size_t)kb * 1024, G3DS_MAXST,
+                                     cu_num_sms(), &nst, &nb);
+    if (!smem) return 0;
     g3_smem_attr(k_g3_q2k_downs<NE>, smem);
     cu_launch(k_g3_q2k_downs<NE>, dim3((unsigned)nb), (G3DS_NG * NE + 1) * 32, smem, st, a, nst);
     return 1;

@@ -195,7 +195,7 @@ __global__ void __launch_bounds__((MS_NW + 1) * 32, 1) k_moes_glu(ms_args a, int
     /* IQ2R: the selector tables first */
     constexpr size_t tbytes = FMT == CU_TYPE_IQ2R ? MS_TABLES_BYTES : 0;
     int *sh = (int *)((uint8_t *)ms_sm + tbytes);
-    uint8_t *stg = (uint8_t *)sh + (((size_t)nit * G3_IW * 4 + 127) & ~(size_t)127);
+    uint8_t *stg = (uint8_t *)sh + g3_items_smem(nit);
     const size_t half = (size_t)MS_RPS * a.row_bytes, sbytes = 2 * half;
     ms_ctx cx;
     cx.tab = a.tab; cx.nb = a.in >> 8;
@@ -277,9 +277,8 @@ __global__ void __launch_bounds__((MSD_NG * NE + 1) * 32, 1) k_moes_down(ms_args
     const int nitr = a.in >> 5;
     const int rows_pb = (a.rows + gridDim.x - 1) / gridDim.x;
     int *sh = (int *)ms_sm;
-    const size_t act_bytes = ((size_t)NE * nitr * G3_IW * 4 + 127) & ~(size_t)127;
-    float *part = (float *)((uint8_t *)ms_sm + act_bytes);
-    uint8_t *stg = (uint8_t *)part + (((size_t)rows_pb * NE * 4 + 127) & ~(size_t)127);
+    float *part = (float *)((uint8_t *)ms_sm + g3_items_smem((size_t)NE * nitr));
+    uint8_t *stg = (uint8_t *)part + g3_down_part_bytes(NE, rows_pb);
     const int r0 = (int)((int64_t)a.rows * blockIdx.x / gridDim.x), r1 = (int)((int64_t)a.rows * (blockIdx.x + 1) / gridDim.x);
     const int nch = (r1 - r0 + MSD_RPS - 1) / MSD_RPS, ns = nch * NE;
     const size_t sbytes = (size_t)MSD_RPS * a.row_bytes;
@@ -367,34 +366,17 @@ static const ms_cfg &ms_conf(void) {
 
 /* The launch plans: the ring's stages (nst) and the shared memory a block
  * takes (0 when it exceeds what a block may have: the shape is refused) */
-/* a block's shared memory: 227 KB less 1 KB for the kernels' static barriers */
-#define MS_SMEM_MAX (226 * 1024)
 static size_t ms_glu_plan(int64_t in, uint64_t row_bytes, int rps, int nw, int *nst_out, int fmt) {
-    const size_t act = (((size_t)(in / 32) * G3_IW * 4 + 127) & ~(size_t)127) + (fmt == CU_TYPE_IQ2R ? MS_TABLES_BYTES : 0);
-    const size_t sbytes = 2 * (size_t)rps * row_bytes, budget = (size_t)ms_conf().kb_g * 1024;
-    int nst = budget > act ? (int)((budget - act) / sbytes) : 0;
-    nst -= nst % nw;
-    if (nst < nw) nst = nw;
-    if (nst > MS_MAXST) nst = MS_MAXST;
-    *nst_out = nst;
-    const size_t smem = act + (size_t)nst * sbytes;
-    return smem <= MS_SMEM_MAX ? smem : 0;
+    const size_t act = g3_items_smem((size_t)(in >> 5)) + (fmt == CU_TYPE_IQ2R ? MS_TABLES_BYTES : 0);
+    const size_t sbytes = 2 * (size_t)rps * row_bytes;
+    *nst_out = g3_ring_stages((size_t)ms_conf().kb_g * 1024, act, sbytes, nw, MS_MAXST);
+    const size_t smem = act + (size_t)*nst_out * sbytes;
+    return smem <= G3_SMEM_MAX ? smem : 0;
 }
 static int ms_down_ng(int ne) { return ms_conf().w_d == 4 && ne * 4 + 1 <= 32 ? 4 : 2; }
 static size_t ms_down_plan(int ne, int ng, int rps, int64_t rows, int64_t ff, uint64_t row_bytes, int *nst_out, int *nb_out) {
-    const int nb = cu_num_sms() < rows ? cu_num_sms() : (int)rows;
-    const int rows_pb = (int)((rows + nb - 1) / nb);
-    const size_t act = ((size_t)ne * (ff / 32) * G3_IW * 4 + 127) & ~(size_t)127;
-    const size_t part = ((size_t)rows_pb * ne * 4 + 127) & ~(size_t)127;
-    const size_t sbytes = (size_t)rps * row_bytes, fixed = act + part, budget = (size_t)ms_conf().kb_d * 1024;
-    const int unit = ne * ng;
-    int nst = budget > fixed ? (int)((budget - fixed) / sbytes) : 0;
-    nst -= nst % unit;
-    if (nst < unit) nst = unit;
-    if (nst > MSD_MAXST) nst = MSD_MAXST - MSD_MAXST % unit;
-    *nst_out = nst; *nb_out = nb;
-    const size_t smem = fixed + (size_t)nst * sbytes;
-    return smem <= MS_SMEM_MAX ? smem : 0;
+    return g3_down_plan(ne, ng, rps, rows, ff, row_bytes, (size_t)ms_conf().kb_d * 1024, MSD_MAXST, cu_num_sms(), nst_out,
+                        nb_out);
 }
 
 template <int FMT, int RPS, int NW>

@@ -165,8 +165,9 @@ static int check_type(int type, int64_t rows, int64_t in, int T, int timing) {
  * batches (T tokens, partial tiles of 64 rows and tokens) and, with E > 0,
  * MoE tiles of (token, expert) pairs, K pairs per token, built on the device
  * by cu_moe_tiles like the backend does. Q8_0 and IQ2_XXS run repacked
- * where their rows allow it (as on upload), as stored otherwise. */
-static int check_mmq(int type, int64_t rows, int64_t in, int T, int E, int K) {
+ * where their rows allow it (as on upload), as stored otherwise. refuse: a
+ * type with only the exact kernels (Q4_K) must be refused instead. */
+static int check_mmq(int type, int64_t rows, int64_t in, int T, int E, int K, int refuse) {
     const quant_traits *tr = quant_get(type);
     uint64_t rb = quant_row_bytes(type, in);
     int ne = E > 0 ? E : 1, P = E > 0 ? T * K : T;
@@ -211,7 +212,12 @@ static int check_mmq(int type, int64_t rows, int64_t in, int T, int E, int K) {
     }
     CK(cudaMemset(dy, 0xFF, sizeof(float) * P * rows));
     int fail = 0;
-    if (!cu_mmq_supported(&g)) { printf("FAIL mmq %s: not supported\n", tr->name); fail = 1; }
+    if (refuse) {
+        /* exact activations only: the backend keeps the GEMV kernels for q8 activations */
+        fail = cu_mmq_supported(&g) || cu_mmq(&g, ntiles, 0);
+        printf("%s mmq  %-8s rows %5lld in %5lld T %d experts %d: %s\n", fail ? "FAIL" : "ok  ", tr->name, (long long)rows,
+               (long long)in, T, E, fail ? "not refused" : "refused (exact activations only)");
+    } else if (!cu_mmq_supported(&g)) { printf("FAIL mmq %s: not supported\n", tr->name); fail = 1; }
     else {
         cu_mmq(&g, ntiles, 0);
         CK(cudaGetLastError());
@@ -952,15 +958,20 @@ int main(int argc, char **argv) {
     if (timing) time_h_all();
     int mq_types[] = {GGML_TYPE_Q8_0, GGML_TYPE_IQ2_XXS, GGML_TYPE_Q2_K};
     for (int i = 0; i < 3; i++) {
-        fail |= check_mmq(mq_types[i], 300, 1024, 100, 0, 1);
-        fail |= check_mmq(mq_types[i], 64, 1024, 37, 0, 1);
-        fail |= check_mmq(mq_types[i], 200, 1024, 90, 5, 3);
-        fail |= check_mmq(mq_types[i], 96, 512, 70, 3, 2);      /* IQ2_XXS 512 wide stays unrepacked */
+        fail |= check_mmq(mq_types[i], 300, 1024, 100, 0, 1, 0);
+        fail |= check_mmq(mq_types[i], 64, 1024, 37, 0, 1, 0);
+        fail |= check_mmq(mq_types[i], 200, 1024, 90, 5, 3, 0);
+        fail |= check_mmq(mq_types[i], 96, 512, 70, 3, 2, 0);      /* IQ2_XXS 512 wide stays unrepacked */
         if (timing) time_mmq(mq_types[i], 4096, 4096);
     }
-    fail |= check_mmq(GGML_TYPE_Q8_0, 130, 128, 70, 0, 1);    /* 4 items: Q8_0 not repacked, a partial stage */
-    fail |= check_mmq(GGML_TYPE_F16, 300, 1024, 100, 0, 1);   /* f16 tensor cores, activation split hi + lo */
-    fail |= check_mmq(GGML_TYPE_F16, 72, 256, 33, 0, 1);
+    fail |= check_mmq(GGML_TYPE_Q8_0, 130, 128, 70, 0, 1, 0);    /* 4 items: Q8_0 not repacked, a partial stage */
+    fail |= check_mmq(GGML_TYPE_F16, 300, 1024, 100, 0, 1, 0);   /* f16 tensor cores, activation split hi + lo */
+    fail |= check_mmq(GGML_TYPE_F16, 72, 256, 33, 0, 1, 0);
+    /* MXFP4 on the q8 kernel (3 items a row: a partial stage), Q4_K refused (exact kernels only) */
+    fail |= check_mmq(GGML_TYPE_MXFP4, 300, 1024, 100, 0, 1, 0);
+    fail |= check_mmq(GGML_TYPE_MXFP4, 64, 96, 37, 0, 1, 0);
+    fail |= check_mmq(GGML_TYPE_MXFP4, 200, 1024, 90, 5, 3, 0);
+    fail |= check_mmq(GGML_TYPE_Q4_K, 64, 256, 37, 0, 1, 1);
     if (timing) time_mmq(GGML_TYPE_F16, 8192, 1024);
     fail |= check_attention(64, 512, 128, 4, 40, 3000, 900, 512);     /* Flash, ring rows + selected rows */
     fail |= check_attention(64, 512, 128, 128, 37, 0, 8, 0);          /* Flash, window filling up in the batch */

@@ -51,11 +51,9 @@
  * the V4 runs the pre-split Q8_0R product of Flash's dense shapes at 4096
  * tokens with QPIPE=0 (k_mmqx V4) and 1 (k_mmqp), us per launch and whether
  * their bits agree ("time mmq qpipe" lines).
- * The q8 kernel (k_mmq, MINKE_ACT_Q8: activations quantized to Q8_0_F32) for
- * MXFP4 against the CPU's quant_matvec (rel 1e-5, as gemv_check's mmq lines),
- * once, in the V1 3-piece run ("mmq q8" lines), and Q4_K refused there (it has
- * the exact kernels only: "mmq q8 q4_K ... refused" line). --time also times
- * MXFP4 and Q4_K in Flash's MoE shapes (Q4_K without a q8 figure).
+ * (The q8 kernel for MXFP4, and Q4_K's refusal there, are gemv_check's mmq
+ * lines.) --time also times MXFP4 and Q4_K in Flash's MoE shapes (Q4_K
+ * without a q8 figure).
  * Run on a GPU machine: build/cuda/tests/cuda/mmq_exact [--time].
  */
 #include <math.h>
@@ -320,74 +318,6 @@ done:
     return fail;
 }
 
-/* The q8 kernel (act_f32 = 0: activations quantized by cu_quantize_act to the type's
- * activation type) against the CPU's quant_matvec on the same quantized weights: rel 1e-5
- * of max|y| (gemv_check's mmq limit). E > 0: MoE tiles as in check(). A type with
- * only the exact kernels (refuse = 1) must be refused instead. 1 on failure. */
-static int check_q8(int type, int64_t rows, int64_t in, int T, int E, int K, int refuse) {
-    const quant_traits *tr = quant_get(type);
-    uint64_t rb = quant_row_bytes(type, in);
-    int ne = E > 0 ? E : 1, P = E > 0 ? T * K : T;
-    int at = cu_act_type(type);
-    int64_t arb = cu_act_row_bytes(at, in);
-    float *wf = malloc(sizeof(float) * in), *x = malloc(sizeof(float) * T * in);
-    uint8_t *W = malloc(rb * rows * ne);
-    for (int64_t r = 0; r < rows * ne; r++) {
-        for (int64_t i = 0; i < in; i++) wf[i] = frand() * (1.0f + (r % 7));
-        tr->quant(wf, W + r * rb, in);
-    }
-    for (int t = 0; t < T; t++) act_row(x + (int64_t)t * in, in, t);
-    int *sel = malloc(sizeof(int) * P);
-    for (int p = 0; p < P; p++) sel[p] = E > 0 ? (p * 5 + p / 3 + (p % 7 == 0 ? 1 : 0)) % E : 0;
-    float *yref = malloc(sizeof(float) * P * rows), *ygpu = malloc(sizeof(float) * P * rows);
-    for (int p = 0; p < P; p++)
-        quant_matvec(type, W + (uint64_t)sel[p] * rows * rb, rows, in, x + (int64_t)(E > 0 ? p / K : p) * in, yref + (int64_t)p * rows);
-    void *dW, *dact; float *dx, *dy; int *dsel, *dt;
-    int maxt = P / 64 + 1 + ne;
-    CK(cudaMalloc(&dW, rb * rows * ne)); CK(cudaMalloc((void **)&dx, sizeof(float) * T * in));
-    CK(cudaMalloc(&dact, arb * T + 64)); CK(cudaMalloc((void **)&dy, sizeof(float) * P * rows));
-    CK(cudaMalloc((void **)&dsel, sizeof(int) * P)); CK(cudaMalloc((void **)&dt, sizeof(int) * (P + 4 * maxt + 1)));
-    CK(cudaMemcpy(dW, W, rb * rows * ne, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(dx, x, sizeof(float) * T * in, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(dsel, sel, sizeof(int) * P, cudaMemcpyHostToDevice));
-    cu_quantize_act(at, dx, dact, T, in, 0);
-    cu_gemv_args g;
-    memset(&g, 0, sizeof g);
-    g.w = dW; g.wtype = type; g.rows = rows; g.in = in; g.row_bytes = rb; g.act = dact; g.act_stride = arb;
-    g.act_div = 1; g.out = dy; g.out_stride = rows; g.ntok = T;
-    int ntiles = E > 0 ? moe_tiles_set(&g, dsel, P, E, K, dt, maxt) : (T + 63) / 64;
-    char what[128];
-    snprintf(what, sizeof what, "%-6s rows %4lld in %5lld T %3d%s", tname(type), (long long)rows, (long long)in, T,
-             E > 0 ? " moe" : " dense");
-    if (E > 0) snprintf(what + strlen(what), sizeof what - strlen(what), " E %d K %d", E, K);
-    int fail = 0;
-    if (refuse) {
-        /* exact activations only: the backend keeps the GEMV kernels for q8 activations */
-        fail = cu_mmq_supported(&g) || cu_mmq(&g, ntiles, 0);
-        printf("%s mmq q8 %s: %s\n", fail ? "FAIL" : "ok  ", what, fail ? "not refused" : "refused (exact activations only)");
-    } else if (!cu_mmq_supported(&g)) {
-        printf("FAIL mmq q8 %s: not supported\n", what);
-        fail = 1;
-    } else {
-        CK(cudaMemset(dy, 0xFF, sizeof(float) * P * rows));
-        int ran = cu_mmq(&g, ntiles, 0);
-        CK(cudaGetLastError());
-        CK(cudaMemcpy(ygpu, dy, sizeof(float) * P * rows, cudaMemcpyDeviceToHost));
-        double md = 0, mr = 0;
-        for (int64_t i = 0; i < (int64_t)P * rows; i++) {
-            if (fabs(yref[i]) > mr) mr = fabs(yref[i]);
-            double d = fabs((double)yref[i] - ygpu[i]);
-            if (!(d <= md)) md = isnan(d) ? INFINITY : d;
-        }
-        double rel = md / (mr > 0 ? mr : 1);
-        fail = !ran || !(rel <= 1e-5);
-        printf("%s mmq q8 %s: rel err %.2e against quant_matvec%s\n", fail ? "FAIL" : "ok  ", what, rel, ran ? "" : " (refused)");
-    }
-    cudaFree(dW); cudaFree(dx); cudaFree(dact); cudaFree(dy); cudaFree(dsel); cudaFree(dt);
-    free(wf); free(x); free(W); free(yref); free(ygpu); free(sel);
-    return fail;
-}
-
 /* ms per launch of cu_mmq(g) or cu_mmq_presplit(g): mean of reps after one warm-up */
 static float time_launch(const cu_gemv_args *g, int ntiles, int reps, int presplit) {
     cudaEvent_t e0, e1;
@@ -631,13 +561,6 @@ int main(int argc, char **argv) {
     if (flash_shapes) {
         fail |= check(GGML_TYPE_Q4_K, 0, 2048, 4096, 40, 2, 2, 1);
         fail |= check(GGML_TYPE_Q4_K, 0, 4096, 2048, 40, 2, 2, 1);
-    }
-    if (version == 1 && pieces == 3 && !getenv("MINKE_CUDA_MMQ_XOCC")) {
-        /* the q8 kernel (once: it does not depend on the exact kernels' settings) */
-        fail |= check_q8(GGML_TYPE_MXFP4, 300, 1024, 100, 0, 1, 0);
-        fail |= check_q8(GGML_TYPE_MXFP4, 64, 96, 37, 0, 1, 0);
-        fail |= check_q8(GGML_TYPE_MXFP4, 200, 1024, 90, 5, 3, 0);
-        fail |= check_q8(GGML_TYPE_Q4_K, 64, 256, 37, 0, 1, 1);
     }
     if (timing) {
         time_case(GGML_TYPE_Q8_0, 4096, 4096, 512, 0, 0, 0);

@@ -60,15 +60,11 @@ static int check(int64_t in, int64_t ff, int E, int nsel, int repack, float limi
     float *midf = malloc(sizeof(float) * nsel * ff);
     const double mmax = moe_ref_mid(tg, hg, hu, rbg, sel, nsel, ff, in, x, rw, limit, mid, row, row2);
     /* the GPU's mid feeds the reference down, so the two checks are independent */
-    uint8_t *dg, *du, *dd; float *dx, *drw, *dmid, *dout; int *dsel;
-    CK(cudaMalloc((void **)&dg, ng)); CK(cudaMalloc((void **)&du, ng)); CK(cudaMalloc((void **)&dd, nd));
-    CK(cudaMalloc((void **)&dx, sizeof(float) * in)); CK(cudaMalloc((void **)&drw, sizeof(float) * nsel));
-    CK(cudaMalloc((void **)&dmid, sizeof(float) * nsel * ff)); CK(cudaMalloc((void **)&dout, sizeof(float) * in));
-    CK(cudaMalloc((void **)&dsel, sizeof(int) * nsel));
-    CK(cudaMemcpy(dg, hg, ng, cudaMemcpyHostToDevice)); CK(cudaMemcpy(du, hu, ng, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(dd, hd, nd, cudaMemcpyHostToDevice)); CK(cudaMemcpy(dx, x, sizeof(float) * in, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(drw, rw, sizeof(float) * nsel, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(dsel, sel, sizeof(int) * nsel, cudaMemcpyHostToDevice));
+    struct moe_dev dv;
+    CK(moe_dev_upload(&dv, hg, hu, ng, hd, nd, x, in, rw, sel, nsel, ff));
+    uint8_t *dg = dv.g, *du = dv.u, *dd = dv.d;
+    float *dx = dv.x, *drw = dv.rw, *dmid = dv.mid, *dout = dv.out;
+    int *dsel = dv.sel;
     int wt = GGML_TYPE_IQ2_XXS;
     if (repack) {
         if (!cu_repack_iq2_xxs(dg, (int64_t)E * ff, in, rbg, 0) || !cu_repack_iq2_xxs(du, (int64_t)E * ff, in, rbg, 0)) {
@@ -144,7 +140,7 @@ static int check(int64_t in, int64_t ff, int E, int nsel, int repack, float limi
         bad |= b2;
         free(msel); free(mmid);
     }
-    cudaFree(dg); cudaFree(du); cudaFree(dd); cudaFree(dx); cudaFree(drw); cudaFree(dmid); cudaFree(dout); cudaFree(dsel);
+    moe_dev_free(&dv);
     free(hg); free(hu); free(hd); free(x); free(rw); free(sel); free(mid); free(row); free(row2); free(midf); free(gout);
     return bad;
 }

@@ -9,6 +9,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include <cuda_runtime_api.h>
+
 #include "quant/quant.h"
 
 static uint64_t moe_rng = 0x9E3779B97F4A7C15ull;
@@ -74,6 +76,33 @@ static double moe_ref_down(const quant_traits *td, const uint8_t *hd, uint64_t r
     }
     if (maxdiff) *maxdiff = od;
     return omax;
+}
+
+/* one case's device buffers: the E experts' gate, up and down, x, the
+ * router weights, the selection, and room for mid [nsel][ff] and out [in] */
+struct moe_dev { uint8_t *g, *u, *d; float *x, *rw, *mid, *out; int *sel; };
+
+/* allocate and upload (mid and out are left unset); the first error */
+static cudaError_t moe_dev_upload(struct moe_dev *m, const uint8_t *hg, const uint8_t *hu, size_t ng, const uint8_t *hd,
+                                  size_t nd, const float *x, int64_t in, const float *rw, const int *sel, int nsel, int64_t ff) {
+    cudaError_t e;
+    memset(m, 0, sizeof *m);
+    if ((e = cudaMalloc((void **)&m->g, ng)) || (e = cudaMalloc((void **)&m->u, ng)) || (e = cudaMalloc((void **)&m->d, nd)) ||
+        (e = cudaMalloc((void **)&m->x, sizeof(float) * in)) || (e = cudaMalloc((void **)&m->rw, sizeof(float) * nsel)) ||
+        (e = cudaMalloc((void **)&m->mid, sizeof(float) * nsel * ff)) || (e = cudaMalloc((void **)&m->out, sizeof(float) * in)) ||
+        (e = cudaMalloc((void **)&m->sel, sizeof(int) * nsel)))
+        return e;
+    if ((e = cudaMemcpy(m->g, hg, ng, cudaMemcpyHostToDevice)) || (e = cudaMemcpy(m->u, hu, ng, cudaMemcpyHostToDevice)) ||
+        (e = cudaMemcpy(m->d, hd, nd, cudaMemcpyHostToDevice)) ||
+        (e = cudaMemcpy(m->x, x, sizeof(float) * in, cudaMemcpyHostToDevice)) ||
+        (e = cudaMemcpy(m->rw, rw, sizeof(float) * nsel, cudaMemcpyHostToDevice)))
+        return e;
+    return cudaMemcpy(m->sel, sel, sizeof(int) * nsel, cudaMemcpyHostToDevice);
+}
+
+static void moe_dev_free(struct moe_dev *m) {
+    cudaFree(m->g); cudaFree(m->u); cudaFree(m->d); cudaFree(m->x); cudaFree(m->rw); cudaFree(m->mid); cudaFree(m->out);
+    cudaFree(m->sel);
 }
 
 #endif

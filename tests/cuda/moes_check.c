@@ -53,15 +53,11 @@ static int check(int type, int64_t in, int64_t ff, int E, int nsel, float limit)
     double *mid = malloc(sizeof(double) * nsel * ff);
     float *row = malloc(sizeof(float) * (in > ff ? in : ff)), *row2 = malloc(sizeof(float) * in);
     const double mmax = moe_ref_mid(tq, hg, hu, rbg, sel, nsel, ff, in, x, rw, limit, mid, row, row2);
-    uint8_t *dg, *du, *dd; float *dx, *drw, *dmid, *dout; int *dsel;
-    CK(cudaMalloc((void **)&dg, ng)); CK(cudaMalloc((void **)&du, ng)); CK(cudaMalloc((void **)&dd, nd));
-    CK(cudaMalloc((void **)&dx, sizeof(float) * in)); CK(cudaMalloc((void **)&drw, sizeof(float) * nsel));
-    CK(cudaMalloc((void **)&dmid, sizeof(float) * nsel * ff)); CK(cudaMalloc((void **)&dout, sizeof(float) * in));
-    CK(cudaMalloc((void **)&dsel, sizeof(int) * nsel));
-    CK(cudaMemcpy(dg, hg, ng, cudaMemcpyHostToDevice)); CK(cudaMemcpy(du, hu, ng, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(dd, hd, nd, cudaMemcpyHostToDevice)); CK(cudaMemcpy(dx, x, sizeof(float) * in, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(drw, rw, sizeof(float) * nsel, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(dsel, sel, sizeof(int) * nsel, cudaMemcpyHostToDevice));
+    struct moe_dev dv;
+    CK(moe_dev_upload(&dv, hg, hu, ng, hd, nd, x, in, rw, sel, nsel, ff));
+    uint8_t *dg = dv.g, *du = dv.u, *dd = dv.d;
+    float *dx = dv.x, *drw = dv.rw, *dmid = dv.mid, *dout = dv.out;
+    int *dsel = dv.sel;
     CK(cudaMemset(dmid, 0xFF, sizeof(float) * nsel * ff)); CK(cudaMemset(dout, 0xFF, sizeof(float) * in));
     cu_moes_glu(type, dg, du, rbg, rbg * ff, ff, in, dx, dsel, drw, nsel, limit, dmid, 0);
     cu_moes_down(type, dd, rbd, rbd * in, in, ff, dmid, dsel, nsel, dout, 0);
@@ -107,7 +103,7 @@ static int check(int type, int64_t in, int64_t ff, int E, int nsel, float limit)
         bad |= b2;
         free(msel); free(mmid);
     }
-    cudaFree(dg); cudaFree(du); cudaFree(dd); cudaFree(dx); cudaFree(drw); cudaFree(dmid); cudaFree(dout); cudaFree(dsel);
+    moe_dev_free(&dv);
     free(hg); free(hu); free(hd); free(x); free(rw); free(sel); free(mid); free(row); free(row2); free(midf); free(gout);
     free(g2);
     return bad;
