@@ -615,6 +615,7 @@ k_attn_dec(const float *q, const float *kv_batch, const float *ring, const void 
 }
 
 /* block (head, token); thread = 4 dims (hd <= 4 x blockDim). See above for the order. */
+#define ACMB_PRE 16
 __global__ void __launch_bounds__(128)
 k_attn_dec_combine(const float *part, const float *sinks, const int *nsel, int nh, int hd, int W, int ratio,
                    int nsplit, int min_rows, int fill, int nrot, const float *inv_freq, const int *pos0p, float *o) {
@@ -632,6 +633,13 @@ k_attn_dec_combine(const float *part, const float *sinks, const int *nsel, int n
     int S = adec_splits(n, nsplit, min_rows, fill);
     int64_t rec0 = ((int64_t)t * nh + h) * nsplit;
     const float *ml = part + (int64_t)T * nh * nsplit * hd + rec0 * 2;
+    /* the first ACMB_PRE splits' sums in flight while warp 0 weighs the splits
+     * (one round trip to L2 instead of two); added below in split order */
+    const float *pa = part + rec0 * hd + d0;
+    float4 pre[ACMB_PRE];
+#pragma unroll
+    for (int u = 0; u < ACMB_PRE; u++)
+        if (u < S && d0 < hd) pre[u] = *(const float4 *)(pa + (int64_t)u * hd);
     if (threadIdx.x < 32) {
         float sink = sinks[h];
         float m0 = lane < S ? ml[2 * lane] : -INFINITY, m1 = lane + 32 < S ? ml[2 * (lane + 32)] : -INFINITY;
@@ -653,9 +661,14 @@ k_attn_dec_combine(const float *part, const float *sinks, const int *nsel, int n
     __syncthreads();
     if (d0 >= hd) return;
     float inv = inv_sh;
-    const float *pa = part + rec0 * hd + d0;
     float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-    for (int k = 0; k < S; k += 8) {      /* 8 loads in flight, then the products in split order */
+#pragma unroll
+    for (int u = 0; u < ACMB_PRE; u++)
+        if (u < S) {
+            float f = fac[u];
+            v.x += pre[u].x * f; v.y += pre[u].y * f; v.z += pre[u].z * f; v.w += pre[u].w * f;
+        }
+    for (int k = ACMB_PRE; k < S; k += 8) {      /* 8 loads in flight, then the products in split order */
         float4 a[8];
 #pragma unroll
         for (int u = 0; u < 8; u++)
