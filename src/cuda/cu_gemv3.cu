@@ -761,12 +761,6 @@ static int g3_bulk_ok(void) {
 }
 
 extern "C" int cu_gemv3_bulk_ok(void) { return g3_bulk_ok(); }
-extern "C" void cu_gemv3_iq2_tables(const uint32_t **tsel, const uint32_t **ssel) {
-    void *p = nullptr, *q = nullptr;
-    cudaGetSymbolAddress(&p, g3_tsel);
-    cudaGetSymbolAddress(&q, g3_ssel);
-    *tsel = (const uint32_t *)p; *ssel = (const uint32_t *)q;
-}
 
 /* MINKE_CUDA_G3S: streams dense Q8_0R decode products through shared
  * memory (k_g3_q8s) where the device has bulk copies: 2 (default) those with
@@ -1101,16 +1095,6 @@ __global__ void __launch_bounds__(MM_NW * 32, 2) k_moe_glu_mma(mm_args a) {
     }
 }
 
-/* MINKE_CUDA_IQ2S=1: the IQ2R gate + up streamed by bulk copies on
- * cu_moes.cu's kernel (an experiment, off by default: written after the
- * tenth session's device time, not yet measured) */
-static int iq2s_on = -1;
-extern "C" void cu_iq2s_set(int v) { iq2s_on = v; }
-static int iq2s_enabled(void) {
-    if (iq2s_on < 0) { const char *e = getenv("MINKE_CUDA_IQ2S"); iq2s_on = e && *e ? atoi(e) : 0; }
-    return iq2s_on > 0;
-}
-
 static int mm_on = -1;
 extern "C" void cu_moe_mma_set(int v) { mm_on = v; }
 static int moe_mma_enabled(void) {
@@ -1145,11 +1129,6 @@ extern "C" void cu_moe_dec_glu(int wtype, const void *wg, const void *wu, uint64
     a.w = (const uint8_t *)wg; a.w2 = (const uint8_t *)wu;
     a.row_bytes = row_bytes; a.expert_bytes = expert_bytes;
     a.rows = (int)ff; a.in = (int)in; a.x = x; a.sel = sel; a.rw = rw; a.nsel = nsel; a.limit = limit; a.out = mid;
-    if (wtype == CU_TYPE_IQ2R && iq2s_enabled() && !(((uintptr_t)wg | (uintptr_t)wu | expert_bytes) & 15) &&
-        cu_moes_glu_iq2r_ok(in, ff, nsel, row_bytes)) {
-        cu_moes_glu(wtype, wg, wu, row_bytes, expert_bytes, ff, in, x, sel, rw, nsel, limit, mid, st);
-        return;
-    }
     if (wtype == CU_TYPE_IQ2R && moe_mma_enabled() && in % 256 == 0 && ff % (16 * (MM_NW / MM_KS)) == 0 &&
         !(((uintptr_t)wg | (uintptr_t)wu | row_bytes | expert_bytes) & 15)) {     /* 16-byte aligned rows: the shapes checked on the device */
         mm_args m;

@@ -44,16 +44,8 @@ void cu_moe_dec_down(const void *wd, uint64_t row_bytes, uint64_t expert_bytes, 
                      const float *mid, const int *sel, int nsel, float *out, cudaStream_t st);
 /* 1 when this device runs the sm_90 kernels that stream weights by bulk copies */
 int cu_gemv3_bulk_ok(void);
-/* the IQ2_XXS grid / sign selector tables on the current device (cu_gemv3_tables_init) */
-void cu_gemv3_iq2_tables(const uint32_t **tsel, const uint32_t **ssel);
-/* IQ2R gate + up streamed by cu_moes.cu's kernel (MINKE_CUDA_IQ2S=1: an
- * experiment, off by default; cu_iq2s_set for the checks, -1: the
- * environment); cu_moes_glu_iq2r_ok: 1 when the shape's plan fits */
-void cu_iq2s_set(int v);
-int cu_moes_glu_iq2r_ok(int64_t in, int64_t ff, int nsel, uint64_t row_bytes);
 
-/* Q4_K and MXFP4 experts of one token (cu_moes.cu, sm_90; cu_moes_glu
- * also takes IQ2R, see cu_iq2s_set): the same
+/* Q4_K and MXFP4 experts of one token (cu_moes.cu, sm_90): the same
  * contracts as cu_moe_dec_glu / cu_moe_dec_down (mid[e][ff] = swiglu(gate_e
  * x, up_e x) rw[e]; out = the sum over the slots of down_e mid[e]; the down
  * after the gate + up with the same sel). cu_moes_supported: 1 when the

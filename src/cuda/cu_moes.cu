@@ -11,11 +11,6 @@
  * pieces of the same 32 inputs (cu_g3.cuh, one scale an item) in 24 dp4a,
  * and its float fold is one FMA (Q4_K: minus dmin m times the item's sum).
  *
- * The gate + up kernel also takes IQ2R (IQ2_XXS repacked) items through the
- * selector tables of cu_g3.cuh, as an experiment (MINKE_CUDA_IQ2S=1 in
- * cu_moe_dec_glu; written after the tenth session's device time: not yet
- * run on a GPU, moe_dec_check covers it).
- *
  * Work split: a computing warp takes one row at a time, whole (lane l items
  * l, l + 32, ...), so a stage of rows is one contiguous piece of a matrix:
  *   k_moes_glu   blocks split the owned slots' gate / up rows; a stage is RPS
@@ -51,13 +46,7 @@ struct ms_args {
     const int *sel; const float *rw; int nsel; float limit;
     float *out;                     /* glu: mid [nsel][F]; down: out [D] */
     uint4 tab;                      /* MXFP4: src/quant's kvalues as 4 words */
-    const uint32_t *tsel, *ssel;    /* IQ2R: the grid and sign selector tables (cu_gemv3.cu) */
 };
-
-/* what an item's dot needs beside its bytes and activations: the MXFP4
- * table, IQ2R's shared selector tables (this lane's copies, addressed in
- * bytes: entry i at i x 128) and its blocks a row */
-struct ms_ctx { uint4 tab; const char *tgb, *tsb; int nb; };
 
 /* ------------------------------------------------------------------ */
 /* one item (32 weights) of a row in shared memory against the activation item */
@@ -69,7 +58,7 @@ template <int FMT> struct ms_item;
  * codes (qs[32 (j / 2) + l] >> 4 (j & 1)) & 15; value d sc q - dmin m */
 template <> struct ms_item<CU_TYPE_Q4_K> {
     static constexpr bool sums = true;
-    __device__ __forceinline__ static float dot(const uint8_t *row, int it, const g3_act &act, const int *ai, const ms_ctx &) {
+    __device__ __forceinline__ static float dot(const uint8_t *row, int it, const g3_act &act, const int *ai, uint4) {
         const uint8_t *b = row + (it >> 3) * 144;
         const int j = it & 7, sh = 4 * (j & 1);
         const uint4 q0 = *(const uint4 *)(b + 16 + 32 * (j >> 1)), q1 = *(const uint4 *)(b + 32 + 32 * (j >> 1));
@@ -109,8 +98,7 @@ __device__ __forceinline__ uint32_t ms_fp4_codes(uint32_t nib, uint32_t hi_bits,
 }
 template <> struct ms_item<CU_TYPE_MXFP4> {
     static constexpr bool sums = false;
-    __device__ __forceinline__ static float dot(const uint8_t *row, int it, const g3_act &act, const int *, const ms_ctx &cx) {
-        const uint4 tab = cx.tab;
+    __device__ __forceinline__ static float dot(const uint8_t *row, int it, const g3_act &act, const int *, uint4 tab) {
         const uint8_t *blk = row + it * 17;
         const uint32_t e = blk[0];
         /* the 16 code bytes from the aligned words around them (rows start
@@ -140,44 +128,6 @@ template <> struct ms_item<CU_TYPE_MXFP4> {
     }
 };
 
-/* IQ2R (IQ2_XXS repacked on the device: a row's 8-byte groups, then its f16
- * block scales): item it = group it & 7 of block it >> 3, its 8 bytes at it x
- * 8 (4 grid indices; 4 x 7 sign bits and the 4-bit scale ls), the block's
- * scale d after the groups; the codes through the selector tables (cu_g3.cuh)
- * and value d (0.5 + ls) / 4 x code: k_g3_iq2_glu_b's item, the same
- * expression (its sums over items go in another order) */
-template <> struct ms_item<CU_TYPE_IQ2R> {
-    static constexpr bool sums = false;
-    __device__ __forceinline__ static float dot(const uint8_t *row, int it, const g3_act &act, const int *, const ms_ctx &cx) {
-        const uint2 cw = *(const uint2 *)(row + it * 8);
-        const uint32_t d = *(const uint16_t *)(row + cx.nb * 64 + 2 * (it >> 3));
-        int s0 = MX_MAGIC_BITS, s1 = MX_MAGIC_BITS, s2 = MX_MAGIC_BITS;
-#pragma unroll
-        for (int l = 0; l < 4; l++) {
-            const uint32_t go = (l == 0 ? cw.x << 7 : cw.x >> (8 * l - 7)) & 0x7f80u;
-            const uint32_t so = (l == 0 ? cw.y << 7 : cw.y >> (7 * l - 7)) & 0x3f80u;
-            const uint32_t sel = *(const uint32_t *)(cx.tgb + go) | *(const uint32_t *)(cx.tsb + so);
-            const int v0 = (int)g3_prmt(G3_POS, G3_NEG, sel), v1 = (int)g3_prmt(G3_POS, G3_NEG, sel >> 16);
-            s0 = __dp4a(v0, g3_word(act, 0, 2 * l), s0); s0 = __dp4a(v1, g3_word(act, 0, 2 * l + 1), s0);
-            s1 = __dp4a(v0, g3_word(act, 1, 2 * l), s1); s1 = __dp4a(v1, g3_word(act, 1, 2 * l + 1), s1);
-            s2 = __dp4a(v0, g3_word(act, 2, 2 * l), s2); s2 = __dp4a(v1, g3_word(act, 2, 2 * l + 1), s2);
-        }
-        const float dg = cu_h2f((uint16_t)d) * (0.5f + (float)(cw.y >> 28)) * 0.25f;
-        return mx_combine3(s0, s1, s2) * (dg * act.D);
-    }
-};
-
-/* the selector tables into shared memory, 32 copies of an entry (copy =
- * lane), from the global tables of cu_gemv3.cu (constant: before the PDL wait) */
-__device__ __forceinline__ void ms_tables_copy(uint32_t *dst, const uint32_t *tsel, const uint32_t *ssel) {
-    for (int i = threadIdx.x; i < (256 + 128) * 8; i += blockDim.x) {
-        const int e = i >> 3;
-        const uint32_t v = e < 256 ? tsel[e] : ssel[e - 256];
-        ((uint4 *)dst)[i] = make_uint4(v, v, v, v);
-    }
-}
-#define MS_TABLES_BYTES ((256 + 128) * 32 * 4)
-
 /* ------------------------------------------------------------------ */
 
 #define MS_MAXST 32
@@ -192,16 +142,10 @@ __global__ void __launch_bounds__((MS_NW + 1) * 32, 1) k_moes_glu(ms_args a, int
     __shared__ int oslot[16];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int nit = a.in >> 5, F = a.rows;
-    /* IQ2R: the selector tables first */
-    constexpr size_t tbytes = FMT == CU_TYPE_IQ2R ? MS_TABLES_BYTES : 0;
-    int *sh = (int *)((uint8_t *)ms_sm + tbytes);
+    int *sh = (int *)ms_sm;
     uint8_t *stg = (uint8_t *)sh + g3_items_smem(nit);
     const size_t half = (size_t)MS_RPS * a.row_bytes, sbytes = 2 * half;
-    ms_ctx cx;
-    cx.tab = a.tab; cx.nb = a.in >> 8;
-    cx.tgb = (const char *)((const uint32_t *)ms_sm + lane);
-    cx.tsb = (const char *)((const uint32_t *)ms_sm + 256 * 32 + lane);
-    if (FMT == CU_TYPE_IQ2R) ms_tables_copy((uint32_t *)ms_sm, a.tsel, a.ssel);
+    const uint4 tab = a.tab;
     bulk_ring_init(full, empty, nst);
     cu_pdl_enter();     /* the selection comes from the kernel before */
     if (threadIdx.x == 0) {
@@ -251,8 +195,8 @@ __global__ void __launch_bounds__((MS_NW + 1) * 32, 1) k_moes_glu(ms_args a, int
 #pragma unroll
             for (int j = 0; j < MS_RPS; j++)
                 if (j < nr) {
-                    ga[j] += ms_item<FMT>::dot(gp + (size_t)j * a.row_bytes, it, act, ai, cx);
-                    ua[j] += ms_item<FMT>::dot(up + (size_t)j * a.row_bytes, it, act, ai, cx);
+                    ga[j] += ms_item<FMT>::dot(gp + (size_t)j * a.row_bytes, it, act, ai, tab);
+                    ua[j] += ms_item<FMT>::dot(up + (size_t)j * a.row_bytes, it, act, ai, tab);
                 }
         }
         __syncwarp();
@@ -282,8 +226,7 @@ __global__ void __launch_bounds__((MSD_NG * NE + 1) * 32, 1) k_moes_down(ms_args
     const int r0 = (int)((int64_t)a.rows * blockIdx.x / gridDim.x), r1 = (int)((int64_t)a.rows * (blockIdx.x + 1) / gridDim.x);
     const int nch = (r1 - r0 + MSD_RPS - 1) / MSD_RPS, ns = nch * NE;
     const size_t sbytes = (size_t)MSD_RPS * a.row_bytes;
-    ms_ctx cx;
-    cx.tab = a.tab; cx.tgb = cx.tsb = nullptr; cx.nb = a.in >> 8;
+    const uint4 tab = a.tab;
     bulk_ring_init(full, empty, nst);
     __syncthreads();
     if (warp == NCW) {
@@ -312,7 +255,7 @@ __global__ void __launch_bounds__((MSD_NG * NE + 1) * 32, 1) k_moes_down(ms_args
                 g3_act_load(act, sh, it);
 #pragma unroll
                 for (int j = 0; j < MSD_RPS; j++)
-                    if (j < nr) acc[j] += ms_item<FMT>::dot(rowp + (size_t)j * a.row_bytes, i, act, sh + it * G3_IW, cx);
+                    if (j < nr) acc[j] += ms_item<FMT>::dot(rowp + (size_t)j * a.row_bytes, i, act, sh + it * G3_IW, tab);
             }
         __syncwarp();
         if (lane == 0) mbar_arrive(&empty[b]);
@@ -366,8 +309,8 @@ static const ms_cfg &ms_conf(void) {
 
 /* The launch plans: the ring's stages (nst) and the shared memory a block
  * takes (0 when it exceeds what a block may have: the shape is refused) */
-static size_t ms_glu_plan(int64_t in, uint64_t row_bytes, int rps, int nw, int *nst_out, int fmt) {
-    const size_t act = g3_items_smem((size_t)(in >> 5)) + (fmt == CU_TYPE_IQ2R ? MS_TABLES_BYTES : 0);
+static size_t ms_glu_plan(int64_t in, uint64_t row_bytes, int rps, int nw, int *nst_out) {
+    const size_t act = g3_items_smem((size_t)(in >> 5));
     const size_t sbytes = 2 * (size_t)rps * row_bytes;
     *nst_out = g3_ring_stages((size_t)ms_conf().kb_g * 1024, act, sbytes, nw, MS_MAXST);
     const size_t smem = act + (size_t)*nst_out * sbytes;
@@ -382,7 +325,7 @@ static size_t ms_down_plan(int ne, int ng, int rps, int64_t rows, int64_t ff, ui
 template <int FMT, int RPS, int NW>
 static void ms_launch_glu(const ms_args &a, cudaStream_t st) {
     int nst;
-    const size_t smem = ms_glu_plan(a.in, a.row_bytes, RPS, NW, &nst, FMT);     /* > 0: the caller checked it */
+    const size_t smem = ms_glu_plan(a.in, a.row_bytes, RPS, NW, &nst);     /* > 0: the caller checked it */
     ms_attr(k_moes_glu<FMT, RPS, NW>, smem);
     /* at least a block a slot (8 at most): the kernel gives each owned slot gridDim / nown blocks */
     cu_launch(k_moes_glu<FMT, RPS, NW>, dim3((unsigned)(cu_num_sms() < 8 ? 8 : cu_num_sms())), (NW + 1) * 32, smem, st, a, nst);
@@ -410,7 +353,7 @@ extern "C" int cu_moes_supported(int gate_type, int up_type, int down_type, int6
     if (in % 256 || ff % 256 || in > 8192 || ff > 4096 || (gate_row_bytes | down_row_bytes) & 15) return 0;
     if (nsel != 1 && nsel != 2 && nsel != 4 && nsel != 6 && nsel != 8) return 0;
     int nst, nb;
-    return ms_glu_plan(in, gate_row_bytes, ms_conf().rps_g, ms_conf().w_g, &nst, gate_type) > 0 &&
+    return ms_glu_plan(in, gate_row_bytes, ms_conf().rps_g, ms_conf().w_g, &nst) > 0 &&
            ms_down_plan(nsel, ms_down_ng(nsel), ms_conf().rps_d, in, ff, down_row_bytes, &nst, &nb) > 0;
 }
 
@@ -421,14 +364,6 @@ static uint4 ms_table(void) {
         t[k] = (uint32_t)(uint8_t)kv[4 * k] | (uint32_t)(uint8_t)kv[4 * k + 1] << 8 | (uint32_t)(uint8_t)kv[4 * k + 2] << 16 |
                (uint32_t)(uint8_t)kv[4 * k + 3] << 24;
     return make_uint4(t[0], t[1], t[2], t[3]);
-}
-
-/* IQ2R gate + up on this kernel (an experiment, MINKE_CUDA_IQ2S=1 in
- * cu_moe_dec_glu): 1 when the shape's plan fits */
-extern "C" int cu_moes_glu_iq2r_ok(int64_t in, int64_t ff, int nsel, uint64_t row_bytes) {
-    if (!cu_gemv3_bulk_ok() || in % 256 || ff % 256 || in > 8192 || (row_bytes & 15) || nsel < 1 || nsel > 8) return 0;
-    int nst;
-    return ms_glu_plan(in, row_bytes, ms_conf().rps_g, ms_conf().w_g, &nst, CU_TYPE_IQ2R) > 0;
 }
 
 template <int FMT>
@@ -458,10 +393,7 @@ extern "C" void cu_moes_glu(int wtype, const void *wg, const void *wu, uint64_t 
     a.w = (const uint8_t *)wg; a.w2 = (const uint8_t *)wu; a.row_bytes = row_bytes; a.expert_bytes = expert_bytes;
     a.rows = (int)ff; a.in = (int)in; a.x = x; a.sel = sel; a.rw = rw; a.nsel = nsel; a.limit = limit; a.out = mid;
     a.tab = ms_table();
-    if (wtype == CU_TYPE_IQ2R) {
-        cu_gemv3_iq2_tables(&a.tsel, &a.ssel);
-        ms_glu<CU_TYPE_IQ2R>(a, st);
-    } else if (wtype == CU_TYPE_Q4_K) ms_glu<CU_TYPE_Q4_K>(a, st);
+    if (wtype == CU_TYPE_Q4_K) ms_glu<CU_TYPE_Q4_K>(a, st);
     else ms_glu<CU_TYPE_MXFP4>(a, st);
 }
 
