@@ -488,10 +488,13 @@ __device__ __forceinline__ void adec_rope_apply(float (&y)[4], const float (&cs)
  * ADEC_MINB: the blocks per SM the launch bounds ask for. 0 (none) leaves the
  * f32 kernels' code as it was (127 registers: two blocks of 8 heads per SM,
  * as the shared memory allows); the FP8 kernel of 8 heads would take 137 and
- * fit one, so it asks for two (128 registers, a few bytes of spills). */
+ * fit one, so it asks for two (128 registers, 20 / 60 bytes of spills).
+ * MINKE_CUDA_ATT_MINB=0 (not measured yet) takes an FP8 8-head instance
+ * without the request (137 registers, no spills) where the grid has no more
+ * blocks than SMs (one token: 128 blocks), so that two a SM cannot matter. */
 #define ADEC_MINB(HPB, FMT) ((FMT) == CU_KV_FP8 && (HPB) == 8 ? 2 : 0)
-template <int HPB, int FMT>
-__global__ void __launch_bounds__(HPB * 32, ADEC_MINB(HPB, FMT))
+template <int HPB, int FMT, int MINB = ADEC_MINB(HPB, FMT)>
+__global__ void __launch_bounds__(HPB * 32, MINB)
 k_attn_dec(const float *q, const float *kv_batch, const float *ring, const void *comp, const int *sel,
            const int *nsel, int topk, int nh, int hd, int W, int ratio, float scale, const int *pos0p,
            int nsplit, int min_rows, int fill, float *part, int nrot) {
@@ -871,7 +874,11 @@ void cu_attention(const float *q, const float *kv_batch, const float *ring, cons
         size_t smem = (size_t)ADEC_NST * ADEC_CH * hd * sizeof(float);
         static unsigned attr_done = 0;
         if (cu_dev_first(&attr_done)) cu_attn_init();
-        auto kdec = hpb == 8 ? (fp8 ? k_attn_dec<8, CU_KV_FP8> : k_attn_dec<8, CU_KV_F32>)
+        static int minb_env = -2;
+        if (minb_env == -2) { const char *e = getenv("MINKE_CUDA_ATT_MINB"); minb_env = e && *e ? atoi(e) : -1; }
+        const bool uncapped = minb_env == 0 && (int64_t)((nh + hpb - 1) / hpb) * T * nsplit <= nsm;
+        auto kdec = hpb == 8 ? (fp8 ? (uncapped ? k_attn_dec<8, CU_KV_FP8, 0> : k_attn_dec<8, CU_KV_FP8>)
+                                    : k_attn_dec<8, CU_KV_F32>)
                              : (fp8 ? k_attn_dec<4, CU_KV_FP8> : k_attn_dec<4, CU_KV_F32>);
         cu_launch(kdec, dim3((nh + hpb - 1) / hpb, T, nsplit), hpb * 32, smem, st, q, kv_batch, ring, comp, sel,
                   nsel, topk, nh, hd, W, ratio, scale, pos0p, nsplit, min_rows, fill, part, nrot);
@@ -892,6 +899,7 @@ void cu_attn_init(void) {
     cudaFuncSetAttribute(k_attn_dec<8, CU_KV_F32>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     cudaFuncSetAttribute(k_attn_dec<4, CU_KV_F32>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     cudaFuncSetAttribute(k_attn_dec<8, CU_KV_FP8>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    cudaFuncSetAttribute(k_attn_dec<8, CU_KV_FP8, 0>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     cudaFuncSetAttribute(k_attn_dec<4, CU_KV_FP8>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
 }
 
