@@ -751,9 +751,14 @@ void cu_idx_scores_sims(const float *qI, const float *wI, const void *rows, int 
                         int sims, cudaStream_t st) {
     /* MINKE_CUDA_IDX_TC: 1 (default) tensor cores for prefill batches with
      * the simulations on; 0 never; 2 also with them off (a check of the
-     * fallback: then nearly every score takes it) */
-    int mode = env_int("MINKE_CUDA_IDX_TC", 1);
-    if (nh == IDXT_NH && hd == IDXT_HD && T >= IDXT_MIN_T && !cu_dec_old(CU_OLD_IDX_SCORES) &&
+     * fallback: then nearly every score takes it). MINKE_CUDA_IDX_TC_DEC_ROWS
+     * (an experiment, 0 = off by default, not yet measured): batches under
+     * IDXT_MIN_T tokens (decode) too, where the cache holds at least that
+     * many index rows (long contexts: k_idx_scores_w takes 67 us for 40000
+     * rows); the same bits either way (see above) */
+    int mode = env_int("MINKE_CUDA_IDX_TC", 1), dec_rows = env_int("MINKE_CUDA_IDX_TC_DEC_ROWS", 0);
+    int batch_ok = T >= IDXT_MIN_T || (dec_rows > 0 && max_rows >= dec_rows);
+    if (nh == IDXT_NH && hd == IDXT_HD && batch_ok && !cu_dec_old(CU_OLD_IDX_SCORES) &&
         (mode == 2 || (mode == 1 && sims))) {
         int mt = env_int("MINKE_CUDA_IDX_TC_MT", 2) == 1 ? 1 : 2;
         int tok = env_int("MINKE_CUDA_IDX_TC_TOK", 8);

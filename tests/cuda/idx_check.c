@@ -35,6 +35,9 @@
  *
  *   idx_check          the checks and the Flash-size timing ('time' lines)
  *   idx_check --time   also the row / token tile variants timed
+ * Decode on the tensor cores (MINKE_CUDA_IDX_TC_DEC_ROWS, an experiment) is
+ * checked against the FMA kernel bit for bit at 4096, 16384 and 40000 rows,
+ * with a time line each.
  * Ends with 'idx_check: all ok' (exit 0) or 'FAIL idx_check: N failure(s)'.
  */
 #include <math.h>
@@ -394,6 +397,37 @@ static void check_small(int T, int pos0) {
     case_free(&c);
 }
 
+/* decode on the tensor cores (MINKE_CUDA_IDX_TC_DEC_ROWS, an experiment):
+ * one token's scores by k_idx_scores_tc against the FMA kernel, bit for bit,
+ * with 128 and 256 rows a block, f32 and FP4 rows; time lines for both */
+static void check_dec_tc(int pos0) {
+    icase c;
+    case_init(&c, 1, pos0, DATA_FP4);
+    result ref, got;
+    result_alloc(&ref, &c); result_alloc(&got, &c);
+    int packed = pack_rows(&c);
+    char label[200];
+    for (int f4 = 0; f4 <= packed; f4++) {
+        c.fmt = f4 ? CU_KV_FP4 : CU_KV_F32;
+        setenv("MINKE_CUDA_IDX_TC_DEC_ROWS", "0", 1);
+        run(&c, P_FMA, 2, 8, &ref);
+        float tf = time_launch(&c, P_SIMS_ON, 2, 8);     /* the threshold off: the FMA kernel */
+        setenv("MINKE_CUDA_IDX_TC_DEC_ROWS", "1", 1);
+        for (int mt = 2; mt >= 1; mt--) {
+            run(&c, P_SIMS_ON, mt, 8, &got);
+            snprintf(label, sizeof label, "idx_scores decode on the tensor cores T=1 pos0=%d %s rows, %d rows a block",
+                     pos0, f4 ? "FP4" : "f32", 16 * 8 * mt);
+            compare(&c, &ref, &got, label);
+            printf("time idx_scores decode T=1 pos0=%d %s rows: FMA kernel %7.1f us, tensor cores (%d rows a block) %7.1f us\n",
+                   pos0, f4 ? "FP4" : "f32", tf, 16 * 8 * mt, time_launch(&c, P_SIMS_ON, mt, 8));
+        }
+    }
+    unsetenv("MINKE_CUDA_IDX_TC_DEC_ROWS");
+    c.fmt = CU_KV_F32;
+    result_free(&ref); result_free(&got);
+    case_free(&c);
+}
+
 /* the case's rows in the KV cache's FP4 layout, on the device in c->rows4:
  * row r at r kv4_stride(HD) bytes, its codes at 0, its scale bytes at HD / 2;
  * the rows past the last token's nI (never read) are 0xff bytes (-6 times
@@ -486,6 +520,9 @@ int main(int argc, char **argv) {
     check_fp4(64, 2400, DATA_FP4_POISON, 0);   /* the fallback */
     check_f32(48, 3000);
     check_small(8, 3000);
+    check_dec_tc(16383);                       /* decode at ctx 16384 (4096 rows) */
+    check_dec_tc(65535);                       /* ctx 65536: 16384 rows */
+    check_dec_tc(160000);                      /* 40000 rows */
     check_fp4(4096, 0, DATA_FP4, 1);           /* the Flash prompt */
     /* row slots and rows a thread as cu_idx_scores picks them on the H200 (132 SMs) */
     check_fp4_rows(1, 20000, DATA_FP4, 0);     /* decode, 5000 rows: 16 row slots, a row a thread */
