@@ -8,7 +8,9 @@
 # (several GPUs: run on nvidia-h200-x2 or larger; MULTI="q2:1 q2:2" picks the runs),
 # ablation (each decode stage left out of the graph in turn: its in-graph cost),
 # long (ctx 65536: prefill of the interval and decode there), ncupf (ncu of the
-# exact prefill's MoE product kernels: PFK="116 10" picks IQ2R / Q2_K).
+# exact prefill's MoE product kernels: PFK="116 10" picks IQ2R / Q2_K), exps
+# (the experiments that are off by default: their checks and A/B benches;
+# EXPS4K / EXPS64K pick the settings at ctx 4096 / 65536).
 # Output goes to $OUT.
 H=${H:-build/h12}
 # libnccl: the device image has it in its PyTorch venv, not under /usr/local/cuda
