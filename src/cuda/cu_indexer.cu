@@ -746,20 +746,25 @@ static void idxt_launch(int mt, dim3 grid, const float *qI, const float *wI, con
               (const idx_elem<FMT> *)rows, T, wscale, topk, pos0p, scores, score_stride, tok);
 }
 
+/* MINKE_CUDA_IDX_TC: 1 (default) tensor cores for prefill batches with the
+ * simulations on; 0 never; 2 also with them off (a check of the fallback:
+ * then nearly every score takes it). MINKE_CUDA_IDX_TC_DEC_ROWS=N (an
+ * experiment, 0 = off by default, not yet measured): batches under
+ * IDXT_MIN_T tokens (decode) too, where the cache's capacity (max_rows, not
+ * the rows it holds now: a decode graph is captured once) is at least N
+ * rows (long contexts: k_idx_scores_w takes 67 us for 40000 rows); the same
+ * bits either way (see above). Both read at each call. */
+int cu_idx_scores_tc_taken(int T, int nh, int hd, int max_rows, int sims) {
+    int mode = env_int("MINKE_CUDA_IDX_TC", 1), dec_rows = env_int("MINKE_CUDA_IDX_TC_DEC_ROWS", 0);
+    int batch_ok = T >= IDXT_MIN_T || (dec_rows > 0 && max_rows >= dec_rows);
+    return nh == IDXT_NH && hd == IDXT_HD && batch_ok && !cu_dec_old(CU_OLD_IDX_SCORES) &&
+           (mode == 2 || (mode == 1 && sims));
+}
+
 void cu_idx_scores_sims(const float *qI, const float *wI, const void *rows, int rows_fmt, int T, int nh, int hd,
                         float wscale, int topk, int max_rows, const int *pos0p, float *scores, int64_t score_stride,
                         int sims, cudaStream_t st) {
-    /* MINKE_CUDA_IDX_TC: 1 (default) tensor cores for prefill batches with
-     * the simulations on; 0 never; 2 also with them off (a check of the
-     * fallback: then nearly every score takes it). MINKE_CUDA_IDX_TC_DEC_ROWS
-     * (an experiment, 0 = off by default, not yet measured): batches under
-     * IDXT_MIN_T tokens (decode) too, where the cache holds at least that
-     * many index rows (long contexts: k_idx_scores_w takes 67 us for 40000
-     * rows); the same bits either way (see above) */
-    int mode = env_int("MINKE_CUDA_IDX_TC", 1), dec_rows = env_int("MINKE_CUDA_IDX_TC_DEC_ROWS", 0);
-    int batch_ok = T >= IDXT_MIN_T || (dec_rows > 0 && max_rows >= dec_rows);
-    if (nh == IDXT_NH && hd == IDXT_HD && batch_ok && !cu_dec_old(CU_OLD_IDX_SCORES) &&
-        (mode == 2 || (mode == 1 && sims))) {
+    if (cu_idx_scores_tc_taken(T, nh, hd, max_rows, sims)) {
         int mt = env_int("MINKE_CUDA_IDX_TC_MT", 2) == 1 ? 1 : 2;
         int tok = env_int("MINKE_CUDA_IDX_TC_TOK", 8);
         if (tok < 1) tok = 1;

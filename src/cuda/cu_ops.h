@@ -160,8 +160,10 @@ void cu_idx_scores(const float *qI, const float *wI, const void *rows, int rows_
                    float wscale, int topk, int max_rows, const int *pos0p, float *scores, int64_t score_stride,
                    cudaStream_t st);
 /* the same scores; with sims (the simulations on: q and rows FP4-exact), nh 64, hd 128 and T >= 16
- * (or max_rows >= MINKE_CUDA_IDX_TC_DEC_ROWS, an experiment, off by default) on the tensor cores
- * (k_idx_scores_tc), bit-identical to cu_idx_scores */
+ * (or a capacity max_rows >= MINKE_CUDA_IDX_TC_DEC_ROWS, an experiment, off by default) on the
+ * tensor cores (k_idx_scores_tc), bit-identical to cu_idx_scores. cu_idx_scores_tc_taken: 1 when
+ * a call of that shape takes the tensor cores now (the environment is read at each call). */
+int cu_idx_scores_tc_taken(int T, int nh, int hd, int max_rows, int sims);
 void cu_idx_scores_sims(const float *qI, const float *wI, const void *rows, int rows_fmt, int T, int nh, int hd,
                         float wscale, int topk, int max_rows, const int *pos0p, float *scores, int64_t score_stride,
                         int sims, cudaStream_t st);

@@ -36,8 +36,10 @@
  *   idx_check          the checks and the Flash-size timing ('time' lines)
  *   idx_check --time   also the row / token tile variants timed
  * Decode on the tensor cores (MINKE_CUDA_IDX_TC_DEC_ROWS, an experiment) is
- * checked against the FMA kernel bit for bit at 4096, 16384 and 40000 rows,
- * with a time line each.
+ * checked against the FMA kernel bit for bit (and that it is taken) at 4096,
+ * 16384, 40000 and 40003 rows, with spare capacity, with no token past the
+ * top-k, at T = 5 and 12, and poisoned (the fallback), with time lines for
+ * the first three.
  * Ends with 'idx_check: all ok' (exit 0) or 'FAIL idx_check: N failure(s)'.
  */
 #include <math.h>
@@ -144,11 +146,12 @@ typedef struct {
 
 enum { DATA_FP4, DATA_FP4_POISON, DATA_F32 };
 
+static int case_extra_cap = 0;     /* index rows past the last token's nI (a cache's spare capacity) */
 static void case_init(icase *c, int T, int pos0, int data) {
     memset(c, 0, sizeof *c);
     c->T = T; c->pos0 = pos0;
     int nmax = (pos0 + T) / 4;
-    c->icap = nmax + 3;
+    c->icap = nmax + 3 + case_extra_cap;
     size_t nq = (size_t)T * NH * HD, nr = (size_t)c->icap * HD;
     c->hq = malloc(sizeof(float) * nq); c->hw = malloc(sizeof(float) * T * NH); c->hrows = malloc(sizeof(float) * nr);
     for (int i = 0; i < T * NH; i++) c->hw[i] = frand();
@@ -398,28 +401,35 @@ static void check_small(int T, int pos0) {
 }
 
 /* decode on the tensor cores (MINKE_CUDA_IDX_TC_DEC_ROWS, an experiment):
- * one token's scores by k_idx_scores_tc against the FMA kernel, bit for bit,
- * with 128 and 256 rows a block, f32 and FP4 rows; time lines for both */
-static void check_dec_tc(int pos0) {
+ * T tokens' scores by k_idx_scores_tc against the FMA kernel, bit for bit,
+ * with 128 and 256 rows a block, f32 and FP4 rows (FP4 when the data packs);
+ * extra: spare capacity past the last token's rows; timed: time lines */
+static void check_dec_tc(int T, int pos0, int data, int extra, int timed) {
     icase c;
-    case_init(&c, 1, pos0, DATA_FP4);
+    case_extra_cap = extra;
+    case_init(&c, T, pos0, data);
+    case_extra_cap = 0;
     result ref, got;
     result_alloc(&ref, &c); result_alloc(&got, &c);
-    int packed = pack_rows(&c);
-    char label[200];
+    int packed = data == DATA_FP4 ? pack_rows(&c) : 0;     /* poisoned rows do not pack: f32 rows only */
+    char label[240];
     for (int f4 = 0; f4 <= packed; f4++) {
         c.fmt = f4 ? CU_KV_FP4 : CU_KV_F32;
         setenv("MINKE_CUDA_IDX_TC_DEC_ROWS", "0", 1);
         run(&c, P_FMA, 2, 8, &ref);
-        float tf = time_launch(&c, P_SIMS_ON, 2, 8);     /* the threshold off: the FMA kernel */
+        float tf = timed ? time_launch(&c, P_SIMS_ON, 2, 8) : 0.f;     /* the threshold off: the FMA kernel */
         setenv("MINKE_CUDA_IDX_TC_DEC_ROWS", "1", 1);
+        int taken = cu_idx_scores_tc_taken(T, NH, HD, c.icap, 1);
         for (int mt = 2; mt >= 1; mt--) {
             run(&c, P_SIMS_ON, mt, 8, &got);
-            snprintf(label, sizeof label, "idx_scores decode on the tensor cores T=1 pos0=%d %s rows, %d rows a block",
-                     pos0, f4 ? "FP4" : "f32", 16 * 8 * mt);
+            snprintf(label, sizeof label, "idx_scores decode on the tensor cores T=%d pos0=%d%s %s rows (capacity %d), "
+                     "%d rows a block, %s", T, pos0, data == DATA_FP4_POISON ? " poisoned" : "", f4 ? "FP4" : "f32",
+                     c.icap, 16 * 8 * mt, taken ? "taken" : "NOT TAKEN");
             compare(&c, &ref, &got, label);
-            printf("time idx_scores decode T=1 pos0=%d %s rows: FMA kernel %7.1f us, tensor cores (%d rows a block) %7.1f us\n",
-                   pos0, f4 ? "FP4" : "f32", tf, 16 * 8 * mt, time_launch(&c, P_SIMS_ON, mt, 8));
+            if (!taken) report(0, label);
+            if (timed)
+                printf("time idx_scores decode T=%d pos0=%d %s rows: FMA kernel %7.1f us, tensor cores (%d rows a block) "
+                       "%7.1f us\n", T, pos0, f4 ? "FP4" : "f32", tf, 16 * 8 * mt, time_launch(&c, P_SIMS_ON, mt, 8));
         }
     }
     unsetenv("MINKE_CUDA_IDX_TC_DEC_ROWS");
@@ -509,6 +519,7 @@ int main(int argc, char **argv) {
     int ndev = 0;
     if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1) { printf("FAIL no CUDA device\n"); return 1; }
     setvbuf(stdout, NULL, _IOLBF, 0);
+    unsetenv("MINKE_CUDA_IDX_TC_DEC_ROWS");     /* the checks set it where they mean to */
     cu_ops_init();
     cu_dec_old_set(0);
     CK(cudaStreamCreate(&st));     /* blocking: ordered with the plain cudaMemcpy of the checks */
@@ -520,9 +531,15 @@ int main(int argc, char **argv) {
     check_fp4(64, 2400, DATA_FP4_POISON, 0);   /* the fallback */
     check_f32(48, 3000);
     check_small(8, 3000);
-    check_dec_tc(16383);                       /* decode at ctx 16384 (4096 rows) */
-    check_dec_tc(65535);                       /* ctx 65536: 16384 rows */
-    check_dec_tc(160000);                      /* 40000 rows */
+    check_dec_tc(1, 16383, DATA_FP4, 0, 1);          /* decode at ctx 16384 (4096 rows) */
+    check_dec_tc(1, 65535, DATA_FP4, 0, 1);          /* ctx 65536: 16384 rows */
+    check_dec_tc(1, 160000, DATA_FP4, 0, 1);         /* 40000 rows */
+    check_dec_tc(1, 160011, DATA_FP4, 0, 0);         /* 40003 rows: an active warp's rows past nI */
+    check_dec_tc(1, 16383, DATA_FP4, 60000, 0);      /* a capacity far past the rows held */
+    check_dec_tc(1, 1500, DATA_FP4, 0, 0);           /* 375 rows, no more than the top-k: nothing scored */
+    check_dec_tc(5, 16380, DATA_FP4, 0, 0);          /* short batches under the prefill threshold */
+    check_dec_tc(12, 16380, DATA_FP4, 0, 0);
+    check_dec_tc(4, 20000, DATA_FP4_POISON, 0, 0);   /* the f32 fallback (the poison needs T >= 3) */
     check_fp4(4096, 0, DATA_FP4, 1);           /* the Flash prompt */
     /* row slots and rows a thread as cu_idx_scores picks them on the H200 (132 SMs) */
     check_fp4_rows(1, 20000, DATA_FP4, 0);     /* decode, 5000 rows: 16 row slots, a row a thread */
