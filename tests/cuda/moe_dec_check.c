@@ -60,23 +60,20 @@ static int check(int64_t in, int64_t ff, int E, int nsel, int repack, float limi
     /* the GPU's mid feeds the reference down, so the two checks are independent */
     struct moe_dev dv;
     CK(moe_dev_upload(&dv, hg, hu, ng, hd, nd, x, in, rw, sel, nsel, ff));
-    uint8_t *dg = dv.g, *du = dv.u, *dd = dv.d;
-    float *dx = dv.x, *drw = dv.rw, *dmid = dv.mid, *dout = dv.out;
-    int *dsel = dv.sel;
     int wt = GGML_TYPE_IQ2_XXS;
     if (repack) {
-        if (!cu_repack_iq2_xxs(dg, (int64_t)E * ff, in, rbg, 0) || !cu_repack_iq2_xxs(du, (int64_t)E * ff, in, rbg, 0)) {
+        if (!cu_repack_iq2_xxs(dv.g, (int64_t)E * ff, in, rbg, 0) || !cu_repack_iq2_xxs(dv.u, (int64_t)E * ff, in, rbg, 0)) {
             printf("FAIL repack refused for in %lld\n", (long long)in); return 1;
         }
         wt = 116;   /* CU_TYPE_IQ2R */
     }
     if (!cu_moe_dec_supported(wt, wt, GGML_TYPE_Q2_K, in, ff, nsel)) { printf("FAIL moe_dec unsupported shape\n"); return 1; }
-    cu_moe_dec_glu(wt, dg, du, rbg, rbg * ff, ff, in, dx, dsel, drw, nsel, limit, dmid, 0);
-    cu_moe_dec_down(dd, rbd, rbd * in, in, ff, dmid, dsel, nsel, dout, 0);
+    cu_moe_dec_glu(wt, dv.g, dv.u, rbg, rbg * ff, ff, in, dv.x, dv.sel, dv.rw, nsel, limit, dv.mid, 0);
+    cu_moe_dec_down(dv.d, rbd, rbd * in, in, ff, dv.mid, dv.sel, nsel, dv.out, 0);
     CK(cudaDeviceSynchronize());
     float *gout = malloc(sizeof(float) * in);
-    CK(cudaMemcpy(midf, dmid, sizeof(float) * nsel * ff, cudaMemcpyDeviceToHost));
-    CK(cudaMemcpy(gout, dout, sizeof(float) * in, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(midf, dv.mid, sizeof(float) * nsel * ff, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(gout, dv.out, sizeof(float) * in, cudaMemcpyDeviceToHost));
     double md = 0;
     for (int64_t i = 0; i < nsel * ff; i++) md = fmax(md, fabs(midf[i] - mid[i]));
     /* the down kernel with its shared-memory rings of rows (MINKE_CUDA_DOWN_SR)
@@ -88,10 +85,10 @@ static int check(int64_t in, int64_t ff, int E, int nsel, int repack, float limi
         cu_moe_down_stream_set(0);
         for (int k = 0; k < 4; k++) {
             cu_moe_down_sr_set(srs[k]);
-            CK(cudaMemset(dout, 0xFF, sizeof(float) * in));
-            cu_moe_dec_down(dd, rbd, rbd * in, in, ff, dmid, dsel, nsel, dout, 0);
+            CK(cudaMemset(dv.out, 0xFF, sizeof(float) * in));
+            cu_moe_dec_down(dv.d, rbd, rbd * in, in, ff, dv.mid, dv.sel, nsel, dv.out, 0);
             CK(cudaDeviceSynchronize());
-            CK(cudaMemcpy(o1, dout, sizeof(float) * in, cudaMemcpyDeviceToHost));
+            CK(cudaMemcpy(o1, dv.out, sizeof(float) * in, cudaMemcpyDeviceToHost));
             int dq = 0;
             for (int64_t i = 0; i < in; i++) dq += memcmp(&o1[i], &gout[i], 4) != 0;
             if (dq) {
@@ -115,14 +112,14 @@ static int check(int64_t in, int64_t ff, int E, int nsel, int repack, float limi
     {
         int *msel = malloc(sizeof(int) * nsel), nown = 0;
         for (int e = 0; e < nsel; e++) { msel[e] = sel[e] < E / 2 ? sel[e] : -1; nown += msel[e] >= 0; }
-        CK(cudaMemcpy(dsel, msel, sizeof(int) * nsel, cudaMemcpyHostToDevice));
-        CK(cudaMemset(dmid, 0xFF, sizeof(float) * nsel * ff));      /* NaN: a slot read that should not be */
-        cu_moe_dec_glu(wt, dg, du, rbg, rbg * ff, ff, in, dx, dsel, drw, nsel, limit, dmid, 0);
-        cu_moe_dec_down(dd, rbd, rbd * in, in, ff, dmid, dsel, nsel, dout, 0);
+        CK(cudaMemcpy(dv.sel, msel, sizeof(int) * nsel, cudaMemcpyHostToDevice));
+        CK(cudaMemset(dv.mid, 0xFF, sizeof(float) * nsel * ff));      /* NaN: a slot read that should not be */
+        cu_moe_dec_glu(wt, dv.g, dv.u, rbg, rbg * ff, ff, in, dv.x, dv.sel, dv.rw, nsel, limit, dv.mid, 0);
+        cu_moe_dec_down(dv.d, rbd, rbd * in, in, ff, dv.mid, dv.sel, nsel, dv.out, 0);
         CK(cudaDeviceSynchronize());
         float *mmid = malloc(sizeof(float) * nsel * ff);
-        CK(cudaMemcpy(mmid, dmid, sizeof(float) * nsel * ff, cudaMemcpyDeviceToHost));
-        CK(cudaMemcpy(gout, dout, sizeof(float) * in, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(mmid, dv.mid, sizeof(float) * nsel * ff, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(gout, dv.out, sizeof(float) * in, cudaMemcpyDeviceToHost));
         int mbad = 0;
         for (int e = 0; e < nsel; e++) {
             uint32_t nanbits = 0xFFFFFFFFu;
@@ -143,58 +140,20 @@ static int check(int64_t in, int64_t ff, int E, int nsel, int repack, float limi
     return bad;
 }
 
-/* Flash shape timing: E experts, a different selection of nsel every launch */
+/* Flash shape timing (moe_ref.h): IQ2R gate + up (type 116), Q2_K down */
+static void dec_launch(const struct moe_time *t, int which, const int *s, cudaStream_t st) {
+    const struct moe_dev *m = &t->dv;
+    if (which == 0) cu_moe_dec_glu(116, m->g, m->u, t->rbg, t->rbg * t->ff, t->ff, t->in, m->x, s, m->rw, t->nsel, 0.f, m->mid, st);
+    else cu_moe_dec_down(m->d, t->rbd, t->rbd * t->in, t->in, t->ff, m->mid, s, t->nsel, m->out, st);
+}
 static void timing(int64_t in, int64_t ff, int E, int nsel) {
     const quant_traits *tg = quant_get(GGML_TYPE_IQ2_XXS), *td = quant_get(GGML_TYPE_Q2_K);
     uint64_t rbg = (uint64_t)(in / 256) * tg->bytes, rbd = (uint64_t)(ff / 256) * td->bytes;
-    size_t ng = (size_t)E * ff * rbg, nd = (size_t)E * in * rbd;
-    uint8_t *dg, *du, *dd; float *dx, *drw, *dmid, *dout; int *dsel;
-    const int NS = 43;
-    CK(cudaMalloc((void **)&dg, ng)); CK(cudaMalloc((void **)&du, ng)); CK(cudaMalloc((void **)&dd, nd));
-    CK(cudaMemset(dg, 0x11, ng)); CK(cudaMemset(du, 0x22, ng)); CK(cudaMemset(dd, 0x13, nd));
-    CK(cudaMalloc((void **)&dx, sizeof(float) * in)); CK(cudaMalloc((void **)&drw, sizeof(float) * nsel));
-    CK(cudaMalloc((void **)&dmid, sizeof(float) * nsel * ff)); CK(cudaMalloc((void **)&dout, sizeof(float) * in));
-    CK(cudaMalloc((void **)&dsel, sizeof(int) * nsel * NS));
-    float *x = malloc(sizeof(float) * in); int *sel = malloc(sizeof(int) * nsel * NS);
-    for (int64_t i = 0; i < in; i++) x[i] = frand();
-    for (int k = 0; k < NS * nsel; k++) sel[k] = (k * 7 + k / nsel) % E;
-    CK(cudaMemcpy(dx, x, sizeof(float) * in, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(dsel, sel, sizeof(int) * nsel * NS, cudaMemcpyHostToDevice));
-    CK(cudaMemset(drw, 0, sizeof(float) * nsel));
-    if (!cu_repack_iq2_xxs(dg, (int64_t)E * ff, in, rbg, 0) || !cu_repack_iq2_xxs(du, (int64_t)E * ff, in, rbg, 0)) return;
-    cudaStream_t st; CK(cudaStreamCreate(&st));
-    cudaEvent_t a, b; CK(cudaEventCreate(&a)); CK(cudaEventCreate(&b));
-    float ms[2] = {0, 0};
-    for (int which = 0; which < 2; which++) {
-        float best = 1e30f;
-        for (int rep = 0; rep < 20; rep++) {
-            const int *s = dsel + (rep % NS) * nsel;
-            CK(cudaEventRecord(a, st));
-            if (which == 0) cu_moe_dec_glu(116, dg, du, rbg, rbg * ff, ff, in, dx, s, drw, nsel, 0.f, dmid, st);
-            else cu_moe_dec_down(dd, rbd, rbd * in, in, ff, dmid, s, nsel, dout, st);
-            CK(cudaEventRecord(b, st)); CK(cudaEventSynchronize(b));
-            float t; cudaEventElapsedTime(&t, a, b); if (t < best) best = t;
-        }
-        ms[which] = best;
-    }
-    /* a graph of NS (glu, down) pairs, each over its own selection */
-    cudaGraph_t gr; cudaGraphExec_t ge;
-    CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
-    for (int k = 0; k < NS; k++) {
-        cu_moe_dec_glu(116, dg, du, rbg, rbg * ff, ff, in, dx, dsel + k * nsel, drw, nsel, 0.f, dmid, st);
-        cu_moe_dec_down(dd, rbd, rbd * in, in, ff, dmid, dsel + k * nsel, nsel, dout, st);
-    }
-    CK(cudaStreamEndCapture(st, &gr)); CK(cudaGraphInstantiate(&ge, gr, 0));
-    CK(cudaGraphLaunch(ge, st)); CK(cudaStreamSynchronize(st));
-    CK(cudaEventRecord(a, st)); CK(cudaGraphLaunch(ge, st)); CK(cudaEventRecord(b, st)); CK(cudaEventSynchronize(b));
-    float tg_ms; cudaEventElapsedTime(&tg_ms, a, b);
-    double bg = 2.0 * nsel * ff * rbg, bd = (double)nsel * in * rbd;
-    printf("time moe_dec glu %.2f us (%.0f GB/s), down %.2f us (%.0f GB/s); graph of %d pairs: %.2f us a pair (%.0f GB/s)\n",
-           ms[0] * 1e3, bg / (ms[0] * 1e-3) / 1e9, ms[1] * 1e3, bd / (ms[1] * 1e-3) / 1e9, NS, tg_ms * 1e3 / NS,
-           (bg + bd) / (tg_ms * 1e-3 / NS) / 1e9);
-    cudaGraphExecDestroy(ge); cudaGraphDestroy(gr);
-    cudaFree(dg); cudaFree(du); cudaFree(dd); cudaFree(dx); cudaFree(drw); cudaFree(dmid); cudaFree(dout); cudaFree(dsel);
-    free(x); free(sel);
+    struct moe_time t;
+    CK(moe_time_alloc(&t, 116, in, ff, E, nsel, rbg, rbd, 1));
+    if (cu_repack_iq2_xxs(t.dv.g, (int64_t)E * ff, in, rbg, 0) && cu_repack_iq2_xxs(t.dv.u, (int64_t)E * ff, in, rbg, 0))
+        CK(moe_time_run(&t, dec_launch, "moe_dec"));
+    moe_dev_free(&t.dv);
 }
 
 int main(int argc, char **argv) {

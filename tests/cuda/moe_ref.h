@@ -1,12 +1,14 @@
 /* moe_ref.h: what the one-token MoE checks (moe_dec_check.c, moes_check.c)
- * share: their random inputs and the double references built from
- * src/quant's dequantization. Each check has its own generator state (its
+ * share: their random inputs, the double references built from src/quant's
+ * dequantization, the device upload and the Flash-shape timing. Each check has its own generator state (its
  * seed). Header-only: static functions for the two programs. */
 #ifndef MINKE_TESTS_MOE_REF_H
 #define MINKE_TESTS_MOE_REF_H
 
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cuda_runtime_api.h>
@@ -103,6 +105,86 @@ static cudaError_t moe_dev_upload(struct moe_dev *m, const uint8_t *hg, const ui
 static void moe_dev_free(struct moe_dev *m) {
     cudaFree(m->g); cudaFree(m->u); cudaFree(m->d); cudaFree(m->x); cudaFree(m->rw); cudaFree(m->mid); cudaFree(m->out);
     cudaFree(m->sel);
+}
+
+/* The Flash-shape timing both checks print: E experts of constant bytes, x
+ * (random when x_random, else zeros), zero router weights and MOE_TIME_NS
+ * selections of nsel, a different one for each launch; the gate + up and the
+ * down each alone (the best of 20), then a graph of MOE_TIME_NS (gate + up,
+ * down) pairs. The check's launch(t, which, sel, st) runs the gate + up
+ * (which 0) or the down (1) over one selection. */
+#define MOE_TIME_NS 43
+struct moe_time {
+    struct moe_dev dv;     /* dv.sel holds the MOE_TIME_NS selections */
+    int type, nsel;
+    int64_t in, ff;
+    uint64_t rbg, rbd;     /* bytes of a gate / up row, of a down row */
+};
+typedef void (*moe_time_launch)(const struct moe_time *t, int which, const int *sel, cudaStream_t st);
+
+static cudaError_t moe_time_alloc(struct moe_time *t, int type, int64_t in, int64_t ff, int E, int nsel, uint64_t rbg,
+                                  uint64_t rbd, int x_random) {
+    struct moe_dev *m = &t->dv;
+    const size_t ng = (size_t)E * ff * rbg, nd = (size_t)E * in * rbd;
+    cudaError_t e;
+    memset(t, 0, sizeof *t);
+    t->type = type; t->nsel = nsel; t->in = in; t->ff = ff; t->rbg = rbg; t->rbd = rbd;
+    if ((e = cudaMalloc((void **)&m->g, ng)) || (e = cudaMalloc((void **)&m->u, ng)) || (e = cudaMalloc((void **)&m->d, nd)) ||
+        (e = cudaMalloc((void **)&m->x, sizeof(float) * in)) || (e = cudaMalloc((void **)&m->rw, sizeof(float) * nsel)) ||
+        (e = cudaMalloc((void **)&m->mid, sizeof(float) * nsel * ff)) || (e = cudaMalloc((void **)&m->out, sizeof(float) * in)) ||
+        (e = cudaMalloc((void **)&m->sel, sizeof(int) * nsel * MOE_TIME_NS)))
+        return e;
+    if ((e = cudaMemset(m->g, 0x11, ng)) || (e = cudaMemset(m->u, 0x22, ng)) || (e = cudaMemset(m->d, 0x13, nd)) ||
+        (e = cudaMemset(m->x, 0, sizeof(float) * in)) || (e = cudaMemset(m->rw, 0, sizeof(float) * nsel)))
+        return e;
+    float *x = malloc(sizeof(float) * in);
+    int *sel = malloc(sizeof(int) * nsel * MOE_TIME_NS);
+    for (int64_t i = 0; x_random && i < in; i++) x[i] = frand();
+    for (int k = 0; k < MOE_TIME_NS * nsel; k++) sel[k] = (k * 7 + k / nsel) % E;
+    e = x_random ? cudaMemcpy(m->x, x, sizeof(float) * in, cudaMemcpyHostToDevice) : cudaSuccess;
+    if (!e) e = cudaMemcpy(m->sel, sel, sizeof(int) * nsel * MOE_TIME_NS, cudaMemcpyHostToDevice);
+    free(x); free(sel);
+    return e;
+}
+
+/* times t's launches and prints "time <label> glu ..., down ...; graph of ..." */
+static cudaError_t moe_time_run(const struct moe_time *t, moe_time_launch launch, const char *label) {
+    const int NS = MOE_TIME_NS, nsel = t->nsel;
+    const int *dsel = t->dv.sel;
+    cudaStream_t st;
+    cudaEvent_t a, b;
+    cudaError_t e;
+    if ((e = cudaStreamCreate(&st)) || (e = cudaEventCreate(&a)) || (e = cudaEventCreate(&b))) return e;
+    float ms[2] = {0, 0};
+    for (int which = 0; which < 2; which++) {
+        float best = 1e30f;
+        for (int rep = 0; rep < 20; rep++) {
+            cudaEventRecord(a, st);
+            launch(t, which, dsel + (rep % NS) * nsel, st);
+            cudaEventRecord(b, st);
+            if ((e = cudaEventSynchronize(b))) return e;
+            float ti; cudaEventElapsedTime(&ti, a, b); if (ti < best) best = ti;
+        }
+        ms[which] = best;
+    }
+    cudaGraph_t gr; cudaGraphExec_t ge;
+    if ((e = cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal))) return e;
+    for (int k = 0; k < NS; k++) {
+        launch(t, 0, dsel + k * nsel, st);
+        launch(t, 1, dsel + k * nsel, st);
+    }
+    if ((e = cudaStreamEndCapture(st, &gr)) || (e = cudaGraphInstantiate(&ge, gr, 0))) return e;
+    if ((e = cudaGraphLaunch(ge, st)) || (e = cudaStreamSynchronize(st))) return e;
+    cudaEventRecord(a, st); cudaGraphLaunch(ge, st); cudaEventRecord(b, st);
+    if ((e = cudaEventSynchronize(b))) return e;
+    float tg; cudaEventElapsedTime(&tg, a, b);
+    const double bg = 2.0 * nsel * t->ff * t->rbg, bd = (double)nsel * t->in * t->rbd;
+    printf("time %s glu %.2f us (%.0f GB/s), down %.2f us (%.0f GB/s); graph of %d pairs: %.2f us a pair (%.0f GB/s)\n",
+           label, ms[0] * 1e3, bg / (ms[0] * 1e-3) / 1e9, ms[1] * 1e3, bd / (ms[1] * 1e-3) / 1e9, NS, tg * 1e3 / NS,
+           (bg + bd) / (tg * 1e-3 / NS) / 1e9);
+    cudaGraphExecDestroy(ge); cudaGraphDestroy(gr);
+    cudaEventDestroy(a); cudaEventDestroy(b); cudaStreamDestroy(st);
+    return cudaSuccess;
 }
 
 #endif

@@ -55,25 +55,22 @@ static int check(int type, int64_t in, int64_t ff, int E, int nsel, float limit)
     const double mmax = moe_ref_mid(tq, hg, hu, rbg, sel, nsel, ff, in, x, rw, limit, mid, row, row2);
     struct moe_dev dv;
     CK(moe_dev_upload(&dv, hg, hu, ng, hd, nd, x, in, rw, sel, nsel, ff));
-    uint8_t *dg = dv.g, *du = dv.u, *dd = dv.d;
-    float *dx = dv.x, *drw = dv.rw, *dmid = dv.mid, *dout = dv.out;
-    int *dsel = dv.sel;
-    CK(cudaMemset(dmid, 0xFF, sizeof(float) * nsel * ff)); CK(cudaMemset(dout, 0xFF, sizeof(float) * in));
-    cu_moes_glu(type, dg, du, rbg, rbg * ff, ff, in, dx, dsel, drw, nsel, limit, dmid, 0);
-    cu_moes_down(type, dd, rbd, rbd * in, in, ff, dmid, dsel, nsel, dout, 0);
+    CK(cudaMemset(dv.mid, 0xFF, sizeof(float) * nsel * ff)); CK(cudaMemset(dv.out, 0xFF, sizeof(float) * in));
+    cu_moes_glu(type, dv.g, dv.u, rbg, rbg * ff, ff, in, dv.x, dv.sel, dv.rw, nsel, limit, dv.mid, 0);
+    cu_moes_down(type, dv.d, rbd, rbd * in, in, ff, dv.mid, dv.sel, nsel, dv.out, 0);
     CK(cudaGetLastError());
     CK(cudaDeviceSynchronize());
     float *midf = malloc(sizeof(float) * nsel * ff), *gout = malloc(sizeof(float) * in), *g2 = malloc(sizeof(float) * in);
-    CK(cudaMemcpy(midf, dmid, sizeof(float) * nsel * ff, cudaMemcpyDeviceToHost));
-    CK(cudaMemcpy(gout, dout, sizeof(float) * in, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(midf, dv.mid, sizeof(float) * nsel * ff, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(gout, dv.out, sizeof(float) * in, cudaMemcpyDeviceToHost));
     double md = 0;
     for (int64_t i = 0; i < nsel * ff; i++) md = fmax(md, isnan(midf[i]) ? INFINITY : fabs(midf[i] - mid[i]));
     double od;
     const double omax = moe_ref_down(tq, hd, rbd, sel, NULL, nsel, in, ff, midf, gout, &od, row);
     /* again: the same bits */
-    cu_moes_glu(type, dg, du, rbg, rbg * ff, ff, in, dx, dsel, drw, nsel, limit, dmid, 0);
-    cu_moes_down(type, dd, rbd, rbd * in, in, ff, dmid, dsel, nsel, dout, 0);
-    CK(cudaMemcpy(g2, dout, sizeof(float) * in, cudaMemcpyDeviceToHost));
+    cu_moes_glu(type, dv.g, dv.u, rbg, rbg * ff, ff, in, dv.x, dv.sel, dv.rw, nsel, limit, dv.mid, 0);
+    cu_moes_down(type, dv.d, rbd, rbd * in, in, ff, dv.mid, dv.sel, nsel, dv.out, 0);
+    CK(cudaMemcpy(g2, dv.out, sizeof(float) * in, cudaMemcpyDeviceToHost));
     int rerun = memcmp(g2, gout, sizeof(float) * in) != 0;
     int bad = rerun || !(md <= 3e-5 * mmax) || !(od <= 3e-5 * omax) || !(mmax > 0) || !(omax > 0);
     printf("%s moes %s in %lld ff %lld sel %d/%d limit %g: mid max|diff| %.3g of %.3g, out %.3g of %.3g%s\n", bad ? "FAIL" : "ok",
@@ -82,14 +79,14 @@ static int check(int type, int64_t in, int64_t ff, int E, int nsel, float limit)
     {
         int *msel = malloc(sizeof(int) * nsel), nown = 0;
         for (int e = 0; e < nsel; e++) { msel[e] = sel[e] < E / 2 ? sel[e] : -1; nown += msel[e] >= 0; }
-        CK(cudaMemcpy(dsel, msel, sizeof(int) * nsel, cudaMemcpyHostToDevice));
-        CK(cudaMemset(dmid, 0xFF, sizeof(float) * nsel * ff));
-        cu_moes_glu(type, dg, du, rbg, rbg * ff, ff, in, dx, dsel, drw, nsel, limit, dmid, 0);
-        cu_moes_down(type, dd, rbd, rbd * in, in, ff, dmid, dsel, nsel, dout, 0);
+        CK(cudaMemcpy(dv.sel, msel, sizeof(int) * nsel, cudaMemcpyHostToDevice));
+        CK(cudaMemset(dv.mid, 0xFF, sizeof(float) * nsel * ff));
+        cu_moes_glu(type, dv.g, dv.u, rbg, rbg * ff, ff, in, dv.x, dv.sel, dv.rw, nsel, limit, dv.mid, 0);
+        cu_moes_down(type, dv.d, rbd, rbd * in, in, ff, dv.mid, dv.sel, nsel, dv.out, 0);
         CK(cudaDeviceSynchronize());
         float *mmid = malloc(sizeof(float) * nsel * ff);
-        CK(cudaMemcpy(mmid, dmid, sizeof(float) * nsel * ff, cudaMemcpyDeviceToHost));
-        CK(cudaMemcpy(g2, dout, sizeof(float) * in, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(mmid, dv.mid, sizeof(float) * nsel * ff, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(g2, dv.out, sizeof(float) * in, cudaMemcpyDeviceToHost));
         int mbad = 0;
         const uint32_t nanbits = 0xFFFFFFFFu;
         for (int e = 0; e < nsel; e++)
@@ -109,53 +106,20 @@ static int check(int type, int64_t in, int64_t ff, int E, int nsel, float limit)
     return bad;
 }
 
+static void moes_launch(const struct moe_time *t, int which, const int *s, cudaStream_t st) {
+    const struct moe_dev *m = &t->dv;
+    if (which == 0) cu_moes_glu(t->type, m->g, m->u, t->rbg, t->rbg * t->ff, t->ff, t->in, m->x, s, m->rw, t->nsel, 0.f, m->mid, st);
+    else cu_moes_down(t->type, m->d, t->rbd, t->rbd * t->in, t->in, t->ff, m->mid, s, t->nsel, m->out, st);
+}
 static void timing(int type, int64_t in, int64_t ff, int E, int nsel) {
     const quant_traits *tq = quant_get(type);
     uint64_t rbg = (uint64_t)(in / tq->blck) * tq->bytes, rbd = (uint64_t)(ff / tq->blck) * tq->bytes;
-    size_t ng = (size_t)E * ff * rbg, nd = (size_t)E * in * rbd;
-    const int NS = 43;
-    uint8_t *dg, *du, *dd; float *dx, *drw, *dmid, *dout; int *dsel;
-    CK(cudaMalloc((void **)&dg, ng)); CK(cudaMalloc((void **)&du, ng)); CK(cudaMalloc((void **)&dd, nd));
-    CK(cudaMemset(dg, 0x11, ng)); CK(cudaMemset(du, 0x22, ng)); CK(cudaMemset(dd, 0x13, nd));
-    CK(cudaMalloc((void **)&dx, sizeof(float) * in)); CK(cudaMalloc((void **)&drw, sizeof(float) * nsel));
-    CK(cudaMalloc((void **)&dmid, sizeof(float) * nsel * ff)); CK(cudaMalloc((void **)&dout, sizeof(float) * in));
-    CK(cudaMalloc((void **)&dsel, sizeof(int) * nsel * NS));
-    CK(cudaMemset(dx, 0, sizeof(float) * in)); CK(cudaMemset(drw, 0, sizeof(float) * nsel));
-    int *sel = malloc(sizeof(int) * nsel * NS);
-    for (int k = 0; k < NS * nsel; k++) sel[k] = (k * 7 + k / nsel) % E;
-    CK(cudaMemcpy(dsel, sel, sizeof(int) * nsel * NS, cudaMemcpyHostToDevice));
-    cudaStream_t st; CK(cudaStreamCreate(&st));
-    cudaEvent_t a, b; CK(cudaEventCreate(&a)); CK(cudaEventCreate(&b));
-    float ms[2];
-    for (int which = 0; which < 2; which++) {
-        float best = 1e30f;
-        for (int rep = 0; rep < 20; rep++) {
-            const int *s = dsel + (rep % NS) * nsel;
-            CK(cudaEventRecord(a, st));
-            if (which == 0) cu_moes_glu(type, dg, du, rbg, rbg * ff, ff, in, dx, s, drw, nsel, 0.f, dmid, st);
-            else cu_moes_down(type, dd, rbd, rbd * in, in, ff, dmid, s, nsel, dout, st);
-            CK(cudaEventRecord(b, st)); CK(cudaEventSynchronize(b));
-            float t; cudaEventElapsedTime(&t, a, b); if (t < best) best = t;
-        }
-        ms[which] = best;
-    }
-    cudaGraph_t gr; cudaGraphExec_t ge;
-    CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
-    for (int k = 0; k < NS; k++) {
-        cu_moes_glu(type, dg, du, rbg, rbg * ff, ff, in, dx, dsel + k * nsel, drw, nsel, 0.f, dmid, st);
-        cu_moes_down(type, dd, rbd, rbd * in, in, ff, dmid, dsel + k * nsel, nsel, dout, st);
-    }
-    CK(cudaStreamEndCapture(st, &gr)); CK(cudaGraphInstantiate(&ge, gr, 0));
-    CK(cudaGraphLaunch(ge, st)); CK(cudaStreamSynchronize(st));
-    CK(cudaEventRecord(a, st)); CK(cudaGraphLaunch(ge, st)); CK(cudaEventRecord(b, st)); CK(cudaEventSynchronize(b));
-    float tg; cudaEventElapsedTime(&tg, a, b);
-    double bg = 2.0 * nsel * ff * rbg, bd = (double)nsel * in * rbd;
-    printf("time moes %s glu %.2f us (%.0f GB/s), down %.2f us (%.0f GB/s); graph of %d pairs: %.2f us a pair (%.0f GB/s)\n",
-           tq->name, ms[0] * 1e3, bg / (ms[0] * 1e-3) / 1e9, ms[1] * 1e3, bd / (ms[1] * 1e-3) / 1e9, NS, tg * 1e3 / NS,
-           (bg + bd) / (tg * 1e-3 / NS) / 1e9);
-    cudaGraphExecDestroy(ge); cudaGraphDestroy(gr);
-    cudaFree(dg); cudaFree(du); cudaFree(dd); cudaFree(dx); cudaFree(drw); cudaFree(dmid); cudaFree(dout); cudaFree(dsel);
-    free(sel);
+    struct moe_time t;
+    CK(moe_time_alloc(&t, type, in, ff, E, nsel, rbg, rbd, 0));
+    char label[64];
+    snprintf(label, sizeof label, "moes %s", tq->name);
+    CK(moe_time_run(&t, moes_launch, label));
+    moe_dev_free(&t.dv);
 }
 
 int main(int argc, char **argv) {
