@@ -489,9 +489,11 @@ __device__ __forceinline__ void adec_rope_apply(float (&y)[4], const float (&cs)
  * f32 kernels' code as it was (127 registers: two blocks of 8 heads per SM,
  * as the shared memory allows); the FP8 kernel of 8 heads would take 137 and
  * fit one, so it asks for two (128 registers, 20 / 60 bytes of spills).
- * MINKE_CUDA_ATT_MINB=0 (not measured yet) takes an FP8 8-head instance
- * without the request (137 registers, no spills) where the grid has no more
- * blocks than SMs (one token: 128 blocks), so that two a SM cannot matter. */
+ * Where the grid has no more blocks than SMs (one token: 128 blocks), two a
+ * SM cannot matter, so an FP8 8-head instance without the request runs there
+ * (137 registers, no spills): Flash q2 decode at ctx 4096 164.9-165.2 tok/s
+ * against 162.3-163.9 (twelfth session). MINKE_CUDA_ATT_MINB=1 keeps the
+ * capped instance everywhere (A/B). */
 #define ADEC_MINB(HPB, FMT) ((FMT) == CU_KV_FP8 && (HPB) == 8 ? 2 : 0)
 template <int HPB, int FMT, int MINB = ADEC_MINB(HPB, FMT)>
 __global__ void __launch_bounds__(HPB * 32, MINB)
@@ -875,7 +877,7 @@ void cu_attention(const float *q, const float *kv_batch, const float *ring, cons
         static unsigned attr_done = 0;
         if (cu_dev_first(&attr_done)) cu_attn_init();
         static int minb_env = -2;
-        if (minb_env == -2) { const char *e = getenv("MINKE_CUDA_ATT_MINB"); minb_env = e && *e ? atoi(e) : -1; }
+        if (minb_env == -2) { const char *e = getenv("MINKE_CUDA_ATT_MINB"); minb_env = e && *e ? atoi(e) : 0; }
         const bool uncapped = minb_env == 0 && (int64_t)((nh + hpb - 1) / hpb) * T * nsplit <= nsm;
         auto kdec = hpb == 8 ? (fp8 ? (uncapped ? k_attn_dec<8, CU_KV_FP8, 0> : k_attn_dec<8, CU_KV_FP8>)
                                     : k_attn_dec<8, CU_KV_F32>)

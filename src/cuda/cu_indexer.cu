@@ -486,6 +486,7 @@ void cu_idx_scores(const float *qI, const float *wI, const void *rows, int rows_
 #define IDXT_THREADS (IDXT_WARPS * 32)
 #define IDXT_QS (IDXT_HD + 8)       /* bf16 a staged head: +16 bytes, conflict-free ldmatrix rows */
 #define IDXT_MIN_T 16               /* fewer tokens (decode, short batches): k_idx_scores_w */
+#define IDXT_DEC_ROWS 4096          /* ... unless the cache holds this many rows (cu_idx_scores_tc_taken) */
 #define IDXT_BAD (1 << 20)          /* A or B of a vector that fails outright */
 #define IDXT_NOBIT 4096             /* lowest-bit key of a vector with no nonzero value */
 
@@ -748,14 +749,16 @@ static void idxt_launch(int mt, dim3 grid, const float *qI, const float *wI, con
 
 /* MINKE_CUDA_IDX_TC: 1 (default) tensor cores for prefill batches with the
  * simulations on; 0 never; 2 also with them off (a check of the fallback:
- * then nearly every score takes it). MINKE_CUDA_IDX_TC_DEC_ROWS=N (an
- * experiment, 0 = off by default, not yet measured): batches under
- * IDXT_MIN_T tokens (decode) too, where the cache's capacity (max_rows, not
- * the rows it holds now: a decode graph is captured once) is at least N
- * rows (long contexts: k_idx_scores_w takes 67 us for 40000 rows); the same
- * bits either way (see above). Both read at each call. */
+ * then nearly every score takes it). Batches under IDXT_MIN_T tokens
+ * (decode) too, where the cache's capacity (max_rows, not the rows it holds
+ * now: a decode graph is captured once) is at least IDXT_DEC_ROWS rows
+ * (MINKE_CUDA_IDX_TC_DEC_ROWS=N moves it, 0 turns it off): one token's
+ * scores over 4096 / 16384 / 40000 rows take 12.0 / 13.2 / 22.9 us there
+ * against 18.0 / 32.9 / 65.0 on k_idx_scores_w, and Flash q2 decode at ctx
+ * 65536 runs 150.5-152.0 tok/s against 143.3-143.5 (twelfth session); the
+ * same bits either way (see above). Both read at each call. */
 int cu_idx_scores_tc_taken(int T, int nh, int hd, int max_rows, int sims) {
-    int mode = env_int("MINKE_CUDA_IDX_TC", 1), dec_rows = env_int("MINKE_CUDA_IDX_TC_DEC_ROWS", 0);
+    int mode = env_int("MINKE_CUDA_IDX_TC", 1), dec_rows = env_int("MINKE_CUDA_IDX_TC_DEC_ROWS", IDXT_DEC_ROWS);
     int batch_ok = T >= IDXT_MIN_T || (dec_rows > 0 && max_rows >= dec_rows);
     return nh == IDXT_NH && hd == IDXT_HD && batch_ok && !cu_dec_old(CU_OLD_IDX_SCORES) &&
            (mode == 2 || (mode == 1 && sims));
@@ -765,7 +768,9 @@ void cu_idx_scores_sims(const float *qI, const float *wI, const void *rows, int 
                         float wscale, int topk, int max_rows, const int *pos0p, float *scores, int64_t score_stride,
                         int sims, cudaStream_t st) {
     if (cu_idx_scores_tc_taken(T, nh, hd, max_rows, sims)) {
-        int mt = env_int("MINKE_CUDA_IDX_TC_MT", 2) == 1 ? 1 : 2;
+        /* 128 rows a block for decode (12.0 against 14.2 us at 4096 rows, the
+         * same at 40000), 256 for prompts */
+        int mt = env_int("MINKE_CUDA_IDX_TC_MT", T < IDXT_MIN_T ? 1 : 2) == 1 ? 1 : 2;
         int tok = env_int("MINKE_CUDA_IDX_TC_TOK", 8);
         if (tok < 1) tok = 1;
         if (tok < (T + 65534) / 65535) tok = (T + 65534) / 65535;

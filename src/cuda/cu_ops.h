@@ -160,7 +160,7 @@ void cu_idx_scores(const float *qI, const float *wI, const void *rows, int rows_
                    float wscale, int topk, int max_rows, const int *pos0p, float *scores, int64_t score_stride,
                    cudaStream_t st);
 /* the same scores; with sims (the simulations on: q and rows FP4-exact), nh 64, hd 128 and T >= 16
- * (or a capacity max_rows >= MINKE_CUDA_IDX_TC_DEC_ROWS, an experiment, off by default) on the
+ * (or a capacity max_rows >= 4096, MINKE_CUDA_IDX_TC_DEC_ROWS=N to move it, 0 off) on the
  * tensor cores (k_idx_scores_tc), bit-identical to cu_idx_scores. cu_idx_scores_tc_taken: 1 when
  * a call of that shape takes the tensor cores now (the environment is read at each call). */
 int cu_idx_scores_tc_taken(int T, int nh, int hd, int max_rows, int sims);

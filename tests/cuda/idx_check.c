@@ -35,8 +35,9 @@
  *
  *   idx_check          the checks and the Flash-size timing ('time' lines)
  *   idx_check --time   also the row / token tile variants timed
- * Decode on the tensor cores (MINKE_CUDA_IDX_TC_DEC_ROWS, an experiment) is
- * checked against the FMA kernel bit for bit (and that it is taken) at 4096,
+ * Decode on the tensor cores (the default where the cache's capacity holds
+ * 4096 index rows or more, MINKE_CUDA_IDX_TC_DEC_ROWS) is checked against
+ * the FMA kernel bit for bit (and that it is taken) at 4096,
  * 16384, 40000 and 40003 rows, with spare capacity, with no token past the
  * top-k, at T = 5 and 12, and poisoned (the fallback), with time lines for
  * the first three.
@@ -400,7 +401,7 @@ static void check_small(int T, int pos0) {
     case_free(&c);
 }
 
-/* decode on the tensor cores (MINKE_CUDA_IDX_TC_DEC_ROWS, an experiment):
+/* decode on the tensor cores (MINKE_CUDA_IDX_TC_DEC_ROWS):
  * T tokens' scores by k_idx_scores_tc against the FMA kernel, bit for bit,
  * with 128 and 256 rows a block, f32 and FP4 rows (FP4 when the data packs);
  * extra: spare capacity past the last token's rows; timed: time lines */
@@ -432,7 +433,7 @@ static void check_dec_tc(int T, int pos0, int data, int extra, int timed) {
                        "%7.1f us\n", T, pos0, f4 ? "FP4" : "f32", tf, 16 * 8 * mt, time_launch(&c, P_SIMS_ON, mt, 8));
         }
     }
-    unsetenv("MINKE_CUDA_IDX_TC_DEC_ROWS");
+    setenv("MINKE_CUDA_IDX_TC_DEC_ROWS", "0", 1);
     c.fmt = CU_KV_F32;
     result_free(&ref); result_free(&got);
     case_free(&c);
@@ -519,9 +520,15 @@ int main(int argc, char **argv) {
     int ndev = 0;
     if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1) { printf("FAIL no CUDA device\n"); return 1; }
     setvbuf(stdout, NULL, _IOLBF, 0);
-    unsetenv("MINKE_CUDA_IDX_TC_DEC_ROWS");     /* the checks set it where they mean to */
     cu_ops_init();
     cu_dec_old_set(0);
+    /* the default switch: decode takes the tensor cores from a capacity of 4096 rows */
+    unsetenv("MINKE_CUDA_IDX_TC_DEC_ROWS");
+    report(cu_idx_scores_tc_taken(1, NH, HD, 4096, 1) == 1 && cu_idx_scores_tc_taken(1, NH, HD, 4095, 1) == 0 &&
+           cu_idx_scores_tc_taken(1, NH, HD, 65536, 0) == 0,
+           "decode scores on the tensor cores by default from a capacity of 4096 rows (sims on)");
+    /* the other checks mean the FMA kernel for decode; check_dec_tc turns it on where it means to */
+    setenv("MINKE_CUDA_IDX_TC_DEC_ROWS", "0", 1);
     CK(cudaStreamCreate(&st));     /* blocking: ordered with the plain cudaMemcpy of the checks */
     check_fp4(37, 2048, DATA_FP4, 0);          /* nI 512..521: tokens 0-2 inactive, 34 of 37 active */
     check_fp4(200, 4000, DATA_FP4, 0);         /* nI 1000..1050: across the 1024 row tile */
