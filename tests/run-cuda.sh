@@ -34,7 +34,7 @@ if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; t
 fi
 nvidia-smi -L
 
-for k in gemv_check mmq_exact mmf16_check hc_check attn_check idx_check argmax_check moe_dec_check moes_check kvfmt_check nccl_check; do
+for k in gemv_check mmq_exact mmf16_check mmh_check hc_check attn_check idx_check argmax_check moe_dec_check moes_check kvfmt_check nccl_check; do
     [ -x "$B/tests/cuda/$k" ] || continue
     if "$B/tests/cuda/$k" ${GEMV_TIME:+--time} > "$T/$k.log" 2>&1; then ok $k; else bad $k; fi
     grep -E '^(FAIL|time)' "$T/$k.log"
@@ -80,6 +80,29 @@ for model in f32 q2; do
                     ok "$name-vs-cuda-prefill"; else bad "$name-vs-cuda-prefill"; fi
             fi
         done
+    done
+done
+
+# The dense Q8_0 products as cuBLASLt f16 GEMMs of exact pieces (cu_mmh.cu),
+# forced onto every product of the tiny q2 model from 32 tokens: prefill and
+# chunks of 64 against the CPU like the int8 kernels above with the
+# simulations off; with them on, an INFO line: the f16 path sums in f32 on
+# the tensor cores (mmh_check: ~2.5e-6 of max|y|, the CPU's own rounding
+# level, against 2e-7 for the int8 pieces), and this model turns such
+# differences into other FP8 roundings and indexer choices (as the forced
+# attention tensor cores below)
+for sims in on off; do
+    for mode in prefill chunk64; do
+        opt=""; [ $mode = chunk64 ] && opt="--chunk 64"
+        name="tiny-q2-sims$sims-$mode-mmh"
+        O="$T/cuda-q2-$sims-$mode-mmh.f32"
+        R="$T/cpu-q2-$sims.f32"
+        if ! MINKE_CUDA_MMH=1 MINKE_CUDA_MMH_MIN=32 MINKE_CUDA_MMH_MINW=1 "$M" logits -m "$T/tiny-q2.gguf" --tokens "$TOK" \
+            --out "$O" --backend cuda --sims $sims $opt > "$T/$name.log" 2>&1; then bad "$name"; tail -5 "$T/$name.log"; continue; fi
+        V=$(( $(wc -c < "$R") / 4 / NTOK ))
+        if [ $sims = on ]; then
+            "$B/tests/cuda/cmp_f32" "$R" "$O" "$V" 1e-3 --argmax --label "info-$name" | sed 's/^/INFO /'
+        elif "$B/tests/cuda/cmp_f32" "$R" "$O" "$V" 1e-3 --argmax --label "$name"; then ok "$name"; else bad "$name"; fi
     done
 done
 

@@ -81,6 +81,7 @@ typedef struct cu_model {      /* one GPU's part of the model */
     float *rope_main, *rope_comp;   /* inv_freq tables, rope_dim/2 each */
     uint64_t weight_bytes;
     int max_in;                     /* widest matmul input */
+    int64_t max_q8_w;               /* the most weights of a dense Q8_0 matrix (cu_mmh's scratch) */
 } cu_model;
 
 /* ------------------------------------------------------------------ */
@@ -437,6 +438,9 @@ static int dev_init(minke_model *m, cu_model *cm) {
         }
         total += j->dst->nbytes;
         if (t->ne[0] > cm->max_in) cm->max_in = (int)t->ne[0];
+        if (t->type == GGML_TYPE_Q8_0 && t->n_dims == 2 && t->ne[0] * t->ne[1] > cm->max_q8_w &&
+            t->ne[0] * t->ne[1] <= (64ll << 20))
+            cm->max_q8_w = t->ne[0] * t->ne[1];
     }
     {
         size_t fr = 0, tot = 0;
@@ -905,6 +909,10 @@ static cu_session *dev_session_alloc(minke_model *m, cu_model *cm, int n_ctx) {
             AL(s->asplit, main_el / 32 * 100 + rows * 16 + 4096);
             AL(s->asplit2, side_el / 32 * 100 + T * 16 + 4096);
             AL(s->asplit3, T * D / 32 * 100 + T * 16 + 4096);
+            /* cu_mmh's scratch where it runs (main stream; the kv row on st3), so that
+             * a prompt does not allocate it */
+            cu_mmh_reserve(cm->st, T, mx, cm->max_q8_w);
+            cu_mmh_reserve(cm->st3, T, D, (int64_t)D * Dh);
         }
     }
     AL(s->d_argmax, 4);
@@ -1022,6 +1030,8 @@ static void x_rewritten(fwd *f) {
  * one launch, then the pre-split kernel (cu_mmq.cu; faster than splitting
  * while staging, which every block would redo). 0 when it does not apply. */
 static int mmq_exact(fwd *f, cu_gemv_args *g, const float *x, int64_t nrows, int ntiles) {
+    /* dense Q8_0 products: one f16 GEMM of exact pieces through cuBLASLt where it is on (cu_mmh.cu) */
+    if (g->act_f32 && g->act == (const void *)x && cu_mmh(g, nrows, f->st)) return 1;
     if (!g->act_f32 || !f->asplit || g->wtype == CU_TYPE_F16 || !cu_mmq_supported(g)) return 0;
     int64_t n = g->act_stride / 4;     /* the whole f32 row (grouped input: every group) */
     int cls = g->wtype == CU_TYPE_Q2_K;   /* Q2_K's pieces share a scale per 256, others per 32 */

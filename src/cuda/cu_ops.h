@@ -72,6 +72,18 @@ int cu_mmq_supported(const cu_gemv_args *g);
  * ntiles = ceil(ntok / 64); MoE: tiles built with nt = 64). 0 when unsupported. */
 int cu_mmq(const cu_gemv_args *g, int ntiles, cudaStream_t st);
 int cu_mmq_tables_init(const uint64_t *grid);
+/* cu_mmh.cu: dense Q8_0 / Q8_0R products of prefill batches with exact (f32) activations as one
+ * cuBLASLt f16 GEMM (weights and activations split into exact f16 pieces, docs/numerics.md).
+ * cu_mmh_taken: 1 when a product of ntok rows takes it (default from 256 tokens and 1M weights;
+ * MINKE_CUDA_MMH=0/1, MINKE_CUDA_MMH_MIN=tokens, MINKE_CUDA_MMH_MINW=weights: rows x in); cu_mmh: the product (dense or grouped input, accumulate
+ * or not; act = f32 rows, act_stride bytes apart, 16-byte aligned), 0 when not done (the caller runs
+ * cu_mmq). cu_mmh_set: the checks' switch (min_tokens / min_weights <= 0 keep the current ones). */
+int cu_mmh_taken(const cu_gemv_args *g, int64_t ntok);
+int cu_mmh(const cu_gemv_args *g, int64_t ntok, cudaStream_t st);
+void cu_mmh_set(int on, int min_tokens, int64_t min_weights);
+/* allocate st's scratch for products up to max_weights over T rows of up to max_in (session set-up;
+ * 0 when off or too small to take it) */
+int cu_mmh_reserve(cudaStream_t st, int64_t T, int64_t max_in, int64_t max_weights);
 /* cu_mmf16.cu: the F16 case of cu_mmq (ntiles = ceil(ntok / 64): the tokens
  * covered are min(ntok, 64 ntiles)). MINKE_CUDA_MMF16=0 runs the first kernel
  * (A/B), 1 (default) the pipelined one, 2..5 force its huge/big/mid/small tiles. */

@@ -1,0 +1,371 @@
+/* cu_mmh.cu: the dense Q8_0 products of prefill batches (exact activations)
+ * as one cuBLASLt f16 GEMM each, on the f16 tensor cores.
+ *
+ * Why: the int8 tensor-core kernels (cu_mmq.cu) meet three int8 pieces of
+ * every activation and fold each 32-element item's integer dots into f32 on
+ * the CUDA cores; that fold and mma.sync's issue rate hold them near 100
+ * TFLOP/s of useful work (docs/performance.md). Here the fold disappears:
+ *   - a weight code times its item's f16 scale is exact in 18 bits, so a
+ *     matrix scaled by a power of two 2^ew (its largest 127 |d| into
+ *     [2^14, 2^15)) is exactly Wh + Wl, two f16 numbers (Wl has at most
+ *     8 significant bits: exact, short of the f16 subnormals);
+ *   - an activation scaled by 2^ex (the batch's amax into [2^14, 2^15)) is
+ *     xh + xl to ~22 bits, xh = f16(x), xl = f16(x - xh) (as cu_mmf16.cu);
+ *   - W.x = Wh.xh + Wl.xh + Wh.xl + (Wl.xl, 2^-22 relative, dropped): one
+ *     GEMM with K' = 3K over A' = [Wh | Wl | Wh] and B' = [xh | xh | xl],
+ *     every f16 x f16 product exact in f32 and summed in f32, scaled back by
+ *     alpha = 2^-(ew + ex) (exact) as cuBLASLt writes the f32 output.
+ * So an output is the f32 product within float rounding, as the CPU's, at
+ * f16 tensor-core rates through a library kernel (TMA, wgmma) instead of
+ * ours. The expansion costs a pass over the weights (6 bytes a weight
+ * written) and the activations (6 bytes an element) per product.
+ *
+ * Measured on the H200 (twelfth session, docs/performance.md): Flash's dense
+ * prefill shapes at T = 4096 1.4-2.3x the int8 path (q_b 2.78 -> 1.22 ms,
+ * out_b 2.69 -> 1.25), a 4096-token prompt 3,030 -> 3,340-3,430 tok/s, the
+ * interval ending at 65536 2,560 -> 2,906. Error: ~2.5e-6 of max|y| (the f32
+ * sums of ~3K products; the int8 pieces sum exactly inside an item: 2e-7),
+ * mmh_check. On by default from 256 tokens and 1M weights (MINKE_CUDA_MMH=0
+ * turns it off, _MIN / _MINW move the thresholds); a batch shares one
+ * activation scale, so a row 1e-7 of the batch's amax keeps fewer bits.
+ *
+ * Scratch (per stream: the side branches run products concurrently): the
+ * cuBLASLt workspace, the scales, A' and B'; grown on demand outside graph
+ * capture (never captured: prefill batches only). cu_mmh returns 0 where it
+ * does not apply, and the caller runs cu_mmq.
+ */
+#include <math.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cuda_fp16.h>
+#include <cublasLt.h>
+
+#include "cuda/cu_common.cuh"
+#include "cuda/cu_ops.h"
+
+#define MMH_THREADS 256
+#define MMH_WS_BYTES (32u << 20)      /* cuBLASLt workspace a stream */
+#define MMH_SMALL 256                 /* dmax, amax, alpha, beta 0 / 1 */
+
+/* ------------------------------------------------------------------ */
+/* kernels */
+
+/* the weight scale's exponent: 127 dmax 2^ew in [2^14, 2^15) (0 for an
+ * all-zero or non-finite matrix) */
+__device__ __forceinline__ int mmh_wexp_of(unsigned dmax_bits) {
+    float m = 127.f * __half2float(__ushort_as_half((unsigned short)dmax_bits));
+    if (!(m > 0.f) || !isfinite(m)) return 0;
+    int e;
+    frexpf(m, &e);
+    return 15 - e;
+}
+/* the activations' exponent: amax 2^ex in [2^14, 2^15), kept where 2^ex is a
+ * normal float */
+__device__ __forceinline__ int mmh_xexp_of(unsigned amax_bits) {
+    float a = __uint_as_float(amax_bits);
+    if (!(a > 0.f) || !isfinite(a)) return 0;
+    int e;
+    frexpf(a, &e);
+    e = 15 - e;
+    return e > 120 ? 120 : e < -120 ? -120 : e;
+}
+__device__ __forceinline__ float mmh_pow2(int e) { return __int_as_float((127 + e) << 23); }
+
+/* a row's item it: its f16 scale's bits and its 8 codes from sub * 8 */
+template <bool REP>
+__device__ __forceinline__ const uint8_t *mmh_item(const uint8_t *row, int it, int items, unsigned *dbits) {
+    if (REP) {
+        *dbits = (unsigned)row[(int64_t)items * 32 + 2 * it] | (unsigned)row[(int64_t)items * 32 + 2 * it + 1] << 8;
+        return row + (int64_t)it * 32;
+    }
+    const uint8_t *b = row + (int64_t)it * 34;
+    *dbits = (unsigned)b[0] | (unsigned)b[1] << 8;
+    return b + 2;
+}
+
+/* the largest |d| of the matrix (f16 bits without the sign order like the values) */
+template <bool REP>
+__global__ void k_mmh_dmax(const uint8_t *w, int64_t rows, int items, uint64_t row_bytes, unsigned *dmax) {
+    cu_pdl_enter();
+    unsigned m = 0;
+    const int64_t n = rows * items;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        unsigned d;
+        mmh_item<REP>(w + (i / items) * row_bytes, (int)(i % items), items, &d);
+        d &= 0x7fffu;
+        m = d > m ? d : m;
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) { unsigned v = __shfl_xor_sync(0xffffffffu, m, o); m = v > m ? v : m; }
+    if ((threadIdx.x & 31) == 0 && m) atomicMax(dmax, m);
+}
+
+/* A' rows: [Wh | Wl | Wh] of 3 in halves; a thread makes 8 consecutive weights */
+template <bool REP>
+__global__ void k_mmh_wexpand(const uint8_t *w, int64_t rows, int in, uint64_t row_bytes, const unsigned *dmax,
+                              __half *A) {
+    cu_pdl_enter();
+    const int per_row = in / 8, items = in / 32;
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= rows * per_row) return;
+    const int64_t r = i / per_row;
+    const int c8 = (int)(i % per_row), it = c8 >> 2;
+    unsigned dbits;
+    const uint8_t *q = mmh_item<REP>(w + r * row_bytes, it, items, &dbits) + (c8 & 3) * 8;
+    const float ds = __half2float(__ushort_as_half((unsigned short)dbits)) * mmh_pow2(mmh_wexp_of(*dmax));
+    __align__(16) __half hi[8], lo[8];
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        float v = (float)(int8_t)q[j] * ds;       /* 8 x 11 bits: exact */
+        hi[j] = __float2half_rn(v);
+        lo[j] = __float2half_rn(v - __half2float(hi[j]));
+    }
+    __half *a = A + r * 3 * (int64_t)in + (int64_t)c8 * 8;
+    *(uint4 *)a = *(const uint4 *)hi;
+    *(uint4 *)(a + in) = *(const uint4 *)lo;
+    *(uint4 *)(a + 2 * in) = *(const uint4 *)hi;
+}
+
+/* the batch's largest |x| (float bits order like the values) */
+__global__ void k_mmh_amax(const float *x, int T, int in, int64_t xs, unsigned *amax) {
+    cu_pdl_enter();
+    const int per_row = in / 4;
+    float m = 0.f;
+    const int64_t n = (int64_t)T * per_row;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        float4 v = *(const float4 *)(x + (i / per_row) * xs + (i % per_row) * 4);
+        m = fmaxf(m, fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w))));
+        if (v.x != v.x || v.y != v.y || v.z != v.z || v.w != v.w) m = __uint_as_float(0x7fc00000u);
+    }
+    unsigned b = __float_as_uint(m);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) { unsigned v = __shfl_xor_sync(0xffffffffu, b, o); b = v > b ? v : b; }
+    if ((threadIdx.x & 31) == 0 && b) atomicMax(amax, b);
+}
+
+/* B' rows: [xh | xh | xl] of 3 in halves; a thread splits 8 activations; the
+ * first thread writes alpha = 2^-(ew + ex) */
+__global__ void k_mmh_xsplit(const float *x, int T, int in, int64_t xs, unsigned *small, __half *B) {
+    cu_pdl_enter();
+    const int per_row = in / 8;
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const int ex = mmh_xexp_of(small[1]);
+    if (i == 0) {
+        float *f = (float *)small;
+        f[2] = ldexpf(1.f, -(ex + mmh_wexp_of(small[0])));
+        f[3] = 0.f;      /* beta: cuBLASLt reads alpha and beta from device memory */
+        f[4] = 1.f;
+    }
+    if (i >= (int64_t)T * per_row) return;
+    const int64_t t = i / per_row;
+    const int c8 = (int)(i % per_row);
+    const float *p = x + t * xs + (int64_t)c8 * 8;
+    float4 v0 = *(const float4 *)p, v1 = *(const float4 *)(p + 4);
+    const float v[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
+    const float s = mmh_pow2(ex);
+    __align__(16) __half hi[8], lo[8];
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        float y = v[j] * s;                        /* a power of two: exact */
+        hi[j] = __float2half_rn(y);
+        lo[j] = __float2half_rn(y - __half2float(hi[j]));
+    }
+    __half *b = B + t * 3 * (int64_t)in + (int64_t)c8 * 8;
+    *(uint4 *)b = *(const uint4 *)hi;
+    *(uint4 *)(b + in) = *(const uint4 *)hi;
+    *(uint4 *)(b + 2 * in) = *(const uint4 *)lo;
+}
+
+/* ------------------------------------------------------------------ */
+/* host: the switch, per-stream scratch, cuBLASLt plans */
+
+static int mmh_mode = -1, mmh_min_t = 256;
+static int64_t mmh_min_w = 1 << 20;
+static void mmh_env(void) {
+    if (mmh_mode >= 0) return;
+    const char *e = getenv("MINKE_CUDA_MMH"), *m = getenv("MINKE_CUDA_MMH_MIN"), *w = getenv("MINKE_CUDA_MMH_MINW");
+    if (m && atoi(m) > 0) mmh_min_t = atoi(m);
+    if (w && atoll(w) > 0) mmh_min_w = atoll(w);
+    mmh_mode = e && *e ? atoi(e) != 0 : 1;
+}
+extern "C" void cu_mmh_set(int on, int min_tokens, int64_t min_weights) {
+    mmh_env();
+    mmh_mode = on != 0;
+    if (min_tokens > 0) mmh_min_t = min_tokens;
+    if (min_weights > 0) mmh_min_w = min_weights;
+}
+
+extern "C" int cu_mmh_taken(const cu_gemv_args *g, int64_t ntok) {
+    mmh_env();
+    if (!mmh_mode || !g->act_f32 || g->tile_pairs) return 0;
+    if (g->wtype != CU_TYPE_Q8_0 && g->wtype != CU_TYPE_Q8_0R) return 0;
+    if (g->in % 32 || g->in > (1 << 20) || ntok < mmh_min_t || ntok > (1 << 24) || g->rows * g->in < mmh_min_w) return 0;
+    if (g->group_act_bytes && (g->group_rows <= 0 || g->rows % g->group_rows || g->group_act_bytes % 16)) return 0;
+    return ((uintptr_t)g->act & 15) == 0 && g->act_stride % 16 == 0;
+}
+
+static pthread_mutex_t mmh_lock = PTHREAD_MUTEX_INITIALIZER;
+
+typedef struct { int dev; cudaStream_t st; uint8_t *buf; size_t bytes; } mmh_ws;
+static mmh_ws ws_tab[32];
+
+/* the stream's scratch of at least `bytes` (NULL: capturing, or no memory) */
+static uint8_t *mmh_scratch(cudaStream_t st, size_t bytes) {
+    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(st, &cs) != cudaSuccess || cs != cudaStreamCaptureStatusNone) return NULL;
+    int dev = 0;
+    cudaGetDevice(&dev);
+    pthread_mutex_lock(&mmh_lock);
+    mmh_ws *e = NULL;
+    for (int i = 0; i < 32 && !e; i++)
+        if (ws_tab[i].buf && ws_tab[i].dev == dev && ws_tab[i].st == st) e = &ws_tab[i];
+    for (int i = 0; i < 32 && !e; i++)
+        if (!ws_tab[i].buf) { e = &ws_tab[i]; e->dev = dev; e->st = st; e->bytes = 0; }
+    uint8_t *p = NULL;
+    if (e) {
+        if (e->bytes < bytes) {
+            if (e->buf) { cudaStreamSynchronize(st); cudaFree(e->buf); e->buf = NULL; e->bytes = 0; }
+            size_t want = bytes + (bytes >> 3);
+            if (cudaMalloc((void **)&e->buf, want) == cudaSuccess) e->bytes = want;
+            else { e->buf = NULL; cudaGetLastError(); }
+        }
+        p = e->buf;
+    }
+    pthread_mutex_unlock(&mmh_lock);
+    return p;
+}
+
+/* cuBLASLt: a handle a device, a plan a shape */
+typedef struct {
+    int dev; int64_t m, n, k, ldc; int align;
+    cublasLtMatmulDesc_t desc; cublasLtMatrixLayout_t a, b, c;
+    cublasLtMatmulAlgo_t algo; int ok;
+} mmh_plan;
+static mmh_plan plans[128];
+static int nplans;
+static cublasLtHandle_t handles[32];
+
+static const mmh_plan *mmh_plan_get(int64_t m, int64_t n, int64_t k, int64_t ldc, int align) {
+    int dev = 0;
+    cudaGetDevice(&dev);
+    dev &= 31;
+    pthread_mutex_lock(&mmh_lock);
+    mmh_plan *p = NULL;
+    for (int i = 0; i < nplans && !p; i++)
+        if (plans[i].dev == dev && plans[i].m == m && plans[i].n == n && plans[i].k == k && plans[i].ldc == ldc &&
+            plans[i].align == align)
+            p = &plans[i];
+    if (!p && nplans < 128) {
+        p = &plans[nplans++];
+        memset(p, 0, sizeof *p);
+        p->dev = dev; p->m = m; p->n = n; p->k = k; p->ldc = ldc; p->align = align;
+        int ok = handles[dev] || cublasLtCreate(&handles[dev]) == CUBLAS_STATUS_SUCCESS;
+        cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+        cublasLtPointerMode_t pm = CUBLASLT_POINTER_MODE_DEVICE;
+        ok = ok && cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS;
+        ok = ok && cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta) == CUBLAS_STATUS_SUCCESS;
+        ok = ok && cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb) == CUBLAS_STATUS_SUCCESS;
+        ok = ok && cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_POINTER_MODE, &pm, sizeof pm) == CUBLAS_STATUS_SUCCESS;
+        /* A' stored as m rows of k halves = a k x m column-major matrix, transposed */
+        ok = ok && cublasLtMatrixLayoutCreate(&p->a, CUDA_R_16F, k, m, k) == CUBLAS_STATUS_SUCCESS;
+        ok = ok && cublasLtMatrixLayoutCreate(&p->b, CUDA_R_16F, k, n, k) == CUBLAS_STATUS_SUCCESS;
+        ok = ok && cublasLtMatrixLayoutCreate(&p->c, CUDA_R_32F, m, n, ldc) == CUBLAS_STATUS_SUCCESS;
+        cublasLtMatmulPreference_t pref = NULL;
+        uint64_t wsb = MMH_WS_BYTES;
+        uint32_t al = (uint32_t)align;
+        ok = ok && cublasLtMatmulPreferenceCreate(&pref) == CUBLAS_STATUS_SUCCESS;
+        ok = ok && cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb, sizeof wsb) == CUBLAS_STATUS_SUCCESS;
+        ok = ok && cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al, sizeof al) == CUBLAS_STATUS_SUCCESS;
+        ok = ok && cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al, sizeof al) == CUBLAS_STATUS_SUCCESS;
+        cublasLtMatmulHeuristicResult_t res;
+        int nres = 0;
+        ok = ok && cublasLtMatmulAlgoGetHeuristic(handles[dev], p->desc, p->a, p->b, p->c, p->c, pref, 1, &res, &nres) ==
+                       CUBLAS_STATUS_SUCCESS && nres > 0;
+        if (ok) p->algo = res.algo;
+        if (pref) cublasLtMatmulPreferenceDestroy(pref);
+        p->ok = ok;
+        if (!ok) fprintf(stderr, "minke: cuBLASLt has no f16 GEMM for %lld x %lld x %lld: the int8 kernels run it\n",
+                         (long long)m, (long long)n, (long long)k);
+    }
+    pthread_mutex_unlock(&mmh_lock);
+    return p && p->ok ? p : NULL;
+}
+
+static int mmh_grid(int64_t threads) { return (int)((threads + MMH_THREADS - 1) / MMH_THREADS); }
+
+/* the scratch of a product of `weights` weights over T rows of `in` */
+static size_t mmh_a_bytes(int64_t weights) { return (size_t)(weights * 6 + 255) & ~(size_t)255; }
+static size_t mmh_bytes(int64_t weights, int64_t T, int64_t in) {
+    return MMH_WS_BYTES + MMH_SMALL + mmh_a_bytes(weights) + mmh_a_bytes(T * in);
+}
+
+extern "C" int cu_mmh_reserve(cudaStream_t st, int64_t T, int64_t max_in, int64_t max_weights) {
+    mmh_env();
+    if (!mmh_mode || T < mmh_min_t || max_in <= 0 || max_weights < mmh_min_w) return 0;
+    return mmh_scratch(st, mmh_bytes(max_weights, T, max_in)) != NULL;
+}
+
+/* one dense product: rows x in weights w, T rows of x (xs floats apart) into out */
+static int mmh_one(const cu_gemv_args *g, const uint8_t *w, int64_t rows, int in, const float *x, int64_t xs, int T,
+                   float *out, cudaStream_t st) {
+    const int64_t kp = 3 * (int64_t)in;
+    const size_t abytes = mmh_a_bytes(rows * in);
+    uint8_t *s = mmh_scratch(st, mmh_bytes(rows * in, T, in));
+    if (!s) return 0;
+    uintptr_t o = (uintptr_t)out;
+    int align = (o & 15) == 0 && g->out_stride % 4 == 0 ? 16 : (o & 7) == 0 && g->out_stride % 2 == 0 ? 8 : 4;
+    const mmh_plan *p = mmh_plan_get(rows, T, kp, g->out_stride, align);
+    if (!p) return 0;
+    unsigned *small = (unsigned *)(s + MMH_WS_BYTES);
+    __half *A = (__half *)(s + MMH_WS_BYTES + MMH_SMALL), *B = (__half *)((uint8_t *)A + abytes);
+    /* small: [0] dmax bits, [1] amax bits, then (k_mmh_xsplit) [2] alpha, [3] 0.f, [4] 1.f */
+    if (cudaMemsetAsync(small, 0, 8, st) != cudaSuccess) return 0;
+    const int items = in / 32;
+    const bool rep = g->wtype == CU_TYPE_Q8_0R;
+    int gd = mmh_grid(rows * items);
+    if (gd > 4 * cu_num_sms() * 8) gd = 4 * cu_num_sms() * 8;
+    if (rep) {
+        cu_launch(k_mmh_dmax<true>, dim3(gd), MMH_THREADS, 0, st, w, rows, items, g->row_bytes, small);
+        cu_launch(k_mmh_wexpand<true>, dim3(mmh_grid(rows * (in / 8))), MMH_THREADS, 0, st, w, rows, in, g->row_bytes,
+                  (const unsigned *)small, A);
+    } else {
+        cu_launch(k_mmh_dmax<false>, dim3(gd), MMH_THREADS, 0, st, w, rows, items, g->row_bytes, small);
+        cu_launch(k_mmh_wexpand<false>, dim3(mmh_grid(rows * (in / 8))), MMH_THREADS, 0, st, w, rows, in, g->row_bytes,
+                  (const unsigned *)small, A);
+    }
+    int ga = mmh_grid((int64_t)T * (in / 4));
+    if (ga > 8 * cu_num_sms()) ga = 8 * cu_num_sms();
+    cu_launch(k_mmh_amax, dim3(ga), MMH_THREADS, 0, st, x, T, in, xs, small + 1);
+    cu_launch(k_mmh_xsplit, dim3(mmh_grid((int64_t)T * (in / 8))), MMH_THREADS, 0, st, x, T, in, xs, small, B);
+    const float *alpha = (const float *)(small + 2), *beta = (const float *)(small + (g->accumulate ? 4 : 3));
+    cublasStatus_t r = cublasLtMatmul(handles[p->dev], p->desc, alpha, A, p->a, B, p->b, beta, out, p->c, out, p->c,
+                                      &p->algo, s, MMH_WS_BYTES, st);
+    if (r != CUBLAS_STATUS_SUCCESS) {
+        fprintf(stderr, "minke: cublasLtMatmul failed (%d)\n", (int)r);
+        return 0;
+    }
+    return 1;
+}
+
+/* y[t][r] (+)= W[r] . x[t], t < ntok: g as for cu_mmq with f32 activations
+ * (dense, grouped input allowed); 1 when done here */
+extern "C" int cu_mmh(const cu_gemv_args *g, int64_t ntok, cudaStream_t st) {
+    if (!cu_mmh_taken(g, ntok)) return 0;
+    const int64_t xs = g->act_stride / 4;
+    if (!g->group_act_bytes) return mmh_one(g, (const uint8_t *)g->w, g->rows, (int)g->in, (const float *)g->act, xs, (int)ntok, g->out, st);
+    /* grouped input (out_a): group j's rows read x + j * group floats */
+    const int64_t ng = g->rows / g->group_rows;
+    for (int64_t j = 0; j < ng; j++) {
+        const uint8_t *w = (const uint8_t *)g->w + j * g->group_rows * g->row_bytes;
+        const float *x = (const float *)g->act + j * (g->group_act_bytes / 4);
+        if (!mmh_one(g, w, g->group_rows, (int)g->in, x, xs, (int)ntok, g->out + j * g->group_rows, st)) {
+            if (j == 0) return 0;
+            fprintf(stderr, "minke: cu_mmh failed after %lld of %lld groups\n", (long long)j, (long long)ng);
+            abort();
+        }
+    }
+    return 1;
+}

@@ -1,0 +1,235 @@
+/* mmh_check.c: the dense Q8_0 prefill products as one cuBLASLt f16 GEMM of
+ * exact pieces (cu_mmh, src/cuda/cu_mmh.cu) against a double reference of
+ * the dequantized weights times the f32 activations.
+ *
+ * Cases: Q8_0 as stored and repacked (Q8_0R), dense and grouped input,
+ * token counts that fill no tile, activation rows of several kinds (plain,
+ * six decades inside a row, all zero, spikes, tiny and huge rows in one
+ * batch), weight rows whose scales span 2^-12, the output written with a
+ * stride (the gaps must stay untouched) over NaN (cuBLASLt must not read it
+ * with beta = 0) or added to (accumulate). Lines:
+ *   ok/FAIL mmh ... : max|diff| / max|y| over all outputs <= 4e-5 (f32 sums
+ *                     of ~1e4 products, as mmf16_check), and the worst
+ *                     row's own ratio <= 3e-4 (a row 1e-7 of the batch's
+ *                     amax keeps fewer bits: the batch shares one scale);
+ *                     the int8 kernel's ratio on the same data beside it;
+ *   time mmh ...    : Flash's dense prefill shapes at T = 4096, the int8
+ *                     path (split launch + pre-split product) against
+ *                     cu_mmh (expansion + GEMM), TFLOP/s of useful work.
+ * --time adds the timings. Ends with 'mmh_check: all ok' or 'FAIL ...'.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cuda_runtime_api.h>
+
+#include "quant/quant.h"
+#include "cuda/cu_ops.h"
+
+#define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("FAIL cuda %s: %s\n", #x, cudaGetErrorString(e_)); exit(1); } } while (0)
+#define TYPE_Q8_0R 108
+#define TOL_ALL 4e-5
+#define TOL_ROW 3e-4
+
+static int failures;
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+static double urand(void) {
+    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+    return (double)(rng >> 11) * (1.0 / 9007199254740992.0);
+}
+static float frand(void) { return (float)(2.0 * urand() - 1.0); }
+
+/* row t of a batch: the kinds cycle; `wide` adds rows 1e-3 and 1e4 */
+static void act_row(float *x, int64_t n, int t, int wide) {
+    switch (t % (wide ? 6 : 4)) {
+    case 0: for (int64_t i = 0; i < n; i++) x[i] = frand(); break;
+    case 1: for (int64_t i = 0; i < n; i++) x[i] = frand() * (float)pow(10.0, 6.0 * urand() - 3.0); break;
+    case 2: memset(x, 0, sizeof(float) * n); break;
+    case 3: for (int64_t i = 0; i < n; i++) x[i] = (i / 32) % 3 == 0 ? 0.f : frand() * (i % 29 == 0 ? 100.f : 1.f); break;
+    case 4: for (int64_t i = 0; i < n; i++) x[i] = frand() * 1e-3f; break;
+    default: for (int64_t i = 0; i < n; i++) x[i] = frand() * (i % 13 == 0 ? 1e4f : 1e3f); break;
+    }
+}
+
+/* one case: rows x in weights (ngroups: grouped input, row r reads slice r / (rows / ngroups)),
+ * T tokens, activations scaled by xscale, output stride rows + pad */
+static void check(int repack, int64_t rows, int64_t in, int T, int ngroups, int wide, float xscale, int pad, int accumulate) {
+    const quant_traits *tr = quant_get(GGML_TYPE_Q8_0);
+    uint64_t rb = quant_row_bytes(GGML_TYPE_Q8_0, in);
+    int64_t arow = in * ngroups, ostride = rows + pad, grows = rows / ngroups;
+    float *wf = malloc(sizeof(float) * in), *wd = malloc(sizeof(float) * rows * in), *x = malloc(sizeof(float) * T * arow);
+    uint8_t *W = malloc(rb * rows);
+    for (int64_t r = 0; r < rows; r++) {
+        float mag = (1.0f + (float)(r % 7)) * (r % 5 == 0 ? 1.0f / 4096 : 1.0f);
+        for (int64_t i = 0; i < in; i++) wf[i] = frand() * mag * (i % 64 < 32 ? 1.0f : 0.25f);
+        tr->quant(wf, W + r * rb, in);
+        tr->dequant(W + r * rb, wd + r * in, in);
+    }
+    for (int t = 0; t < T; t++) {
+        act_row(x + (int64_t)t * arow, arow, t, wide);
+        for (int64_t i = 0; i < arow; i++) x[(int64_t)t * arow + i] *= xscale;
+    }
+    float *y0 = malloc(sizeof(float) * T * ostride), *y = malloc(sizeof(float) * T * ostride);
+    for (int64_t i = 0; i < (int64_t)T * ostride; i++) y0[i] = accumulate ? frand() : NAN;
+    double *yr = malloc(sizeof(double) * T * rows);
+    for (int t = 0; t < T; t++)
+        for (int64_t r = 0; r < rows; r++) {
+            const float *w = wd + r * in, *xr = x + (int64_t)t * arow + (r / grows) * in;
+            double s = accumulate ? y0[(int64_t)t * ostride + r] : 0.0;
+            for (int64_t i = 0; i < in; i++) s += (double)w[i] * xr[i];
+            yr[(int64_t)t * rows + r] = s;
+        }
+    void *dW; float *dx, *dy;
+    CK(cudaMalloc(&dW, rb * rows)); CK(cudaMalloc((void **)&dx, sizeof(float) * T * arow));
+    CK(cudaMalloc((void **)&dy, sizeof(float) * T * ostride));
+    CK(cudaMemcpy(dW, W, rb * rows, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dx, x, sizeof(float) * T * arow, cudaMemcpyHostToDevice));
+    int wt = GGML_TYPE_Q8_0;
+    if (repack && cu_repack_q8_0(dW, rows, in, rb, 0)) wt = TYPE_Q8_0R;
+    cu_gemv_args g;
+    memset(&g, 0, sizeof g);
+    g.w = dW; g.wtype = wt; g.rows = rows; g.in = in; g.row_bytes = rb; g.act = dx; g.act_f32 = 1;
+    g.act_stride = arow * 4; g.act_div = 1; g.out = dy; g.out_stride = ostride; g.ntok = T; g.accumulate = accumulate;
+    if (ngroups > 1) { g.group_rows = grows; g.group_act_bytes = in * 4; }
+    char what[200];
+    snprintf(what, sizeof what, "%s rows %lld in %lld T %d%s%s x%g out stride %lld%s", wt == TYPE_Q8_0R ? "q8_0r" : "q8_0",
+             (long long)rows, (long long)in, T, ngroups > 1 ? " grouped" : "", wide ? " wide rows" : "", xscale,
+             (long long)ostride, accumulate ? " accumulate" : " over NaN");
+    double rel_mmq = -1;
+    for (int path = 0; path < 2; path++) {     /* 0: cu_mmh, 1: the int8 kernel on the same data (info) */
+        CK(cudaMemcpy(dy, y0, sizeof(float) * T * ostride, cudaMemcpyHostToDevice));
+        int ran = path == 0 ? cu_mmh(&g, T, 0) : cu_mmq(&g, (T + 63) / 64, 0);
+        CK(cudaDeviceSynchronize());
+        if (!ran) {
+            if (path == 0) { printf("FAIL mmh %s: cu_mmh refused it\n", what); failures++; }
+            continue;
+        }
+        CK(cudaMemcpy(y, dy, sizeof(float) * T * ostride, cudaMemcpyDeviceToHost));
+        double ymax = 0, dmax = 0, worst = 0;
+        int bad_gap = 0, nonfinite = 0;
+        for (int t = 0; t < T; t++) {
+            double rmax = 0, rd = 0;
+            for (int64_t r = 0; r < ostride; r++) {
+                float v = y[(int64_t)t * ostride + r];
+                if (r >= rows) {   /* a gap: untouched */
+                    float v0 = y0[(int64_t)t * ostride + r];
+                    if (memcmp(&v, &v0, 4)) bad_gap++;
+                    continue;
+                }
+                double ref = yr[(int64_t)t * rows + r], d = fabs((double)v - ref);
+                if (!isfinite(v)) nonfinite++;
+                if (fabs(ref) > rmax) rmax = fabs(ref);
+                if (d > rd) rd = d;
+            }
+            if (rmax > ymax) ymax = rmax;
+            if (rd > dmax) dmax = rd;
+            if (rmax > 0 && rd / rmax > worst) worst = rd / rmax;
+            if (rmax == 0 && rd > 0) worst = INFINITY;
+        }
+        double rel = ymax > 0 ? dmax / ymax : dmax;
+        if (path == 1) { rel_mmq = rel; continue; }
+        int ok = rel <= TOL_ALL && worst <= TOL_ROW && !bad_gap && !nonfinite;
+        printf("%s mmh %s: max|diff|/max|y| %.2e, worst row %.2e%s%s\n", ok ? "ok" : "FAIL", what, rel, worst,
+               bad_gap ? ", GAPS WRITTEN" : "", nonfinite ? ", NON-FINITE OUTPUTS" : "");
+        failures += !ok;
+    }
+    if (rel_mmq >= 0) printf("info mmh %s: the int8 kernel %.2e\n", what, rel_mmq);
+    cudaFree(dW); cudaFree(dx); cudaFree(dy);
+    free(wf); free(wd); free(x); free(W); free(y0); free(y); free(yr);
+}
+
+static float time_ms(cudaEvent_t a, cudaEvent_t b, int reps) {
+    float ms = 0;
+    CK(cudaEventSynchronize(b));
+    cudaEventElapsedTime(&ms, a, b);
+    return ms / reps;
+}
+
+/* Flash's dense prefill shapes, T = 4096 */
+static void time_case(const char *name, int64_t rows, int64_t in, int ngroups) {
+    const int T = 4096, reps = 5;
+    uint64_t rb = quant_row_bytes(GGML_TYPE_Q8_0, in);
+    int64_t arow = in * ngroups;
+    void *dW, *dsp; float *dx, *dy;
+    int64_t sb = cu_mmq_split_row_bytes(arow);
+    if (cudaMalloc(&dW, rb * rows) != cudaSuccess || cudaMalloc((void **)&dx, 4 * T * arow) != cudaSuccess ||
+        cudaMalloc((void **)&dy, 4 * T * rows) != cudaSuccess || cudaMalloc(&dsp, sb * T) != cudaSuccess) {
+        printf("skip time %s (memory)\n", name);
+        cudaGetLastError();
+        return;
+    }
+    cu_synth_fill(dW, GGML_TYPE_Q8_0, rows * in, 99, 0.01f, 0, 0);
+    cu_synth_fill(dx, GGML_TYPE_F32, (int64_t)T * arow, 7, 1.0f, 0, 0);
+    if (!cu_repack_q8_0(dW, rows, in, rb, 0)) { printf("skip time %s (repack)\n", name); return; }
+    cu_gemv_args g;
+    memset(&g, 0, sizeof g);
+    g.w = dW; g.wtype = TYPE_Q8_0R; g.rows = rows; g.in = in; g.row_bytes = rb; g.act = dx; g.act_f32 = 1;
+    g.act_stride = arow * 4; g.act_div = 1; g.out = dy; g.out_stride = rows; g.ntok = T;
+    if (ngroups > 1) { g.group_rows = rows / ngroups; g.group_act_bytes = in * 4; }
+    cu_gemv_args ps = g;
+    ps.act = dsp; ps.act_stride = sb; ps.act_f32 = 0;
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0); cudaEventCreate(&e1);
+    float t8 = 0, th = 0;
+    for (int path = 0; path < 2; path++) {
+        for (int i = 0; i <= reps; i++) {
+            if (i == 1) cudaEventRecord(e0, 0);
+            if (path == 0) { cu_mmq_split_act(TYPE_Q8_0R, dx, T, arow, arow * 4, dsp, 0); cu_mmq_presplit(&ps, T / 64, 0); }
+            else if (!cu_mmh(&g, T, 0)) { printf("FAIL time %s: cu_mmh refused it\n", name); failures++; break; }
+        }
+        cudaEventRecord(e1, 0);
+        if (path == 0) t8 = time_ms(e0, e1, reps); else th = time_ms(e0, e1, reps);
+    }
+    double fl = 2.0 * rows * in * T;
+    printf("time mmh %-22s %5lld x %5lld%s T %d: int8 pieces %.3f ms (%.0f TFLOP/s), f16 GEMM %.3f ms (%.0f TFLOP/s), x%.2f\n",
+           name, (long long)rows, (long long)in, ngroups > 1 ? " grouped" : "", T, t8, fl / t8 / 1e9, th, fl / th / 1e9, t8 / th);
+    cudaEventDestroy(e0); cudaEventDestroy(e1);
+    cudaFree(dW); cudaFree(dx); cudaFree(dy); cudaFree(dsp);
+}
+
+int main(int argc, char **argv) {
+    int timed = argc > 1 && !strcmp(argv[1], "--time");
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1) { printf("FAIL no CUDA device\n"); return 1; }
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    cu_ops_init();
+    cu_mmh_set(1, 1, 1);
+    check(1, 256, 1024, 96, 1, 0, 1.0f, 0, 0);
+    check(0, 256, 1024, 96, 1, 0, 1.0f, 0, 0);
+    check(1, 300, 512, 77, 1, 1, 1.0f, 3, 0);          /* rows and tokens filling no tile, a stride */
+    check(1, 200, 2048, 130, 1, 0, 1e-6f, 0, 1);       /* tiny activations, accumulate */
+    check(1, 200, 2048, 64, 1, 0, 3e3f, 5, 1);
+    check(1, 512, 256, 160, 4, 0, 1.0f, 0, 0);         /* grouped input (out_a) */
+    check(0, 384, 512, 45, 3, 1, 1.0f, 2, 1);
+    check(1, 64, 4096, 33, 1, 1, 1.0f, 0, 0);
+    /* the switch: only dense Q8_0 with f32 activations from the thresholds */
+    {
+        cu_gemv_args g;
+        memset(&g, 0, sizeof g);
+        g.wtype = TYPE_Q8_0R; g.rows = 4096; g.in = 4096; g.act_f32 = 1; g.act_stride = 4 * 4096;
+        g.act = (const void *)(uintptr_t)4096;
+        cu_mmh_set(1, 256, 1 << 20);
+        int a = cu_mmh_taken(&g, 4096), b = cu_mmh_taken(&g, 255);
+        g.act_f32 = 0; int c = cu_mmh_taken(&g, 4096); g.act_f32 = 1;
+        g.wtype = GGML_TYPE_Q2_K; int d = cu_mmh_taken(&g, 4096); g.wtype = TYPE_Q8_0R;
+        g.rows = 128; int e = cu_mmh_taken(&g, 4096);
+        int ok = a && !b && !c && !d && !e;
+        printf("%s mmh switch: taken for 4096 x 4096 Q8_0R at 4096 tokens, not at 255, not for q8 activations, "
+               "Q2_K or a 128-row matrix\n", ok ? "ok" : "FAIL");
+        failures += !ok;
+    }
+    if (timed) {
+        cu_mmh_set(1, 1, 1);
+        time_case("q_b", 32768, 1024, 1);
+        time_case("out_a (8 groups)", 8192, 4096, 8);
+        time_case("out_b", 4096, 8192, 1);
+        time_case("shared gate / up", 2048, 4096, 1);
+        time_case("shared down", 4096, 2048, 1);
+        time_case("q_a", 1024, 4096, 1);
+        time_case("kv", 512, 4096, 1);
+    }
+    if (failures) { printf("FAIL mmh_check: %d failure(s)\n", failures); return 1; }
+    printf("mmh_check: all ok\n");
+    return 0;
+}
