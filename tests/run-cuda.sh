@@ -46,6 +46,12 @@ if [ -x "$B/tests/cuda/attn_check" ]; then
     grep -E '^FAIL' "$T/attn_minb1.log"
 fi
 
+# cu_mmh's grouped input as one GEMM a group (the batched GEMM is the default)
+if [ -x "$B/tests/cuda/mmh_check" ]; then
+    if MINKE_CUDA_MMH_BATCH=0 "$B/tests/cuda/mmh_check" > "$T/mmh_batch0.log" 2>&1; then ok mmh_check-batch0; else bad mmh_check-batch0; fi
+    grep -E '^FAIL' "$T/mmh_batch0.log"
+fi
+
 FIX=tests/fixtures/oracle/tiny-a
 TOK=$FIX/tokens.i32
 NTOK=$(( $(wc -c < "$TOK") / 4 ))

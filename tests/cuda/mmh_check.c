@@ -2,7 +2,8 @@
  * exact pieces (cu_mmh, src/cuda/cu_mmh.cu) against a double reference of
  * the dequantized weights times the f32 activations.
  *
- * Cases: Q8_0 as stored and repacked (Q8_0R), dense and grouped input,
+ * Cases: Q8_0 as stored and repacked (Q8_0R), dense and grouped input (one
+ * batched GEMM; MINKE_CUDA_MMH_BATCH=0: one GEMM a group, run-cuda.sh runs both),
  * token counts that fill no tile, activation rows of several kinds (plain,
  * six decades inside a row, all zero, spikes, tiny and huge rows in one
  * batch), weight rows whose scales span 2^-12, the output written with a
