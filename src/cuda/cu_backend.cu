@@ -909,9 +909,10 @@ static cu_session *dev_session_alloc(minke_model *m, cu_model *cm, int n_ctx) {
             AL(s->asplit, main_el / 32 * 100 + rows * 16 + 4096);
             AL(s->asplit2, side_el / 32 * 100 + T * 16 + 4096);
             AL(s->asplit3, T * D / 32 * 100 + T * 16 + 4096);
-            /* cu_mmh's scratch where it runs (main stream; the kv row on st3), so that
-             * a prompt does not allocate it */
+            /* cu_mmh's scratch where it runs (main stream; the shared expert on st2,
+             * the kv row on st3), so that a prompt does not allocate it */
             cu_mmh_reserve(cm->st, T, mx, cm->max_q8_w);
+            cu_mmh_reserve(cm->st2, T, D > SF ? D : SF, D * SF);      /* the shared expert */
             cu_mmh_reserve(cm->st3, T, D, (int64_t)D * Dh);
         }
     }

@@ -53,6 +53,7 @@
 #define MMH_THREADS 256
 #define MMH_WS_BYTES (32u << 20)      /* cuBLASLt workspace a stream */
 #define MMH_SMALL 256                 /* dmax, amax, alpha, beta 0 / 1 */
+#define MMH_MAX_W (64ll << 20)        /* larger matrices (an LM head) keep the int8 kernels */
 
 /* ------------------------------------------------------------------ */
 /* kernels */
@@ -100,7 +101,7 @@ __global__ void k_mmh_dmax(const uint8_t *w, int64_t rows, int items, uint64_t r
         unsigned d;
         mmh_item<REP>(w + (i / items) * row_bytes, (int)(i % items), items, &d);
         d &= 0x7fffu;
-        m = d > m ? d : m;
+        if (d < 0x7c00u) m = d > m ? d : m;      /* Inf / NaN scales do not set the scale */
     }
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) { unsigned v = __shfl_xor_sync(0xffffffffu, m, o); m = v > m ? v : m; }
@@ -133,7 +134,7 @@ __global__ void k_mmh_wexpand(const uint8_t *w, int64_t rows, int in, uint64_t r
     *(uint4 *)(a + 2 * in) = *(const uint4 *)hi;
 }
 
-/* the batch's largest |x| (float bits order like the values) */
+/* the batch's largest finite |x| (float bits order like the values) */
 __global__ void k_mmh_amax(const float *x, int T, int in, int64_t xs, unsigned *amax) {
     cu_pdl_enter();
     const int per_row = in / 4;
@@ -141,8 +142,11 @@ __global__ void k_mmh_amax(const float *x, int T, int in, int64_t xs, unsigned *
     const int64_t n = (int64_t)T * per_row;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
         float4 v = *(const float4 *)(x + (i / per_row) * xs + (i % per_row) * 4);
-        m = fmaxf(m, fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w))));
-        if (v.x != v.x || v.y != v.y || v.z != v.z || v.w != v.w) m = __uint_as_float(0x7fc00000u);
+        /* Inf / NaN do not set the batch's scale (they reach their own outputs through the GEMM) */
+        const float a[4] = {fabsf(v.x), fabsf(v.y), fabsf(v.z), fabsf(v.w)};
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            if (a[j] <= 3.4028235e38f) m = fmaxf(m, a[j]);
     }
     unsigned b = __float_as_uint(m);
 #pragma unroll
@@ -207,17 +211,23 @@ extern "C" int cu_mmh_taken(const cu_gemv_args *g, int64_t ntok) {
     mmh_env();
     if (!mmh_mode || !g->act_f32 || g->tile_pairs) return 0;
     if (g->wtype != CU_TYPE_Q8_0 && g->wtype != CU_TYPE_Q8_0R) return 0;
-    if (g->in % 32 || g->in > (1 << 20) || ntok < mmh_min_t || ntok > (1 << 24) || g->rows * g->in < mmh_min_w) return 0;
+    if (g->in % 32 || g->in > (1 << 20) || ntok < mmh_min_t || ntok > (1 << 24) || g->rows * g->in < mmh_min_w ||
+        g->rows * g->in > MMH_MAX_W)
+        return 0;
     if (g->group_act_bytes && (g->group_rows <= 0 || g->rows % g->group_rows || g->group_act_bytes % 16)) return 0;
     return ((uintptr_t)g->act & 15) == 0 && g->act_stride % 16 == 0;
 }
 
 static pthread_mutex_t mmh_lock = PTHREAD_MUTEX_INITIALIZER;
 
-typedef struct { int dev; cudaStream_t st; uint8_t *buf; size_t bytes; } mmh_ws;
+typedef struct { int used, dev; cudaStream_t st; uint8_t *buf; size_t bytes; } mmh_ws;   /* used, dev, st: under the lock */
 static mmh_ws ws_tab[32];
 
-/* the stream's scratch of at least `bytes` (NULL: capturing, or no memory) */
+/* the stream's scratch of at least `bytes` (NULL: capturing, or no memory).
+ * The lock covers the table only: a stream's entry is used by the one host
+ * thread that drives that stream, and growing it (a sync, cudaFree) under
+ * the lock could hold another GPU's thread back from the collective this
+ * stream waits for. */
 static uint8_t *mmh_scratch(cudaStream_t st, size_t bytes) {
     cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
     if (cudaStreamIsCapturing(st, &cs) != cudaSuccess || cs != cudaStreamCaptureStatusNone) return NULL;
@@ -226,21 +236,19 @@ static uint8_t *mmh_scratch(cudaStream_t st, size_t bytes) {
     pthread_mutex_lock(&mmh_lock);
     mmh_ws *e = NULL;
     for (int i = 0; i < 32 && !e; i++)
-        if (ws_tab[i].buf && ws_tab[i].dev == dev && ws_tab[i].st == st) e = &ws_tab[i];
+        if (ws_tab[i].used && ws_tab[i].st == st && ws_tab[i].dev == dev) e = &ws_tab[i];
     for (int i = 0; i < 32 && !e; i++)
-        if (!ws_tab[i].buf) { e = &ws_tab[i]; e->dev = dev; e->st = st; e->bytes = 0; }
-    uint8_t *p = NULL;
-    if (e) {
-        if (e->bytes < bytes) {
-            if (e->buf) { cudaStreamSynchronize(st); cudaFree(e->buf); e->buf = NULL; e->bytes = 0; }
-            size_t want = bytes + (bytes >> 3);
-            if (cudaMalloc((void **)&e->buf, want) == cudaSuccess) e->bytes = want;
-            else { e->buf = NULL; cudaGetLastError(); }
-        }
-        p = e->buf;
-    }
+        if (!ws_tab[i].used) { e = &ws_tab[i]; e->used = 1; e->dev = dev; e->st = st; }
     pthread_mutex_unlock(&mmh_lock);
-    return p;
+    if (!e) return NULL;
+    if (e->bytes < bytes) {
+        if (e->buf) { cudaStreamSynchronize(st); cudaFree(e->buf); e->buf = NULL; }
+        size_t want = bytes + (bytes >> 3);
+        e->bytes = 0;
+        if (cudaMalloc((void **)&e->buf, want) == cudaSuccess) e->bytes = want;
+        else { e->buf = NULL; cudaGetLastError(); }
+    }
+    return e->buf;
 }
 
 /* cuBLASLt: a handle a device, a plan a shape */
@@ -249,8 +257,11 @@ typedef struct {
     cublasLtMatmulDesc_t desc; cublasLtMatrixLayout_t a, b, c;
     cublasLtMatmulAlgo_t algo; int ok;
 } mmh_plan;
-static mmh_plan plans[128];
-static int nplans;
+/* per host thread (one drives each GPU), so that a full cache can evict: a
+ * plan is only used inside the call that looked it up */
+#define MMH_PLANS 64
+static thread_local mmh_plan plans[MMH_PLANS];
+static thread_local int nplans, plan_next;
 static cublasLtHandle_t handles[32];
 
 /* D (m x n, ldc) = alpha A'^T B' over k, `batch` times: A' batch stride m k,
@@ -260,16 +271,27 @@ static const mmh_plan *mmh_plan_get(int64_t m, int64_t n, int64_t k, int64_t ldc
     cudaGetDevice(&dev);
     dev &= 31;
     pthread_mutex_lock(&mmh_lock);
+    int hok = handles[dev] || cublasLtCreate(&handles[dev]) == CUBLAS_STATUS_SUCCESS;
+    pthread_mutex_unlock(&mmh_lock);
+    if (!hok) return NULL;
     mmh_plan *p = NULL;
     for (int i = 0; i < nplans && !p; i++)
         if (plans[i].dev == dev && plans[i].m == m && plans[i].n == n && plans[i].k == k && plans[i].ldc == ldc &&
             plans[i].align == align && plans[i].batch == batch)
             p = &plans[i];
-    if (!p && nplans < 128) {
-        p = &plans[nplans++];
+    if (!p) {
+        if (nplans < MMH_PLANS) p = &plans[nplans++];
+        else {     /* full (prompts of many lengths): the oldest goes */
+            p = &plans[plan_next];
+            plan_next = (plan_next + 1) % MMH_PLANS;
+            if (p->desc) cublasLtMatmulDescDestroy(p->desc);
+            if (p->a) cublasLtMatrixLayoutDestroy(p->a);
+            if (p->b) cublasLtMatrixLayoutDestroy(p->b);
+            if (p->c) cublasLtMatrixLayoutDestroy(p->c);
+        }
         memset(p, 0, sizeof *p);
         p->dev = dev; p->m = m; p->n = n; p->k = k; p->ldc = ldc; p->align = align; p->batch = batch;
-        int ok = handles[dev] || cublasLtCreate(&handles[dev]) == CUBLAS_STATUS_SUCCESS;
+        int ok = 1;
         cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
         cublasLtPointerMode_t pm = CUBLASLT_POINTER_MODE_DEVICE;
         ok = ok && cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS;
@@ -308,8 +330,7 @@ static const mmh_plan *mmh_plan_get(int64_t m, int64_t n, int64_t k, int64_t ldc
         if (!ok) fprintf(stderr, "minke: cuBLASLt has no f16 GEMM for %lld x %lld x %lld (batch %d): the int8 kernels run it\n",
                          (long long)m, (long long)n, (long long)k, batch);
     }
-    pthread_mutex_unlock(&mmh_lock);
-    return p && p->ok ? p : NULL;
+    return p->ok ? p : NULL;
 }
 
 /* MINKE_CUDA_MMH_BATCH=0: grouped input as one GEMM a group (A/B) */
@@ -344,7 +365,9 @@ static int mmh_one(const cu_gemv_args *g, const uint8_t *w, int64_t rows, int in
     uint8_t *s = mmh_scratch(st, mmh_bytes(rows * gw, T, in));
     if (!s) return 0;
     uintptr_t o = (uintptr_t)out;
-    int align = (o & 15) == 0 && g->out_stride % 4 == 0 ? 16 : (o & 7) == 0 && g->out_stride % 2 == 0 ? 8 : 4;
+    /* D's alignment, that of every batch's first row too (out + j grows) */
+    const int64_t step = g->out_stride | (ng > 1 ? grows : 0);
+    int align = (o & 15) == 0 && step % 4 == 0 ? 16 : (o & 7) == 0 && step % 2 == 0 ? 8 : 4;
     const mmh_plan *p = mmh_plan_get(grows, T, gk, g->out_stride, align, ng);
     if (!p) return 0;
     unsigned *small = (unsigned *)(s + MMH_WS_BYTES);
@@ -368,6 +391,7 @@ static int mmh_one(const cu_gemv_args *g, const uint8_t *w, int64_t rows, int in
     if (ga > 8 * cu_num_sms()) ga = 8 * cu_num_sms();
     cu_launch(k_mmh_amax, dim3(ga), MMH_THREADS, 0, st, x, T, in, xs, small + 1);
     cu_launch(k_mmh_xsplit, dim3(mmh_grid((int64_t)T * (in / 8))), MMH_THREADS, 0, st, x, T, in, gw, xs, small, B);
+    if (cudaPeekAtLastError() != cudaSuccess) return 0;     /* a launch failed: out untouched */
     const float *alpha = (const float *)(small + 2), *beta = (const float *)(small + (g->accumulate ? 4 : 3));
     cublasStatus_t r = cublasLtMatmul(handles[p->dev], p->desc, alpha, A, p->a, B, p->b, beta, out, p->c, out, p->c,
                                       &p->algo, s, MMH_WS_BYTES, st);
