@@ -283,6 +283,10 @@ static void dev_free(minke_model *m, cu_model *cm) {
     }
     cudaFree(cm->rope_main);
     cudaFree(cm->rope_comp);
+    /* cu_mmh's scratch of these streams */
+    if (cm->st) cu_mmh_release(cm->st);
+    if (cm->st2) cu_mmh_release(cm->st2);
+    if (cm->st3) cu_mmh_release(cm->st3);
     if (cm->st) cudaStreamDestroy(cm->st);
     if (cm->st2) cudaStreamDestroy(cm->st2);
     if (cm->ev_fork) cudaEventDestroy(cm->ev_fork);

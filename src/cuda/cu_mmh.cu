@@ -251,6 +251,21 @@ static uint8_t *mmh_scratch(cudaStream_t st, size_t bytes) {
     return e->buf;
 }
 
+/* the stream is going away (its model is freed): its scratch too */
+extern "C" void cu_mmh_release(cudaStream_t st) {
+    int dev = 0;
+    cudaGetDevice(&dev);
+    pthread_mutex_lock(&mmh_lock);
+    mmh_ws *e = NULL;
+    for (int i = 0; i < 32 && !e; i++)
+        if (ws_tab[i].used && ws_tab[i].st == st && ws_tab[i].dev == dev) e = &ws_tab[i];
+    if (e) {
+        if (e->buf) { cudaStreamSynchronize(st); cudaFree(e->buf); }
+        memset(e, 0, sizeof *e);
+    }
+    pthread_mutex_unlock(&mmh_lock);
+}
+
 /* cuBLASLt: a handle a device, a plan a shape */
 typedef struct {
     int dev; int64_t m, n, k, ldc; int align, batch;
@@ -391,7 +406,11 @@ static int mmh_one(const cu_gemv_args *g, const uint8_t *w, int64_t rows, int in
     if (ga > 8 * cu_num_sms()) ga = 8 * cu_num_sms();
     cu_launch(k_mmh_amax, dim3(ga), MMH_THREADS, 0, st, x, T, in, xs, small + 1);
     cu_launch(k_mmh_xsplit, dim3(mmh_grid((int64_t)T * (in / 8))), MMH_THREADS, 0, st, x, T, in, gw, xs, small, B);
-    if (cudaPeekAtLastError() != cudaSuccess) return 0;     /* a launch failed: out untouched */
+    cudaError_t le = cudaGetLastError();
+    if (le != cudaSuccess) {     /* a launch failed: out is untouched, the int8 kernels run it */
+        fprintf(stderr, "minke: cu_mmh: %s; the int8 kernels run this product\n", cudaGetErrorString(le));
+        return 0;
+    }
     const float *alpha = (const float *)(small + 2), *beta = (const float *)(small + (g->accumulate ? 4 : 3));
     cublasStatus_t r = cublasLtMatmul(handles[p->dev], p->desc, alpha, A, p->a, B, p->b, beta, out, p->c, out, p->c,
                                       &p->algo, s, MMH_WS_BYTES, st);

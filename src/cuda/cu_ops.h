@@ -84,6 +84,7 @@ void cu_mmh_set(int on, int min_tokens, int64_t min_weights);
 /* allocate st's scratch for products up to max_weights over T rows of up to max_in (session set-up;
  * 0 when off or too small to take it) */
 int cu_mmh_reserve(cudaStream_t st, int64_t T, int64_t max_in, int64_t max_weights);
+void cu_mmh_release(cudaStream_t st);     /* before the stream is destroyed (the device current) */
 /* cu_mmf16.cu: the F16 case of cu_mmq (ntiles = ceil(ntok / 64): the tokens
  * covered are min(ntok, 64 ntiles)). MINKE_CUDA_MMF16=0 runs the first kernel
  * (A/B), 1 (default) the pipelined one, 2..5 force its huge/big/mid/small tiles. */
