@@ -34,9 +34,10 @@
  * 1.73 ms as one GEMM a group, MINKE_CUDA_MMH_BATCH=0).
  *
  * Scratch (per stream: the side branches run products concurrently): the
- * cuBLASLt workspace, the scales, A' and B'; grown on demand outside graph
- * capture (never captured: prefill batches only). cu_mmh returns 0 where it
- * does not apply, and the caller runs cu_mmq.
+ * cuBLASLt workspace, the scales, A' and B'; reserved when a session is set
+ * up (cu_mmh_reserve), grown on demand outside graph capture (never
+ * captured: prefill batches only), released with the model's streams.
+ * cu_mmh returns 0 where it does not apply, and the caller runs cu_mmq.
  */
 #include <math.h>
 #include <pthread.h>
