@@ -224,6 +224,13 @@ static pthread_mutex_t mmh_lock = PTHREAD_MUTEX_INITIALIZER;
 typedef struct { int used, dev; cudaStream_t st; uint8_t *buf; size_t bytes; } mmh_ws;   /* used, dev, st: under the lock */
 static mmh_ws ws_tab[32];
 
+/* the table's entry of (dev, st), NULL if none (the lock held) */
+static mmh_ws *mmh_ws_find(int dev, cudaStream_t st) {
+    for (int i = 0; i < 32; i++)
+        if (ws_tab[i].used && ws_tab[i].st == st && ws_tab[i].dev == dev) return &ws_tab[i];
+    return NULL;
+}
+
 /* the stream's scratch of at least `bytes` (NULL: capturing, or no memory).
  * The lock covers the table only: a stream's entry is used by the one host
  * thread that drives that stream, and growing it (a sync, cudaFree) under
@@ -235,9 +242,7 @@ static uint8_t *mmh_scratch(cudaStream_t st, size_t bytes) {
     int dev = 0;
     cudaGetDevice(&dev);
     pthread_mutex_lock(&mmh_lock);
-    mmh_ws *e = NULL;
-    for (int i = 0; i < 32 && !e; i++)
-        if (ws_tab[i].used && ws_tab[i].st == st && ws_tab[i].dev == dev) e = &ws_tab[i];
+    mmh_ws *e = mmh_ws_find(dev, st);
     for (int i = 0; i < 32 && !e; i++)
         if (!ws_tab[i].used) { e = &ws_tab[i]; e->used = 1; e->dev = dev; e->st = st; }
     pthread_mutex_unlock(&mmh_lock);
@@ -257,9 +262,7 @@ extern "C" void cu_mmh_release(cudaStream_t st) {
     int dev = 0;
     cudaGetDevice(&dev);
     pthread_mutex_lock(&mmh_lock);
-    mmh_ws *e = NULL;
-    for (int i = 0; i < 32 && !e; i++)
-        if (ws_tab[i].used && ws_tab[i].st == st && ws_tab[i].dev == dev) e = &ws_tab[i];
+    mmh_ws *e = mmh_ws_find(dev, st);
     if (e) {
         if (e->buf) { cudaStreamSynchronize(st); cudaFree(e->buf); }
         memset(e, 0, sizeof *e);
