@@ -1,18 +1,18 @@
 #!/bin/sh
 # device-session.sh: what one call on the lent GPU machine runs (see
 # docs/performance.md): binaries built here are carried in $H (default
-# build/h12: minke-cuda, bin/ = tests/cuda/*, and the shared libraries the
-# device image lacks in lib/). Steps are chosen by arguments: tests, quick,
+# build/s6, as tools/dev/device-pack.sh packs them: minke-cuda, bin/ =
+# tests/cuda/*, and the shared libraries the device image lacks in lib/). Steps are chosen by arguments: tests, quick,
 # bench, benchoff (the same bench with the tensor-core prefill off), prof,
 # variants (the 4096-token prompt bench per env setting), mmqocc, multi
 # (several GPUs: run on nvidia-h200-x2 or larger; MULTI="q2:1 q2:2" picks the runs),
 # ablation (each decode stage left out of the graph in turn: its in-graph cost),
 # long (ctx 65536: prefill of the interval and decode there), ncupf (ncu of the
 # exact prefill's MoE product kernels: PFK="116 10" picks IQ2R / Q2_K), exps
-# (the experiments that are off by default: their checks and A/B benches;
-# EXPS4K / EXPS64K pick the settings at ctx 4096 / 65536).
+# (idx_check, then A/B benches of a setting against the defaults; EXPS4K /
+# EXPS64K pick the settings at ctx 4096 / 65536).
 # Output goes to $OUT.
-H=${H:-build/h12}
+H=${H:-build/s6}
 # libnccl: the device image has it in its PyTorch venv, not under /usr/local/cuda
 NCCLDIR=""
 [ -e /usr/local/cuda/lib64/libnccl.so.2 ] ||
