@@ -19,10 +19,11 @@ W=${1:-/work/bld}
 O=${2:-$(cd "$(dirname "$0")/../.." && pwd)/.devcarry}
 mkdir -p "$O"
 cd "$W"
+mkdir -p build
 make -j"$(nproc)" CUDA=1 BUILD=build/s4 BIN=build/s4/minke-cuda build/s4/minke-cuda cuda-tests \
     NVCCFLAGS="-O3 -std=c++17 -Iinclude -Isrc -DMINKE_CUDA=1 -lineinfo --threads 0 \
-    -gencode arch=compute_90a,code=sm_90a -Xcompiler -Wall,-Wno-unused-parameter" > build-device.log 2>&1 ||
-    { tail -20 build-device.log; exit 1; }
+    -gencode arch=compute_90a,code=sm_90a -Xcompiler -Wall,-Wno-unused-parameter" > build/device-build.log 2>&1 ||
+    { tail -20 build/device-build.log; exit 1; }
 S=build/s6
 mkdir -p $S/bin $S/lib
 [ -f $S/minke-cuda ] && cp $S/minke-cuda $S/minke-prev
