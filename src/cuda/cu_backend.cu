@@ -443,7 +443,7 @@ static int dev_init(minke_model *m, cu_model *cm) {
         total += j->dst->nbytes;
         if (t->ne[0] > cm->max_in) cm->max_in = (int)t->ne[0];
         if (t->type == GGML_TYPE_Q8_0 && t->n_dims == 2 && t->ne[0] * t->ne[1] > cm->max_q8_w &&
-            t->ne[0] * t->ne[1] <= (64ll << 20))
+            t->ne[0] * t->ne[1] <= CU_MMH_MAX_WEIGHTS)
             cm->max_q8_w = t->ne[0] * t->ne[1];
     }
     {

@@ -54,7 +54,6 @@
 #define MMH_THREADS 256
 #define MMH_WS_BYTES (32u << 20)      /* cuBLASLt workspace a stream */
 #define MMH_SMALL 256                 /* dmax, amax, alpha, beta 0 / 1 */
-#define MMH_MAX_W (64ll << 20)        /* larger matrices (an LM head) keep the int8 kernels */
 
 /* ------------------------------------------------------------------ */
 /* kernels */
@@ -213,7 +212,7 @@ extern "C" int cu_mmh_taken(const cu_gemv_args *g, int64_t ntok) {
     if (!mmh_mode || !g->act_f32 || g->tile_pairs) return 0;
     if (g->wtype != CU_TYPE_Q8_0 && g->wtype != CU_TYPE_Q8_0R) return 0;
     if (g->in % 32 || g->in > (1 << 20) || ntok < mmh_min_t || ntok > (1 << 24) || g->rows * g->in < mmh_min_w ||
-        g->rows * g->in > MMH_MAX_W)
+        g->rows * g->in > CU_MMH_MAX_WEIGHTS)
         return 0;
     if (g->group_act_bytes && (g->group_rows <= 0 || g->rows % g->group_rows || g->group_act_bytes % 16)) return 0;
     return ((uintptr_t)g->act & 15) == 0 && g->act_stride % 16 == 0;
@@ -397,15 +396,10 @@ static int mmh_one(const cu_gemv_args *g, const uint8_t *w, int64_t rows, int in
     const bool rep = g->wtype == CU_TYPE_Q8_0R;
     int gd = mmh_grid(rows * items);
     if (gd > 4 * cu_num_sms() * 8) gd = 4 * cu_num_sms() * 8;
-    if (rep) {
-        cu_launch(k_mmh_dmax<true>, dim3(gd), MMH_THREADS, 0, st, w, rows, items, g->row_bytes, small);
-        cu_launch(k_mmh_wexpand<true>, dim3(mmh_grid(rows * (gw / 8))), MMH_THREADS, 0, st, w, rows, gw, g->row_bytes,
-                  (const unsigned *)small, A);
-    } else {
-        cu_launch(k_mmh_dmax<false>, dim3(gd), MMH_THREADS, 0, st, w, rows, items, g->row_bytes, small);
-        cu_launch(k_mmh_wexpand<false>, dim3(mmh_grid(rows * (gw / 8))), MMH_THREADS, 0, st, w, rows, gw, g->row_bytes,
-                  (const unsigned *)small, A);
-    }
+    cu_launch(rep ? k_mmh_dmax<true> : k_mmh_dmax<false>, dim3(gd), MMH_THREADS, 0, st, w, rows, items, g->row_bytes,
+              small);
+    cu_launch(rep ? k_mmh_wexpand<true> : k_mmh_wexpand<false>, dim3(mmh_grid(rows * (gw / 8))), MMH_THREADS, 0, st,
+              w, rows, gw, g->row_bytes, (const unsigned *)small, A);
     int ga = mmh_grid((int64_t)T * (in / 4));
     if (ga > 8 * cu_num_sms()) ga = 8 * cu_num_sms();
     cu_launch(k_mmh_amax, dim3(ga), MMH_THREADS, 0, st, x, T, in, xs, small + 1);

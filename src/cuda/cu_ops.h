@@ -78,6 +78,7 @@ int cu_mmq_tables_init(const uint64_t *grid);
  * MINKE_CUDA_MMH=0/1, MINKE_CUDA_MMH_MIN=tokens, MINKE_CUDA_MMH_MINW=weights: rows x in); cu_mmh: the product (dense or grouped input, accumulate
  * or not; act = f32 rows, act_stride bytes apart, 16-byte aligned), 0 when not done (the caller runs
  * cu_mmq). cu_mmh_set: the checks' switch (min_tokens / min_weights <= 0 keep the current ones). */
+#define CU_MMH_MAX_WEIGHTS (64ll << 20)   /* larger matrices (an LM head) keep the int8 kernels */
 int cu_mmh_taken(const cu_gemv_args *g, int64_t ntok);
 int cu_mmh(const cu_gemv_args *g, int64_t ntok, cudaStream_t st);
 void cu_mmh_set(int on, int min_tokens, int64_t min_weights);
