@@ -34,7 +34,7 @@ if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; t
 fi
 nvidia-smi -L
 
-for k in gemv_check mmq_exact mmf16_check mmh_check hc_check attn_check idx_check argmax_check moe_dec_check moes_check kvfmt_check nccl_check; do
+for k in gemv_check mmq_exact mmf16_check mmh_check mmx_check hc_check attn_check idx_check argmax_check moe_dec_check moes_check kvfmt_check nccl_check; do
     [ -x "$B/tests/cuda/$k" ] || continue
     if "$B/tests/cuda/$k" ${GEMV_TIME:+--time} > "$T/$k.log" 2>&1; then ok $k; else bad $k; fi
     grep -E '^(FAIL|time)' "$T/$k.log"
@@ -109,6 +109,27 @@ for sims in on off; do
         if [ $sims = on ]; then
             "$B/tests/cuda/cmp_f32" "$R" "$O" "$V" 1e-3 --argmax --label "info-$name" | sed 's/^/INFO /'
         elif "$B/tests/cuda/cmp_f32" "$R" "$O" "$V" 1e-3 --argmax --label "$name"; then ok "$name"; else bad "$name"; fi
+    done
+done
+
+# The routed experts' products on the f16 tensor cores (cu_mmx.cu: the IQ2 gate /
+# up and, asked for, the Q2_K down) forced onto the tiny q2 model's prompt
+# (from 32 tokens instead of 256): against the CPU like the int8 kernels, with
+# the simulations on and off (mmx_check holds the kernels themselves to the
+# double reference; unlike cu_mmh's, these products move the simulated model
+# no more than the int8 pieces do: 3.6e-4 with the simulations on)
+for sims in on off; do
+    for mode in prefill chunk64; do
+        opt=""; [ $mode = chunk64 ] && opt="--chunk 64"
+        name="tiny-q2-sims$sims-$mode-mmx"
+        O="$T/cuda-q2-$sims-$mode-mmx.f32"
+        R="$T/cpu-q2-$sims.f32"
+        if ! MINKE_CUDA_MMX=1 MINKE_CUDA_MMX_Q2K=1 MINKE_CUDA_MMX_MIN=32 "$M" logits -m "$T/tiny-q2.gguf" --tokens "$TOK" \
+            --out "$O" --backend cuda --sims $sims $opt > "$T/$name.log" 2>&1; then bad "$name"; tail -5 "$T/$name.log"; continue; fi
+        V=$(( $(wc -c < "$R") / 4 / NTOK ))
+        if "$B/tests/cuda/cmp_f32" "$R" "$O" "$V" 1e-3 --argmax --label "$name"; then ok "$name"; else bad "$name"; fi
+        # the same bits as the int8 kernels would mean the path was not taken
+        if cmp -s "$O" "$T/cuda-q2-$sims-$mode.f32"; then bad "$name-taken"; else ok "$name-taken"; fi
     done
 done
 

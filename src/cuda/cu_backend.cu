@@ -907,10 +907,11 @@ static cu_session *dev_session_alloc(minke_model *m, cu_model *cm, int n_ctx) {
         AL(s->act2, T * side_in / 32 * 37 + 4096);
         AL(s->actx, T * (int64_t)c->n_embd / 32 * 37 + 4096);
         if (cm->act_f32 && cu_mmq_min_rows() && T >= cu_mmq_min_rows()) {
-            /* 3 pieces: (3 * 32 + 4) bytes per 32 elements, rows padded to 16 */
+            /* 3 int8 pieces: (3 * 32 + 4) bytes per 32 elements, rows padded to 16; the
+             * experts' f16 pieces (cu_mmx): 4.25 bytes an element and 16 a row */
             int64_t main_el = T * mx > TK * F ? T * mx : TK * F;
             int64_t side_el = T * (side_in > SF ? side_in : SF);
-            AL(s->asplit, main_el / 32 * 100 + rows * 16 + 4096);
+            AL(s->asplit, main_el / 32 * 136 + rows * 16 + 4096);
             AL(s->asplit2, side_el / 32 * 100 + T * 16 + 4096);
             AL(s->asplit3, T * D / 32 * 100 + T * 16 + 4096);
             /* cu_mmh's scratch where it runs (main stream; the shared expert on st2,
@@ -1037,21 +1038,28 @@ static void x_rewritten(fwd *f) {
 static int mmq_exact(fwd *f, cu_gemv_args *g, const float *x, int64_t nrows, int ntiles) {
     /* dense Q8_0 products: one f16 GEMM of exact pieces through cuBLASLt where it is on (cu_mmh.cu) */
     if (g->act_f32 && g->act == (const void *)x && cu_mmh(g, nrows, f->st)) return 1;
-    if (!g->act_f32 || !f->asplit || g->wtype == CU_TYPE_F16 || !cu_mmq_supported(g)) return 0;
+    /* routed experts (IQ2 gate / up, Q2_K down): f16 pieces and one fold per 256 (cu_mmx.cu) */
+    const int mmx = f->asplit && g->act == (const void *)x && cu_mmx_min_tokens() && f->T >= cu_mmx_min_tokens() &&
+                    cu_mmx_supported(g);
+    if (!mmx && (!g->act_f32 || !f->asplit || g->wtype == CU_TYPE_F16 || !cu_mmq_supported(g))) return 0;
     int64_t n = g->act_stride / 4;     /* the whole f32 row (grouped input: every group) */
-    int cls = g->wtype == CU_TYPE_Q2_K;   /* Q2_K's pieces share a scale per 256, others per 32 */
+    /* the split's layout: Q2_K's int8 pieces share a scale per 256, others per 32; cu_mmx's f16
+     * pieces (Q2_K's with the sub-block sums) */
+    int cls = mmx ? 2 + (g->wtype == CU_TYPE_Q2_K) : g->wtype == CU_TYPE_Q2_K;
     split_memo *e = &f->splits[0];
     for (int i = 0; i < 3; i++)
         if (f->splits[i].buf == f->asplit || !f->splits[i].buf) { e = &f->splits[i]; break; }
     /* only x is reused: other inputs are rewritten in place between their products */
     if (!(x == f->s->x && e->buf == f->asplit && e->x == x && e->cls == cls && e->rows == nrows && e->n == n)) {
-        if (!cu_mmq_split_act(g->wtype, x, nrows, n, g->act_stride, f->asplit, f->st)) { e->buf = NULL; return 0; }
+        int ok = mmx ? cu_mmx_split(g->wtype, x, nrows, n, g->act_stride, f->asplit, f->st)
+                     : cu_mmq_split_act(g->wtype, x, nrows, n, g->act_stride, f->asplit, f->st);
+        if (!ok) { e->buf = NULL; return 0; }
         e->buf = f->asplit; e->x = x; e->cls = cls; e->rows = nrows; e->n = n;
     }
     cu_gemv_args q = *g;
     q.act = f->asplit;
-    q.act_stride = cu_mmq_split_row_bytes(n);
-    return cu_mmq_presplit(&q, ntiles, f->st);
+    q.act_stride = mmx ? cu_mmx_split_row_bytes(g->wtype, n) : cu_mmq_split_row_bytes(n);
+    return mmx ? cu_mmx(&q, ntiles, f->st) : cu_mmq_presplit(&q, ntiles, f->st);
 }
 
 /* y[T][rows] = W . x[T][in] with the activation quantized as the CPU does. */

@@ -1210,6 +1210,6 @@ int cu_tables_init(const uint64_t *grid, const uint8_t *signs, const int8_t *kva
     if (cudaMemcpyToSymbol(cu_iq2xxs_grid, grid, sizeof(uint64_t) * 256) != cudaSuccess) return -1;
     if (cudaMemcpyToSymbol(cu_ksigns_iq2xs, signs, 128) != cudaSuccess) return -1;
     if (cudaMemcpyToSymbol(cu_mxfp4_kvalues, kvalues, 16) != cudaSuccess) return -1;
-    if (cu_gemv3_tables_init(grid)) return -1;
+    if (cu_gemv3_tables_init(grid) || cu_mmx_tables_init(grid)) return -1;
     return cu_mmq_tables_init(grid);
 }

@@ -1,0 +1,552 @@
+/* cu_mmx.cu: the routed experts' prefill products (IQ2_XXS gate / up as
+ * repacked on the device, Q2_K down) with exact activations, on the f16
+ * tensor cores with one fold per 256-element super-block.
+ *
+ * Why not the int8 kernels (cu_mmq.cu): those meet the activations as int8
+ * pieces with a scale per 32-element item and turn every item's integer dots
+ * into floats, scaled and summed on the CUDA cores; that fold, not the tensor
+ * cores, sets their speed (the sixth session's ncu: 56% of the instructions
+ * float, 8% IMMA). Here the weights carry their small integer factors into
+ * f16, the activations are two f16 pieces per element, and only the
+ * super-block's f16 scale is applied outside the tensor cores:
+ *   - IQ2_XXS: w = d (2 ls + 1) g / 8 with g a signed grid byte (|g| <= 43)
+ *     and ls the group's 4-bit scale: (2 ls + 1) g (|.| <= 1333) is an exact
+ *     f16 integer, d / 8 the super-block's factor (the 1/8 a power of two);
+ *   - Q2_K: w = d sc_j q - dmin m_j with q in 0..3 and the 4-bit sub-block
+ *     scale sc_j, min m_j: sc_j q (<= 45) is an exact f16 integer, and the min
+ *     term is dmin times sum_j m_j S_j, S_j the activation's sum over
+ *     sub-block j: one more product per super-block (16 values of m_j against
+ *     16 sums) at 1/16 of the work;
+ *   - an activation row scaled by 2^e (its amax into [2^14, 2^15)) is
+ *     xh + xl, xh = f16(x 2^e), xl = f16(x 2^e - xh): ~22 bits of each
+ *     element (cu_mmh.cu, cu_mmf16.cu do the same), and the sub-block sums
+ *     likewise (scaled by 2^-5 more to stay inside f16's range);
+ *   - a super-block's products W.xh + W.xl sum in f32 on the tensor cores
+ *     (every f16 x f16 product is exact in f32), then y += d acc (Q2_K:
+ *     y += d acc - 32 dmin acc_min), and y 2^-e is the output.
+ * The result is the f32 product of the dequantized weights and the f32
+ * activations within float rounding (the CPU's own level), closer to it than
+ * the int8 path's 24 bits of each item's amax.
+ *
+ * Work layout: a block of 8 warps computes 128 weight rows x 64 pairs (one MoE
+ * tile of CU_MMQ_TILE (token, expert) pairs), each warp 32 x 32 with
+ * m16n8k16 mma.sync; stages of 64 elements, double-buffered: the next stage's
+ * activation pieces go to shared memory by cp.async and its raw weights to
+ * registers before the current stage's products, and are decoded to f16 in
+ * shared memory after them; one barrier a stage.
+ *
+ * The activations are split by their own launch (cu_mmx_split) into rows of
+ * cu_mmx_split_row_bytes: the exponent e (an int, 16 bytes with padding), n
+ * halves xh, n halves xl, and for Q2_K n/16 halves of sums' high pieces and
+ * n/16 of their low pieces.
+ *
+ * Measured (H200, Flash's shapes: 4096 tokens x 6 of 256 experts): the IQ2
+ * gate (2048 x 4096) 4.27 ms against the int8 path's 5.16; the Q2_K down
+ * (4096 x 2048) 6.0 against 5.7, so it stays on the int8 path by default.
+ * ncu of the gate: L1 / shared memory 75% busy, the tensor pipe 40%: each
+ * warp's 32 x 32 tile reads 192 bytes of fragments from shared memory a
+ * product (the two activation pieces double B's), and the IQ2 grid lookups
+ * meet 3.8-way bank conflicts; wider warp tiles (R = 64, below) read less
+ * but leave one block an SM and measured slower.
+ *
+ * On by default for the IQ2 gate / up in MoE tiles with exact activations in
+ * prompts of >= 256 tokens (MINKE_CUDA_MMX=0: the int8 kernels;
+ * MINKE_CUDA_MMX_Q2K=1: the Q2_K down as well; MINKE_CUDA_MMX_MIN=tokens);
+ * the backend's mmq_exact takes it first. mmx_check compares with a double
+ * reference and times it against the int8 path.
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <cuda_fp16.h>
+
+#include "cuda/cu_common.cuh"
+#include "cuda/cu_ops.h"
+
+#define MX_BN 64                  /* pairs a block: one MoE tile */
+#define MX_BK 64                  /* elements a stage */
+#define MX_LD 72                  /* halves a shared row: 64 + 8 spread ldmatrix's rows over the banks */
+#define MX_LDM 24                 /* halves a shared row of the 16 Q2_K mins / sums */
+#define MX_THREADS 256
+static_assert(CU_MMQ_TILE == MX_BN, "a block is one MoE tile");
+
+/* this file's copy of the IQ2_XXS grid (cu_mmx_tables_init) */
+__device__ uint64_t cu_mmx_grid[256];
+
+/* shared memory, in bytes from the start (BM weight rows a block) */
+template <bool Q2K, int BM>
+struct mx_smem {
+    static constexpr int a = 0;                                   /* [2][BM][LD] halves: weights */
+    static constexpr int b = a + 2 * BM * MX_LD * 2;              /* [2][2 pieces][BN][LD] halves */
+    static constexpr int d = b + 2 * 2 * MX_BN * MX_LD * 2;       /* [2][BM] floats: d (IQ2: d / 8) per super-block parity */
+    static constexpr int dm = d + 2 * BM * 4;                     /* Q2_K: [2][BM] floats dmin */
+    static constexpr int am = dm + (Q2K ? 2 * BM * 4 : 0);        /* Q2_K: [2][BM][LDM] halves m_j */
+    static constexpr int bm = am + (Q2K ? 2 * BM * MX_LDM * 2 : 0);      /* Q2_K: [2][2][BN][LDM] sums */
+    static constexpr int grid = bm + (Q2K ? 2 * 2 * MX_BN * MX_LDM * 2 : 0);  /* IQ2: 256 grid entries */
+    static constexpr int off = grid + (Q2K ? 0 : 256 * 8);        /* [BN] int64: activation row offsets */
+    static constexpr int sid = off + MX_BN * 8;                   /* [BN] ints: pair ids */
+    static constexpr int se = sid + MX_BN * 4;                    /* [BN] ints: the rows' exponents */
+    static constexpr int bytes = se + MX_BN * 4;
+};
+
+__device__ __forceinline__ void mx_mma(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ void mx_ldsm4(unsigned (&r)[4], unsigned addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+__device__ __forceinline__ void mx_cp16(unsigned dst, const void *src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
+}
+
+/* Four signed bytes (or unsigned 0..255 with bias 0) times an integer factor f as two
+ * f16 pairs, exactly: a byte c becomes the half 1024 + c' (c' = c + bias in 0..255, the
+ * bits 0x64 c'), and fma(1024 + c', f, -(1024 + bias) f) rounds the exact product c f
+ * once: an integer below 2048 in magnitude, so it is exact. */
+__device__ __forceinline__ void mx_bytes_f16(uint32_t u, __half2 f, __half2 off, uint32_t &lo, uint32_t &hi) {
+    uint32_t p0 = __byte_perm(u, 0x64u, 0x4140), p1 = __byte_perm(u, 0x64u, 0x4342);
+    __half2 h0 = __hfma2(*(__half2 *)&p0, f, off), h1 = __hfma2(*(__half2 *)&p1, f, off);
+    lo = *(uint32_t *)&h0;
+    hi = *(uint32_t *)&h1;
+}
+
+/* Rows in cu_mmx_split_row_bytes format; see the header comment. One block of 256
+ * threads a row, 16 elements (one Q2_K sub-block) a thread at a time. */
+template <bool Q2K>
+__global__ void __launch_bounds__(256) k_mmx_split(const float *x, int64_t nrows, int64_t n, int64_t xstride, uint8_t *out,
+                                                    int64_t ostride) {
+    cu_pdl_enter();
+    __shared__ float red[33];
+    const int64_t r = blockIdx.x;
+    const float *xr = (const float *)((const uint8_t *)x + r * xstride);
+    uint8_t *o = out + r * ostride;
+    float m = 0.f;
+    for (int64_t i = threadIdx.x * 4; i < n; i += 256 * 4) {
+        float4 v = *(const float4 *)(xr + i);
+        m = fmaxf(m, fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w))));
+        if (v.x != v.x || v.y != v.y || v.z != v.z || v.w != v.w) m = INFINITY;
+    }
+    m = block_max(m, red);
+    int e = 0;
+    if (m > 0.f && m < INFINITY) {
+        int ex;
+        frexpf(m, &ex);          /* m in [2^(ex-1), 2^ex): m 2^(15-ex) in [2^14, 2^15) */
+        e = 15 - ex;
+    }
+    /* 2^e in two factors: e reaches 164 for the smallest subnormal amax */
+    const float s1 = ldexpf(1.f, e / 2), s2 = ldexpf(1.f, e - e / 2);
+    if (threadIdx.x == 0) *(int *)o = e;
+    __half *xh = (__half *)(o + 16), *xl = xh + n;
+    __half *sh = xl + n, *sl = sh + n / 16;
+    for (int64_t j = threadIdx.x; j < n / 16; j += 256) {
+        const float4 *src = (const float4 *)(xr + 16 * j);
+        float v[16];
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            float4 f = src[q];
+            v[4 * q] = f.x * s1 * s2; v[4 * q + 1] = f.y * s1 * s2; v[4 * q + 2] = f.z * s1 * s2; v[4 * q + 3] = f.w * s1 * s2;
+        }
+        uint32_t hw[8], lw[8];
+        float s = 0.f;
+#pragma unroll
+        for (int q = 0; q < 8; q++) {
+            __half a = __float2half_rn(v[2 * q]), b = __float2half_rn(v[2 * q + 1]);
+            __half c = __float2half_rn(v[2 * q] - __half2float(a)), d = __float2half_rn(v[2 * q + 1] - __half2float(b));
+            __half2 h = __halves2half2(a, b), l = __halves2half2(c, d);
+            hw[q] = *(uint32_t *)&h;
+            lw[q] = *(uint32_t *)&l;
+            s += v[2 * q];
+            s += v[2 * q + 1];
+        }
+        uint4 *dh = (uint4 *)(xh + 16 * j), *dl = (uint4 *)(xl + 16 * j);
+        dh[0] = make_uint4(hw[0], hw[1], hw[2], hw[3]); dh[1] = make_uint4(hw[4], hw[5], hw[6], hw[7]);
+        dl[0] = make_uint4(lw[0], lw[1], lw[2], lw[3]); dl[1] = make_uint4(lw[4], lw[5], lw[6], lw[7]);
+        if (Q2K) {
+            s *= 0.03125f;       /* 16 elements of < 2^15: the sum / 32 stays below f16's 65504 */
+            __half a = __float2half_rn(s);
+            sh[j] = a;
+            sl[j] = __float2half_rn(s - __half2float(a));
+        }
+    }
+}
+
+/* The products. TYPE: CU_TYPE_IQ2R (64-byte groups of 8 items, then the rows' f16 d per
+ * super-block), CU_TYPE_IQ2_XXS (66-byte blocks as stored) or CU_TYPE_Q2_K; R: weight rows a
+ * warp (32 or 64), 4 x 2 warps, so BM = 4 R rows a block. R = 64 reads half the activation
+ * fragments per product from shared memory (the limit of R = 32 under ncu: L1 75% busy,
+ * the tensor pipe 40%), at ~190 registers: one block an SM. */
+template <int TYPE, int R>
+__global__ void __launch_bounds__(MX_THREADS, R == 32 ? 2 : 1) k_mmx(cu_gemv_args g) {
+    constexpr bool Q2K = TYPE == CU_TYPE_Q2_K;
+    constexpr int BM = 4 * R, MI = R / 16, NJ = BM / 128;   /* NJ: weight (row, item) jobs a thread and stage */
+    using L = mx_smem<Q2K, BM>;
+    extern __shared__ __align__(16) uint8_t mx_sm[];
+    cu_pdl_enter();
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int gq = lane >> 2, tq = lane & 3;
+    const int wm = (warp & 3) * R, wn = (warp >> 2) * 32;
+    const int64_t r0 = (int64_t)blockIdx.x * BM;
+    const int tile = blockIdx.y;
+    if (tile >= *g.n_tiles) return;
+    const int start = g.tile_start[tile], nt = g.tile_count[tile];
+    if (nt <= 0) return;                  /* an expert another GPU owns */
+    const uint8_t *wbase = (const uint8_t *)g.w + (int64_t)g.tile_expert[tile] * g.expert_bytes;
+    int64_t *soff = (int64_t *)(mx_sm + L::off);
+    int *sid = (int *)(mx_sm + L::sid), *se = (int *)(mx_sm + L::se);
+    float *sd = (float *)(mx_sm + L::d), *sdm = (float *)(mx_sm + L::dm);
+    uint64_t *sgrid = (uint64_t *)(mx_sm + L::grid);
+    const uint8_t *act = (const uint8_t *)g.act;
+    const int64_t n = g.in;
+    for (int k = tid; k < MX_BN; k += MX_THREADS) {
+        int p = g.tile_pairs[start + (k < nt ? k : 0)];
+        sid[k] = p;
+        int64_t o = (int64_t)(p / g.act_div) * g.act_stride;
+        soff[k] = o;
+        se[k] = *(const int *)(act + o);
+    }
+    if (!Q2K)
+        for (int i = tid; i < 256; i += MX_THREADS) sgrid[i] = cu_mmx_grid[i];
+    __syncthreads();
+
+    const unsigned s_a = (unsigned)__cvta_generic_to_shared(mx_sm + L::a);
+    const unsigned s_b = (unsigned)__cvta_generic_to_shared(mx_sm + L::b);
+    const unsigned s_am = (unsigned)__cvta_generic_to_shared(mx_sm + L::am);
+    const unsigned s_bm = (unsigned)__cvta_generic_to_shared(mx_sm + L::bm);
+    /* staging roles: weight rows wr0 + 128 j, item half wi of the stage; activation chunks tid + 256 i */
+    const int wr0 = tid >> 1, wi = tid & 1;
+    const uint8_t *wrow[NJ];
+#pragma unroll
+    for (int j = 0; j < NJ; j++) {
+        const int64_t r = r0 + wr0 + 128 * j;
+        wrow[j] = wbase + (r < g.rows ? r : g.rows - 1) * (int64_t)g.row_bytes;
+    }
+    const int nsb = (int)(n / 256), nst = (int)(n / MX_BK);
+
+    /* the activation pieces of stage s into buffer s & 1 (and at a super-block's start, its sums) */
+    auto stage_act = [&](int s) {
+        const int buf = s & 1;
+        const int64_t k0 = (int64_t)s * MX_BK;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            int c = tid + MX_THREADS * i;
+            int piece = c >> 9, pr = (c >> 3) & 63, part = c & 7;
+            const uint8_t *src = act + soff[pr] + 16 + (piece * n + k0 + part * 8) * 2;
+            unsigned dst = s_b + (unsigned)((((buf * 2 + piece) * MX_BN + pr) * MX_LD + part * 8) * 2);
+            mx_cp16(dst, src);
+        }
+        if (Q2K && (s & 3) == 0) {
+            const int sb = s >> 2, par = sb & 1;
+            int piece = tid >> 7, pr = (tid >> 1) & 63, part = tid & 1;
+            const uint8_t *src = act + soff[pr] + 16 + (4 * n + piece * (n / 16) * 2) + ((int64_t)sb * 16 + part * 8) * 2;
+            unsigned dst = s_bm + (unsigned)((((par * 2 + piece) * MX_BN + pr) * MX_LDM + part * 8) * 2);
+            mx_cp16(dst, src);
+        }
+        asm volatile("cp.async.commit_group;\n" ::: "memory");
+    };
+
+    /* raw weights of stage s: IQ2 one group (8 bytes: 4 grid indices, signs + scale) a job;
+     * Q2_K one item's 32 code bytes and its two scale bytes */
+    uint32_t raw[NJ][Q2K ? 8 : 2];
+    uint32_t rsc[NJ];       /* Q2_K: the two scale bytes; IQ2: d at a super-block's start */
+    uint32_t rsb[NJ][4];    /* Q2_K at a super-block's start: the 16 scale bytes (wi 0) or d, dmin (wi 1) */
+    auto load_w = [&](int s) {
+        const int it = s * 2 + wi;               /* item of 32 elements */
+        const int blk = it >> 3;
+#pragma unroll
+        for (int j = 0; j < NJ; j++) {
+            if constexpr (TYPE == CU_TYPE_IQ2R) {
+                uint2 v = *(const uint2 *)(wrow[j] + (int64_t)blk * 64 + (it & 7) * 8);
+                raw[j][0] = v.x; raw[j][1] = v.y;
+                if ((s & 3) == 0) rsc[j] = *(const uint16_t *)(wrow[j] + (int64_t)nsb * 64 + blk * 2);
+            } else if constexpr (TYPE == CU_TYPE_IQ2_XXS) {
+                const uint16_t *b = (const uint16_t *)(wrow[j] + (int64_t)blk * 66);
+                const uint16_t *q = b + 1 + 4 * (it & 7);
+                raw[j][0] = (uint32_t)q[0] | ((uint32_t)q[1] << 16);
+                raw[j][1] = (uint32_t)q[2] | ((uint32_t)q[3] << 16);
+                if ((s & 3) == 0) rsc[j] = b[0];
+            } else {
+                const uint8_t *b = wrow[j] + (int64_t)blk * 84;
+                const uint32_t *qs = (const uint32_t *)(b + 16 + 32 * ((it >> 2) & 1));
+#pragma unroll
+                for (int k = 0; k < 8; k++) raw[j][k] = qs[k];
+                rsc[j] = *(const uint16_t *)(b + 2 * (it & 7));
+                if ((s & 3) == 0) {
+                    if (wi == 0) {
+                        const uint32_t *sc = (const uint32_t *)b;
+                        rsb[j][0] = sc[0]; rsb[j][1] = sc[1]; rsb[j][2] = sc[2]; rsb[j][3] = sc[3];
+                    } else {
+                        rsb[j][0] = *(const uint32_t *)(b + 80);
+                    }
+                }
+            }
+        }
+    };
+    /* decode the raw weights of stage s into buffer s & 1 */
+    auto decode_w = [&](int s) {
+        const int buf = s & 1;
+        const int it = s * 2 + wi;
+#pragma unroll
+        for (int j = 0; j < NJ; j++) {
+            const int wr = wr0 + 128 * j;
+            uint32_t o[16];
+            if constexpr (!Q2K) {
+                int q[8];
+                cu_iq2_group_codes(raw[j][0], raw[j][1], sgrid, q);
+                const float f = (float)(2 * (raw[j][1] >> 28) + 1);
+                const __half2 f2 = __float2half2_rn(f), off2 = __float2half2_rn(-1152.f * f);
+#pragma unroll
+                for (int k = 0; k < 8; k++) mx_bytes_f16((uint32_t)q[k] ^ 0x80808080u, f2, off2, o[2 * k], o[2 * k + 1]);
+                if ((s & 3) == 0 && wi == 0) sd[((s >> 2) & 1) * BM + wr] = cu_h2f((uint16_t)rsc[j]) * 0.125f;
+            } else {
+                const int sh = 2 * (it & 3);
+                const float f0 = (float)(rsc[j] & 15), f1 = (float)((rsc[j] >> 8) & 15);
+                const __half2 a0 = __float2half2_rn(f0), b0 = __float2half2_rn(-1024.f * f0);
+                const __half2 a1 = __float2half2_rn(f1), b1 = __float2half2_rn(-1024.f * f1);
+#pragma unroll
+                for (int k = 0; k < 8; k++)
+                    mx_bytes_f16((raw[j][k] >> sh) & 0x03030303u, k < 4 ? a0 : a1, k < 4 ? b0 : b1, o[2 * k], o[2 * k + 1]);
+                if ((s & 3) == 0) {
+                    const int par = (s >> 2) & 1;
+                    if (wi == 0) {
+                        /* m_j = scales[j] >> 4 as 16 halves */
+                        uint32_t m[8];
+                        const __half2 one = __float2half2_rn(1.f), moff = __float2half2_rn(-1024.f);
+#pragma unroll
+                        for (int k = 0; k < 4; k++) mx_bytes_f16((rsb[j][k] >> 4) & 0x0F0F0F0Fu, one, moff, m[2 * k], m[2 * k + 1]);
+                        uint4 *dst = (uint4 *)(mx_sm + L::am + (par * BM + wr) * MX_LDM * 2);
+                        dst[0] = make_uint4(m[0], m[1], m[2], m[3]);
+                        dst[1] = make_uint4(m[4], m[5], m[6], m[7]);
+                    } else {
+                        sd[par * BM + wr] = cu_h2f((uint16_t)(rsb[j][0] & 0xFFFF));
+                        sdm[par * BM + wr] = cu_h2f((uint16_t)(rsb[j][0] >> 16));
+                    }
+                }
+            }
+            uint4 *dst = (uint4 *)(mx_sm + L::a + ((buf * BM + wr) * MX_LD + wi * 32) * 2);
+            dst[0] = make_uint4(o[0], o[1], o[2], o[3]);
+            dst[1] = make_uint4(o[4], o[5], o[6], o[7]);
+            dst[2] = make_uint4(o[8], o[9], o[10], o[11]);
+            dst[3] = make_uint4(o[12], o[13], o[14], o[15]);
+        }
+    };
+
+    float y[MI][4][4], acc[MI][4][4];
+#pragma unroll
+    for (int a = 0; a < MI; a++)
+#pragma unroll
+        for (int b = 0; b < 4; b++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) { y[a][b][c] = 0.f; acc[a][b][c] = 0.f; }
+
+    /* this lane's ldmatrix rows: weights (row wm + lane % 16, column 8 (lane / 16)), pieces
+     * (pair wn + 8 (lane / 16) + lane % 8, column 8 ((lane / 8) % 2)) */
+    const unsigned la = (unsigned)(((wm + (lane & 15)) * MX_LD + (lane >> 4) * 8) * 2);
+    const unsigned lb = (unsigned)(((wn + (lane >> 4) * 8 + (lane & 7)) * MX_LD + ((lane >> 3) & 1) * 8) * 2);
+
+    stage_act(0);
+    load_w(0);
+    decode_w(0);
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+    __syncthreads();
+
+    for (int s = 0; s < nst; s++) {
+        const int buf = s & 1;
+        if (s + 1 < nst) {
+            stage_act(s + 1);
+            load_w(s + 1);
+        }
+#pragma unroll
+        for (int kk = 0; kk < MX_BK / 16; kk++) {
+            unsigned bf[2][2][4];
+#pragma unroll
+            for (int p = 0; p < 2; p++)
+#pragma unroll
+                for (int nj = 0; nj < 2; nj++)
+                    mx_ldsm4(bf[p][nj], s_b + (unsigned)((buf * 2 + p) * MX_BN * MX_LD * 2) + lb +
+                                            (unsigned)((nj * 16 * MX_LD + kk * 16) * 2));
+#pragma unroll
+            for (int mi = 0; mi < MI; mi++) {
+                unsigned af[4];
+                mx_ldsm4(af, s_a + (unsigned)(buf * BM * MX_LD * 2) + la + (unsigned)((mi * 16 * MX_LD + kk * 16) * 2));
+#pragma unroll
+                for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+                    for (int p = 0; p < 2; p++)
+                        mx_mma(acc[mi][ni], af, bf[p][ni >> 1][(ni & 1) * 2], bf[p][ni >> 1][(ni & 1) * 2 + 1]);
+            }
+            /* one block an SM (R = 64): the next stage's decode between the products, so that
+             * the tensor pipe has work while it runs */
+            if (R == 64 && kk == 1 && s + 1 < nst) decode_w(s + 1);
+        }
+        if ((s & 3) == 3) {
+            /* the super-block's fold */
+            const int par = (s >> 2) & 1;
+#pragma unroll
+            for (int mi = 0; mi < MI; mi++)
+#pragma unroll
+                for (int hr = 0; hr < 2; hr++) {
+                    const int row = wm + mi * 16 + gq + 8 * hr;
+                    const float d = sd[par * BM + row];
+#pragma unroll
+                    for (int ni = 0; ni < 4; ni++) {
+                        y[mi][ni][2 * hr] = fmaf(d, acc[mi][ni][2 * hr], y[mi][ni][2 * hr]);
+                        y[mi][ni][2 * hr + 1] = fmaf(d, acc[mi][ni][2 * hr + 1], y[mi][ni][2 * hr + 1]);
+                        acc[mi][ni][2 * hr] = 0.f;
+                        acc[mi][ni][2 * hr + 1] = 0.f;
+                    }
+                }
+            if constexpr (Q2K) {
+                /* the min term: acc_min = sum_j m_j S_j (both pieces), y -= 32 dmin acc_min */
+                const unsigned lam = (unsigned)(((wm + (lane & 15)) * MX_LDM + (lane >> 4) * 8) * 2);
+                const unsigned lbm = (unsigned)(((wn + (lane >> 4) * 8 + (lane & 7)) * MX_LDM + ((lane >> 3) & 1) * 8) * 2);
+                unsigned bm[2][2][4];
+#pragma unroll
+                for (int p = 0; p < 2; p++)
+#pragma unroll
+                    for (int nj = 0; nj < 2; nj++)
+                        mx_ldsm4(bm[p][nj], s_bm + (unsigned)((par * 2 + p) * MX_BN * MX_LDM * 2) + lbm +
+                                                (unsigned)(nj * 16 * MX_LDM * 2));
+#pragma unroll
+                for (int mi = 0; mi < MI; mi++) {
+                    unsigned am[4];
+                    mx_ldsm4(am, s_am + (unsigned)(par * BM * MX_LDM * 2) + lam + (unsigned)(mi * 16 * MX_LDM * 2));
+#pragma unroll
+                    for (int ni = 0; ni < 4; ni++) {
+                        float c[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+                        for (int p = 0; p < 2; p++)
+                            mx_mma(c, am, bm[p][ni >> 1][(ni & 1) * 2], bm[p][ni >> 1][(ni & 1) * 2 + 1]);
+#pragma unroll
+                        for (int hr = 0; hr < 2; hr++) {
+                            const float dm = -32.f * sdm[par * BM + wm + mi * 16 + gq + 8 * hr];
+                            y[mi][ni][2 * hr] = fmaf(dm, c[2 * hr], y[mi][ni][2 * hr]);
+                            y[mi][ni][2 * hr + 1] = fmaf(dm, c[2 * hr + 1], y[mi][ni][2 * hr + 1]);
+                        }
+                    }
+                }
+            }
+        }
+        if (R == 32 && s + 1 < nst) decode_w(s + 1);
+        asm volatile("cp.async.wait_all;\n" ::: "memory");
+        __syncthreads();
+    }
+
+    /* outputs: y 2^-e of the pair's activation row */
+#pragma unroll
+    for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+        for (int cc = 0; cc < 2; cc++) {
+            const int col = wn + ni * 8 + 2 * tq + cc;
+            if (col >= nt) continue;
+            const int e = se[col];
+            float *out = g.out + (int64_t)sid[col] * g.out_stride;
+#pragma unroll
+            for (int mi = 0; mi < MI; mi++)
+#pragma unroll
+                for (int hr = 0; hr < 2; hr++) {
+                    const int64_t row = r0 + wm + mi * 16 + gq + 8 * hr;
+                    if (row >= g.rows) continue;
+                    const float v = ldexpf(y[mi][ni][2 * hr + cc], -e);
+                    if (g.accumulate) out[row] += v; else out[row] = v;
+                }
+        }
+}
+
+/* ------------------------------------------------------------------ */
+/* host side */
+
+/* The switches: MINKE_CUDA_MMX (default on), MINKE_CUDA_MMX_Q2K (default off: the Q2_K down
+ * products too; 6.0 against the int8 path's 5.7 ms on Flash's shape, the IQ2 gate 4.3 against
+ * 5.2), and the prompt size from which the backend takes it (MINKE_CUDA_MMX_MIN tokens, default
+ * 256: the tiny models' prompts keep the int8 kernels, whose exact item sums the CPU
+ * comparisons with the simulations on rely on; run-cuda.sh forces this path there too). */
+static int mx_on = -1, mx_q2k = 0, mx_min = 256;
+static int mx_enabled(void) {
+    if (mx_on < 0) {
+        const char *e = getenv("MINKE_CUDA_MMX");
+        mx_on = e ? atoi(e) != 0 : 1;
+        const char *q = getenv("MINKE_CUDA_MMX_Q2K");
+        mx_q2k = q && atoi(q) != 0;
+        const char *m = getenv("MINKE_CUDA_MMX_MIN");
+        if (m && atoi(m) > 0) mx_min = atoi(m);
+    }
+    return mx_on;
+}
+extern "C" void cu_mmx_set(int on, int q2k, int min_tokens) {
+    (void)mx_enabled();
+    mx_on = on != 0;
+    mx_q2k = q2k != 0;
+    if (min_tokens > 0) mx_min = min_tokens;
+}
+extern "C" int cu_mmx_min_tokens(void) { return mx_enabled() ? mx_min : 0; }
+
+extern "C" int64_t cu_mmx_split_row_bytes(int wtype, int64_t n) {
+    return 16 + 4 * n + (wtype == CU_TYPE_Q2_K ? n / 4 : 0);
+}
+
+/* the kernel's warp rows: 32 (default: two blocks an SM of 128-row tiles) or MINKE_CUDA_MMX_R=64
+ * (one block an SM of 256-row tiles: fewer shared-memory reads a product, but measured slower,
+ * 4.84 against 4.27 ms for Flash's IQ2 gate; kept for A/B) */
+static int mx_rows(void) {
+    static int r = 0;
+    if (!r) { const char *e = getenv("MINKE_CUDA_MMX_R"); r = e && atoi(e) == 64 ? 64 : 32; }
+    return r;
+}
+
+extern "C" int cu_mmx_supported(const cu_gemv_args *g) {
+    if (!mx_enabled() || !g->act_f32 || !g->tile_pairs || g->group_rows) return 0;
+    if (g->wtype != CU_TYPE_IQ2R && g->wtype != CU_TYPE_IQ2_XXS && (g->wtype != CU_TYPE_Q2_K || !mx_q2k)) return 0;
+    if (g->in % 256 || g->in <= 0 || g->rows <= 0) return 0;
+    const uint64_t al = g->wtype == CU_TYPE_IQ2R ? 8 : g->wtype == CU_TYPE_Q2_K ? 4 : 2;
+    if (((uintptr_t)g->w | g->row_bytes | g->expert_bytes) & (al - 1)) return 0;
+    return 1;
+}
+
+extern "C" int cu_mmx_split(int wtype, const float *x, int64_t nrows, int64_t n, int64_t xstride, void *out,
+                            cudaStream_t st) {
+    if (nrows <= 0 || n % 256 || ((uintptr_t)x & 15) || xstride % 16 || ((uintptr_t)out & 15)) return 0;
+    const int64_t os = cu_mmx_split_row_bytes(wtype, n);
+    if (wtype == CU_TYPE_Q2_K) cu_launch(k_mmx_split<true>, dim3((unsigned)nrows), 256, 0, st, x, nrows, n, xstride, (uint8_t *)out, os);
+    else cu_launch(k_mmx_split<false>, dim3((unsigned)nrows), 256, 0, st, x, nrows, n, xstride, (uint8_t *)out, os);
+    return 1;
+}
+
+template <int TYPE, int R>
+static void mx_launch(const cu_gemv_args &g, int ntiles, cudaStream_t st) {
+    const int smem = mx_smem<TYPE == CU_TYPE_Q2_K, 4 * R>::bytes;
+    static int attr[32];
+    const int dev = cu_cur_dev();
+    if (!__atomic_load_n(&attr[dev], __ATOMIC_ACQUIRE)) {
+        cudaFuncSetAttribute(k_mmx<TYPE, R>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+        cudaFuncSetAttribute(k_mmx<TYPE, R>, cudaFuncAttributePreferredSharedMemoryCarveout, (int)cudaSharedmemCarveoutMaxShared);
+        __atomic_store_n(&attr[dev], 1, __ATOMIC_RELEASE);
+    }
+    dim3 grid((unsigned)((g.rows + 4 * R - 1) / (4 * R)), (unsigned)ntiles);
+    cu_launch(k_mmx<TYPE, R>, grid, MX_THREADS, (size_t)smem, st, g);
+}
+
+template <int TYPE>
+static void mx_pick(const cu_gemv_args &g, int ntiles, cudaStream_t st) {
+    if (mx_rows() == 32) mx_launch<TYPE, 32>(g, ntiles, st);
+    else mx_launch<TYPE, 64>(g, ntiles, st);
+}
+
+/* g: MoE tiles, act = rows of cu_mmx_split (act_stride their bytes), act_div pairs -> rows */
+extern "C" int cu_mmx(const cu_gemv_args *ga, int ntiles, cudaStream_t st) {
+    if (!cu_mmx_supported(ga) || ntiles <= 0) return 0;
+    cu_gemv_args g = *ga;
+    if (((uintptr_t)g.act & 15) || g.act_stride % 16) return 0;
+    if (g.act_div <= 0) g.act_div = 1;
+    switch (g.wtype) {
+    case CU_TYPE_Q2_K: mx_pick<CU_TYPE_Q2_K>(g, ntiles, st); break;
+    case CU_TYPE_IQ2R: mx_pick<CU_TYPE_IQ2R>(g, ntiles, st); break;
+    default: mx_pick<CU_TYPE_IQ2_XXS>(g, ntiles, st); break;
+    }
+    return 1;
+}
+
+extern "C" int cu_mmx_tables_init(const uint64_t *grid) {
+    return cudaMemcpyToSymbol(cu_mmx_grid, grid, sizeof(uint64_t) * 256) == cudaSuccess ? 0 : -1;
+}
