@@ -46,6 +46,14 @@ if [ -x "$B/tests/cuda/attn_check" ]; then
     grep -E '^FAIL' "$T/attn_minb1.log"
 fi
 
+# cu_mmx's other block layouts (kept for A/B, MINKE_CUDA_MMX_TILE)
+if [ -x "$B/tests/cuda/mmx_check" ]; then
+    for t in 2 3; do
+        if MINKE_CUDA_MMX_TILE=$t "$B/tests/cuda/mmx_check" > "$T/mmx_tile$t.log" 2>&1; then ok mmx_check-tile$t; else bad mmx_check-tile$t; fi
+        grep -E '^FAIL' "$T/mmx_tile$t.log"
+    done
+fi
+
 # cu_mmh's grouped input as one GEMM a group (the batched GEMM is the default)
 if [ -x "$B/tests/cuda/mmh_check" ]; then
     if MINKE_CUDA_MMH_BATCH=0 "$B/tests/cuda/mmh_check" > "$T/mmh_batch0.log" 2>&1; then ok mmh_check-batch0; else bad mmh_check-batch0; fi
@@ -89,49 +97,43 @@ for model in f32 q2; do
     done
 done
 
-# The dense Q8_0 products as cuBLASLt f16 GEMMs of exact pieces (cu_mmh.cu),
-# forced onto every product of the tiny q2 model from 32 tokens: prefill and
-# chunks of 64 against the CPU like the int8 kernels above with the
-# simulations off; with them on, an INFO line: the f16 path sums in f32 on
-# the tensor cores (mmh_check: ~2.5e-6 of max|y|, the CPU's own rounding
-# level, against 2e-7 for the int8 pieces), and this model turns such
-# differences into other FP8 roundings and indexer choices (as the forced
-# attention tensor cores below)
-for sims in on off; do
-    for mode in prefill chunk64; do
-        opt=""; [ $mode = chunk64 ] && opt="--chunk 64"
-        name="tiny-q2-sims$sims-$mode-mmh"
-        O="$T/cuda-q2-$sims-$mode-mmh.f32"
-        R="$T/cpu-q2-$sims.f32"
-        if ! MINKE_CUDA_MMH=1 MINKE_CUDA_MMH_MIN=32 MINKE_CUDA_MMH_MINW=1 "$M" logits -m "$T/tiny-q2.gguf" --tokens "$TOK" \
-            --out "$O" --backend cuda --sims $sims $opt > "$T/$name.log" 2>&1; then bad "$name"; tail -5 "$T/$name.log"; continue; fi
-        V=$(( $(wc -c < "$R") / 4 / NTOK ))
-        if [ $sims = on ]; then
-            "$B/tests/cuda/cmp_f32" "$R" "$O" "$V" 1e-3 --argmax --label "info-$name" | sed 's/^/INFO /'
-        elif "$B/tests/cuda/cmp_f32" "$R" "$O" "$V" 1e-3 --argmax --label "$name"; then ok "$name"; else bad "$name"; fi
+# A prefill path forced onto the tiny q2 model's prompt from 32 tokens: prefill
+# and chunks of 64 against the CPU like the int8 kernels above, and bits unlike
+# the default path's (the path was taken). forced_q2 SUFFIX INFO_ON ENV...:
+# INFO_ON=1 makes the simulations-on comparison an INFO line.
+forced_q2() {
+    suffix=$1; info_on=$2; shift 2
+    for sims in on off; do
+        for mode in prefill chunk64; do
+            opt=""; [ $mode = chunk64 ] && opt="--chunk 64"
+            name="tiny-q2-sims$sims-$mode-$suffix"
+            O="$T/cuda-q2-$sims-$mode-$suffix.f32"
+            R="$T/cpu-q2-$sims.f32"
+            if ! env "$@" "$M" logits -m "$T/tiny-q2.gguf" --tokens "$TOK" --out "$O" --backend cuda --sims $sims $opt \
+                > "$T/$name.log" 2>&1; then bad "$name"; tail -5 "$T/$name.log"; continue; fi
+            V=$(( $(wc -c < "$R") / 4 / NTOK ))
+            if [ $sims = on ] && [ "$info_on" = 1 ]; then
+                "$B/tests/cuda/cmp_f32" "$R" "$O" "$V" 1e-3 --argmax --label "info-$name" | sed 's/^/INFO /'
+            elif "$B/tests/cuda/cmp_f32" "$R" "$O" "$V" 1e-3 --argmax --label "$name"; then ok "$name"; else bad "$name"; fi
+            if cmp -s "$O" "$T/cuda-q2-$sims-$mode.f32"; then bad "$name-taken"; else ok "$name-taken"; fi
+        done
     done
-done
+}
+
+# The dense Q8_0 products as cuBLASLt f16 GEMMs of exact pieces (cu_mmh.cu) on
+# every product: with the simulations on, an INFO line: the f16 path sums in
+# f32 on the tensor cores (mmh_check: ~2.5e-6 of max|y|, the CPU's own
+# rounding level, against 2e-7 for the int8 pieces), and this model turns
+# such differences into other FP8 roundings and indexer choices (as the
+# forced attention tensor cores below)
+forced_q2 mmh 1 MINKE_CUDA_MMH=1 MINKE_CUDA_MMH_MIN=32 MINKE_CUDA_MMH_MINW=1
 
 # The routed experts' products on the f16 tensor cores (cu_mmx.cu: the IQ2 gate /
-# up and, asked for, the Q2_K down) forced onto the tiny q2 model's prompt
-# (from 32 tokens instead of 256): against the CPU like the int8 kernels, with
-# the simulations on and off (mmx_check holds the kernels themselves to the
-# double reference; unlike cu_mmh's, these products move the simulated model
-# no more than the int8 pieces do: 3.6e-4 with the simulations on)
-for sims in on off; do
-    for mode in prefill chunk64; do
-        opt=""; [ $mode = chunk64 ] && opt="--chunk 64"
-        name="tiny-q2-sims$sims-$mode-mmx"
-        O="$T/cuda-q2-$sims-$mode-mmx.f32"
-        R="$T/cpu-q2-$sims.f32"
-        if ! MINKE_CUDA_MMX=1 MINKE_CUDA_MMX_Q2K=1 MINKE_CUDA_MMX_MIN=32 "$M" logits -m "$T/tiny-q2.gguf" --tokens "$TOK" \
-            --out "$O" --backend cuda --sims $sims $opt > "$T/$name.log" 2>&1; then bad "$name"; tail -5 "$T/$name.log"; continue; fi
-        V=$(( $(wc -c < "$R") / 4 / NTOK ))
-        if "$B/tests/cuda/cmp_f32" "$R" "$O" "$V" 1e-3 --argmax --label "$name"; then ok "$name"; else bad "$name"; fi
-        # the same bits as the int8 kernels would mean the path was not taken
-        if cmp -s "$O" "$T/cuda-q2-$sims-$mode.f32"; then bad "$name-taken"; else ok "$name-taken"; fi
-    done
-done
+# up and the Q2_K down): checks with the simulations on and off (mmx_check
+# holds the kernels themselves to the double reference; unlike cu_mmh's,
+# these products move the simulated model no more than the int8 pieces do:
+# 3.6e-4 with the simulations on)
+forced_q2 mmx 0 MINKE_CUDA_MMX=1 MINKE_CUDA_MMX_Q2K=1 MINKE_CUDA_MMX_MIN=32
 
 # The KV cache's packed rows (FP8 attention rows, FP4 indexer rows; the
 # default with the simulations on) hold the simulations' values: the same

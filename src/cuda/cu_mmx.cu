@@ -46,8 +46,8 @@
  * ncu of the gate: L1 / shared memory 75% busy, the tensor pipe 40%: each
  * warp's 32 x 32 tile reads 192 bytes of fragments from shared memory a
  * product (the two activation pieces double B's), and the IQ2 grid lookups
- * meet 3.8-way bank conflicts; wider warp tiles (R = 64, below) read less
- * but leave one block an SM and measured slower.
+ * meet 3.8-way bank conflicts; wider warp tiles (R = 64, mx_tile) read a
+ * third less but measured slower (4.40-4.66 ms for the gate).
  *
  * On by default for the IQ2 gate / up in MoE tiles with exact activations in
  * prompts of >= 256 tokens (MINKE_CUDA_MMX=0: the int8 kernels;
@@ -66,7 +66,6 @@
 #define MX_BK 64                  /* elements a stage */
 #define MX_LD 72                  /* halves a shared row: 64 + 8 spread ldmatrix's rows over the banks */
 #define MX_LDM 24                 /* halves a shared row of the 16 Q2_K mins / sums */
-#define MX_THREADS 256
 static_assert(CU_MMQ_TILE == MX_BN, "a block is one MoE tile");
 
 /* this file's copy of the IQ2_XXS grid (cu_mmx_tables_init) */
@@ -174,19 +173,21 @@ __global__ void __launch_bounds__(256) k_mmx_split(const float *x, int64_t nrows
 
 /* The products. TYPE: CU_TYPE_IQ2R (64-byte groups of 8 items, then the rows' f16 d per
  * super-block), CU_TYPE_IQ2_XXS (66-byte blocks as stored) or CU_TYPE_Q2_K; R: weight rows a
- * warp (32 or 64), 4 x 2 warps, so BM = 4 R rows a block. R = 64 reads half the activation
- * fragments per product from shared memory (the limit of R = 32 under ncu: L1 75% busy,
- * the tensor pipe 40%), at ~190 registers: one block an SM. */
-template <int TYPE, int R>
-__global__ void __launch_bounds__(MX_THREADS, R == 32 ? 2 : 1) k_mmx(cu_gemv_args g) {
+ * warp (32 or 64); MW x 2 warps, so BM = MW R rows a block (mx_tile). R = 64 reads 2/3 of the
+ * fragments per product from shared memory (the limit of R = 32 under ncu: L1 75% busy, the
+ * tensor pipe 40%) at ~190-250 registers. */
+template <int TYPE, int R, int MW>
+__global__ void __launch_bounds__(MW * 64, R == 32 || MW == 2 ? 2 : 1) k_mmx(cu_gemv_args g) {
     constexpr bool Q2K = TYPE == CU_TYPE_Q2_K;
-    constexpr int BM = 4 * R, MI = R / 16, NJ = BM / 128;   /* NJ: weight (row, item) jobs a thread and stage */
+    constexpr int THREADS = MW * 64, BM = MW * R, MI = R / 16;
+    constexpr int NJ = 2 * BM / THREADS;     /* weight (row, item) jobs a thread and stage */
+    static_assert(NJ >= 1 && 2 * BM % THREADS == 0, "jobs");
     using L = mx_smem<Q2K, BM>;
     extern __shared__ __align__(16) uint8_t mx_sm[];
     cu_pdl_enter();
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int gq = lane >> 2, tq = lane & 3;
-    const int wm = (warp & 3) * R, wn = (warp >> 2) * 32;
+    const int wm = (warp % MW) * R, wn = (warp / MW) * 32;
     const int64_t r0 = (int64_t)blockIdx.x * BM;
     const int tile = blockIdx.y;
     if (tile >= *g.n_tiles) return;
@@ -199,7 +200,7 @@ __global__ void __launch_bounds__(MX_THREADS, R == 32 ? 2 : 1) k_mmx(cu_gemv_arg
     uint64_t *sgrid = (uint64_t *)(mx_sm + L::grid);
     const uint8_t *act = (const uint8_t *)g.act;
     const int64_t n = g.in;
-    for (int k = tid; k < MX_BN; k += MX_THREADS) {
+    for (int k = tid; k < MX_BN; k += THREADS) {
         int p = g.tile_pairs[start + (k < nt ? k : 0)];
         sid[k] = p;
         int64_t o = (int64_t)(p / g.act_div) * g.act_stride;
@@ -207,19 +208,20 @@ __global__ void __launch_bounds__(MX_THREADS, R == 32 ? 2 : 1) k_mmx(cu_gemv_arg
         se[k] = *(const int *)(act + o);
     }
     if (!Q2K)
-        for (int i = tid; i < 256; i += MX_THREADS) sgrid[i] = cu_mmx_grid[i];
+        for (int i = tid; i < 256; i += THREADS) sgrid[i] = cu_mmx_grid[i];
     __syncthreads();
 
     const unsigned s_a = (unsigned)__cvta_generic_to_shared(mx_sm + L::a);
     const unsigned s_b = (unsigned)__cvta_generic_to_shared(mx_sm + L::b);
     const unsigned s_am = (unsigned)__cvta_generic_to_shared(mx_sm + L::am);
     const unsigned s_bm = (unsigned)__cvta_generic_to_shared(mx_sm + L::bm);
-    /* staging roles: weight rows wr0 + 128 j, item half wi of the stage; activation chunks tid + 256 i */
+    /* staging roles: weight rows wr0 + (THREADS / 2) j, item half wi of the stage; activation
+     * chunks tid + THREADS i */
     const int wr0 = tid >> 1, wi = tid & 1;
     const uint8_t *wrow[NJ];
 #pragma unroll
     for (int j = 0; j < NJ; j++) {
-        const int64_t r = r0 + wr0 + 128 * j;
+        const int64_t r = r0 + wr0 + (THREADS / 2) * j;
         wrow[j] = wbase + (r < g.rows ? r : g.rows - 1) * (int64_t)g.row_bytes;
     }
     const int nsb = (int)(n / 256), nst = (int)(n / MX_BK);
@@ -229,8 +231,8 @@ __global__ void __launch_bounds__(MX_THREADS, R == 32 ? 2 : 1) k_mmx(cu_gemv_arg
         const int buf = s & 1;
         const int64_t k0 = (int64_t)s * MX_BK;
 #pragma unroll
-        for (int i = 0; i < 4; i++) {
-            int c = tid + MX_THREADS * i;
+        for (int i = 0; i < 1024 / THREADS; i++) {
+            int c = tid + THREADS * i;
             int piece = c >> 9, pr = (c >> 3) & 63, part = c & 7;
             const uint8_t *src = act + soff[pr] + 16 + (piece * n + k0 + part * 8) * 2;
             unsigned dst = s_b + (unsigned)((((buf * 2 + piece) * MX_BN + pr) * MX_LD + part * 8) * 2);
@@ -238,10 +240,14 @@ __global__ void __launch_bounds__(MX_THREADS, R == 32 ? 2 : 1) k_mmx(cu_gemv_arg
         }
         if (Q2K && (s & 3) == 0) {
             const int sb = s >> 2, par = sb & 1;
-            int piece = tid >> 7, pr = (tid >> 1) & 63, part = tid & 1;
-            const uint8_t *src = act + soff[pr] + 16 + (4 * n + piece * (n / 16) * 2) + ((int64_t)sb * 16 + part * 8) * 2;
-            unsigned dst = s_bm + (unsigned)((((par * 2 + piece) * MX_BN + pr) * MX_LDM + part * 8) * 2);
-            mx_cp16(dst, src);
+#pragma unroll
+            for (int i = 0; i < 256 / THREADS; i++) {
+                const int c = tid + THREADS * i;
+                int piece = c >> 7, pr = (c >> 1) & 63, part = c & 1;
+                const uint8_t *src = act + soff[pr] + 16 + (4 * n + piece * (n / 16) * 2) + ((int64_t)sb * 16 + part * 8) * 2;
+                unsigned dst = s_bm + (unsigned)((((par * 2 + piece) * MX_BN + pr) * MX_LDM + part * 8) * 2);
+                mx_cp16(dst, src);
+            }
         }
         asm volatile("cp.async.commit_group;\n" ::: "memory");
     };
@@ -289,7 +295,7 @@ __global__ void __launch_bounds__(MX_THREADS, R == 32 ? 2 : 1) k_mmx(cu_gemv_arg
         const int it = s * 2 + wi;
 #pragma unroll
         for (int j = 0; j < NJ; j++) {
-            const int wr = wr0 + 128 * j;
+            const int wr = wr0 + (THREADS / 2) * j;
             uint32_t o[16];
             if constexpr (!Q2K) {
                 int q[8];
@@ -486,13 +492,15 @@ extern "C" int64_t cu_mmx_split_row_bytes(int wtype, int64_t n) {
     return 16 + 4 * n + (wtype == CU_TYPE_Q2_K ? n / 4 : 0);
 }
 
-/* the kernel's warp rows: 32 (default: two blocks an SM of 128-row tiles) or MINKE_CUDA_MMX_R=64
- * (one block an SM of 256-row tiles: fewer shared-memory reads a product, but measured slower,
- * 4.84 against 4.27 ms for Flash's IQ2 gate; kept for A/B) */
-static int mx_rows(void) {
-    static int r = 0;
-    if (!r) { const char *e = getenv("MINKE_CUDA_MMX_R"); r = e && atoi(e) == 64 ? 64 : 32; }
-    return r;
+/* The block layout (MINKE_CUDA_MMX_TILE): 1 (default) 4 x 2 warps of 32 x 32, 128 weight rows,
+ * two blocks an SM; 2: 4 x 2 warps of 64 x 32, 256 rows, one block an SM; 3: 2 x 2 warps of
+ * 64 x 32, 128 rows, two blocks an SM. 2 and 3 read a third less from shared memory a product
+ * but measured slower on Flash's IQ2 gate (4.66 and 4.40 ms against 4.27; the Q2_K down 6.19
+ * and 5.76 against 5.93); kept for A/B (mmx_check --time). */
+static int mx_tile(void) {
+    static int t = 0;
+    if (!t) { const char *e = getenv("MINKE_CUDA_MMX_TILE"); t = e ? atoi(e) : 1; if (t < 1 || t > 3) t = 1; }
+    return t;
 }
 
 extern "C" int cu_mmx_supported(const cu_gemv_args *g) {
@@ -513,24 +521,27 @@ extern "C" int cu_mmx_split(int wtype, const float *x, int64_t nrows, int64_t n,
     return 1;
 }
 
-template <int TYPE, int R>
+template <int TYPE, int R, int MW>
 static void mx_launch(const cu_gemv_args &g, int ntiles, cudaStream_t st) {
-    const int smem = mx_smem<TYPE == CU_TYPE_Q2_K, 4 * R>::bytes;
+    const int smem = mx_smem<TYPE == CU_TYPE_Q2_K, MW * R>::bytes;
     static int attr[32];
     const int dev = cu_cur_dev();
     if (!__atomic_load_n(&attr[dev], __ATOMIC_ACQUIRE)) {
-        cudaFuncSetAttribute(k_mmx<TYPE, R>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-        cudaFuncSetAttribute(k_mmx<TYPE, R>, cudaFuncAttributePreferredSharedMemoryCarveout, (int)cudaSharedmemCarveoutMaxShared);
+        cudaFuncSetAttribute(k_mmx<TYPE, R, MW>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+        cudaFuncSetAttribute(k_mmx<TYPE, R, MW>, cudaFuncAttributePreferredSharedMemoryCarveout, (int)cudaSharedmemCarveoutMaxShared);
         __atomic_store_n(&attr[dev], 1, __ATOMIC_RELEASE);
     }
-    dim3 grid((unsigned)((g.rows + 4 * R - 1) / (4 * R)), (unsigned)ntiles);
-    cu_launch(k_mmx<TYPE, R>, grid, MX_THREADS, (size_t)smem, st, g);
+    dim3 grid((unsigned)((g.rows + MW * R - 1) / (MW * R)), (unsigned)ntiles);
+    cu_launch(k_mmx<TYPE, R, MW>, grid, MW * 64, (size_t)smem, st, g);
 }
 
 template <int TYPE>
 static void mx_pick(const cu_gemv_args &g, int ntiles, cudaStream_t st) {
-    if (mx_rows() == 32) mx_launch<TYPE, 32>(g, ntiles, st);
-    else mx_launch<TYPE, 64>(g, ntiles, st);
+    switch (mx_tile()) {
+    case 2: mx_launch<TYPE, 64, 4>(g, ntiles, st); break;
+    case 3: mx_launch<TYPE, 64, 2>(g, ntiles, st); break;
+    default: mx_launch<TYPE, 32, 4>(g, ntiles, st); break;
+    }
 }
 
 /* g: MoE tiles, act = rows of cu_mmx_split (act_stride their bytes), act_div pairs -> rows */

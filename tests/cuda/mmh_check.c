@@ -30,6 +30,7 @@
 
 #include "quant/quant.h"
 #include "cuda/cu_ops.h"
+#include "prefill_ref.h"
 
 #define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("FAIL cuda %s: %s\n", #x, cudaGetErrorString(e_)); exit(1); } } while (0)
 #define TYPE_Q8_0R 108
@@ -37,25 +38,6 @@
 #define TOL_ROW 3e-4
 
 static int failures;
-static uint64_t rng = 0x9E3779B97F4A7C15ull;
-static double urand(void) {
-    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
-    return (double)(rng >> 11) * (1.0 / 9007199254740992.0);
-}
-static float frand(void) { return (float)(2.0 * urand() - 1.0); }
-
-/* row t of a batch: the kinds cycle; `wide` adds rows 1e-3 and 1e4 */
-static void act_row(float *x, int64_t n, int t, int wide) {
-    switch (t % (wide ? 6 : 4)) {
-    case 0: for (int64_t i = 0; i < n; i++) x[i] = frand(); break;
-    case 1: for (int64_t i = 0; i < n; i++) x[i] = frand() * (float)pow(10.0, 6.0 * urand() - 3.0); break;
-    case 2: memset(x, 0, sizeof(float) * n); break;
-    case 3: for (int64_t i = 0; i < n; i++) x[i] = (i / 32) % 3 == 0 ? 0.f : frand() * (i % 29 == 0 ? 100.f : 1.f); break;
-    case 4: for (int64_t i = 0; i < n; i++) x[i] = frand() * 1e-3f; break;
-    default: for (int64_t i = 0; i < n; i++) x[i] = frand() * (i % 13 == 0 ? 1e4f : 1e3f); break;
-    }
-}
-
 /* one case: rows x in weights (ngroups: grouped input, row r reads slice r / (rows / ngroups)),
  * T tokens, activations scaled by xscale, output stride rows + pad */
 static void check(int repack, int64_t rows, int64_t in, int T, int ngroups, int wide, float xscale, int pad, int accumulate) {
@@ -71,7 +53,7 @@ static void check(int repack, int64_t rows, int64_t in, int T, int ngroups, int 
         tr->dequant(W + r * rb, wd + r * in, in);
     }
     for (int t = 0; t < T; t++) {
-        act_row(x + (int64_t)t * arow, arow, t, wide);
+        act_row(x + (int64_t)t * arow, arow, t, wide ? 6 : 4);
         for (int64_t i = 0; i < arow; i++) x[(int64_t)t * arow + i] *= xscale;
     }
     float *y0 = malloc(sizeof(float) * T * ostride), *y = malloc(sizeof(float) * T * ostride);
@@ -112,31 +94,15 @@ static void check(int repack, int64_t rows, int64_t in, int T, int ngroups, int 
             continue;
         }
         CK(cudaMemcpy(y, dy, sizeof(float) * T * ostride, cudaMemcpyDeviceToHost));
-        double ymax = 0, dmax = 0, worst = 0;
-        int bad_gap = 0, nonfinite = 0;
+        pr_err e = {0, 0, 0, 0};
+        int bad_gap = 0;
         for (int t = 0; t < T; t++) {
-            double rmax = 0, rd = 0;
-            for (int64_t r = 0; r < ostride; r++) {
-                float v = y[(int64_t)t * ostride + r];
-                if (r >= rows) {   /* a gap: untouched */
-                    float v0 = y0[(int64_t)t * ostride + r];
-                    if (memcmp(&v, &v0, 4)) bad_gap++;
-                    continue;
-                }
-                /* the error beyond the f32 output's own rounding (one ulp of |y|: with
-                 * accumulate, y0 + a small product cannot be stored closer) */
-                double ref = yr[(int64_t)t * rows + r], d = fabs((double)v - ref) - fabs(ref) * 0x1p-23;
-                if (d < 0) d = 0;
-                if (!isfinite(v)) nonfinite++;
-                if (fabs(yp[(int64_t)t * rows + r]) > rmax) rmax = fabs(yp[(int64_t)t * rows + r]);
-                if (d > rd) rd = d;
-            }
-            if (rmax > ymax) ymax = rmax;
-            if (rd > dmax) dmax = rd;
-            if (rmax > 0 && rd / rmax > worst) worst = rd / rmax;
-            if (rmax == 0 && rd > 0) worst = INFINITY;
+            for (int64_t r = rows; r < ostride; r++)     /* the gaps: untouched */
+                if (memcmp(&y[(int64_t)t * ostride + r], &y0[(int64_t)t * ostride + r], 4)) bad_gap++;
+            pr_row(&e, y + (int64_t)t * ostride, yr + (int64_t)t * rows, yp + (int64_t)t * rows, rows);
         }
-        double rel = ymax > 0 ? dmax / ymax : dmax;    /* ymax: the largest |W x| */
+        double rel = pr_rel(&e), worst = e.worst;    /* against the largest |W x| */
+        int nonfinite = e.nonfinite;
         if (path == 1) { rel_mmq = rel; continue; }
         int ok = rel <= TOL_ALL && worst <= TOL_ROW && !bad_gap && !nonfinite;
         printf("%s mmh %s: max|diff|/max|y| %.2e, worst row %.2e%s%s\n", ok ? "ok" : "FAIL", what, rel, worst,

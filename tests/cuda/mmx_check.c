@@ -28,6 +28,7 @@
 
 #include "quant/quant.h"
 #include "cuda/cu_ops.h"
+#include "prefill_ref.h"
 
 #define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("FAIL cuda %s: %s\n", #x, cudaGetErrorString(e_)); exit(1); } } while (0)
 #define TYPE_IQ2R 116
@@ -35,24 +36,6 @@
 #define TOL_ROW 3e-4
 
 static int failures;
-static uint64_t rng = 0x2545F4914F6CDD1Dull;
-static double urand(void) {
-    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
-    return (double)(rng >> 11) * (1.0 / 9007199254740992.0);
-}
-static float frand(void) { return (float)(2.0 * urand() - 1.0); }
-
-static void act_row(float *x, int64_t n, int t) {
-    switch (t % 6) {
-    case 0: for (int64_t i = 0; i < n; i++) x[i] = frand(); break;
-    case 1: for (int64_t i = 0; i < n; i++) x[i] = frand() * (float)pow(10.0, 6.0 * urand() - 3.0); break;
-    case 2: memset(x, 0, sizeof(float) * n); break;
-    case 3: for (int64_t i = 0; i < n; i++) x[i] = (i / 32) % 3 == 0 ? 0.f : frand() * (i % 29 == 0 ? 100.f : 1.f); break;
-    case 4: for (int64_t i = 0; i < n; i++) x[i] = frand() * 1e-3f; break;
-    default: for (int64_t i = 0; i < n; i++) x[i] = frand() * (i % 13 == 0 ? 1e4f : 1e3f); break;
-    }
-}
-
 /* K distinct experts of E per token, skewed so that some experts get several tiles and
  * some one pair */
 static void pick_experts(int *sel, int T, int E, int K) {
@@ -106,7 +89,7 @@ static void check(int type, int64_t rows, int64_t in, int T, int E, int K, int p
         tr->dequant(W + r * rb, wd + r * in, in);
     }
     for (int a = 0; a < nact; a++) {
-        act_row(x + (int64_t)a * in, in, a);
+        act_row(x + (int64_t)a * in, in, a, 6);
         for (int64_t i = 0; i < in; i++) x[(int64_t)a * in + i] *= xscale;
     }
     int rinf = per_pair ? 1 * K : 1, rnan = per_pair ? 3 * K : 3;    /* activation rows of tokens 1 and 3 */
@@ -157,27 +140,19 @@ static void check(int type, int64_t rows, int64_t in, int T, int E, int K, int p
             continue;
         }
         CK(cudaMemcpy(y, dy, sizeof(float) * P * rows, cudaMemcpyDeviceToHost));
-        double ymax = 0, dmax = 0, worst = 0;
-        int nonfinite = 0, finite_bad = 0;
+        pr_err e = {0, 0, 0, 0};
+        int finite_bad = 0;
         for (int p = 0; p < P; p++) {
             int arow = per_pair ? p : p / K;
-            int badrow = bad && (arow == rinf || arow == rnan);
-            double rmax = 0, rd = 0;
-            for (int64_t r = 0; r < rows; r++) {
-                float v = y[(int64_t)p * rows + r];
-                if (badrow) { finite_bad += isfinite(v) != 0 && !accumulate; continue; }
-                double ref = yr[(int64_t)p * rows + r], d = fabs((double)v - ref) - fabs(ref) * 0x1p-23;
-                if (d < 0) d = 0;
-                if (!isfinite(v)) { nonfinite++; d = INFINITY; }
-                if (fabs(yp[(int64_t)p * rows + r]) > rmax) rmax = fabs(yp[(int64_t)p * rows + r]);
-                if (d > rd) rd = d;
+            const float *yrow = y + (int64_t)p * rows;
+            if (bad && (arow == rinf || arow == rnan)) {     /* Inf / NaN rows: no finite output */
+                for (int64_t r = 0; r < rows; r++) finite_bad += isfinite(yrow[r]) != 0 && !accumulate;
+                continue;
             }
-            if (rmax > ymax) ymax = rmax;
-            if (rd > dmax) dmax = rd;
-            if (rmax > 0 && rd / rmax > worst) worst = rd / rmax;
-            if (rmax == 0 && rd > 0) worst = INFINITY;
+            pr_row(&e, yrow, yr + (int64_t)p * rows, yp + (int64_t)p * rows, rows);
         }
-        double rel = ymax > 0 ? dmax / ymax : dmax;
+        double rel = pr_rel(&e), worst = e.worst;
+        int nonfinite = e.nonfinite;
         if (path == 1) { rel_mmq = rel; continue; }
         int ok = rel <= TOL_ALL && worst <= TOL_ROW && !nonfinite && !finite_bad;
         printf("%s mmx %s: max|diff|/max|y| %.2e, worst row %.2e%s%s\n", ok ? "ok" : "FAIL", what, rel, worst,
@@ -258,6 +233,7 @@ static void time_case(int type, int64_t rows, int64_t in, int per_pair) {
 }
 
 int main(int argc, char **argv) {
+    pr_rng = 0x2545F4914F6CDD1Dull;    /* not mmh_check's sequence */
     int timed = argc > 1 && !strncmp(argv[1], "--time", 6), only = argc > 1 && !strcmp(argv[1], "--time-only");
     int ndev = 0;
     if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1) { printf("FAIL no CUDA device\n"); return 1; }
