@@ -1039,8 +1039,8 @@ static int mmq_exact(fwd *f, cu_gemv_args *g, const float *x, int64_t nrows, int
     /* dense Q8_0 products: one f16 GEMM of exact pieces through cuBLASLt where it is on (cu_mmh.cu) */
     if (g->act_f32 && g->act == (const void *)x && cu_mmh(g, nrows, f->st)) return 1;
     /* routed experts (IQ2 gate / up, Q2_K down): f16 pieces and one fold per 256 (cu_mmx.cu) */
-    const int mmx = f->asplit && g->act == (const void *)x && cu_mmx_min_tokens() && f->T >= cu_mmx_min_tokens() &&
-                    cu_mmx_supported(g);
+    const int mmx = f->asplit && g->act == (const void *)x && g->act_stride == 4 * g->in && cu_mmx_min_tokens() &&
+                    f->T >= cu_mmx_min_tokens() && cu_mmx_supported(g);
     if (!mmx && (!g->act_f32 || !f->asplit || g->wtype == CU_TYPE_F16 || !cu_mmq_supported(g))) return 0;
     int64_t n = g->act_stride / 4;     /* the whole f32 row (grouped input: every group) */
     /* the split's layout: Q2_K's int8 pieces share a scale per 256, others per 32; cu_mmx's f16

@@ -21,12 +21,13 @@
  *     xh + xl, xh = f16(x 2^e), xl = f16(x 2^e - xh): ~22 bits of each
  *     element (cu_mmh.cu, cu_mmf16.cu do the same), and the sub-block sums
  *     likewise (scaled by 2^-5 more to stay inside f16's range);
- *   - a super-block's products W.xh + W.xl sum in f32 on the tensor cores
- *     (every f16 x f16 product is exact in f32), then y += d acc (Q2_K:
- *     y += d acc - 32 dmin acc_min), and y 2^-e is the output.
+ *   - a super-block's products W.xh + W.xl sum on the tensor cores (every
+ *     f16 x f16 product is exact in f32; the additions keep about f32's
+ *     precision, truncating), then y += d acc (Q2_K: y += d acc - 32 dmin
+ *     acc_min), and y 2^-e is the output.
  * The result is the f32 product of the dequantized weights and the f32
- * activations within float rounding (the CPU's own level), closer to it than
- * the int8 path's 24 bits of each item's amax.
+ * activations to ~1e-6 of max|W x| (mmx_check; the int8 pieces, whose item
+ * sums are exact integers, reach 1.5e-7).
  *
  * Work layout: a block of 8 warps computes 128 weight rows x 64 pairs (one MoE
  * tile of CU_MMQ_TILE (token, expert) pairs), each warp 32 x 32 with
@@ -100,10 +101,10 @@ __device__ __forceinline__ void mx_cp16(unsigned dst, const void *src) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
 }
 
-/* Four signed bytes (or unsigned 0..255 with bias 0) times an integer factor f as two
- * f16 pairs, exactly: a byte c becomes the half 1024 + c' (c' = c + bias in 0..255, the
- * bits 0x64 c'), and fma(1024 + c', f, -(1024 + bias) f) rounds the exact product c f
- * once: an integer below 2048 in magnitude, so it is exact. */
+/* Four bytes c' (0..255: the caller has added a bias to signed values, x ^ 0x80 adds 128)
+ * times an integer factor f as two f16 pairs, exactly: a byte becomes the half 1024 + c'
+ * (the bits 0x64 c'), and fma(1024 + c', f, off) with off = -(1024 + bias) f rounds the
+ * exact product c f once: an integer below 2048 in magnitude, so it is exact. */
 __device__ __forceinline__ void mx_bytes_f16(uint32_t u, __half2 f, __half2 off, uint32_t &lo, uint32_t &hi) {
     uint32_t p0 = __byte_perm(u, 0x64u, 0x4140), p1 = __byte_perm(u, 0x64u, 0x4342);
     __half2 h0 = __hfma2(*(__half2 *)&p0, f, off), h1 = __hfma2(*(__half2 *)&p1, f, off);
@@ -134,7 +135,7 @@ __global__ void __launch_bounds__(256) k_mmx_split(const float *x, int64_t nrows
         frexpf(m, &ex);          /* m in [2^(ex-1), 2^ex): m 2^(15-ex) in [2^14, 2^15) */
         e = 15 - ex;
     }
-    /* 2^e in two factors: e reaches 164 for the smallest subnormal amax */
+    /* 2^e in two factors: e reaches 163 for the smallest subnormal amax */
     const float s1 = ldexpf(1.f, e / 2), s2 = ldexpf(1.f, e - e / 2);
     if (threadIdx.x == 0) *(int *)o = e;
     __half *xh = (__half *)(o + 16), *xl = xh + n;
@@ -152,7 +153,9 @@ __global__ void __launch_bounds__(256) k_mmx_split(const float *x, int64_t nrows
 #pragma unroll
         for (int q = 0; q < 8; q++) {
             __half a = __float2half_rn(v[2 * q]), b = __float2half_rn(v[2 * q + 1]);
-            __half c = __float2half_rn(v[2 * q] - __half2float(a)), d = __float2half_rn(v[2 * q + 1] - __half2float(b));
+            /* a row with an Inf keeps e = 0: its Inf stays in xh, xl 0 (not Inf - Inf) */
+            __half c = __float2half_rn(isfinite(v[2 * q]) ? v[2 * q] - __half2float(a) : 0.f);
+            __half d = __float2half_rn(isfinite(v[2 * q + 1]) ? v[2 * q + 1] - __half2float(b) : 0.f);
             __half2 h = __halves2half2(a, b), l = __halves2half2(c, d);
             hw[q] = *(uint32_t *)&h;
             lw[q] = *(uint32_t *)&l;
@@ -514,33 +517,42 @@ extern "C" int cu_mmx_supported(const cu_gemv_args *g) {
 
 extern "C" int cu_mmx_split(int wtype, const float *x, int64_t nrows, int64_t n, int64_t xstride, void *out,
                             cudaStream_t st) {
-    if (nrows <= 0 || n % 256 || ((uintptr_t)x & 15) || xstride % 16 || ((uintptr_t)out & 15)) return 0;
+    if (nrows <= 0 || n <= 0 || n % 256 || ((uintptr_t)x & 15) || xstride % 16 || ((uintptr_t)out & 15)) return 0;
     const int64_t os = cu_mmx_split_row_bytes(wtype, n);
     if (wtype == CU_TYPE_Q2_K) cu_launch(k_mmx_split<true>, dim3((unsigned)nrows), 256, 0, st, x, nrows, n, xstride, (uint8_t *)out, os);
     else cu_launch(k_mmx_split<false>, dim3((unsigned)nrows), 256, 0, st, x, nrows, n, xstride, (uint8_t *)out, os);
     return 1;
 }
 
+/* 0 where the device cannot give the block its shared memory (the 99 KB of sm_86 / sm_89 for
+ * the larger layouts): the caller then keeps the int8 path */
 template <int TYPE, int R, int MW>
-static void mx_launch(const cu_gemv_args &g, int ntiles, cudaStream_t st) {
+static int mx_launch(const cu_gemv_args &g, int ntiles, cudaStream_t st) {
     const int smem = mx_smem<TYPE == CU_TYPE_Q2_K, MW * R>::bytes;
-    static int attr[32];
+    static int attr[32];     /* per device: 1 set, -1 refused */
     const int dev = cu_cur_dev();
-    if (!__atomic_load_n(&attr[dev], __ATOMIC_ACQUIRE)) {
-        cudaFuncSetAttribute(k_mmx<TYPE, R, MW>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    int a = __atomic_load_n(&attr[dev], __ATOMIC_ACQUIRE);
+    if (!a) {
+        int optin = 0;
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+        a = smem <= optin &&
+            cudaFuncSetAttribute(k_mmx<TYPE, R, MW>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) == cudaSuccess ? 1 : -1;
         cudaFuncSetAttribute(k_mmx<TYPE, R, MW>, cudaFuncAttributePreferredSharedMemoryCarveout, (int)cudaSharedmemCarveoutMaxShared);
-        __atomic_store_n(&attr[dev], 1, __ATOMIC_RELEASE);
+        cudaGetLastError();
+        __atomic_store_n(&attr[dev], a, __ATOMIC_RELEASE);
     }
+    if (a < 0) return 0;
     dim3 grid((unsigned)((g.rows + MW * R - 1) / (MW * R)), (unsigned)ntiles);
     cu_launch(k_mmx<TYPE, R, MW>, grid, MW * 64, (size_t)smem, st, g);
+    return 1;
 }
 
 template <int TYPE>
-static void mx_pick(const cu_gemv_args &g, int ntiles, cudaStream_t st) {
+static int mx_pick(const cu_gemv_args &g, int ntiles, cudaStream_t st) {
     switch (mx_tile()) {
-    case 2: mx_launch<TYPE, 64, 4>(g, ntiles, st); break;
-    case 3: mx_launch<TYPE, 64, 2>(g, ntiles, st); break;
-    default: mx_launch<TYPE, 32, 4>(g, ntiles, st); break;
+    case 2: return mx_launch<TYPE, 64, 4>(g, ntiles, st);
+    case 3: return mx_launch<TYPE, 64, 2>(g, ntiles, st);
+    default: return mx_launch<TYPE, 32, 4>(g, ntiles, st);
     }
 }
 
@@ -548,14 +560,14 @@ static void mx_pick(const cu_gemv_args &g, int ntiles, cudaStream_t st) {
 extern "C" int cu_mmx(const cu_gemv_args *ga, int ntiles, cudaStream_t st) {
     if (!cu_mmx_supported(ga) || ntiles <= 0) return 0;
     cu_gemv_args g = *ga;
-    if (((uintptr_t)g.act & 15) || g.act_stride % 16) return 0;
+    /* rows split for this product: the pieces' offsets come from g.in, Q2_K's sums must exist */
+    if (((uintptr_t)g.act & 15) || g.act_stride != cu_mmx_split_row_bytes(g.wtype, g.in)) return 0;
     if (g.act_div <= 0) g.act_div = 1;
     switch (g.wtype) {
-    case CU_TYPE_Q2_K: mx_pick<CU_TYPE_Q2_K>(g, ntiles, st); break;
-    case CU_TYPE_IQ2R: mx_pick<CU_TYPE_IQ2R>(g, ntiles, st); break;
-    default: mx_pick<CU_TYPE_IQ2_XXS>(g, ntiles, st); break;
+    case CU_TYPE_Q2_K: return mx_pick<CU_TYPE_Q2_K>(g, ntiles, st);
+    case CU_TYPE_IQ2R: return mx_pick<CU_TYPE_IQ2R>(g, ntiles, st);
+    default: return mx_pick<CU_TYPE_IQ2_XXS>(g, ntiles, st);
     }
-    return 1;
 }
 
 extern "C" int cu_mmx_tables_init(const uint64_t *grid) {
