@@ -73,11 +73,11 @@ static_assert(CU_MMQ_TILE == MX_BN, "a block is one MoE tile");
 __device__ uint64_t cu_mmx_grid[256];
 
 /* shared memory, in bytes from the start (BM weight rows a block) */
-template <bool Q2K, int BM>
+template <bool Q2K, int BM, int NS>
 struct mx_smem {
     static constexpr int a = 0;                                   /* [2][BM][LD] halves: weights */
-    static constexpr int b = a + 2 * BM * MX_LD * 2;              /* [2][2 pieces][BN][LD] halves */
-    static constexpr int d = b + 2 * 2 * MX_BN * MX_LD * 2;       /* [2][BM] floats: d (IQ2: d / 8) per super-block parity */
+    static constexpr int b = a + 2 * BM * MX_LD * 2;              /* [NS][2 pieces][BN][LD] halves */
+    static constexpr int d = b + NS * 2 * MX_BN * MX_LD * 2;      /* [2][BM] floats: d (IQ2: d / 8) per super-block parity */
     static constexpr int dm = d + 2 * BM * 4;                     /* Q2_K: [2][BM] floats dmin */
     static constexpr int am = dm + (Q2K ? 2 * BM * 4 : 0);        /* Q2_K: [2][BM][LDM] halves m_j */
     static constexpr int bm = am + (Q2K ? 2 * BM * MX_LDM * 2 : 0);      /* Q2_K: [2][2][BN][LDM] sums */
@@ -179,13 +179,14 @@ __global__ void __launch_bounds__(256) k_mmx_split(const float *x, int64_t nrows
  * warp (32 or 64); MW x 2 warps, so BM = MW R rows a block (mx_tile). R = 64 reads 2/3 of the
  * fragments per product from shared memory (the limit of R = 32 under ncu: L1 75% busy, the
  * tensor pipe 40%) at ~190-250 registers. */
-template <int TYPE, int R, int MW>
+template <int TYPE, int R, int MW, int NS>
 __global__ void __launch_bounds__(MW * 64, R == 32 || MW == 2 ? 2 : 1) k_mmx(cu_gemv_args g) {
     constexpr bool Q2K = TYPE == CU_TYPE_Q2_K;
+    static_assert(NS == 2 || NS == 3, "stages of the activation ring");
     constexpr int THREADS = MW * 64, BM = MW * R, MI = R / 16;
     constexpr int NJ = 2 * BM / THREADS;     /* weight (row, item) jobs a thread and stage */
     static_assert(NJ >= 1 && 2 * BM % THREADS == 0, "jobs");
-    using L = mx_smem<Q2K, BM>;
+    using L = mx_smem<Q2K, BM, NS>;
     extern __shared__ __align__(16) uint8_t mx_sm[];
     cu_pdl_enter();
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -229,9 +230,12 @@ __global__ void __launch_bounds__(MW * 64, R == 32 || MW == 2 ? 2 : 1) k_mmx(cu_
     }
     const int nsb = (int)(n / 256), nst = (int)(n / MX_BK);
 
-    /* the activation pieces of stage s into buffer s & 1 (and at a super-block's start, its sums) */
+    /* the activation pieces of stage s into buffer s % NS (and at a super-block's start, its
+     * sums), one commit group a call; past the last stage an empty group, so that the waits
+     * below count the same */
     auto stage_act = [&](int s) {
-        const int buf = s & 1;
+        if (NS > 2 && s >= nst) { asm volatile("cp.async.commit_group;\n" ::: "memory"); return; }
+        const int buf = s % NS;
         const int64_t k0 = (int64_t)s * MX_BK;
 #pragma unroll
         for (int i = 0; i < 1024 / THREADS; i++) {
@@ -354,18 +358,19 @@ __global__ void __launch_bounds__(MW * 64, R == 32 || MW == 2 ? 2 : 1) k_mmx(cu_
     const unsigned la = (unsigned)(((wm + (lane & 15)) * MX_LD + (lane >> 4) * 8) * 2);
     const unsigned lb = (unsigned)(((wn + (lane >> 4) * 8 + (lane & 7)) * MX_LD + ((lane >> 3) & 1) * 8) * 2);
 
-    stage_act(0);
+    /* the activation ring runs NS - 1 stages ahead, the weights one (raw in registers during
+     * the products, decoded after them) */
+#pragma unroll
+    for (int i = 0; i < NS - 1; i++) stage_act(i);
     load_w(0);
     decode_w(0);
-    asm volatile("cp.async.wait_all;\n" ::: "memory");
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(NS - 2) : "memory");
     __syncthreads();
 
     for (int s = 0; s < nst; s++) {
-        const int buf = s & 1;
-        if (s + 1 < nst) {
-            stage_act(s + 1);
-            load_w(s + 1);
-        }
+        const int buf = s & 1, bbuf = NS == 2 ? buf : s % NS;
+        if (NS > 2 || s + 1 < nst) stage_act(s + NS - 1);     /* NS 2: wait_group 0 needs no empty group */
+        if (s + 1 < nst) load_w(s + 1);
 #pragma unroll
         for (int kk = 0; kk < MX_BK / 16; kk++) {
             unsigned bf[2][2][4];
@@ -373,7 +378,7 @@ __global__ void __launch_bounds__(MW * 64, R == 32 || MW == 2 ? 2 : 1) k_mmx(cu_
             for (int p = 0; p < 2; p++)
 #pragma unroll
                 for (int nj = 0; nj < 2; nj++)
-                    mx_ldsm4(bf[p][nj], s_b + (unsigned)((buf * 2 + p) * MX_BN * MX_LD * 2) + lb +
+                    mx_ldsm4(bf[p][nj], s_b + (unsigned)((bbuf * 2 + p) * MX_BN * MX_LD * 2) + lb +
                                             (unsigned)((nj * 16 * MX_LD + kk * 16) * 2));
 #pragma unroll
             for (int mi = 0; mi < MI; mi++) {
@@ -438,7 +443,7 @@ __global__ void __launch_bounds__(MW * 64, R == 32 || MW == 2 ? 2 : 1) k_mmx(cu_
             }
         }
         if (R == 32 && s + 1 < nst) decode_w(s + 1);
-        asm volatile("cp.async.wait_all;\n" ::: "memory");
+        asm volatile("cp.async.wait_group %0;\n" ::"n"(NS - 2) : "memory");
         __syncthreads();
     }
 
@@ -497,12 +502,13 @@ extern "C" int64_t cu_mmx_split_row_bytes(int wtype, int64_t n) {
 
 /* The block layout (MINKE_CUDA_MMX_TILE): 1 (default) 4 x 2 warps of 32 x 32, 128 weight rows,
  * two blocks an SM; 2: 4 x 2 warps of 64 x 32, 256 rows, one block an SM; 3: 2 x 2 warps of
- * 64 x 32, 128 rows, two blocks an SM. 2 and 3 read a third less from shared memory a product
+ * 64 x 32, 128 rows, two blocks an SM; 4: layout 1 with a ring of three activation stages (two
+ * ahead; IQ2 only, Q2_K's larger blocks run 1). 2 and 3 read a third less from shared memory a product
  * but measured slower on Flash's IQ2 gate (4.66 and 4.40 ms against 4.27; the Q2_K down 6.19
  * and 5.76 against 5.93); kept for A/B (mmx_check --time). */
 static int mx_tile(void) {
     static int t = 0;
-    if (!t) { const char *e = getenv("MINKE_CUDA_MMX_TILE"); t = e ? atoi(e) : 1; if (t < 1 || t > 3) t = 1; }
+    if (!t) { const char *e = getenv("MINKE_CUDA_MMX_TILE"); t = e ? atoi(e) : 1; if (t < 1 || t > 4) t = 1; }
     return t;
 }
 
@@ -526,9 +532,9 @@ extern "C" int cu_mmx_split(int wtype, const float *x, int64_t nrows, int64_t n,
 
 /* 0 where the device cannot give the block its shared memory (the 99 KB of sm_86 / sm_89 for
  * the larger layouts): the caller then keeps the int8 path */
-template <int TYPE, int R, int MW>
+template <int TYPE, int R, int MW, int NS = 2>
 static int mx_launch(const cu_gemv_args &g, int ntiles, cudaStream_t st) {
-    const int smem = mx_smem<TYPE == CU_TYPE_Q2_K, MW * R>::bytes;
+    const int smem = mx_smem<TYPE == CU_TYPE_Q2_K, MW * R, NS>::bytes;
     static int attr[32];     /* per device: 1 set, -1 refused */
     const int dev = cu_cur_dev();
     int a = __atomic_load_n(&attr[dev], __ATOMIC_ACQUIRE);
@@ -536,14 +542,14 @@ static int mx_launch(const cu_gemv_args &g, int ntiles, cudaStream_t st) {
         int optin = 0;
         cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
         a = smem <= optin &&
-            cudaFuncSetAttribute(k_mmx<TYPE, R, MW>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) == cudaSuccess ? 1 : -1;
-        cudaFuncSetAttribute(k_mmx<TYPE, R, MW>, cudaFuncAttributePreferredSharedMemoryCarveout, (int)cudaSharedmemCarveoutMaxShared);
+            cudaFuncSetAttribute(k_mmx<TYPE, R, MW, NS>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) == cudaSuccess ? 1 : -1;
+        cudaFuncSetAttribute(k_mmx<TYPE, R, MW, NS>, cudaFuncAttributePreferredSharedMemoryCarveout, (int)cudaSharedmemCarveoutMaxShared);
         cudaGetLastError();
         __atomic_store_n(&attr[dev], a, __ATOMIC_RELEASE);
     }
     if (a < 0) return 0;
     dim3 grid((unsigned)((g.rows + MW * R - 1) / (MW * R)), (unsigned)ntiles);
-    cu_launch(k_mmx<TYPE, R, MW>, grid, MW * 64, (size_t)smem, st, g);
+    cu_launch(k_mmx<TYPE, R, MW, NS>, grid, MW * 64, (size_t)smem, st, g);
     return 1;
 }
 
@@ -552,6 +558,9 @@ static int mx_pick(const cu_gemv_args &g, int ntiles, cudaStream_t st) {
     switch (mx_tile()) {
     case 2: return mx_launch<TYPE, 64, 4>(g, ntiles, st);
     case 3: return mx_launch<TYPE, 64, 2>(g, ntiles, st);
+    case 4:     /* three activation stages: two blocks an SM hold them for the IQ2 layouts only */
+        if constexpr (TYPE != CU_TYPE_Q2_K) return mx_launch<TYPE, 32, 4, 3>(g, ntiles, st);
+        return mx_launch<TYPE, 32, 4>(g, ntiles, st);
     default: return mx_launch<TYPE, 32, 4>(g, ntiles, st);
     }
 }
