@@ -503,9 +503,10 @@ extern "C" int64_t cu_mmx_split_row_bytes(int wtype, int64_t n) {
 /* The block layout (MINKE_CUDA_MMX_TILE): 1 (default) 4 x 2 warps of 32 x 32, 128 weight rows,
  * two blocks an SM; 2: 4 x 2 warps of 64 x 32, 256 rows, one block an SM; 3: 2 x 2 warps of
  * 64 x 32, 128 rows, two blocks an SM; 4: layout 1 with a ring of three activation stages (two
- * ahead; IQ2 only, Q2_K's larger blocks run 1). 2 and 3 read a third less from shared memory a product
- * but measured slower on Flash's IQ2 gate (4.66 and 4.40 ms against 4.27; the Q2_K down 6.19
- * and 5.76 against 5.93); kept for A/B (mmx_check --time). */
+ * ahead; IQ2 only, Q2_K's larger blocks run 1). 2 and 3 read a third less from shared memory a
+ * product but measured slower on Flash's IQ2 gate (4.66 and 4.40 ms against 4.27; the Q2_K down
+ * 6.19 and 5.76 against 5.93); 4 gains 2% on the gate (4.12 against 4.21) and nothing measurable
+ * on a prompt. Kept for A/B (mmx_check --time; run-cuda.sh checks each). */
 static int mx_tile(void) {
     static int t = 0;
     if (!t) { const char *e = getenv("MINKE_CUDA_MMX_TILE"); t = e ? atoi(e) : 1; if (t < 1 || t > 4) t = 1; }
