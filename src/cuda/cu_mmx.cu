@@ -60,7 +60,9 @@
 #include <stdlib.h>
 #include <cuda_fp16.h>
 
+#include "cuda/cu_bulk.cuh"
 #include "cuda/cu_common.cuh"
+#include "cuda/cu_gemv3.h"
 #include "cuda/cu_ops.h"
 
 #define MX_BN 64                  /* pairs a block: one MoE tile */
@@ -110,6 +112,105 @@ __device__ __forceinline__ void mx_bytes_f16(uint32_t u, __half2 f, __half2 off,
     __half2 h0 = __hfma2(*(__half2 *)&p0, f, off), h1 = __hfma2(*(__half2 *)&p1, f, off);
     lo = *(uint32_t *)&h0;
     hi = *(uint32_t *)&h1;
+}
+
+/* One IQ2_XXS group (a: 4 grid indices, w: 4 x 7 sign bits under the 4-bit scale ls) as 32
+ * exact f16 integers (2 ls + 1) g, in 16 words of two halves */
+__device__ __forceinline__ void mx_iq2_group(uint32_t a, uint32_t w, const uint64_t *grid, uint32_t (&o)[16]) {
+    int q[8];
+    cu_iq2_group_codes(a, w, grid, q);
+    const float f = (float)(2 * (w >> 28) + 1);
+    const __half2 f2 = __float2half2_rn(f), off2 = __float2half2_rn(-1152.f * f);
+#pragma unroll
+    for (int k = 0; k < 8; k++) mx_bytes_f16((uint32_t)q[k] ^ 0x80808080u, f2, off2, o[2 * k], o[2 * k + 1]);
+}
+/* 32 halves to shared memory (16-byte aligned) */
+__device__ __forceinline__ void mx_st32h(uint8_t *p, const uint32_t (&o)[16]) {
+    uint4 *dst = (uint4 *)p;
+    dst[0] = make_uint4(o[0], o[1], o[2], o[3]);
+    dst[1] = make_uint4(o[4], o[5], o[6], o[7]);
+    dst[2] = make_uint4(o[8], o[9], o[10], o[11]);
+    dst[3] = make_uint4(o[12], o[13], o[14], o[15]);
+}
+
+/* One k16 step of a warp's MI x 16 rows x 32 pairs: both pieces' B fragments, then each row
+ * group's A fragment and its 8 products. sa: the stage's A at this lane's ldmatrix row, sb0 /
+ * sb1: the stage's pieces at this lane's row (LD halves a row). */
+template <int MI, int LD>
+__device__ __forceinline__ void mx_kk(float (&acc)[MI][4][4], unsigned sa, unsigned sb0, unsigned sb1, int kk) {
+    unsigned bf[2][2][4];
+#pragma unroll
+    for (int nj = 0; nj < 2; nj++) mx_ldsm4(bf[0][nj], sb0 + (unsigned)((nj * 16 * LD + kk * 16) * 2));
+#pragma unroll
+    for (int nj = 0; nj < 2; nj++) mx_ldsm4(bf[1][nj], sb1 + (unsigned)((nj * 16 * LD + kk * 16) * 2));
+#pragma unroll
+    for (int mi = 0; mi < MI; mi++) {
+        unsigned af[4];
+        mx_ldsm4(af, sa + (unsigned)((mi * 16 * LD + kk * 16) * 2));
+#pragma unroll
+        for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+            for (int p = 0; p < 2; p++)
+                mx_mma(acc[mi][ni], af, bf[p][ni >> 1][(ni & 1) * 2], bf[p][ni >> 1][(ni & 1) * 2 + 1]);
+    }
+}
+
+/* The super-block's fold y += d acc, acc = 0; d: the scales of the warp's rows, this lane's
+ * first (row wm + gq) */
+template <int MI>
+__device__ __forceinline__ void mx_fold(float (&y)[MI][4][4], float (&acc)[MI][4][4], const float *d) {
+#pragma unroll
+    for (int mi = 0; mi < MI; mi++)
+#pragma unroll
+        for (int hr = 0; hr < 2; hr++) {
+            const float dv = d[mi * 16 + 8 * hr];
+#pragma unroll
+            for (int ni = 0; ni < 4; ni++) {
+                y[mi][ni][2 * hr] = fmaf(dv, acc[mi][ni][2 * hr], y[mi][ni][2 * hr]);
+                y[mi][ni][2 * hr + 1] = fmaf(dv, acc[mi][ni][2 * hr + 1], y[mi][ni][2 * hr + 1]);
+                acc[mi][ni][2 * hr] = 0.f;
+                acc[mi][ni][2 * hr + 1] = 0.f;
+            }
+        }
+}
+
+/* A tile's pairs (padded to BN with its first), their activation rows' offsets and exponents,
+ * by the block's nthr threads */
+__device__ __forceinline__ void mx_tile_rows(const cu_gemv_args &g, int start, int nt, int tid, int nthr, int *sid,
+                                             int64_t *soff, int *se) {
+    for (int k = tid; k < MX_BN; k += nthr) {
+        const int p = g.tile_pairs[start + (k < nt ? k : 0)];
+        sid[k] = p;
+        const int64_t o = (int64_t)(p / g.act_div) * g.act_stride;
+        soff[k] = o;
+        se[k] = *(const int *)((const uint8_t *)g.act + o);
+    }
+}
+
+/* The warp's outputs: y 2^-e of each pair's activation row, rows r0 + wm .. of the pairs
+ * wn .. below nt */
+template <int MI>
+__device__ __forceinline__ void mx_store(const cu_gemv_args &g, const float (&y)[MI][4][4], const int *sid, const int *se,
+                                         int nt, int64_t r0, int wm, int wn, int lane) {
+    const int gq = lane >> 2, tq = lane & 3;
+#pragma unroll
+    for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+        for (int cc = 0; cc < 2; cc++) {
+            const int col = wn + ni * 8 + 2 * tq + cc;
+            if (col >= nt) continue;
+            const int e = se[col];
+            float *out = g.out + (int64_t)sid[col] * g.out_stride;
+#pragma unroll
+            for (int mi = 0; mi < MI; mi++)
+#pragma unroll
+                for (int hr = 0; hr < 2; hr++) {
+                    const int64_t row = r0 + wm + mi * 16 + gq + 8 * hr;
+                    if (row >= g.rows) continue;
+                    const float v = ldexpf(y[mi][ni][2 * hr + cc], -e);
+                    if (g.accumulate) out[row] += v; else out[row] = v;
+                }
+        }
 }
 
 /* Rows in cu_mmx_split_row_bytes format; see the header comment. One block of 256
@@ -190,7 +291,7 @@ __global__ void __launch_bounds__(MW * 64, R == 32 || MW == 2 ? 2 : 1) k_mmx(cu_
     extern __shared__ __align__(16) uint8_t mx_sm[];
     cu_pdl_enter();
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int gq = lane >> 2, tq = lane & 3;
+    const int gq = lane >> 2;
     const int wm = (warp % MW) * R, wn = (warp / MW) * 32;
     const int64_t r0 = (int64_t)blockIdx.x * BM;
     const int tile = blockIdx.y;
@@ -204,13 +305,7 @@ __global__ void __launch_bounds__(MW * 64, R == 32 || MW == 2 ? 2 : 1) k_mmx(cu_
     uint64_t *sgrid = (uint64_t *)(mx_sm + L::grid);
     const uint8_t *act = (const uint8_t *)g.act;
     const int64_t n = g.in;
-    for (int k = tid; k < MX_BN; k += THREADS) {
-        int p = g.tile_pairs[start + (k < nt ? k : 0)];
-        sid[k] = p;
-        int64_t o = (int64_t)(p / g.act_div) * g.act_stride;
-        soff[k] = o;
-        se[k] = *(const int *)(act + o);
-    }
+    mx_tile_rows(g, start, nt, tid, THREADS, sid, soff, se);
     if (!Q2K)
         for (int i = tid; i < 256; i += THREADS) sgrid[i] = cu_mmx_grid[i];
     __syncthreads();
@@ -305,12 +400,7 @@ __global__ void __launch_bounds__(MW * 64, R == 32 || MW == 2 ? 2 : 1) k_mmx(cu_
             const int wr = wr0 + (THREADS / 2) * j;
             uint32_t o[16];
             if constexpr (!Q2K) {
-                int q[8];
-                cu_iq2_group_codes(raw[j][0], raw[j][1], sgrid, q);
-                const float f = (float)(2 * (raw[j][1] >> 28) + 1);
-                const __half2 f2 = __float2half2_rn(f), off2 = __float2half2_rn(-1152.f * f);
-#pragma unroll
-                for (int k = 0; k < 8; k++) mx_bytes_f16((uint32_t)q[k] ^ 0x80808080u, f2, off2, o[2 * k], o[2 * k + 1]);
+                mx_iq2_group(raw[j][0], raw[j][1], sgrid, o);
                 if ((s & 3) == 0 && wi == 0) sd[((s >> 2) & 1) * BM + wr] = cu_h2f((uint16_t)rsc[j]) * 0.125f;
             } else {
                 const int sh = 2 * (it & 3);
@@ -337,11 +427,7 @@ __global__ void __launch_bounds__(MW * 64, R == 32 || MW == 2 ? 2 : 1) k_mmx(cu_
                     }
                 }
             }
-            uint4 *dst = (uint4 *)(mx_sm + L::a + ((buf * BM + wr) * MX_LD + wi * 32) * 2);
-            dst[0] = make_uint4(o[0], o[1], o[2], o[3]);
-            dst[1] = make_uint4(o[4], o[5], o[6], o[7]);
-            dst[2] = make_uint4(o[8], o[9], o[10], o[11]);
-            dst[3] = make_uint4(o[12], o[13], o[14], o[15]);
+            mx_st32h(mx_sm + L::a + ((buf * BM + wr) * MX_LD + wi * 32) * 2, o);
         }
     };
 
@@ -373,23 +459,8 @@ __global__ void __launch_bounds__(MW * 64, R == 32 || MW == 2 ? 2 : 1) k_mmx(cu_
         if (s + 1 < nst) load_w(s + 1);
 #pragma unroll
         for (int kk = 0; kk < MX_BK / 16; kk++) {
-            unsigned bf[2][2][4];
-#pragma unroll
-            for (int p = 0; p < 2; p++)
-#pragma unroll
-                for (int nj = 0; nj < 2; nj++)
-                    mx_ldsm4(bf[p][nj], s_b + (unsigned)((bbuf * 2 + p) * MX_BN * MX_LD * 2) + lb +
-                                            (unsigned)((nj * 16 * MX_LD + kk * 16) * 2));
-#pragma unroll
-            for (int mi = 0; mi < MI; mi++) {
-                unsigned af[4];
-                mx_ldsm4(af, s_a + (unsigned)(buf * BM * MX_LD * 2) + la + (unsigned)((mi * 16 * MX_LD + kk * 16) * 2));
-#pragma unroll
-                for (int ni = 0; ni < 4; ni++)
-#pragma unroll
-                    for (int p = 0; p < 2; p++)
-                        mx_mma(acc[mi][ni], af, bf[p][ni >> 1][(ni & 1) * 2], bf[p][ni >> 1][(ni & 1) * 2 + 1]);
-            }
+            mx_kk<MI, MX_LD>(acc, s_a + (unsigned)(buf * BM * MX_LD * 2) + la, s_b + (unsigned)(bbuf * 2 * MX_BN * MX_LD * 2) + lb,
+                             s_b + (unsigned)((bbuf * 2 + 1) * MX_BN * MX_LD * 2) + lb, kk);
             /* one block an SM (R = 64): the next stage's decode between the products, so that
              * the tensor pipe has work while it runs */
             if (R == 64 && kk == 1 && s + 1 < nst) decode_w(s + 1);
@@ -397,20 +468,7 @@ __global__ void __launch_bounds__(MW * 64, R == 32 || MW == 2 ? 2 : 1) k_mmx(cu_
         if ((s & 3) == 3) {
             /* the super-block's fold */
             const int par = (s >> 2) & 1;
-#pragma unroll
-            for (int mi = 0; mi < MI; mi++)
-#pragma unroll
-                for (int hr = 0; hr < 2; hr++) {
-                    const int row = wm + mi * 16 + gq + 8 * hr;
-                    const float d = sd[par * BM + row];
-#pragma unroll
-                    for (int ni = 0; ni < 4; ni++) {
-                        y[mi][ni][2 * hr] = fmaf(d, acc[mi][ni][2 * hr], y[mi][ni][2 * hr]);
-                        y[mi][ni][2 * hr + 1] = fmaf(d, acc[mi][ni][2 * hr + 1], y[mi][ni][2 * hr + 1]);
-                        acc[mi][ni][2 * hr] = 0.f;
-                        acc[mi][ni][2 * hr + 1] = 0.f;
-                    }
-                }
+            mx_fold<MI>(y, acc, sd + (par * BM + wm + gq));
             if constexpr (Q2K) {
                 /* the min term: acc_min = sum_j m_j S_j (both pieces), y -= 32 dmin acc_min */
                 const unsigned lam = (unsigned)(((wm + (lane & 15)) * MX_LDM + (lane >> 4) * 8) * 2);
@@ -447,25 +505,142 @@ __global__ void __launch_bounds__(MW * 64, R == 32 || MW == 2 ? 2 : 1) k_mmx(cu_
         __syncthreads();
     }
 
-    /* outputs: y 2^-e of the pair's activation row */
+    mx_store<MI>(g, y, sid, se, nt, r0, wm, wn, lane);
+}
+
+/* ---- The warp-specialised variant (MINKE_CUDA_MMX_TILE=5, IQ2 only, sm_90) ----
+ * The layouts above alternate within a block: decode, barrier, products (ncu: the tensor pipe
+ * 40% busy, no unit saturated). Here MX_WS_PROD producer warps decode the weights and copy
+ * the activation pieces into a ring of MX_WS_NS stages while MX_WS_CONS consumer warps (4 x 2
+ * of 32 x 32, as layout 1) only multiply: stage slot b's full barrier completes when the
+ * producers' 128 threads have written it (each after its own copies landed), its empty barrier
+ * when the 8 consumer warps have read it. Every slot carries the d of its stage's super-block,
+ * so the fold reads the slot it multiplied. Written after the thirteenth session's device
+ * time: checked by mmx_check under the switch, not yet run or timed. */
+#define MX_WS_NS 4
+#define MX_WS_CONS 8
+#define MX_WS_PROD 4
+#define MX_WS_THREADS ((MX_WS_CONS + MX_WS_PROD) * 32)
+
+struct mx_ws_smem {
+    static constexpr int a = 0;                                    /* [NS][128][LD] halves: weights */
+    static constexpr int b = a + MX_WS_NS * 128 * MX_LD * 2;       /* [NS][2 pieces][BN][LD] halves */
+    static constexpr int d = b + MX_WS_NS * 2 * MX_BN * MX_LD * 2; /* [NS][128] floats: d / 8 */
+    static constexpr int bar = d + MX_WS_NS * 128 * 4;             /* full[NS], empty[NS] */
+    static constexpr int grid = bar + 2 * MX_WS_NS * 8;            /* 256 grid entries */
+    static constexpr int off = grid + 256 * 8;                     /* [BN] int64: activation row offsets */
+    static constexpr int sid = off + MX_BN * 8;                    /* [BN] ints: pair ids */
+    static constexpr int se = sid + MX_BN * 4;                     /* [BN] ints: the rows' exponents */
+    static constexpr int bytes = se + MX_BN * 4;
+};
+
+template <int TYPE>
+__global__ void __launch_bounds__(MX_WS_THREADS, 1) k_mmx_ws(cu_gemv_args g) {
+#if CU_BULK_ARCH
+    static_assert(TYPE == CU_TYPE_IQ2R || TYPE == CU_TYPE_IQ2_XXS, "IQ2 only");
+    using L = mx_ws_smem;
+    extern __shared__ __align__(16) uint8_t mx_sm[];
+    cu_pdl_enter();
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int64_t r0 = (int64_t)blockIdx.x * 128;
+    const int tile = blockIdx.y;
+    if (tile >= *g.n_tiles) return;
+    const int start = g.tile_start[tile], nt = g.tile_count[tile];
+    if (nt <= 0) return;
+    const uint8_t *wbase = (const uint8_t *)g.w + (int64_t)g.tile_expert[tile] * g.expert_bytes;
+    int64_t *soff = (int64_t *)(mx_sm + L::off);
+    int *sid = (int *)(mx_sm + L::sid), *se = (int *)(mx_sm + L::se);
+    float *sd = (float *)(mx_sm + L::d);
+    uint64_t *sgrid = (uint64_t *)(mx_sm + L::grid);
+    uint64_t *full = (uint64_t *)(mx_sm + L::bar), *empty = full + MX_WS_NS;
+    const uint8_t *act = (const uint8_t *)g.act;
+    const int64_t n = g.in;
+    mx_tile_rows(g, start, nt, tid, MX_WS_THREADS, sid, soff, se);
+    for (int i = tid; i < 256; i += MX_WS_THREADS) sgrid[i] = cu_mmx_grid[i];
+    if (tid == 0) {
+        for (int i = 0; i < MX_WS_NS; i++) { mbar_init(&full[i], MX_WS_PROD * 32); mbar_init(&empty[i], MX_WS_CONS); }
+        mbar_init_fence();
+    }
+    __syncthreads();
+    const int nsb = (int)(n / 256), nst = (int)(n / MX_BK);
+    const unsigned s_a = (unsigned)__cvta_generic_to_shared(mx_sm + L::a);
+    const unsigned s_b = (unsigned)__cvta_generic_to_shared(mx_sm + L::b);
+
+    if (warp >= MX_WS_CONS) {
+        /* producers: 128 threads; weights: rows pt / 2 and 64 + pt / 2, item half pt % 2 of the
+         * stage (two groups of 8 bytes each); pieces: 8 chunks of 16 bytes each */
+        const int pt = tid - MX_WS_CONS * 32, wr0 = pt >> 1, wi = pt & 1;
+        const uint8_t *wrow[2];
 #pragma unroll
-    for (int ni = 0; ni < 4; ni++)
-#pragma unroll
-        for (int cc = 0; cc < 2; cc++) {
-            const int col = wn + ni * 8 + 2 * tq + cc;
-            if (col >= nt) continue;
-            const int e = se[col];
-            float *out = g.out + (int64_t)sid[col] * g.out_stride;
-#pragma unroll
-            for (int mi = 0; mi < MI; mi++)
-#pragma unroll
-                for (int hr = 0; hr < 2; hr++) {
-                    const int64_t row = r0 + wm + mi * 16 + gq + 8 * hr;
-                    if (row >= g.rows) continue;
-                    const float v = ldexpf(y[mi][ni][2 * hr + cc], -e);
-                    if (g.accumulate) out[row] += v; else out[row] = v;
-                }
+        for (int j = 0; j < 2; j++) {
+            const int64_t r = r0 + wr0 + 64 * j;
+            wrow[j] = wbase + (r < g.rows ? r : g.rows - 1) * (int64_t)g.row_bytes;
         }
+        for (int s = 0; s < nst; s++) {
+            const int b = s % MX_WS_NS;
+            if (s >= MX_WS_NS) mbar_wait(&empty[b], (uint32_t)((s / MX_WS_NS) - 1) & 1u);
+            const int64_t k0 = (int64_t)s * MX_BK;
+#pragma unroll
+            for (int i = 0; i < 1024 / (MX_WS_PROD * 32); i++) {
+                const int c = pt + MX_WS_PROD * 32 * i;
+                const int piece = c >> 9, pr = (c >> 3) & 63, part = c & 7;
+                mx_cp16(s_b + (unsigned)((((b * 2 + piece) * MX_BN + pr) * MX_LD + part * 8) * 2),
+                        act + soff[pr] + 16 + (piece * n + k0 + part * 8) * 2);
+            }
+            asm volatile("cp.async.commit_group;\n" ::: "memory");
+            const int it = s * 2 + wi, blk = it >> 3;
+#pragma unroll
+            for (int j = 0; j < 2; j++) {
+                uint32_t a, w;
+                uint16_t dh;
+                if constexpr (TYPE == CU_TYPE_IQ2R) {
+                    const uint2 v = *(const uint2 *)(wrow[j] + (int64_t)blk * 64 + (it & 7) * 8);
+                    a = v.x; w = v.y;
+                    dh = *(const uint16_t *)(wrow[j] + (int64_t)nsb * 64 + blk * 2);
+                } else {
+                    const uint16_t *bb = (const uint16_t *)(wrow[j] + (int64_t)blk * 66);
+                    const uint16_t *q = bb + 1 + 4 * (it & 7);
+                    a = (uint32_t)q[0] | ((uint32_t)q[1] << 16);
+                    w = (uint32_t)q[2] | ((uint32_t)q[3] << 16);
+                    dh = bb[0];
+                }
+                uint32_t o[16];
+                mx_iq2_group(a, w, sgrid, o);
+                const int wr = wr0 + 64 * j;
+                mx_st32h(mx_sm + L::a + ((b * 128 + wr) * MX_LD + wi * 32) * 2, o);
+                if (wi == 0) sd[b * 128 + wr] = cu_h2f(dh) * 0.125f;
+            }
+            asm volatile("cp.async.wait_all;\n" ::: "memory");
+            mbar_arrive(&full[b]);     /* release: this thread's stores and landed copies */
+        }
+        return;
+    }
+
+    /* consumers: 4 x 2 warps of 32 x 32, as layout 1 */
+    const int gq = lane >> 2;
+    const int wm = (warp & 3) * 32, wn = (warp >> 2) * 32;
+    const unsigned la = (unsigned)(((wm + (lane & 15)) * MX_LD + (lane >> 4) * 8) * 2);
+    const unsigned lb = (unsigned)(((wn + (lane >> 4) * 8 + (lane & 7)) * MX_LD + ((lane >> 3) & 1) * 8) * 2);
+    float y[2][4][4], acc[2][4][4];
+#pragma unroll
+    for (int a = 0; a < 2; a++)
+#pragma unroll
+        for (int b = 0; b < 4; b++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) { y[a][b][c] = 0.f; acc[a][b][c] = 0.f; }
+    for (int s = 0; s < nst; s++) {
+        const int b = s % MX_WS_NS;
+        mbar_wait(&full[b], (uint32_t)(s / MX_WS_NS) & 1u);
+#pragma unroll
+        for (int kk = 0; kk < MX_BK / 16; kk++)
+            mx_kk<2, MX_LD>(acc, s_a + (unsigned)(b * 128 * MX_LD * 2) + la, s_b + (unsigned)(b * 2 * MX_BN * MX_LD * 2) + lb,
+                            s_b + (unsigned)((b * 2 + 1) * MX_BN * MX_LD * 2) + lb, kk);
+        if ((s & 3) == 3) mx_fold<2>(y, acc, sd + b * 128 + wm + gq);
+        __syncwarp();
+        if (lane == 0) mbar_arrive(&empty[b]);
+    }
+    mx_store<2>(g, y, sid, se, nt, r0, wm, wn, lane);
+#endif
 }
 
 /* ------------------------------------------------------------------ */
@@ -506,10 +681,12 @@ extern "C" int64_t cu_mmx_split_row_bytes(int wtype, int64_t n) {
  * ahead; IQ2 only, Q2_K's larger blocks run 1). 2 and 3 read a third less from shared memory a
  * product but measured slower on Flash's IQ2 gate (4.66 and 4.40 ms against 4.27; the Q2_K down
  * 6.19 and 5.76 against 5.93); 4 gains 2% on the gate (4.12 against 4.21) and nothing measurable
- * on a prompt. Kept for A/B (mmx_check --time; run-cuda.sh checks each). */
+ * on a prompt. 5: warp-specialised (k_mmx_ws: producer warps decode into a ring of four
+ * stages, consumer warps multiply; IQ2 on sm_90, others run 1; not yet run on a GPU). Kept for
+ * A/B (mmx_check --time; run-cuda.sh checks each). */
 static int mx_tile(void) {
     static int t = 0;
-    if (!t) { const char *e = getenv("MINKE_CUDA_MMX_TILE"); t = e ? atoi(e) : 1; if (t < 1 || t > 4) t = 1; }
+    if (!t) { const char *e = getenv("MINKE_CUDA_MMX_TILE"); t = e ? atoi(e) : 1; if (t < 1 || t > 5) t = 1; }
     return t;
 }
 
@@ -554,9 +731,33 @@ static int mx_launch(const cu_gemv_args &g, int ntiles, cudaStream_t st) {
     return 1;
 }
 
+/* the warp-specialised variant: its body exists only in the sm_90 code (cu_gemv3_bulk_ok) */
+template <int TYPE>
+static int mx_launch_ws(const cu_gemv_args &g, int ntiles, cudaStream_t st) {
+    const int smem = mx_ws_smem::bytes;
+    static int attr[32];
+    const int dev = cu_cur_dev();
+    int a = __atomic_load_n(&attr[dev], __ATOMIC_ACQUIRE);
+    if (!a) {
+        int optin = 0;
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+        a = cu_gemv3_bulk_ok() && smem <= optin &&
+            cudaFuncSetAttribute(k_mmx_ws<TYPE>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) == cudaSuccess ? 1 : -1;
+        cudaGetLastError();
+        __atomic_store_n(&attr[dev], a, __ATOMIC_RELEASE);
+    }
+    if (a < 0) return 0;
+    dim3 grid((unsigned)((g.rows + 127) / 128), (unsigned)ntiles);
+    cu_launch(k_mmx_ws<TYPE>, grid, MX_WS_THREADS, (size_t)smem, st, g);
+    return 1;
+}
+
 template <int TYPE>
 static int mx_pick(const cu_gemv_args &g, int ntiles, cudaStream_t st) {
     switch (mx_tile()) {
+    case 5:
+        if constexpr (TYPE != CU_TYPE_Q2_K) return mx_launch_ws<TYPE>(g, ntiles, st);
+        return mx_launch<TYPE, 32, 4>(g, ntiles, st);
     case 2: return mx_launch<TYPE, 64, 4>(g, ntiles, st);
     case 3: return mx_launch<TYPE, 64, 2>(g, ntiles, st);
     case 4:     /* three activation stages: two blocks an SM hold them for the IQ2 layouts only */
