@@ -576,8 +576,32 @@ __global__ void __launch_bounds__(MX_WS_THREADS, 1) k_mmx_ws(cu_gemv_args g) {
             const int64_t r = r0 + wr0 + 64 * j;
             wrow[j] = wbase + (r < g.rows ? r : g.rows - 1) * (int64_t)g.row_bytes;
         }
+        /* stage s's raw groups (8 bytes a row) and d (wi 0) */
+        uint32_t ra[2], rw[2], rd[2] = {0, 0};
+        auto load_w = [&](int s) {
+            const int it = s * 2 + wi, blk = it >> 3;
+#pragma unroll
+            for (int j = 0; j < 2; j++) {
+                if constexpr (TYPE == CU_TYPE_IQ2R) {
+                    const uint2 v = *(const uint2 *)(wrow[j] + (int64_t)blk * 64 + (it & 7) * 8);
+                    ra[j] = v.x; rw[j] = v.y;
+                    if (wi == 0) rd[j] = *(const uint16_t *)(wrow[j] + (int64_t)nsb * 64 + blk * 2);
+                } else {
+                    const uint16_t *bb = (const uint16_t *)(wrow[j] + (int64_t)blk * 66);
+                    const uint16_t *q = bb + 1 + 4 * (it & 7);
+                    ra[j] = (uint32_t)q[0] | ((uint32_t)q[1] << 16);
+                    rw[j] = (uint32_t)q[2] | ((uint32_t)q[3] << 16);
+                    if (wi == 0) rd[j] = bb[0];
+                }
+            }
+        };
+        load_w(0);
         for (int s = 0; s < nst; s++) {
             const int b = s % MX_WS_NS;
+            /* this stage's raw weights are in registers; the next stage's loads go out now, and
+             * land while this one waits for its slot and decodes */
+            const uint32_t ca[2] = {ra[0], ra[1]}, cw[2] = {rw[0], rw[1]}, cd[2] = {rd[0], rd[1]};
+            if (s + 1 < nst) load_w(s + 1);
             if (s >= MX_WS_NS) mbar_wait(&empty[b], (uint32_t)((s / MX_WS_NS) - 1) & 1u);
             const int64_t k0 = (int64_t)s * MX_BK;
 #pragma unroll
@@ -588,27 +612,13 @@ __global__ void __launch_bounds__(MX_WS_THREADS, 1) k_mmx_ws(cu_gemv_args g) {
                         act + soff[pr] + 16 + (piece * n + k0 + part * 8) * 2);
             }
             asm volatile("cp.async.commit_group;\n" ::: "memory");
-            const int it = s * 2 + wi, blk = it >> 3;
 #pragma unroll
             for (int j = 0; j < 2; j++) {
-                uint32_t a, w;
-                uint16_t dh;
-                if constexpr (TYPE == CU_TYPE_IQ2R) {
-                    const uint2 v = *(const uint2 *)(wrow[j] + (int64_t)blk * 64 + (it & 7) * 8);
-                    a = v.x; w = v.y;
-                    dh = *(const uint16_t *)(wrow[j] + (int64_t)nsb * 64 + blk * 2);
-                } else {
-                    const uint16_t *bb = (const uint16_t *)(wrow[j] + (int64_t)blk * 66);
-                    const uint16_t *q = bb + 1 + 4 * (it & 7);
-                    a = (uint32_t)q[0] | ((uint32_t)q[1] << 16);
-                    w = (uint32_t)q[2] | ((uint32_t)q[3] << 16);
-                    dh = bb[0];
-                }
                 uint32_t o[16];
-                mx_iq2_group(a, w, sgrid, o);
+                mx_iq2_group(ca[j], cw[j], sgrid, o);
                 const int wr = wr0 + 64 * j;
                 mx_st32h(mx_sm + L::a + ((b * 128 + wr) * MX_LD + wi * 32) * 2, o);
-                if (wi == 0) sd[b * 128 + wr] = cu_h2f(dh) * 0.125f;
+                if (wi == 0) sd[b * 128 + wr] = cu_h2f((uint16_t)cd[j]) * 0.125f;
             }
             asm volatile("cp.async.wait_all;\n" ::: "memory");
             mbar_arrive(&full[b]);     /* release: this thread's stores and landed copies */
@@ -682,7 +692,8 @@ extern "C" int64_t cu_mmx_split_row_bytes(int wtype, int64_t n) {
  * product but measured slower on Flash's IQ2 gate (4.66 and 4.40 ms against 4.27; the Q2_K down
  * 6.19 and 5.76 against 5.93); 4 gains 2% on the gate (4.12 against 4.21) and nothing measurable
  * on a prompt. 5: warp-specialised (k_mmx_ws: producer warps decode into a ring of four
- * stages, consumer warps multiply; IQ2 on sm_90, others run 1; not yet run on a GPU). Kept for
+ * stages, consumer warps multiply; IQ2 on sm_90: Q2_K runs 1, IQ2 elsewhere keeps the int8
+ * path; not yet run on a GPU). Kept for
  * A/B (mmx_check --time; run-cuda.sh checks each). */
 static int mx_tile(void) {
     static int t = 0;
