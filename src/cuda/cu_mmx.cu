@@ -174,6 +174,46 @@ __device__ __forceinline__ void mx_fold(float (&y)[MI][4][4], float (&acc)[MI][4
         }
 }
 
+/* An IQ2 weight row's group of item it (a: 4 grid indices, w: signs and scale) and the f16 d
+ * of its super-block blk, from the repacked rows (groups, then the nsb scales) or as stored
+ * (66-byte blocks) */
+template <int TYPE>
+__device__ __forceinline__ void mx_iq2_raw(const uint8_t *row, int it, uint32_t &a, uint32_t &w) {
+    if constexpr (TYPE == CU_TYPE_IQ2R) {
+        const uint2 v = *(const uint2 *)(row + (int64_t)(it >> 3) * 64 + (it & 7) * 8);
+        a = v.x; w = v.y;
+    } else {
+        const uint16_t *q = (const uint16_t *)(row + (int64_t)(it >> 3) * 66) + 1 + 4 * (it & 7);
+        a = (uint32_t)q[0] | ((uint32_t)q[1] << 16);
+        w = (uint32_t)q[2] | ((uint32_t)q[3] << 16);
+    }
+}
+template <int TYPE>
+__device__ __forceinline__ uint32_t mx_iq2_d(const uint8_t *row, int blk, int nsb) {
+    if constexpr (TYPE == CU_TYPE_IQ2R) return *(const uint16_t *)(row + (int64_t)nsb * 64 + blk * 2);
+    else return *(const uint16_t *)(row + (int64_t)blk * 66);
+}
+
+/* this lane's ldmatrix addresses (bytes from a stage's start, LD halves a row): weights (row
+ * wm + lane % 16, column 8 (lane / 16)), pieces (pair wn + 8 (lane / 16) + lane % 8, column
+ * 8 ((lane / 8) % 2)) */
+template <int LD>
+__device__ __forceinline__ unsigned mx_lane_a(int wm, int lane) { return (unsigned)(((wm + (lane & 15)) * LD + (lane >> 4) * 8) * 2); }
+template <int LD>
+__device__ __forceinline__ unsigned mx_lane_b(int wn, int lane) {
+    return (unsigned)(((wn + (lane >> 4) * 8 + (lane & 7)) * LD + ((lane >> 3) & 1) * 8) * 2);
+}
+
+template <int MI>
+__device__ __forceinline__ void mx_zero(float (&y)[MI][4][4], float (&acc)[MI][4][4]) {
+#pragma unroll
+    for (int a = 0; a < MI; a++)
+#pragma unroll
+        for (int b = 0; b < 4; b++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) { y[a][b][c] = 0.f; acc[a][b][c] = 0.f; }
+}
+
 /* A tile's pairs (padded to BN with its first), their activation rows' offsets and exponents,
  * by the block's nthr threads */
 __device__ __forceinline__ void mx_tile_rows(const cu_gemv_args &g, int start, int nt, int tid, int nthr, int *sid,
@@ -364,16 +404,9 @@ __global__ void __launch_bounds__(MW * 64, R == 32 || MW == 2 ? 2 : 1) k_mmx(cu_
         const int blk = it >> 3;
 #pragma unroll
         for (int j = 0; j < NJ; j++) {
-            if constexpr (TYPE == CU_TYPE_IQ2R) {
-                uint2 v = *(const uint2 *)(wrow[j] + (int64_t)blk * 64 + (it & 7) * 8);
-                raw[j][0] = v.x; raw[j][1] = v.y;
-                if ((s & 3) == 0) rsc[j] = *(const uint16_t *)(wrow[j] + (int64_t)nsb * 64 + blk * 2);
-            } else if constexpr (TYPE == CU_TYPE_IQ2_XXS) {
-                const uint16_t *b = (const uint16_t *)(wrow[j] + (int64_t)blk * 66);
-                const uint16_t *q = b + 1 + 4 * (it & 7);
-                raw[j][0] = (uint32_t)q[0] | ((uint32_t)q[1] << 16);
-                raw[j][1] = (uint32_t)q[2] | ((uint32_t)q[3] << 16);
-                if ((s & 3) == 0) rsc[j] = b[0];
+            if constexpr (!Q2K) {
+                mx_iq2_raw<TYPE>(wrow[j], it, raw[j][0], raw[j][1]);
+                if ((s & 3) == 0) rsc[j] = mx_iq2_d<TYPE>(wrow[j], blk, nsb);
             } else {
                 const uint8_t *b = wrow[j] + (int64_t)blk * 84;
                 const uint32_t *qs = (const uint32_t *)(b + 16 + 32 * ((it >> 2) & 1));
@@ -432,17 +465,8 @@ __global__ void __launch_bounds__(MW * 64, R == 32 || MW == 2 ? 2 : 1) k_mmx(cu_
     };
 
     float y[MI][4][4], acc[MI][4][4];
-#pragma unroll
-    for (int a = 0; a < MI; a++)
-#pragma unroll
-        for (int b = 0; b < 4; b++)
-#pragma unroll
-            for (int c = 0; c < 4; c++) { y[a][b][c] = 0.f; acc[a][b][c] = 0.f; }
-
-    /* this lane's ldmatrix rows: weights (row wm + lane % 16, column 8 (lane / 16)), pieces
-     * (pair wn + 8 (lane / 16) + lane % 8, column 8 ((lane / 8) % 2)) */
-    const unsigned la = (unsigned)(((wm + (lane & 15)) * MX_LD + (lane >> 4) * 8) * 2);
-    const unsigned lb = (unsigned)(((wn + (lane >> 4) * 8 + (lane & 7)) * MX_LD + ((lane >> 3) & 1) * 8) * 2);
+    mx_zero<MI>(y, acc);
+    const unsigned la = mx_lane_a<MX_LD>(wm, lane), lb = mx_lane_b<MX_LD>(wn, lane);
 
     /* the activation ring runs NS - 1 stages ahead, the weights one (raw in registers during
      * the products, decoded after them) */
@@ -471,8 +495,7 @@ __global__ void __launch_bounds__(MW * 64, R == 32 || MW == 2 ? 2 : 1) k_mmx(cu_
             mx_fold<MI>(y, acc, sd + (par * BM + wm + gq));
             if constexpr (Q2K) {
                 /* the min term: acc_min = sum_j m_j S_j (both pieces), y -= 32 dmin acc_min */
-                const unsigned lam = (unsigned)(((wm + (lane & 15)) * MX_LDM + (lane >> 4) * 8) * 2);
-                const unsigned lbm = (unsigned)(((wn + (lane >> 4) * 8 + (lane & 7)) * MX_LDM + ((lane >> 3) & 1) * 8) * 2);
+                const unsigned lam = mx_lane_a<MX_LDM>(wm, lane), lbm = mx_lane_b<MX_LDM>(wn, lane);
                 unsigned bm[2][2][4];
 #pragma unroll
                 for (int p = 0; p < 2; p++)
@@ -582,17 +605,8 @@ __global__ void __launch_bounds__(MX_WS_THREADS, 1) k_mmx_ws(cu_gemv_args g) {
             const int it = s * 2 + wi, blk = it >> 3;
 #pragma unroll
             for (int j = 0; j < 2; j++) {
-                if constexpr (TYPE == CU_TYPE_IQ2R) {
-                    const uint2 v = *(const uint2 *)(wrow[j] + (int64_t)blk * 64 + (it & 7) * 8);
-                    ra[j] = v.x; rw[j] = v.y;
-                    if (wi == 0) rd[j] = *(const uint16_t *)(wrow[j] + (int64_t)nsb * 64 + blk * 2);
-                } else {
-                    const uint16_t *bb = (const uint16_t *)(wrow[j] + (int64_t)blk * 66);
-                    const uint16_t *q = bb + 1 + 4 * (it & 7);
-                    ra[j] = (uint32_t)q[0] | ((uint32_t)q[1] << 16);
-                    rw[j] = (uint32_t)q[2] | ((uint32_t)q[3] << 16);
-                    if (wi == 0) rd[j] = bb[0];
-                }
+                mx_iq2_raw<TYPE>(wrow[j], it, ra[j], rw[j]);
+                if (wi == 0) rd[j] = mx_iq2_d<TYPE>(wrow[j], blk, nsb);
             }
         };
         load_w(0);
@@ -629,15 +643,9 @@ __global__ void __launch_bounds__(MX_WS_THREADS, 1) k_mmx_ws(cu_gemv_args g) {
     /* consumers: 4 x 2 warps of 32 x 32, as layout 1 */
     const int gq = lane >> 2;
     const int wm = (warp & 3) * 32, wn = (warp >> 2) * 32;
-    const unsigned la = (unsigned)(((wm + (lane & 15)) * MX_LD + (lane >> 4) * 8) * 2);
-    const unsigned lb = (unsigned)(((wn + (lane >> 4) * 8 + (lane & 7)) * MX_LD + ((lane >> 3) & 1) * 8) * 2);
+    const unsigned la = mx_lane_a<MX_LD>(wm, lane), lb = mx_lane_b<MX_LD>(wn, lane);
     float y[2][4][4], acc[2][4][4];
-#pragma unroll
-    for (int a = 0; a < 2; a++)
-#pragma unroll
-        for (int b = 0; b < 4; b++)
-#pragma unroll
-            for (int c = 0; c < 4; c++) { y[a][b][c] = 0.f; acc[a][b][c] = 0.f; }
+    mx_zero<2>(y, acc);
     for (int s = 0; s < nst; s++) {
         const int b = s % MX_WS_NS;
         mbar_wait(&full[b], (uint32_t)(s / MX_WS_NS) & 1u);
@@ -719,47 +727,42 @@ extern "C" int cu_mmx_split(int wtype, const float *x, int64_t nrows, int64_t n,
     return 1;
 }
 
-/* 0 where the device cannot give the block its shared memory (the 99 KB of sm_86 / sm_89 for
- * the larger layouts): the caller then keeps the int8 path */
-template <int TYPE, int R, int MW, int NS = 2>
-static int mx_launch(const cu_gemv_args &g, int ntiles, cudaStream_t st) {
-    const int smem = mx_smem<TYPE == CU_TYPE_Q2_K, MW * R, NS>::bytes;
-    static int attr[32];     /* per device: 1 set, -1 refused */
+/* A kernel's shared-memory request, once per device (attr: its per-device state, 1 set, -1
+ * refused): 0 where the device cannot give the block smem bytes (the 99 KB of sm_86 / sm_89
+ * for the larger layouts) or, with bulk, lacks the sm_90 body; the caller then keeps the int8
+ * path */
+static int mx_attr_ok(int *attr, const void *kernel, int smem, bool bulk) {
     const int dev = cu_cur_dev();
     int a = __atomic_load_n(&attr[dev], __ATOMIC_ACQUIRE);
     if (!a) {
         int optin = 0;
         cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
-        a = smem <= optin &&
-            cudaFuncSetAttribute(k_mmx<TYPE, R, MW, NS>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) == cudaSuccess ? 1 : -1;
-        cudaFuncSetAttribute(k_mmx<TYPE, R, MW, NS>, cudaFuncAttributePreferredSharedMemoryCarveout, (int)cudaSharedmemCarveoutMaxShared);
+        a = (!bulk || cu_gemv3_bulk_ok()) && smem <= optin &&
+            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) == cudaSuccess ? 1 : -1;
+        cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, (int)cudaSharedmemCarveoutMaxShared);
         cudaGetLastError();
         __atomic_store_n(&attr[dev], a, __ATOMIC_RELEASE);
     }
-    if (a < 0) return 0;
+    return a > 0;
+}
+
+template <int TYPE, int R, int MW, int NS = 2>
+static int mx_launch(const cu_gemv_args &g, int ntiles, cudaStream_t st) {
+    const int smem = mx_smem<TYPE == CU_TYPE_Q2_K, MW * R, NS>::bytes;
+    static int attr[32];
+    if (!mx_attr_ok(attr, (const void *)k_mmx<TYPE, R, MW, NS>, smem, false)) return 0;
     dim3 grid((unsigned)((g.rows + MW * R - 1) / (MW * R)), (unsigned)ntiles);
     cu_launch(k_mmx<TYPE, R, MW, NS>, grid, MW * 64, (size_t)smem, st, g);
     return 1;
 }
 
-/* the warp-specialised variant: its body exists only in the sm_90 code (cu_gemv3_bulk_ok) */
+/* the warp-specialised variant: its body exists only in the sm_90 code */
 template <int TYPE>
 static int mx_launch_ws(const cu_gemv_args &g, int ntiles, cudaStream_t st) {
-    const int smem = mx_ws_smem::bytes;
     static int attr[32];
-    const int dev = cu_cur_dev();
-    int a = __atomic_load_n(&attr[dev], __ATOMIC_ACQUIRE);
-    if (!a) {
-        int optin = 0;
-        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
-        a = cu_gemv3_bulk_ok() && smem <= optin &&
-            cudaFuncSetAttribute(k_mmx_ws<TYPE>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) == cudaSuccess ? 1 : -1;
-        cudaGetLastError();
-        __atomic_store_n(&attr[dev], a, __ATOMIC_RELEASE);
-    }
-    if (a < 0) return 0;
+    if (!mx_attr_ok(attr, (const void *)k_mmx_ws<TYPE>, mx_ws_smem::bytes, true)) return 0;
     dim3 grid((unsigned)((g.rows + 127) / 128), (unsigned)ntiles);
-    cu_launch(k_mmx_ws<TYPE>, grid, MX_WS_THREADS, (size_t)smem, st, g);
+    cu_launch(k_mmx_ws<TYPE>, grid, MX_WS_THREADS, (size_t)mx_ws_smem::bytes, st, g);
     return 1;
 }
 
