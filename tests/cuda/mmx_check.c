@@ -36,15 +36,15 @@
 #define TOL_ROW 3e-4
 
 static int failures;
-/* K distinct experts of E per token, skewed so that some experts get several tiles and
- * some one pair */
-static void pick_experts(int *sel, int T, int E, int K) {
+/* K distinct experts of E per token: uniform, or skewed so that some experts get several
+ * tiles and some one pair */
+static void pick_experts(int *sel, int T, int E, int K, int skewed) {
     for (int t = 0; t < T; t++)
         for (int k = 0; k < K; k++) {
             int e, dup;
             do {
                 double u = urand();
-                e = (int)(u * u * E);
+                e = (int)((skewed ? u * u : u) * E);
                 dup = 0;
                 for (int j = 0; j < k; j++) dup |= sel[t * K + j] == e;
             } while (dup);
@@ -95,7 +95,7 @@ static void check(int type, int64_t rows, int64_t in, int T, int E, int K, int p
     int rinf = per_pair ? 1 * K : 1, rnan = per_pair ? 3 * K : 3;    /* activation rows of tokens 1 and 3 */
     if (bad) { x[(int64_t)rinf * in + 7] = INFINITY; x[(int64_t)rnan * in + in - 2] = NAN; }
     int *sel = malloc(sizeof(int) * P);
-    pick_experts(sel, T, E, K);
+    pick_experts(sel, T, E, K, 1);
     float *y0 = malloc(sizeof(float) * P * rows), *y = malloc(sizeof(float) * P * rows);
     for (int64_t i = 0; i < (int64_t)P * rows; i++) y0[i] = accumulate ? frand() : NAN;
     double *yr = malloc(sizeof(double) * P * rows), *yp = malloc(sizeof(double) * P * rows);
@@ -185,12 +185,7 @@ static void time_case(int type, int64_t rows, int64_t in, int per_pair) {
     int wt = type;
     if (type == GGML_TYPE_IQ2_XXS && cu_repack_iq2_xxs(dW, rows * E, in, rb, 0)) wt = TYPE_IQ2R;
     int *sel = malloc(sizeof(int) * P);
-    for (int t = 0; t < T; t++)        /* uniform: K distinct experts a token */
-        for (int k = 0; k < K; k++) {
-            int e, dup;
-            do { e = (int)(urand() * E); dup = 0; for (int j = 0; j < k; j++) dup |= sel[t * K + j] == e; } while (dup);
-            sel[t * K + k] = e;
-        }
+    pick_experts(sel, T, E, K, 0);
     CK(cudaMemcpy(dsel, sel, sizeof(int) * P, cudaMemcpyHostToDevice));
     free(sel);
     cu_gemv_args g;
