@@ -41,18 +41,20 @@
  * halves xh, n halves xl, and for Q2_K n/16 halves of sums' high pieces and
  * n/16 of their low pieces.
  *
- * Measured (H200, Flash's shapes: 4096 tokens x 6 of 256 experts): the IQ2
- * gate (2048 x 4096) 4.27 ms against the int8 path's 5.16; the Q2_K down
- * (4096 x 2048) 6.0 against 5.7, so it stays on the int8 path by default.
- * ncu of the gate: L1 / shared memory 75% busy, the tensor pipe 40%: each
+ * The block layouts: mma.sync (layouts 1-5, below) everywhere, and on sm_90a the wgmma
+ * kernels (layouts 6, the default there, and 7; k_mmx_wg) that take the weights from
+ * registers. Measured (H200, Flash's shapes: 4096 tokens x 6 of 256 experts): the IQ2 gate
+ * (2048 x 4096) 4.27 ms (layout 1), 3.93 (6) against the int8 path's 5.16; the Q2_K down
+ * (4096 x 2048) 6.0 (1), 4.30 (6) against 5.7: layout 1 leaves it to the int8 path.
+ * ncu of layout 1's gate: L1 / shared memory 75% busy, the tensor pipe 40%: each
  * warp's 32 x 32 tile reads 192 bytes of fragments from shared memory a
  * product (the two activation pieces double B's), and the IQ2 grid lookups
  * meet 3.8-way bank conflicts; wider warp tiles (R = 64, mx_tile) read a
  * third less but measured slower (4.40-4.66 ms for the gate).
  *
  * On by default for the IQ2 gate / up in MoE tiles with exact activations in
- * prompts of >= 256 tokens (MINKE_CUDA_MMX=0: the int8 kernels;
- * MINKE_CUDA_MMX_Q2K=1: the Q2_K down as well; MINKE_CUDA_MMX_MIN=tokens);
+ * prompts of >= 256 tokens, and for the Q2_K down where layout 6 runs (MINKE_CUDA_MMX=0: the
+ * int8 kernels; MINKE_CUDA_MMX_Q2K=1 / 0: the Q2_K down on / off; MINKE_CUDA_MMX_MIN=tokens);
  * the backend's mmq_exact takes it first. mmx_check compares with a double
  * reference and times it against the int8 path.
  */
@@ -253,9 +255,20 @@ __device__ __forceinline__ void mx_store(const cu_gemv_args &g, const float (&y)
         }
 }
 
+/* two scaled elements as their high f16 pieces (one word) and low pieces (another); a row with
+ * an Inf keeps e = 0: its Inf stays in xh, xl 0 (not Inf - Inf) */
+__device__ __forceinline__ void mx_split2(float v0, float v1, uint32_t &hw, uint32_t &lw) {
+    const __half a = __float2half_rn(v0), b = __float2half_rn(v1);
+    const __half c = __float2half_rn(isfinite(v0) ? v0 - __half2float(a) : 0.f);
+    const __half d = __float2half_rn(isfinite(v1) ? v1 - __half2float(b) : 0.f);
+    const __half2 h = __halves2half2(a, b), l = __halves2half2(c, d);
+    hw = *(const uint32_t *)&h;
+    lw = *(const uint32_t *)&l;
+}
+
 /* Rows in cu_mmx_split_row_bytes format; see the header comment. One block of 256
  * threads a row, 16 elements (one Q2_K sub-block) a thread at a time. */
-template <bool Q2K>
+template <bool Q2K, bool PERM>
 __global__ void __launch_bounds__(256) k_mmx_split(const float *x, int64_t nrows, int64_t n, int64_t xstride, uint8_t *out,
                                                     int64_t ostride) {
     cu_pdl_enter();
@@ -281,36 +294,73 @@ __global__ void __launch_bounds__(256) k_mmx_split(const float *x, int64_t nrows
     if (threadIdx.x == 0) *(int *)o = e;
     __half *xh = (__half *)(o + 16), *xl = xh + n;
     __half *sh = xl + n, *sl = sh + n / 16;
-    for (int64_t j = threadIdx.x; j < n / 16; j += 256) {
-        const float4 *src = (const float4 *)(xr + 16 * j);
-        float v[16];
+    if constexpr (PERM) {
+        /* k_mmx_wg's order: in each 32-element group, the element pair Q = 4 c + 2 h + u goes
+         * to the pair slot 8 h + 4 u + c (see there) */
+        for (int64_t j = threadIdx.x; j < n / 32; j += 256) {
+            const float4 *src = (const float4 *)(xr + 32 * j);
+            float v[32];
 #pragma unroll
-        for (int q = 0; q < 4; q++) {
-            float4 f = src[q];
-            v[4 * q] = f.x * s1 * s2; v[4 * q + 1] = f.y * s1 * s2; v[4 * q + 2] = f.z * s1 * s2; v[4 * q + 3] = f.w * s1 * s2;
-        }
-        uint32_t hw[8], lw[8];
-        float s = 0.f;
+            for (int q = 0; q < 8; q++) {
+                const float4 f = src[q];
+                v[4 * q] = f.x * s1 * s2; v[4 * q + 1] = f.y * s1 * s2; v[4 * q + 2] = f.z * s1 * s2; v[4 * q + 3] = f.w * s1 * s2;
+            }
+            uint32_t hw[16], lw[16];
 #pragma unroll
-        for (int q = 0; q < 8; q++) {
-            __half a = __float2half_rn(v[2 * q]), b = __float2half_rn(v[2 * q + 1]);
-            /* a row with an Inf keeps e = 0: its Inf stays in xh, xl 0 (not Inf - Inf) */
-            __half c = __float2half_rn(isfinite(v[2 * q]) ? v[2 * q] - __half2float(a) : 0.f);
-            __half d = __float2half_rn(isfinite(v[2 * q + 1]) ? v[2 * q + 1] - __half2float(b) : 0.f);
-            __half2 h = __halves2half2(a, b), l = __halves2half2(c, d);
-            hw[q] = *(uint32_t *)&h;
-            lw[q] = *(uint32_t *)&l;
-            s += v[2 * q];
-            s += v[2 * q + 1];
+            for (int q = 0; q < 16; q++) mx_split2(v[2 * q], v[2 * q + 1], hw[q], lw[q]);
+            if (Q2K) {
+                /* the two sub-blocks' sums, in the unpermuted loop's order */
+#pragma unroll
+                for (int b = 0; b < 2; b++) {
+                    float sum = 0.f;
+#pragma unroll
+                    for (int q = 0; q < 16; q++) sum += v[16 * b + q];
+                    sum *= 0.03125f;
+                    const __half a = __float2half_rn(sum);
+                    sh[2 * j + b] = a;
+                    sl[2 * j + b] = __float2half_rn(sum - __half2float(a));
+                }
+            }
+            uint32_t ph[16], pl[16];
+#pragma unroll
+            for (int P = 0; P < 16; P++) {
+                const int Q = 4 * (P & 3) + 2 * (P >> 3) + ((P >> 2) & 1);
+                ph[P] = hw[Q];
+                pl[P] = lw[Q];
+            }
+            uint4 *dh = (uint4 *)(xh + 32 * j), *dl = (uint4 *)(xl + 32 * j);
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                dh[q] = make_uint4(ph[4 * q], ph[4 * q + 1], ph[4 * q + 2], ph[4 * q + 3]);
+                dl[q] = make_uint4(pl[4 * q], pl[4 * q + 1], pl[4 * q + 2], pl[4 * q + 3]);
+            }
         }
-        uint4 *dh = (uint4 *)(xh + 16 * j), *dl = (uint4 *)(xl + 16 * j);
-        dh[0] = make_uint4(hw[0], hw[1], hw[2], hw[3]); dh[1] = make_uint4(hw[4], hw[5], hw[6], hw[7]);
-        dl[0] = make_uint4(lw[0], lw[1], lw[2], lw[3]); dl[1] = make_uint4(lw[4], lw[5], lw[6], lw[7]);
-        if (Q2K) {
-            s *= 0.03125f;       /* 16 elements of < 2^15: the sum / 32 stays below f16's 65504 */
-            __half a = __float2half_rn(s);
-            sh[j] = a;
-            sl[j] = __float2half_rn(s - __half2float(a));
+    } else {
+        for (int64_t j = threadIdx.x; j < n / 16; j += 256) {
+            const float4 *src = (const float4 *)(xr + 16 * j);
+            float v[16];
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                float4 f = src[q];
+                v[4 * q] = f.x * s1 * s2; v[4 * q + 1] = f.y * s1 * s2; v[4 * q + 2] = f.z * s1 * s2; v[4 * q + 3] = f.w * s1 * s2;
+            }
+            uint32_t hw[8], lw[8];
+            float s = 0.f;
+#pragma unroll
+            for (int q = 0; q < 8; q++) {
+                mx_split2(v[2 * q], v[2 * q + 1], hw[q], lw[q]);
+                s += v[2 * q];
+                s += v[2 * q + 1];
+            }
+            uint4 *dh = (uint4 *)(xh + 16 * j), *dl = (uint4 *)(xl + 16 * j);
+            dh[0] = make_uint4(hw[0], hw[1], hw[2], hw[3]); dh[1] = make_uint4(hw[4], hw[5], hw[6], hw[7]);
+            dl[0] = make_uint4(lw[0], lw[1], lw[2], lw[3]); dl[1] = make_uint4(lw[4], lw[5], lw[6], lw[7]);
+            if (Q2K) {
+                s *= 0.03125f;       /* 16 elements of < 2^15: the sum / 32 stays below f16's 65504 */
+                __half a = __float2half_rn(s);
+                sh[j] = a;
+                sl[j] = __float2half_rn(s - __half2float(a));
+            }
         }
     }
 }
@@ -661,21 +711,367 @@ __global__ void __launch_bounds__(MX_WS_THREADS, 1) k_mmx_ws(cu_gemv_args g) {
 #endif
 }
 
+/* ---- The wgmma variants (MINKE_CUDA_MMX_TILE=6 and 7, IQ2 only, sm_90a) ----
+ * Layout 1 spends its shared-memory bandwidth three ways: the decoded weights go to shared
+ * memory and come back by ldmatrix, and every warp re-reads the activation fragments it
+ * shares with three others (ncu: L1 / shared 75% busy, tensor 40%). Here two warpgroups
+ * multiply with wgmma: each thread decodes its own rows' weights straight into the A
+ * registers (no shared-memory round trip for the weights), and the activation pieces of the
+ * block's pairs are B, read by the tensor cores from shared memory (128-byte swizzled rows,
+ * one per (pair, piece)). MH m64 row blocks a warpgroup: layout 6 (MH 1) 128 rows x 64
+ * pairs a block (m64n128k16), layout 7 (MH 2) 256 rows x 32 pairs (m64n64k16): the same
+ * registers, and each activation byte brought from L2 serves twice the rows (at 128 rows a
+ * block the activation tiles alone need ~6 TB/s of L2 for the tensor rate).
+ *
+ * A's register fragment gives thread (g = lane / 4, c = lane % 4) of a warp the k slots 2c,
+ * 2c + 1, 2c + 8, 2c + 9 of rows g and g + 8. The activation rows are split in a permuted
+ * order (cu_mmx_split under these layouts, mx_wg_ok) so that in each 32-element group thread
+ * c's four slots of the group's two k16 steps are the eight elements of grid entry c: one
+ * grid lookup a thread, row and group. The columns alternate xh, xl of each pair, so a
+ * thread's accumulator pair (2 i, 2 i + 1) of a row is one pair's two pieces, folded at the end
+ * of each super-block as y += d (acc_h + acc_l).
+ *
+ * Pipeline: a ring of 4 activation stages (64 elements) filled two stages ahead by cp.async;
+ * raw weights loaded two stages ahead into registers; each stage's wgmma are one commit group,
+ * and a stage waits for the group two back before reusing its A registers and its ring slot. */
+#define MX_WG_NS 4
+#define MX_WG_THREADS 256
+
+template <int MH, bool Q2K = false>
+struct mx_wg_smem {
+    static constexpr int bn = MX_BN / MH;                 /* pairs a block */
+    static constexpr int stage = 2 * bn * 128;            /* bytes a stage: 2 bn rows of 64 halves */
+    static constexpr int b = 0;                           /* [NS][2 bn][128 B], 1024-aligned */
+    static constexpr int bm = b + MX_WG_NS * stage;      /* Q2_K: [2][2 bn][128 B] sub-block sums (32 B used) */
+    static constexpr int grid = bm + (Q2K ? 2 * stage : 0);  /* IQ2: 256 grid entries */
+    static constexpr int off = grid + (Q2K ? 0 : 256 * 8);
+    static constexpr int sid = off + bn * 8;
+    static constexpr int se = sid + bn * 4;
+    static constexpr int bytes = se + bn * 4 + 1024;      /* + the alignment slack */
+};
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define MX_WG_D8(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
+/* D[64 x N] += A[64 x 16] (registers) B[16 x N] (shared memory, K-major, 128-byte swizzle) */
+__device__ __forceinline__ void mx_wgmma(float (&d)[64], const uint32_t (&a)[4], uint64_t desc) {
+    asm volatile(
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+        "{%64, %65, %66, %67}, %68, 1, 1, 1, 0;\n"
+        : MX_WG_D8(0), MX_WG_D8(8), MX_WG_D8(16), MX_WG_D8(24), MX_WG_D8(32), MX_WG_D8(40), MX_WG_D8(48), MX_WG_D8(56)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));
+}
+__device__ __forceinline__ void mx_wgmma(float (&d)[32], const uint32_t (&a)[4], uint64_t desc) {
+    asm volatile(
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+        "{%32, %33, %34, %35}, %36, 1, 1, 1, 0;\n"
+        : MX_WG_D8(0), MX_WG_D8(8), MX_WG_D8(16), MX_WG_D8(24)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));
+}
+#undef MX_WG_D8
+/* the accumulators pinned around the asynchronous products (the compiler must not move their
+ * reads or writes across a fence or a wait) */
+template <int N>
+__device__ __forceinline__ void mx_wg_pin(float (&d)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; i++) asm volatile("" : "+f"(d[i])::"memory");
+}
+/* a shared-memory matrix descriptor: K-major rows of 128 bytes, 128-byte swizzle, 8-row groups
+ * 1024 bytes apart */
+__device__ __forceinline__ uint64_t mx_wg_desc(unsigned saddr) {
+    return (uint64_t)((saddr & 0x3FFFF) >> 4) | ((uint64_t)(1024 >> 4) << 32) | (1ull << 62);
+}
+#endif
+
+/* One grid entry c of an IQ2 group (a: 4 grid indices, w: 4 x 7 sign bits under the 4-bit
+ * scale ls) as four f16 pairs of exact integers (2 ls + 1) g: elements 0-1, 2-3, 4-5, 6-7.
+ * (Lookups of the grid as f16 and of the sign masks in shared tables take fewer instructions
+ * but measured slower: 4.57 against 3.93 ms for Flash's gate, the 16-byte lookups' bank
+ * conflicts) */
+__device__ __forceinline__ void mx_iq2_entry(uint32_t a, uint32_t w, int c, const uint64_t *grid, uint32_t (&o)[4]) {
+    const uint64_t gv = grid[(a >> (8 * c)) & 255];
+    const uint32_t s7 = (w >> (7 * c)) & 127;
+    const uint32_t S = s7 | ((__popc(s7) & 1) << 7);
+    const uint32_t m0 = (((S & 15) * 0x00204081u) & 0x01010101u) * 0xFFu;
+    const uint32_t m1 = ((((S >> 4) & 15) * 0x00204081u) & 0x01010101u) * 0xFFu;
+    const uint32_t v0 = __vsub4((uint32_t)gv ^ m0, m0), v1 = __vsub4((uint32_t)(gv >> 32) ^ m1, m1);
+    const float f = (float)(2 * (w >> 28) + 1);
+    const __half2 f2 = __float2half2_rn(f), off2 = __float2half2_rn(-1152.f * f);
+    mx_bytes_f16(v0 ^ 0x80808080u, f2, off2, o[0], o[1]);
+    mx_bytes_f16(v1 ^ 0x80808080u, f2, off2, o[2], o[3]);
+}
+
+/* Eight Q2_K codes (bytes 8 c .. 8 c + 7 of a half-block's 32 in w0, w1, at bit shift sh)
+ * times the sub-block scale sc as four f16 pairs of exact integers sc q (<= 45) */
+__device__ __forceinline__ void mx_q2k_entry(uint32_t w0, uint32_t w1, int sh, uint32_t sc, uint32_t (&o)[4]) {
+    const float f = (float)sc;
+    const __half2 f2 = __float2half2_rn(f), off2 = __float2half2_rn(-1024.f * f);
+    mx_bytes_f16((w0 >> sh) & 0x03030303u, f2, off2, o[0], o[1]);
+    mx_bytes_f16((w1 >> sh) & 0x03030303u, f2, off2, o[2], o[3]);
+}
+
+template <int TYPE, int MH>
+__global__ void __launch_bounds__(MX_WG_THREADS, 1) k_mmx_wg(cu_gemv_args g) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    constexpr bool Q2K = TYPE == CU_TYPE_Q2_K;
+    static_assert(TYPE == CU_TYPE_IQ2R || TYPE == CU_TYPE_IQ2_XXS || (Q2K && MH == 1), "IQ2, or Q2_K in 64-row blocks");
+    using L = mx_wg_smem<MH, Q2K>;
+    constexpr int BN = L::bn, NACC = 64 / MH, NCH = 16 / MH, NR = 2 * MH;   /* NR: rows a thread */
+    extern __shared__ __align__(16) uint8_t mx_sm[];
+    cu_pdl_enter();
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int64_t r0 = (int64_t)blockIdx.x * 128 * MH;
+    const int tile = blockIdx.y / MH, part = blockIdx.y % MH;
+    if (tile >= *g.n_tiles) return;
+    const int start = g.tile_start[tile] + part * BN, nt = g.tile_count[tile] - part * BN;
+    if (nt <= 0) return;                  /* an expert another GPU owns, or a tile of <= BN pairs */
+    const uint8_t *wbase = (const uint8_t *)g.w + (int64_t)g.tile_expert[tile] * g.expert_bytes;
+    const unsigned s0 = (unsigned)__cvta_generic_to_shared(mx_sm);
+    const unsigned s_b = (s0 + 1023u) & ~1023u;
+    uint8_t *sm = mx_sm + (s_b - s0);
+    int64_t *soff = (int64_t *)(sm + L::off);
+    int *sid = (int *)(sm + L::sid), *se = (int *)(sm + L::se);
+    uint64_t *sgrid = (uint64_t *)(sm + L::grid);
+    const uint8_t *act = (const uint8_t *)g.act;
+    const int64_t n = g.in;
+    for (int k = tid; k < BN; k += MX_WG_THREADS) {
+        const int p = g.tile_pairs[start + (k < nt ? k : 0)];
+        sid[k] = p;
+        soff[k] = (int64_t)(p / g.act_div) * g.act_stride;
+        se[k] = *(const int *)(act + soff[k]);
+    }
+    if (!Q2K)
+        for (int i = tid; i < 256; i += MX_WG_THREADS) sgrid[i] = cu_mmx_grid[i];
+    __syncthreads();
+    const int nsb = (int)(n / 256), nst = nsb * 4;
+
+    /* this thread's rows: warpgroup wg's 64 MH, in each m64 block hh the warp's 16, g and g + 8
+     * (row j = 2 hh + (g + 8 ?)) */
+    const int gq = lane >> 2, c = lane & 3;
+    const uint8_t *wr[NR];
+    int64_t rrow[NR];
+#pragma unroll
+    for (int j = 0; j < NR; j++) {
+        rrow[j] = r0 + (warp >> 2) * 64 * MH + (j >> 1) * 64 + (warp & 3) * 16 + gq + 8 * (j & 1);
+        wr[j] = wbase + (rrow[j] < g.rows ? rrow[j] : g.rows - 1) * (int64_t)g.row_bytes;
+    }
+
+    /* stage s's activation pieces into slot s % NS: row 2 p + piece, 16-byte chunk j at chunk
+     * j ^ (row % 8); past the last stage an empty group, so that the waits count the same */
+    auto stage_act = [&](int s) {
+        if (s < nst) {
+            const unsigned dst0 = s_b + (unsigned)((s % MX_WG_NS) * L::stage);
+            const int64_t k0 = (int64_t)s * MX_BK;
+#pragma unroll
+            for (int i = 0; i < 16 * BN / MX_WG_THREADS; i++) {
+                const int ci = tid + MX_WG_THREADS * i, row = ci >> 3, j = ci & 7;
+                const uint8_t *src = act + soff[row >> 1] + 16 + ((row & 1) * n + k0 + j * 8) * 2;
+                mx_cp16(dst0 + (unsigned)(row * 128 + ((j ^ (row & 7)) << 4)), src);
+            }
+            if (Q2K && s % 4 == 0) {
+                /* the super-block's 16 sums of each (pair, piece): two chunks of a swizzled row */
+                const int sb = s / 4, row = tid >> 1, j = tid & 1;
+                const uint8_t *src = act + soff[row >> 1] + 16 + 4 * n + ((row & 1) * (n / 16) + sb * 16 + j * 8) * 2;
+                mx_cp16(s_b + (unsigned)(L::bm + (sb & 1) * L::stage + row * 128 + ((j ^ (row & 7)) << 4)), src);
+            }
+        }
+        asm volatile("cp.async.commit_group;\n" ::: "memory");
+    };
+    /* stage s's raw groups (items 2 s, 2 s + 1) of the thread's rows */
+    uint32_t raw[2][2][NR][2];
+    auto load_w = [&](int s, uint32_t (&r)[2][NR][2]) {
+        if (s >= nst) return;
+#pragma unroll
+        for (int q = 0; q < 2; q++)
+#pragma unroll
+            for (int j = 0; j < NR; j++) {
+                if constexpr (Q2K) {
+                    /* items 2 s, 2 s + 1 share their code bytes (shifts 2 jj, 2 jj + 2): bytes 8 c .. 8 c + 7 */
+                    if (q == 0) {
+                        const uint8_t *b = wr[j] + (int64_t)(s >> 2) * 84 + 16 + ((s & 3) >> 1) * 32 + 8 * c;
+                        r[0][j][0] = *(const uint32_t *)b;
+                        r[0][j][1] = *(const uint32_t *)(b + 4);
+                    }
+                } else {
+                    mx_iq2_raw<TYPE>(wr[j], 2 * s + q, r[q][j][0], r[q][j][1]);
+                }
+            }
+    };
+    /* a super-block's scales: IQ2 d / 8 in d; Q2_K d in d, dmin in dm, the 16 scale bytes in sc */
+    auto load_d = [&](int sb, float (&d)[NR], float (&dm)[NR], uint32_t (&sc)[NR][4]) {
+        if (sb >= nsb) return;
+#pragma unroll
+        for (int j = 0; j < NR; j++) {
+            if constexpr (Q2K) {
+                const uint32_t *b = (const uint32_t *)(wr[j] + (int64_t)sb * 84);
+                sc[j][0] = b[0]; sc[j][1] = b[1]; sc[j][2] = b[2]; sc[j][3] = b[3];
+                const uint32_t w = b[20];
+                d[j] = cu_h2f((uint16_t)(w & 0xFFFF));
+                dm[j] = cu_h2f((uint16_t)(w >> 16));
+            } else {
+                d[j] = cu_h2f((uint16_t)mx_iq2_d<TYPE>(wr[j], sb, nsb)) * 0.125f;
+            }
+        }
+    };
+
+    float acc[MH][NACC], y[MH][NCH][2];
+#pragma unroll
+    for (int hh = 0; hh < MH; hh++) {
+#pragma unroll
+        for (int i = 0; i < NACC; i++) acc[hh][i] = 0.f;
+#pragma unroll
+        for (int i = 0; i < NCH; i++) { y[hh][i][0] = 0.f; y[hh][i][1] = 0.f; }
+    }
+    uint32_t af[2][MH][4][4];
+    float dcur[NR], dnext[NR], dmcur[NR], dmnext[NR];
+    uint32_t sccur[NR][4], scnext[NR][4];
+#pragma unroll
+    for (int j = 0; j < NR; j++) {
+        dcur[j] = dnext[j] = dmcur[j] = dmnext[j] = 0.f;
+#pragma unroll
+        for (int k = 0; k < 4; k++) sccur[j][k] = scnext[j][k] = 0;
+    }
+
+    stage_act(0);
+    stage_act(1);
+    load_w(0, raw[0]);
+    load_w(1, raw[1]);
+    load_d(0, dcur, dmcur, sccur);
+
+    for (int sb = 0; sb < nsb; sb++) {
+        load_d(sb + 1, dnext, dmnext, scnext);
+#pragma unroll
+        for (int st = 0; st < 4; st++) {
+            const int s = sb * 4 + st;
+            /* stage s landed (stage s + 1 may not have), the products of stage s - 2 done (s - 1's
+             * may run): its A registers and ring slot are free; copies visible to the tensor cores */
+            asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+            asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+#pragma unroll
+            for (int hh = 0; hh < MH; hh++) mx_wg_pin(acc[hh]);
+            asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+            __syncthreads();
+            stage_act(s + 2);
+            /* this stage's A fragments: k16 step 2 q + h takes elements 4 h .. 4 h + 3 of entry c */
+            uint32_t (&a)[MH][4][4] = af[st & 1];
+#pragma unroll
+            for (int q = 0; q < 2; q++)
+#pragma unroll
+                for (int hh = 0; hh < MH; hh++) {
+                    uint32_t oa[4], ob[4];
+                    if constexpr (Q2K) {
+                        /* item 2 st + q of the super-block: codes at shift 2 jj, scale of sub-block
+                         * 2 (2 st + q) + c / 2 */
+                        const int itb = 2 * st + q, sh = 2 * (itb & 3);
+                        const int bsh = 8 * (2 * (itb & 1) + (c >> 1));
+                        mx_q2k_entry(raw[st & 1][0][0][0], raw[st & 1][0][0][1], sh, (sccur[0][itb >> 1] >> bsh) & 15, oa);
+                        mx_q2k_entry(raw[st & 1][0][1][0], raw[st & 1][0][1][1], sh, (sccur[1][itb >> 1] >> bsh) & 15, ob);
+                    } else {
+                        mx_iq2_entry(raw[st & 1][q][2 * hh][0], raw[st & 1][q][2 * hh][1], c, sgrid, oa);
+                        mx_iq2_entry(raw[st & 1][q][2 * hh + 1][0], raw[st & 1][q][2 * hh + 1][1], c, sgrid, ob);
+                    }
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        a[hh][2 * q + h][0] = oa[2 * h];
+                        a[hh][2 * q + h][1] = ob[2 * h];
+                        a[hh][2 * q + h][2] = oa[2 * h + 1];
+                        a[hh][2 * q + h][3] = ob[2 * h + 1];
+                    }
+                }
+            load_w(s + 2, raw[st & 1]);
+            asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+            const unsigned sl = s_b + (unsigned)((s % MX_WG_NS) * L::stage);
+#pragma unroll
+            for (int k = 0; k < 4; k++)
+#pragma unroll
+                for (int hh = 0; hh < MH; hh++) mx_wgmma(acc[hh], a[hh][k], mx_wg_desc(sl + (unsigned)(k * 32)));
+            asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+#pragma unroll
+            for (int hh = 0; hh < MH; hh++) mx_wg_pin(acc[hh]);
+        }
+        /* the super-block's fold */
+        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+#pragma unroll
+        for (int hh = 0; hh < MH; hh++) {
+            mx_wg_pin(acc[hh]);
+#pragma unroll
+            for (int i = 0; i < NCH; i++) {
+                y[hh][i][0] = fmaf(dcur[2 * hh], acc[hh][4 * i] + acc[hh][4 * i + 1], y[hh][i][0]);
+                y[hh][i][1] = fmaf(dcur[2 * hh + 1], acc[hh][4 * i + 2] + acc[hh][4 * i + 3], y[hh][i][1]);
+                acc[hh][4 * i] = 0.f; acc[hh][4 * i + 1] = 0.f; acc[hh][4 * i + 2] = 0.f; acc[hh][4 * i + 3] = 0.f;
+            }
+        }
+        if constexpr (Q2K) {
+            /* the min term: acc = sum_j m_j S_j (k16 over the 16 sub-blocks, natural order: this
+             * thread's slots are sub-blocks 2c, 2c + 1, 2c + 8, 2c + 9), y -= 32 dmin acc */
+            uint32_t am[4];
+#pragma unroll
+            for (int j = 0; j < 2; j++) {
+                const uint32_t lo = (c >> 1) ? sccur[j][1] : sccur[j][0], hi = (c >> 1) ? sccur[j][3] : sccur[j][2];
+                const int bs = 16 * (c & 1);
+                const uint32_t u = ((((lo >> bs) & 0xFFFFu) | (((hi >> bs) & 0xFFFFu) << 16)) >> 4) & 0x0F0F0F0Fu;
+                mx_bytes_f16(u, __float2half2_rn(1.f), __float2half2_rn(-1024.f), am[j], am[2 + j]);
+            }
+            asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+            mx_wgmma(acc[0], am, mx_wg_desc(s_b + (unsigned)(L::bm + (sb & 1) * L::stage)));
+            asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+            asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+            mx_wg_pin(acc[0]);
+#pragma unroll
+            for (int i = 0; i < NCH; i++) {
+                y[0][i][0] = fmaf(-32.f * dmcur[0], acc[0][4 * i] + acc[0][4 * i + 1], y[0][i][0]);
+                y[0][i][1] = fmaf(-32.f * dmcur[1], acc[0][4 * i + 2] + acc[0][4 * i + 3], y[0][i][1]);
+                acc[0][4 * i] = 0.f; acc[0][4 * i + 1] = 0.f; acc[0][4 * i + 2] = 0.f; acc[0][4 * i + 3] = 0.f;
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < NR; j++) {
+            dcur[j] = dnext[j];
+            dmcur[j] = dmnext[j];
+#pragma unroll
+            for (int k = 0; k < 4; k++) sccur[j][k] = scnext[j][k];
+        }
+    }
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+
+    /* pair 4 i + c of the thread's rows: y 2^-e */
+#pragma unroll
+    for (int i = 0; i < NCH; i++) {
+        const int p = 4 * i + c;
+        if (p >= nt) continue;
+        const int e = se[p];
+        float *out = g.out + (int64_t)sid[p] * g.out_stride;
+#pragma unroll
+        for (int j = 0; j < NR; j++) {
+            if (rrow[j] >= g.rows) continue;
+            const float v = ldexpf(y[j >> 1][i][j & 1], -e);
+            if (g.accumulate) out[rrow[j]] += v; else out[rrow[j]] = v;
+        }
+    }
+#endif
+}
+
 /* ------------------------------------------------------------------ */
 /* host side */
 
-/* The switches: MINKE_CUDA_MMX (default on), MINKE_CUDA_MMX_Q2K (default off: the Q2_K down
- * products too; 6.0 against the int8 path's 5.7 ms on Flash's shape, the IQ2 gate 4.3 against
- * 5.2), and the prompt size from which the backend takes it (MINKE_CUDA_MMX_MIN tokens, default
+/* The switches: MINKE_CUDA_MMX (default on), MINKE_CUDA_MMX_Q2K (the Q2_K down products too:
+ * by default where the wgmma layout takes them, 4.30 against the int8 path's 5.68 ms on
+ * Flash's shape; layout 1's are slower than the int8 path, 6.0 ms: 1 forces them on, 0 off),
+ * and the prompt size from which the backend takes it (MINKE_CUDA_MMX_MIN tokens, default
  * 256: the tiny models' prompts keep the int8 kernels, whose exact item sums the CPU
  * comparisons with the simulations on rely on; run-cuda.sh forces this path there too). */
-static int mx_on = -1, mx_q2k = 0, mx_min = 256;
+static int mx_on = -1, mx_q2k = -1, mx_min = 256;
 static int mx_enabled(void) {
     if (mx_on < 0) {
         const char *e = getenv("MINKE_CUDA_MMX");
         mx_on = e ? atoi(e) != 0 : 1;
         const char *q = getenv("MINKE_CUDA_MMX_Q2K");
-        mx_q2k = q && atoi(q) != 0;
+        mx_q2k = q && *q ? atoi(q) != 0 : -1;
         const char *m = getenv("MINKE_CUDA_MMX_MIN");
         if (m && atoi(m) > 0) mx_min = atoi(m);
     }
@@ -684,7 +1080,7 @@ static int mx_enabled(void) {
 extern "C" void cu_mmx_set(int on, int q2k, int min_tokens) {
     (void)mx_enabled();
     mx_on = on != 0;
-    mx_q2k = q2k != 0;
+    mx_q2k = q2k < 0 ? -1 : q2k != 0;
     if (min_tokens > 0) mx_min = min_tokens;
 }
 extern "C" int cu_mmx_min_tokens(void) { return mx_enabled() ? mx_min : 0; }
@@ -693,7 +1089,8 @@ extern "C" int64_t cu_mmx_split_row_bytes(int wtype, int64_t n) {
     return 16 + 4 * n + (wtype == CU_TYPE_Q2_K ? n / 4 : 0);
 }
 
-/* The block layout (MINKE_CUDA_MMX_TILE): 1 (default) 4 x 2 warps of 32 x 32, 128 weight rows,
+/* The block layout (MINKE_CUDA_MMX_TILE): 6 (default; layout 1 where it cannot run) and 7: the
+ * wgmma kernels (k_mmx_wg, sm_90a: IQ2 and, in 6, Q2_K). 1: 4 x 2 warps of 32 x 32, 128 weight rows,
  * two blocks an SM; 2: 4 x 2 warps of 64 x 32, 256 rows, one block an SM; 3: 2 x 2 warps of
  * 64 x 32, 128 rows, two blocks an SM; 4: layout 1 with a ring of three activation stages (two
  * ahead; IQ2 only, Q2_K's larger blocks run 1). 2 and 3 read a third less from shared memory a
@@ -701,17 +1098,38 @@ extern "C" int64_t cu_mmx_split_row_bytes(int wtype, int64_t n) {
  * 6.19 and 5.76 against 5.93); 4 gains 2% on the gate (4.12 against 4.21) and nothing measurable
  * on a prompt. 5: warp-specialised (k_mmx_ws: producer warps decode into a ring of four
  * stages, consumer warps multiply; IQ2 on sm_90: Q2_K runs 1, IQ2 elsewhere keeps the int8
- * path; not yet run on a GPU). Kept for
+ * path): 4.71 against layout 1's 4.20 ms. Flash's gate under 6: 3.93 ms, 7: 4.50. Kept for
  * A/B (mmx_check --time; run-cuda.sh checks each). */
 static int mx_tile(void) {
     static int t = 0;
-    if (!t) { const char *e = getenv("MINKE_CUDA_MMX_TILE"); t = e ? atoi(e) : 1; if (t < 1 || t > 5) t = 1; }
+    if (!t) { const char *e = getenv("MINKE_CUDA_MMX_TILE"); t = e && *e ? atoi(e) : 6; if (t < 1 || t > 7) t = 6; }
     return t;
 }
 
+/* layouts 6 and 7 (k_mmx_wg) apply to the IQ2 products where its sm_90a body runs: an sm_90 device
+ * running the sm_90a code (binary version 90). The split then writes the permuted order it
+ * reads; both ask here, so the two always agree. */
+static int mx_wg_ok(int wtype) {
+    const int t = mx_tile(), iq2 = wtype == CU_TYPE_IQ2R || wtype == CU_TYPE_IQ2_XXS;
+    if (!(iq2 && (t == 6 || t == 7)) && !(wtype == CU_TYPE_Q2_K && t == 6)) return 0;
+    static int ok[32];
+    const int dev = cu_cur_dev();
+    if (!ok[dev]) {
+        cudaFuncAttributes fa;
+        int major = 0;
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+        ok[dev] = major == 9 && cudaFuncGetAttributes(&fa, k_mmx_wg<CU_TYPE_IQ2R, 1>) == cudaSuccess && fa.binaryVersion == 90 ? 1 : -1;
+        cudaGetLastError();
+    }
+    return ok[dev] > 0;
+}
+static int mx_last_layout;
+extern "C" int cu_mmx_last_layout(void) { return mx_last_layout; }
+
 extern "C" int cu_mmx_supported(const cu_gemv_args *g) {
     if (!mx_enabled() || !g->act_f32 || !g->tile_pairs || g->group_rows) return 0;
-    if (g->wtype != CU_TYPE_IQ2R && g->wtype != CU_TYPE_IQ2_XXS && (g->wtype != CU_TYPE_Q2_K || !mx_q2k)) return 0;
+    if (g->wtype == CU_TYPE_Q2_K ? !(mx_q2k > 0 || (mx_q2k < 0 && mx_wg_ok(CU_TYPE_Q2_K)))
+                                 : g->wtype != CU_TYPE_IQ2R && g->wtype != CU_TYPE_IQ2_XXS) return 0;
     if (g->in % 256 || g->in <= 0 || g->rows <= 0) return 0;
     const uint64_t al = g->wtype == CU_TYPE_IQ2R ? 8 : g->wtype == CU_TYPE_Q2_K ? 4 : 2;
     if (((uintptr_t)g->w | g->row_bytes | g->expert_bytes) & (al - 1)) return 0;
@@ -722,8 +1140,11 @@ extern "C" int cu_mmx_split(int wtype, const float *x, int64_t nrows, int64_t n,
                             cudaStream_t st) {
     if (nrows <= 0 || n <= 0 || n % 256 || ((uintptr_t)x & 15) || xstride % 16 || ((uintptr_t)out & 15)) return 0;
     const int64_t os = cu_mmx_split_row_bytes(wtype, n);
-    if (wtype == CU_TYPE_Q2_K) cu_launch(k_mmx_split<true>, dim3((unsigned)nrows), 256, 0, st, x, nrows, n, xstride, (uint8_t *)out, os);
-    else cu_launch(k_mmx_split<false>, dim3((unsigned)nrows), 256, 0, st, x, nrows, n, xstride, (uint8_t *)out, os);
+    if (wtype == CU_TYPE_Q2_K && mx_wg_ok(wtype))
+        cu_launch(k_mmx_split<true, true>, dim3((unsigned)nrows), 256, 0, st, x, nrows, n, xstride, (uint8_t *)out, os);
+    else if (wtype == CU_TYPE_Q2_K) cu_launch(k_mmx_split<true, false>, dim3((unsigned)nrows), 256, 0, st, x, nrows, n, xstride, (uint8_t *)out, os);
+    else if (mx_wg_ok(wtype)) cu_launch(k_mmx_split<false, true>, dim3((unsigned)nrows), 256, 0, st, x, nrows, n, xstride, (uint8_t *)out, os);
+    else cu_launch(k_mmx_split<false, false>, dim3((unsigned)nrows), 256, 0, st, x, nrows, n, xstride, (uint8_t *)out, os);
     return 1;
 }
 
@@ -756,6 +1177,17 @@ static int mx_launch(const cu_gemv_args &g, int ntiles, cudaStream_t st) {
     return 1;
 }
 
+/* the wgmma variants (mx_wg_ok has checked the device) */
+template <int TYPE, int MH>
+static int mx_launch_wg(const cu_gemv_args &g, int ntiles, cudaStream_t st) {
+    static int attr[32];
+    constexpr int smem = mx_wg_smem<MH, TYPE == CU_TYPE_Q2_K>::bytes;
+    if (!mx_attr_ok(attr, (const void *)k_mmx_wg<TYPE, MH>, smem, true)) return 0;
+    dim3 grid((unsigned)((g.rows + 128 * MH - 1) / (128 * MH)), (unsigned)(ntiles * MH));
+    cu_launch(k_mmx_wg<TYPE, MH>, grid, MX_WG_THREADS, (size_t)smem, st, g);
+    return 1;
+}
+
 /* the warp-specialised variant: its body exists only in the sm_90 code */
 template <int TYPE>
 static int mx_launch_ws(const cu_gemv_args &g, int ntiles, cudaStream_t st) {
@@ -768,6 +1200,13 @@ static int mx_launch_ws(const cu_gemv_args &g, int ntiles, cudaStream_t st) {
 
 template <int TYPE>
 static int mx_pick(const cu_gemv_args &g, int ntiles, cudaStream_t st) {
+    /* the split was permuted for layout 6 exactly where mx_wg_ok holds */
+    if (mx_wg_ok(g.wtype)) {
+        mx_last_layout = mx_tile();
+        if constexpr (TYPE == CU_TYPE_Q2_K) return mx_launch_wg<TYPE, 1>(g, ntiles, st);
+        else return mx_tile() == 7 ? mx_launch_wg<TYPE, 2>(g, ntiles, st) : mx_launch_wg<TYPE, 1>(g, ntiles, st);
+    }
+    mx_last_layout = mx_tile() >= 6 ? 1 : mx_tile();
     switch (mx_tile()) {
     case 5:
         if constexpr (TYPE != CU_TYPE_Q2_K) return mx_launch_ws<TYPE>(g, ntiles, st);

@@ -87,18 +87,21 @@ void cu_mmh_set(int on, int min_tokens, int64_t min_weights);
 int cu_mmh_reserve(cudaStream_t st, int64_t T, int64_t max_in, int64_t max_weights);
 void cu_mmh_release(cudaStream_t st);     /* before the stream is destroyed (the device current) */
 /* cu_mmx.cu: the routed experts' prefill products (MoE tiles; IQ2_XXS gate / up, Q2_K down where
- * MINKE_CUDA_MMX_Q2K=1) with exact activations on the f16 tensor cores, one fold per 256 elements. cu_mmx_split: nrows f32
+ * the wgmma layout takes them or MINKE_CUDA_MMX_Q2K=1) with exact activations on the f16 tensor cores, one fold per 256
+ * elements. cu_mmx_split: nrows f32
  * rows of n (n % 256 == 0; xstride bytes apart) into rows of cu_mmx_split_row_bytes(wtype, n);
  * cu_mmx: the product of g (MoE tiles, act = those rows, act_stride = their bytes), 0 where it
  * does not apply (cu_mmx_supported; MINKE_CUDA_MMX=0 turns it off). The backend takes it for
  * prompts of at least cu_mmx_min_tokens() tokens (0: off; MINKE_CUDA_MMX_MIN, default 256);
- * cu_mmx_set: the checks' switches (min_tokens <= 0 keeps the current one). */
+ * cu_mmx_set: the checks' switches (min_tokens <= 0 keeps the current one); cu_mmx_last_layout:
+ * the block layout (MINKE_CUDA_MMX_TILE) the last cu_mmx launched. */
 int cu_mmx_supported(const cu_gemv_args *g);
 int64_t cu_mmx_split_row_bytes(int wtype, int64_t n);
 int cu_mmx_split(int wtype, const float *x, int64_t nrows, int64_t n, int64_t xstride, void *out, cudaStream_t st);
 int cu_mmx(const cu_gemv_args *g, int ntiles, cudaStream_t st);
 void cu_mmx_set(int on, int q2k, int min_tokens);
 int cu_mmx_min_tokens(void);
+int cu_mmx_last_layout(void);
 int cu_mmx_tables_init(const uint64_t *grid);
 /* cu_mmf16.cu: the F16 case of cu_mmq (ntiles = ceil(ntok / 64): the tokens
  * covered are min(ntok, 64 ntiles)). MINKE_CUDA_MMF16=0 runs the first kernel

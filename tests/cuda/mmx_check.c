@@ -13,7 +13,8 @@
  *   ok/FAIL mmx ... : max|diff| / max|W x| over all outputs <= 2e-5 and the
  *                     worst row's own ratio <= 3e-4 (the error beyond one
  *                     ulp of the stored output); the int8 kernel's ratio on
- *                     the same data beside it (info);
+ *                     the same data beside it (info); and the block layout
+ *                     MINKE_CUDA_MMX_TILE asks for ran (cu_mmx_last_layout);
  *   time mmx ...    : Flash's MoE prefill shapes (4096 tokens x 6 of 256
  *                     experts: IQ2 gate 2048 x 4096, Q2_K down 4096 x 2048),
  *                     the int8 path (split + pre-split product) against
@@ -59,6 +60,21 @@ static int tiles_set(cu_gemv_args *g, const int *dsel, int P, int E, int *dt) {
     cu_moe_tiles(dsel, P, E, 64, pairs, ts, tc, tx, nt, 0);
     g->tile_pairs = pairs; g->tile_start = ts; g->tile_count = tc; g->tile_expert = tx; g->n_tiles = nt;
     return maxt;
+}
+
+/* the block layout cu_mmx should take for a weight type under MINKE_CUDA_MMX_TILE: 6 (wgmma)
+ * for IQ2 and Q2_K on an sm_90 device, 7 for IQ2 there; layout 1 for their other cases; 1-5 as
+ * asked */
+static int want_layout(int type) {
+    const char *e = getenv("MINKE_CUDA_MMX_TILE");
+    int t = e && *e ? atoi(e) : 6;
+    if (t < 1 || t > 7) t = 6;
+    if (t < 6) return t;
+    int dev = 0, major = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    if (major != 9) return 1;
+    return type != GGML_TYPE_Q2_K || t == 6 ? t : 1;
 }
 
 /* The product of g (exact activations dx, nact rows of in floats) through cu_mmx (path 0) or
@@ -154,9 +170,12 @@ static void check(int type, int64_t rows, int64_t in, int T, int E, int K, int p
         double rel = pr_rel(&e), worst = e.worst;
         int nonfinite = e.nonfinite;
         if (path == 1) { rel_mmq = rel; continue; }
-        int ok = rel <= TOL_ALL && worst <= TOL_ROW && !nonfinite && !finite_bad;
-        printf("%s mmx %s: max|diff|/max|y| %.2e, worst row %.2e%s%s\n", ok ? "ok" : "FAIL", what, rel, worst,
-               nonfinite ? ", NON-FINITE OUTPUTS" : "", finite_bad ? ", FINITE OUTPUTS OF INF/NAN ROWS" : "");
+        /* the layout asked for ran (6, wgmma: IQ2 on sm_90; elsewhere layout 1 stands in) */
+        const int layout = cu_mmx_last_layout(), want = want_layout(type);
+        int ok = rel <= TOL_ALL && worst <= TOL_ROW && !nonfinite && !finite_bad && layout == want;
+        printf("%s mmx %s (layout %d): max|diff|/max|y| %.2e, worst row %.2e%s%s%s\n", ok ? "ok" : "FAIL", what, layout, rel,
+               worst, nonfinite ? ", NON-FINITE OUTPUTS" : "", finite_bad ? ", FINITE OUTPUTS OF INF/NAN ROWS" : "",
+               layout != want ? ", NOT THE LAYOUT ASKED FOR" : "");
         failures += !ok;
     }
     if (rel_mmq >= 0) printf("info mmx %s: the int8 kernel %.2e\n", what, rel_mmq);
