@@ -48,7 +48,7 @@ fi
 
 # cu_mmx's other block layouts (kept for A/B, MINKE_CUDA_MMX_TILE; 6 and 7 are the wgmma kernels)
 if [ -x "$B/tests/cuda/mmx_check" ]; then
-    for t in 1 2 3 4 5 6 7; do
+    for t in 1 2 3 4 5 6 7 8; do
         if MINKE_CUDA_MMX_TILE=$t "$B/tests/cuda/mmx_check" > "$T/mmx_tile$t.log" 2>&1; then ok mmx_check-tile$t; else bad mmx_check-tile$t; fi
         grep -E '^FAIL' "$T/mmx_tile$t.log"
     done

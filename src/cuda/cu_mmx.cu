@@ -747,7 +747,8 @@ struct mx_wg_smem {
     static constexpr int off = grid + (Q2K ? 0 : 256 * 8);
     static constexpr int sid = off + bn * 8;
     static constexpr int se = sid + bn * 4;
-    static constexpr int bytes = se + bn * 4 + 1024;      /* + the alignment slack */
+    static constexpr int bar = se + bn * 4;               /* layout 8: full[NS], empty[NS] */
+    static constexpr int bytes = bar + 2 * MX_WG_NS * 8 + 1024;   /* + the alignment slack */
 };
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -815,7 +816,13 @@ __device__ __forceinline__ void mx_q2k_entry(uint32_t w0, uint32_t w1, int sh, u
     mx_bytes_f16((w1 >> sh) & 0x03030303u, f2, off2, o[2], o[3]);
 }
 
-template <int TYPE, int MH>
+/* MB (layout 8): the ring's slots on mbarriers instead of one block barrier a stage: a slot is
+ * full when every thread's copies into it have landed (cp.async.mbarrier.arrive), empty when
+ * all 8 warps' products of it are done, so the two warpgroups may drift up to two stages apart
+ * (one's super-block fold under the other's products). Measured slower than the block barrier
+ * (Flash's gate 4.08 against 3.95 ms, the down 4.51 against 4.34; a prompt 3,853-3,863 against
+ * 3,899-3,908 tok/s): kept for A/B. */
+template <int TYPE, int MH, bool MB = false>
 __global__ void __launch_bounds__(MX_WG_THREADS, 1) k_mmx_wg(cu_gemv_args g) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     constexpr bool Q2K = TYPE == CU_TYPE_Q2_K;
@@ -847,6 +854,11 @@ __global__ void __launch_bounds__(MX_WG_THREADS, 1) k_mmx_wg(cu_gemv_args g) {
     }
     if (!Q2K)
         for (int i = tid; i < 256; i += MX_WG_THREADS) sgrid[i] = cu_mmx_grid[i];
+    uint64_t *full = (uint64_t *)(sm + L::bar), *empty = full + MX_WG_NS;
+    if (MB && tid == 0) {
+        for (int i = 0; i < MX_WG_NS; i++) { mbar_init(&full[i], MX_WG_THREADS); mbar_init(&empty[i], MX_WG_THREADS / 32); }
+        mbar_init_fence();
+    }
     __syncthreads();
     const int nsb = (int)(n / 256), nst = nsb * 4;
 
@@ -865,6 +877,8 @@ __global__ void __launch_bounds__(MX_WG_THREADS, 1) k_mmx_wg(cu_gemv_args g) {
      * j ^ (row % 8); past the last stage an empty group, so that the waits count the same */
     auto stage_act = [&](int s) {
         if (s < nst) {
+            /* MB: the slot's previous stage (s - 4) multiplied by all warps */
+            if (MB && s >= MX_WG_NS) mbar_wait(&empty[s % MX_WG_NS], (uint32_t)((s - MX_WG_NS) / MX_WG_NS) & 1u);
             const unsigned dst0 = s_b + (unsigned)((s % MX_WG_NS) * L::stage);
             const int64_t k0 = (int64_t)s * MX_BK;
 #pragma unroll
@@ -879,8 +893,11 @@ __global__ void __launch_bounds__(MX_WG_THREADS, 1) k_mmx_wg(cu_gemv_args g) {
                 const uint8_t *src = act + soff[row >> 1] + 16 + 4 * n + ((row & 1) * (n / 16) + sb * 16 + j * 8) * 2;
                 mx_cp16(s_b + (unsigned)(L::bm + (sb & 1) * L::stage + row * 128 + ((j ^ (row & 7)) << 4)), src);
             }
+            if (MB)
+                asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bulk_saddr(&full[s % MX_WG_NS]))
+                             : "memory");
         }
-        asm volatile("cp.async.commit_group;\n" ::: "memory");
+        if (!MB) asm volatile("cp.async.commit_group;\n" ::: "memory");
     };
     /* stage s's raw groups (items 2 s, 2 s + 1) of the thread's rows */
     uint32_t raw[2][2][NR][2];
@@ -950,12 +967,18 @@ __global__ void __launch_bounds__(MX_WG_THREADS, 1) k_mmx_wg(cu_gemv_args g) {
             const int s = sb * 4 + st;
             /* stage s landed (stage s + 1 may not have), the products of stage s - 2 done (s - 1's
              * may run): its A registers and ring slot are free; copies visible to the tensor cores */
-            asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+            if (MB) mbar_wait(&full[s % MX_WG_NS], (uint32_t)(s / MX_WG_NS) & 1u);
+            else asm volatile("cp.async.wait_group 1;\n" ::: "memory");
             asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
 #pragma unroll
             for (int hh = 0; hh < MH; hh++) mx_wg_pin(acc[hh]);
             asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-            __syncthreads();
+            if (MB) {
+                __syncwarp();
+                if (s >= 2 && lane == 0) mbar_arrive(&empty[(s - 2) % MX_WG_NS]);
+            } else {
+                __syncthreads();
+            }
             stage_act(s + 2);
             /* this stage's A fragments: k16 step 2 q + h takes elements 4 h .. 4 h + 3 of entry c */
             uint32_t (&a)[MH][4][4] = af[st & 1];
@@ -1089,8 +1112,8 @@ extern "C" int64_t cu_mmx_split_row_bytes(int wtype, int64_t n) {
     return 16 + 4 * n + (wtype == CU_TYPE_Q2_K ? n / 4 : 0);
 }
 
-/* The block layout (MINKE_CUDA_MMX_TILE): 6 (default; layout 1 where it cannot run) and 7: the
- * wgmma kernels (k_mmx_wg, sm_90a: IQ2 and, in 6, Q2_K). 1: 4 x 2 warps of 32 x 32, 128 weight rows,
+/* The block layout (MINKE_CUDA_MMX_TILE): 6 (default; layout 1 where it cannot run), 7 and 8:
+ * the wgmma kernels (k_mmx_wg, sm_90a: IQ2 and, in 6 and 8, Q2_K). 1: 4 x 2 warps of 32 x 32, 128 weight rows,
  * two blocks an SM; 2: 4 x 2 warps of 64 x 32, 256 rows, one block an SM; 3: 2 x 2 warps of
  * 64 x 32, 128 rows, two blocks an SM; 4: layout 1 with a ring of three activation stages (two
  * ahead; IQ2 only, Q2_K's larger blocks run 1). 2 and 3 read a third less from shared memory a
@@ -1098,20 +1121,21 @@ extern "C" int64_t cu_mmx_split_row_bytes(int wtype, int64_t n) {
  * 6.19 and 5.76 against 5.93); 4 gains 2% on the gate (4.12 against 4.21) and nothing measurable
  * on a prompt. 5: warp-specialised (k_mmx_ws: producer warps decode into a ring of four
  * stages, consumer warps multiply; IQ2 on sm_90: Q2_K runs 1, IQ2 elsewhere keeps the int8
- * path): 4.71 against layout 1's 4.20 ms. Flash's gate under 6: 3.93 ms, 7: 4.50. Kept for
- * A/B (mmx_check --time; run-cuda.sh checks each). */
+ * path): 4.71 against layout 1's 4.20 ms. Flash's gate under 6: 3.93 ms, 7: 4.50, 8 (6 with
+ * the ring on mbarriers, IQ2 and Q2_K): 4.08. Kept for A/B (mmx_check --time; run-cuda.sh
+ * checks each). */
 static int mx_tile(void) {
     static int t = 0;
-    if (!t) { const char *e = getenv("MINKE_CUDA_MMX_TILE"); t = e && *e ? atoi(e) : 6; if (t < 1 || t > 7) t = 6; }
+    if (!t) { const char *e = getenv("MINKE_CUDA_MMX_TILE"); t = e && *e ? atoi(e) : 6; if (t < 1 || t > 8) t = 6; }
     return t;
 }
 
-/* layouts 6 and 7 (k_mmx_wg) apply to the IQ2 products where its sm_90a body runs: an sm_90 device
- * running the sm_90a code (binary version 90). The split then writes the permuted order it
- * reads; both ask here, so the two always agree. */
+/* layouts 6-8 (k_mmx_wg) apply to the IQ2 products (6 and 8: Q2_K too) where its sm_90a body
+ * runs: an sm_90 device running the sm_90a code (binary version 90). The split then writes the
+ * permuted order it reads; both ask here, so the two always agree. */
 static int mx_wg_ok(int wtype) {
     const int t = mx_tile(), iq2 = wtype == CU_TYPE_IQ2R || wtype == CU_TYPE_IQ2_XXS;
-    if (!(iq2 && (t == 6 || t == 7)) && !(wtype == CU_TYPE_Q2_K && t == 6)) return 0;
+    if (!(iq2 && (t == 6 || t == 7 || t == 8)) && !(wtype == CU_TYPE_Q2_K && (t == 6 || t == 8))) return 0;
     static int ok[32];
     const int dev = cu_cur_dev();
     if (!ok[dev]) {
@@ -1178,13 +1202,13 @@ static int mx_launch(const cu_gemv_args &g, int ntiles, cudaStream_t st) {
 }
 
 /* the wgmma variants (mx_wg_ok has checked the device) */
-template <int TYPE, int MH>
+template <int TYPE, int MH, bool MB = false>
 static int mx_launch_wg(const cu_gemv_args &g, int ntiles, cudaStream_t st) {
     static int attr[32];
     constexpr int smem = mx_wg_smem<MH, TYPE == CU_TYPE_Q2_K>::bytes;
-    if (!mx_attr_ok(attr, (const void *)k_mmx_wg<TYPE, MH>, smem, true)) return 0;
+    if (!mx_attr_ok(attr, (const void *)k_mmx_wg<TYPE, MH, MB>, smem, true)) return 0;
     dim3 grid((unsigned)((g.rows + 128 * MH - 1) / (128 * MH)), (unsigned)(ntiles * MH));
-    cu_launch(k_mmx_wg<TYPE, MH>, grid, MX_WG_THREADS, (size_t)smem, st, g);
+    cu_launch(k_mmx_wg<TYPE, MH, MB>, grid, MX_WG_THREADS, (size_t)smem, st, g);
     return 1;
 }
 
@@ -1203,6 +1227,7 @@ static int mx_pick(const cu_gemv_args &g, int ntiles, cudaStream_t st) {
     /* the split was permuted for layout 6 exactly where mx_wg_ok holds */
     if (mx_wg_ok(g.wtype)) {
         mx_last_layout = mx_tile();
+        if (mx_tile() == 8) return mx_launch_wg<TYPE, 1, true>(g, ntiles, st);
         if constexpr (TYPE == CU_TYPE_Q2_K) return mx_launch_wg<TYPE, 1>(g, ntiles, st);
         else return mx_tile() == 7 ? mx_launch_wg<TYPE, 2>(g, ntiles, st) : mx_launch_wg<TYPE, 1>(g, ntiles, st);
     }

@@ -91,13 +91,13 @@ for step in "$@"; do
               env $v timeout 120 $MINKE_BIN bench --synthetic flash-q2 --ctx-start 65536 --ctx-max 65536 -n 32 \
                   --csv $OUT/exp.csv > $OUT/exp.log 2>&1; echo "65536 $v: $(tail -1 $OUT/exp.csv)"
           done; done ;;
-    mmx) # cu_mmx's block layouts (MINKE_CUDA_MMX_TILE, MMXT="1 6 7" by default): each one's checks
+    mmx) # cu_mmx's block layouts (MINKE_CUDA_MMX_TILE, MMXT="1 6 7 8" by default): each one's checks
          # and Flash-shape timings, then 4096-token prompt benches alternating them (and the int8 path)
-         for t in ${MMXT:-1 6 7}; do
+         for t in ${MMXT:-1 6 7 8}; do
              MINKE_CUDA_MMX_TILE=$t timeout 120 $MINKE_BUILD/tests/cuda/mmx_check --time > $OUT/mmx$t.log 2>&1
              echo "TILE=$t rc=$?"; grep -E '^FAIL|^time|all ok' $OUT/mmx$t.log
          done
-         for r in 1 2; do for v in MINKE_CUDA_MMX=0 $(for t in ${MMXT:-1 6 7}; do echo MINKE_CUDA_MMX_TILE=$t; done); do
+         for r in 1 2; do for v in MINKE_CUDA_MMX=0 $(for t in ${MMXT:-1 6 7 8}; do echo MINKE_CUDA_MMX_TILE=$t; done); do
              env $v timeout 60 $MINKE_BIN bench --synthetic flash-q2 --ctx-start 4096 --ctx-max 4096 -n 4 \
                  --csv $OUT/mmx.csv > $OUT/mmxb.log 2>&1; echo "4096 $v: $(tail -1 $OUT/mmx.csv)"
          done; done ;;

@@ -62,19 +62,19 @@ static int tiles_set(cu_gemv_args *g, const int *dsel, int P, int E, int *dt) {
     return maxt;
 }
 
-/* the block layout cu_mmx should take for a weight type under MINKE_CUDA_MMX_TILE: 6 (wgmma)
- * for IQ2 and Q2_K on an sm_90 device, 7 for IQ2 there; layout 1 for their other cases; 1-5 as
- * asked */
+/* the block layout cu_mmx should take for a weight type under MINKE_CUDA_MMX_TILE: 6 and 8
+ * (wgmma) for IQ2 and Q2_K on an sm_90 device, 7 for IQ2 there; layout 1 for their other
+ * cases; 1-5 as asked */
 static int want_layout(int type) {
     const char *e = getenv("MINKE_CUDA_MMX_TILE");
     int t = e && *e ? atoi(e) : 6;
-    if (t < 1 || t > 7) t = 6;
+    if (t < 1 || t > 8) t = 6;
     if (t < 6) return t;
     int dev = 0, major = 0;
     cudaGetDevice(&dev);
     cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
     if (major != 9) return 1;
-    return type != GGML_TYPE_Q2_K || t == 6 ? t : 1;
+    return type != GGML_TYPE_Q2_K || t != 7 ? t : 1;
 }
 
 /* The product of g (exact activations dx, nact rows of in floats) through cu_mmx (path 0) or
