@@ -42,7 +42,7 @@
  * n/16 of their low pieces.
  *
  * The block layouts: mma.sync (layouts 1-5, below) everywhere, and on sm_90a the wgmma
- * kernels (layouts 6, the default there, and 7; k_mmx_wg) that take the weights from
+ * kernels (layout 6, the default there, 7 and 8; k_mmx_wg) that take the weights from
  * registers. Measured (H200, Flash's shapes: 4096 tokens x 6 of 256 experts): the IQ2 gate
  * (2048 x 4096) 4.27 ms (layout 1), 3.93 (6) against the int8 path's 5.16; the Q2_K down
  * (4096 x 2048) 6.0 (1), 4.30 (6) against 5.7: layout 1 leaves it to the int8 path.
@@ -711,7 +711,7 @@ __global__ void __launch_bounds__(MX_WS_THREADS, 1) k_mmx_ws(cu_gemv_args g) {
 #endif
 }
 
-/* ---- The wgmma variants (MINKE_CUDA_MMX_TILE=6 and 7, IQ2 only, sm_90a) ----
+/* ---- The wgmma variants (MINKE_CUDA_MMX_TILE=6, 7 and 8; IQ2, and Q2_K in 6 and 8; sm_90a) ----
  * Layout 1 spends its shared-memory bandwidth three ways: the decoded weights go to shared
  * memory and come back by ldmatrix, and every warp re-reads the activation fragments it
  * shares with three others (ncu: L1 / shared 75% busy, tensor 40%). Here two warpgroups
@@ -818,8 +818,11 @@ __device__ __forceinline__ void mx_q2k_entry(uint32_t w0, uint32_t w1, int sh, u
 
 /* MB (layout 8): the ring's slots on mbarriers instead of one block barrier a stage: a slot is
  * full when every thread's copies into it have landed (cp.async.mbarrier.arrive), empty when
- * all 8 warps' products of it are done, so the two warpgroups may drift up to two stages apart
- * (one's super-block fold under the other's products). Measured slower than the block barrier
+ * all 8 warps' products of it are done. Meant to let the two warpgroups drift apart (one's
+ * super-block fold under the other's products), but every thread also refills the ring, and
+ * the slot it refills at stage s is freed by all 8 warps reaching stage s: in effect a barrier
+ * a stage still (a deeper ring, e.g. 6 slots filled two ahead and waited four back, or copies
+ * by one warpgroup only, would let them drift). Measured slower than the block barrier
  * (Flash's gate 4.08 against 3.95 ms, the down 4.51 against 4.34; a prompt 3,853-3,863 against
  * 3,899-3,908 tok/s): kept for A/B. */
 template <int TYPE, int MH, bool MB = false>
@@ -1142,7 +1145,12 @@ static int mx_wg_ok(int wtype) {
         cudaFuncAttributes fa;
         int major = 0;
         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
-        ok[dev] = major == 9 && cudaFuncGetAttributes(&fa, k_mmx_wg<CU_TYPE_IQ2R, 1>) == cudaSuccess && fa.binaryVersion == 90 ? 1 : -1;
+        int optin = 0;
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+        /* the body exists only in sm_90a code: a build for plain sm_90, or code compiled at load
+         * time from the compute_80 PTX, has an empty kernel (a few registers against ~180) */
+        ok[dev] = major == 9 && cudaFuncGetAttributes(&fa, k_mmx_wg<CU_TYPE_IQ2R, 1>) == cudaSuccess &&
+                  fa.binaryVersion == 90 && fa.numRegs >= 64 && optin >= mx_wg_smem<1, true>::bytes ? 1 : -1;
         cudaGetLastError();
     }
     return ok[dev] > 0;
@@ -1206,7 +1214,8 @@ template <int TYPE, int MH, bool MB = false>
 static int mx_launch_wg(const cu_gemv_args &g, int ntiles, cudaStream_t st) {
     static int attr[32];
     constexpr int smem = mx_wg_smem<MH, TYPE == CU_TYPE_Q2_K>::bytes;
-    if (!mx_attr_ok(attr, (const void *)k_mmx_wg<TYPE, MH, MB>, smem, true)) return 0;
+    if ((int64_t)ntiles * MH > 65535) return 0;
+    if (!mx_attr_ok(attr, (const void *)k_mmx_wg<TYPE, MH, MB>, smem, false)) return 0;
     dim3 grid((unsigned)((g.rows + 128 * MH - 1) / (128 * MH)), (unsigned)(ntiles * MH));
     cu_launch(k_mmx_wg<TYPE, MH, MB>, grid, MX_WG_THREADS, (size_t)smem, st, g);
     return 1;
