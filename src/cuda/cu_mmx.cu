@@ -216,11 +216,11 @@ __device__ __forceinline__ void mx_zero(float (&y)[MI][4][4], float (&acc)[MI][4
             for (int c = 0; c < 4; c++) { y[a][b][c] = 0.f; acc[a][b][c] = 0.f; }
 }
 
-/* A tile's pairs (padded to BN with its first), their activation rows' offsets and exponents,
- * by the block's nthr threads */
+/* A tile's pairs (bn of them from start, padded with the first past nt), their activation
+ * rows' offsets and exponents, by the block's nthr threads */
 __device__ __forceinline__ void mx_tile_rows(const cu_gemv_args &g, int start, int nt, int tid, int nthr, int *sid,
-                                             int64_t *soff, int *se) {
-    for (int k = tid; k < MX_BN; k += nthr) {
+                                             int64_t *soff, int *se, int bn = MX_BN) {
+    for (int k = tid; k < bn; k += nthr) {
         const int p = g.tile_pairs[start + (k < nt ? k : 0)];
         sid[k] = p;
         const int64_t o = (int64_t)(p / g.act_div) * g.act_stride;
@@ -849,12 +849,7 @@ __global__ void __launch_bounds__(MX_WG_THREADS, 1) k_mmx_wg(cu_gemv_args g) {
     uint64_t *sgrid = (uint64_t *)(sm + L::grid);
     const uint8_t *act = (const uint8_t *)g.act;
     const int64_t n = g.in;
-    for (int k = tid; k < BN; k += MX_WG_THREADS) {
-        const int p = g.tile_pairs[start + (k < nt ? k : 0)];
-        sid[k] = p;
-        soff[k] = (int64_t)(p / g.act_div) * g.act_stride;
-        se[k] = *(const int *)(act + soff[k]);
-    }
+    mx_tile_rows(g, start, nt, tid, MX_WG_THREADS, sid, soff, se, BN);
     if (!Q2K)
         for (int i = tid; i < 256; i += MX_WG_THREADS) sgrid[i] = cu_mmx_grid[i];
     uint64_t *full = (uint64_t *)(sm + L::bar), *empty = full + MX_WG_NS;
@@ -1172,11 +1167,12 @@ extern "C" int cu_mmx_split(int wtype, const float *x, int64_t nrows, int64_t n,
                             cudaStream_t st) {
     if (nrows <= 0 || n <= 0 || n % 256 || ((uintptr_t)x & 15) || xstride % 16 || ((uintptr_t)out & 15)) return 0;
     const int64_t os = cu_mmx_split_row_bytes(wtype, n);
-    if (wtype == CU_TYPE_Q2_K && mx_wg_ok(wtype))
-        cu_launch(k_mmx_split<true, true>, dim3((unsigned)nrows), 256, 0, st, x, nrows, n, xstride, (uint8_t *)out, os);
-    else if (wtype == CU_TYPE_Q2_K) cu_launch(k_mmx_split<true, false>, dim3((unsigned)nrows), 256, 0, st, x, nrows, n, xstride, (uint8_t *)out, os);
-    else if (mx_wg_ok(wtype)) cu_launch(k_mmx_split<false, true>, dim3((unsigned)nrows), 256, 0, st, x, nrows, n, xstride, (uint8_t *)out, os);
-    else cu_launch(k_mmx_split<false, false>, dim3((unsigned)nrows), 256, 0, st, x, nrows, n, xstride, (uint8_t *)out, os);
+    /* the wgmma layouts read the permuted order (mx_wg_ok decides both) */
+    const bool q2k = wtype == CU_TYPE_Q2_K, perm = mx_wg_ok(wtype);
+    void (*k)(const float *, int64_t, int64_t, int64_t, uint8_t *, int64_t) =
+        q2k ? (perm ? k_mmx_split<true, true> : k_mmx_split<true, false>)
+            : (perm ? k_mmx_split<false, true> : k_mmx_split<false, false>);
+    cu_launch(k, dim3((unsigned)nrows), 256, 0, st, x, nrows, n, xstride, (uint8_t *)out, os);
     return 1;
 }
 
