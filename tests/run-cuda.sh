@@ -46,10 +46,10 @@ if [ -x "$B/tests/cuda/attn_check" ]; then
     grep -E '^FAIL' "$T/attn_minb1.log"
 fi
 
-# cu_mmx's other block layouts (kept for A/B, MINKE_CUDA_MMX_TILE; 6-8 are the wgmma kernels,
-# 6 the default that the mmx_check run above took: layout 1 stands in for it off sm_90)
+# cu_mmx's other block layouts (kept for A/B, MINKE_CUDA_MMX_TILE; 6-9 are the wgmma kernels,
+# 9 the default that the mmx_check run above took: layout 1 stands in for it off sm_90)
 if [ -x "$B/tests/cuda/mmx_check" ]; then
-    for t in 1 2 3 4 5 7 8; do
+    for t in 1 2 3 4 5 6 7 8; do
         if MINKE_CUDA_MMX_TILE=$t "$B/tests/cuda/mmx_check" > "$T/mmx_tile$t.log" 2>&1; then ok mmx_check-tile$t; else bad mmx_check-tile$t; fi
         grep -E '^FAIL' "$T/mmx_tile$t.log"
     done
@@ -131,14 +131,16 @@ forced_q2 mmh 1 MINKE_CUDA_MMH=1 MINKE_CUDA_MMH_MIN=32 MINKE_CUDA_MMH_MINW=1
 
 # The routed experts' products on the f16 tensor cores (cu_mmx.cu: the IQ2 gate /
 # up and the Q2_K down), checks with the simulations on and off; mmx_check holds
-# the kernels themselves to the double reference. Both the default block layout
-# (6, wgmma, on the H200) and layout 1 (mma.sync, the layout of other GPUs) move
-# the simulated model no more than the int8 pieces do (3.6e-4 with the
-# simulations on, 1.5e-6 / 2.4e-6 off). The simulations-on figure is fragile:
+# the kernels themselves to the double reference. The default block layout (9,
+# wgmma, on the H200: the gate / up on 128-pair blocks, the down on layout 6),
+# layout 6 and layout 1 (mma.sync, the layout of other GPUs) move the simulated
+# model no more than the int8 pieces do (3.6e-4 with the simulations on,
+# 1.5e-6 / 2.4e-6 off; 9 and 6 the same figures, the same per-element sums). The simulations-on figure is fragile:
 # the FP8 roundings turn another summation order into other choices (0.018,
 # argmax unchanged, with the gate / up on wgmma and the down on mma.sync;
 # fourteenth session), as for cu_mmh above.
 forced_q2 mmx1 0 MINKE_CUDA_MMX=1 MINKE_CUDA_MMX_Q2K=1 MINKE_CUDA_MMX_MIN=32 MINKE_CUDA_MMX_TILE=1
+forced_q2 mmx6 0 MINKE_CUDA_MMX=1 MINKE_CUDA_MMX_MIN=32 MINKE_CUDA_MMX_TILE=6
 forced_q2 mmx 0 MINKE_CUDA_MMX=1 MINKE_CUDA_MMX_MIN=32
 
 # The KV cache's packed rows (FP8 attention rows, FP4 indexer rows; the

@@ -50,6 +50,9 @@ static void usage(FILE *f) {
             "  --step-mul X         multiply the frontier instead (default 1)\n"
             "  -n, --gen-tokens N   greedy tokens decoded at each frontier (default 128)\n"
             "  --tokens FILE.i32    token ids to walk (default: a fixed pseudo-random sequence)\n"
+            "  --warmup N           untimed prefills of min(ctx-start, 4096) other tokens on a\n"
+            "                       session freed after, before the walk (default 1): the first\n"
+            "                       use of each kernel and matrix-product plan is paid there\n"
             "  --csv FILE           CSV output (default stdout)\n"
             "  --plot FILE.svg      plot prefill and decode tok/s against the frontier\n"
             "  --sims on|off        FP8/FP4 simulations (default on)\n"
@@ -309,7 +312,7 @@ int cmd_bench(int argc, char **argv) {
 #endif
     mp.progress = 1;
     const char *synthetic = NULL, *csv_path = NULL, *plot = NULL, *tok_path = NULL;
-    int ctx_start = 2048, ctx_max = 32768, ctx_alloc = 0, step_incr = 2048, gen = 128, syn_layers = 0;
+    int ctx_start = 2048, ctx_max = 32768, ctx_alloc = 0, step_incr = 2048, gen = 128, syn_layers = 0, warmup = 1;
     double step_mul = 1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -334,6 +337,7 @@ int cmd_bench(int argc, char **argv) {
         else if (!strcmp(a, "--step-mul")) { NEED(); step_mul = atof(v); }
         else if (!strcmp(a, "-n") || !strcmp(a, "--gen-tokens") || !strcmp(a, "--tokens-gen")) { NEED(); gen = atoi(v); }
         else if (!strcmp(a, "--tokens")) { NEED(); tok_path = v; }
+        else if (!strcmp(a, "--warmup")) { NEED(); warmup = atoi(v); }
         else if (!strcmp(a, "--csv")) { NEED(); csv_path = v; }
         else if (!strcmp(a, "--plot")) { NEED(); plot = v; }
         else if (!strcmp(a, "--sims")) { NEED(); mp.sims = strcmp(v, "off") != 0; }
@@ -353,8 +357,9 @@ int cmd_bench(int argc, char **argv) {
 #undef NEED
     }
     if (!synthetic && !mp.path) { usage(stderr); return 2; }
-    if (ctx_start < 1 || ctx_max < ctx_start || gen < 0 || step_incr < 1 || step_mul < 1) {
-        fprintf(stderr, "minke bench: need 1 <= ctx-start <= ctx-max, gen-tokens >= 0, step-incr >= 1, step-mul >= 1\n");
+    if (ctx_start < 1 || ctx_max < ctx_start || gen < 0 || step_incr < 1 || step_mul < 1 || warmup < 0) {
+        fprintf(stderr, "minke bench: need 1 <= ctx-start <= ctx-max, gen-tokens >= 0, step-incr >= 1, step-mul >= 1, "
+                "warmup >= 0\n");
         return 2;
     }
     if (!ctx_alloc) ctx_alloc = ctx_max + gen + 1;
@@ -408,6 +413,39 @@ int cmd_bench(int argc, char **argv) {
     if (ngpu > 1) fprintf(stderr, " (%.2f GB on each GPU)", wbytes / 1e9);
     if (bw > 0) fprintf(stderr, "; measured copy bandwidth %.0f GB/s -> decode limit %.0f tok/s", bw, bw * 1e9 / wbytes);
     fprintf(stderr, "\n");
+
+    /* Warm-up: a process's first prefill also loads kernels and makes the
+     * products' plans; those costs belong to start-up, not to prefill speed
+     * (as llama-bench's warm-up run). Other tokens than the walk's, and a
+     * session of its own, so nothing of it is reused by the timed work. */
+    if (warmup > 0) {
+        int nw = ctx_start < 4096 ? ctx_start : 4096;
+        int32_t *wt = malloc(sizeof(int32_t) * (size_t)nw);
+        void *ws = m->ops->session_alloc(m, nw + 1);
+        if (!wt || !ws) { fprintf(stderr, "minke bench: warm-up: %s\n", wt ? minke_last_error() : "out of memory"); return 1; }
+        uint64_t x = 0x9E3779B97F4A7C15ull;
+        for (int i = 0; i < nw; i++) {
+            x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+            wt[i] = (int32_t)(2 + x % (uint64_t)(V - 2));
+        }
+        for (int k = 0; k < warmup; k++) {
+            double t0 = now_s();
+            float *wl = malloc(sizeof(float) * (size_t)V);
+            if (!wl || m->ops->forward(m, ws, wt, nw, 0, NULL, wl) != 0) {
+                fprintf(stderr, "minke bench: warm-up prefill failed: %s\n", wl ? minke_last_error() : "out of memory");
+                return 1;
+            }
+            free(wl);
+            fprintf(stderr, "minke bench: warm-up prefill %d of %d tokens: %.1f tok/s (untimed)\n", k + 1, nw,
+                    nw / (now_s() - t0));
+            if (k + 1 < warmup) {   /* a fresh session each time: position 0 again */
+                m->ops->session_free(m, ws);
+                if (!(ws = m->ops->session_alloc(m, nw + 1))) { fprintf(stderr, "minke bench: %s\n", minke_last_error()); return 1; }
+            }
+        }
+        m->ops->session_free(m, ws);
+        free(wt);
+    }
 
     void *bs = m->ops->session_alloc(m, ctx_alloc);
     if (!bs) { fprintf(stderr, "minke bench: %s\n", minke_last_error()); return 1; }

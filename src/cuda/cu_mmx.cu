@@ -42,10 +42,11 @@
  * n/16 of their low pieces.
  *
  * The block layouts: mma.sync (layouts 1-5, below) everywhere, and on sm_90a the wgmma
- * kernels (layout 6, the default there, 7 and 8; k_mmx_wg) that take the weights from
- * registers. Measured (H200, Flash's shapes: 4096 tokens x 6 of 256 experts): the IQ2 gate
- * (2048 x 4096) 4.27 ms (layout 1), 3.93 (6) against the int8 path's 5.16; the Q2_K down
- * (4096 x 2048) 6.0 (1), 4.30 (6) against 5.7: layout 1 leaves it to the int8 path.
+ * kernels that take the weights from registers: 6, 7 and 8 (k_mmx_wg) and 9 (k_mmx_wg2, the
+ * IQ2 products' default there; the Q2_K down runs 6 under it). Measured (H200, Flash's
+ * shapes: 4096 tokens x 6 of 256 experts): the IQ2 gate (2048 x 4096) 4.27 ms (layout 1), 3.96
+ * (6), 3.16 (9) against the int8 path's 5.16; the Q2_K down (4096 x 2048) 6.0 (1), 4.30 (6)
+ * against 5.7: layout 1 leaves it to the int8 path.
  * ncu of layout 1's gate: L1 / shared memory 75% busy, the tensor pipe 40%: each
  * warp's 32 x 32 tile reads 192 bytes of fragments from shared memory a
  * product (the two activation pieces double B's), and the IQ2 grid lookups
@@ -711,6 +712,22 @@ __global__ void __launch_bounds__(MX_WS_THREADS, 1) k_mmx_ws(cu_gemv_args g) {
 #endif
 }
 
+/* Tile's index among its expert's tiles (tile_expert ascends): doubling steps back, then
+ * bisection, a few dependent loads even for an expert of many tiles */
+__device__ __forceinline__ int mx_tile_index(const cu_gemv_args &g, int tile, int ex) {
+    int first = tile;
+    if (tile > 0 && g.tile_expert[tile - 1] == ex) {
+        int step = 1;
+        while (first - step >= 0 && g.tile_expert[first - step] == ex) { first -= step; step *= 2; }
+        int lo = first - step < -1 ? -1 : first - step;     /* not ex (or before the list) */
+        while (first - lo > 1) {
+            const int mid = (lo + first) / 2;
+            if (g.tile_expert[mid] == ex) first = mid; else lo = mid;
+        }
+    }
+    return tile - first;
+}
+
 /* ---- The wgmma variants (MINKE_CUDA_MMX_TILE=6, 7 and 8; IQ2, and Q2_K in 6 and 8; sm_90a) ----
  * Layout 1 spends its shared-memory bandwidth three ways: the decoded weights go to shared
  * memory and come back by ldmatrix, and every warp re-reads the activation fragments it
@@ -1077,6 +1094,226 @@ __global__ void __launch_bounds__(MX_WG_THREADS, 1) k_mmx_wg(cu_gemv_args g) {
 #endif
 }
 
+/* ---- Layout 9 (MINKE_CUDA_MMX_TILE=9, the default; IQ2 only, sm_90a): 128 rows x 128 pairs, y in shared memory ----
+ * Layout 6 decodes a block's 128 rows once for 64 pairs, and Flash's ~96 pairs an expert make
+ * two tiles (64 and ~32) that each decode the expert's rows again (ncu: layout 6 is bound by
+ * the decode's integer work and latency, not by L2). Its y (64 pairs x 2 rows a thread) and
+ * accumulators leave no registers for more pairs. Here a block takes an expert's tiles 2 i and
+ * 2 i + 1 (65 to 128 pairs; cu_moe_tiles' tiles of 64 unchanged, the odd tiles' blocks return
+ * at once; an expert's lone last tile takes a 64-pair body, m64n128k16) and keeps y in shared
+ * memory, folded into at the end of each super-block, so that a
+ * warpgroup's accumulators can span all 128 pairs (m64n256k16): the same decode into A
+ * registers as layout 6 (permuted split) serves twice the pairs, and the activation bytes
+ * brought from L2 a product stay as layout 6's (128 rows a block). Flash's gate: 3.16 ms against
+ * layout 6's 3.96 (skewed routing 3.22 against 3.87). Measured and not kept: 64 rows decoded
+ * once into shared memory for both warpgroups' 64 pairs, 4.88 ms (64 rows a block double the
+ * activation traffic); y's pairs XOR-swizzled instead of padded, 3.54 (the fold's addresses
+ * cost more than the padding's 2 KB); the lone tiles by layout 6's kernel in a second launch
+ * (its mostly empty grid); the Q2_K down on this layout (the min term a second fold), 4.49
+ * against 4.28 ms. */
+#define MX_W2_NS 4
+struct mx_wg2_smem {
+    static constexpr int stage = 256 * 128;               /* 128 pairs x 2 pieces, rows of 64 halves */
+    static constexpr int b = 0;                           /* [NS][256][128 B], 1024-aligned */
+    static constexpr int yl = 132;                        /* floats a y row: 128 pairs + 4, so that a
+                                                             fold's lanes (rows g, pairs 4 i + c) hit
+                                                             32 banks with constant offsets */
+    static constexpr int y = b + MX_W2_NS * stage;        /* [128 rows][yl] floats */
+    static constexpr int grid = y + 128 * yl * 4;         /* 256 grid entries */
+    static constexpr int off = grid + 256 * 8;
+    static constexpr int sid = off + 128 * 8;
+    static constexpr int se = sid + 128 * 4;
+    static constexpr int bytes = se + 128 * 4 + 1024;     /* + the alignment slack */
+};
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define MX_WG_D8(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
+/* D[64 x 256] += A[64 x 16] (registers) B[16 x 256] (shared memory, K-major, 128-byte swizzle) */
+__device__ __forceinline__ void mx_wgmma(float (&d)[128], const uint32_t (&a)[4], uint64_t desc) {
+    asm volatile(
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+        "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+        "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
+        "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
+        "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, "
+        "{%128, %129, %130, %131}, %132, 1, 1, 1, 0;\n"
+        : MX_WG_D8(0), MX_WG_D8(8), MX_WG_D8(16), MX_WG_D8(24), MX_WG_D8(32), MX_WG_D8(40), MX_WG_D8(48), MX_WG_D8(56),
+          MX_WG_D8(64), MX_WG_D8(72), MX_WG_D8(80), MX_WG_D8(88), MX_WG_D8(96), MX_WG_D8(104), MX_WG_D8(112), MX_WG_D8(120)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));
+}
+#undef MX_WG_D8
+#endif
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+/* One block's products: NP pairs (128: an expert's two tiles, m64n256k16; 64: a lone tile,
+ * m64n128k16), its rows r0 .. r0 + 127 */
+template <int TYPE, int NP>
+__device__ __forceinline__ void mx_wg2_body(const cu_gemv_args &g, uint8_t *mx_sm, int start, int nt, int ex) {
+    using L = mx_wg2_smem;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int64_t r0 = (int64_t)blockIdx.x * 128;
+    const uint8_t *wbase = (const uint8_t *)g.w + (int64_t)ex * g.expert_bytes;
+    const unsigned s0 = (unsigned)__cvta_generic_to_shared(mx_sm);
+    const unsigned s_b = (s0 + 1023u) & ~1023u;
+    uint8_t *sm = mx_sm + (s_b - s0);
+    int64_t *soff = (int64_t *)(sm + L::off);
+    int *sid = (int *)(sm + L::sid), *se = (int *)(sm + L::se);
+    uint64_t *sgrid = (uint64_t *)(sm + L::grid);
+    float *ys = (float *)(sm + L::y);
+    const uint8_t *act = (const uint8_t *)g.act;
+    const int64_t n = g.in;
+    mx_tile_rows(g, start, nt, tid, MX_WG_THREADS, sid, soff, se, 128);
+    for (int i = tid; i < 256; i += MX_WG_THREADS) sgrid[i] = cu_mmx_grid[i];
+    for (int i = tid; i < 128 * L::yl; i += MX_WG_THREADS) ys[i] = 0.f;
+    __syncthreads();
+    const int nsb = (int)(n / 256), nst = nsb * 4;
+
+    /* this thread's rows: warpgroup warp / 4's 64, the warp's 16 of them, g and g + 8 */
+    const int gq = lane >> 2, c = lane & 3;
+    const uint8_t *wr[2];
+    int yrow[2];
+#pragma unroll
+    for (int j = 0; j < 2; j++) {
+        yrow[j] = (warp >> 2) * 64 + (warp & 3) * 16 + gq + 8 * j;
+        const int64_t rr = r0 + yrow[j];
+        wr[j] = wbase + (rr < g.rows ? rr : g.rows - 1) * (int64_t)g.row_bytes;
+    }
+
+    /* stage s's activation pieces into slot s % NS (layout 6's rows, 2 NP of them) */
+    auto stage_act = [&](int s) {
+        if (s < nst) {
+            const unsigned dst0 = s_b + (unsigned)(L::b + (s % MX_W2_NS) * L::stage);
+            const int64_t k0 = (int64_t)s * MX_BK;
+#pragma unroll
+            for (int i = 0; i < NP / 16; i++) {
+                const int ci = tid + MX_WG_THREADS * i, row = ci >> 3, j = ci & 7;
+                const uint8_t *src = act + soff[row >> 1] + 16 + ((row & 1) * n + k0 + j * 8) * 2;
+                mx_cp16(dst0 + (unsigned)(row * 128 + ((j ^ (row & 7)) << 4)), src);
+            }
+        }
+        asm volatile("cp.async.commit_group;\n" ::: "memory");
+    };
+    uint32_t raw[2][2][2][2];
+    auto load_w = [&](int s, uint32_t (&r)[2][2][2]) {
+        if (s >= nst) return;
+#pragma unroll
+        for (int j = 0; j < 2; j++)
+#pragma unroll
+            for (int q = 0; q < 2; q++) mx_iq2_raw<TYPE>(wr[j], 2 * s + q, r[q][j][0], r[q][j][1]);
+    };
+    auto load_d = [&](int sb, float (&d)[2]) {
+        if (sb >= nsb) return;
+#pragma unroll
+        for (int j = 0; j < 2; j++) d[j] = cu_h2f((uint16_t)mx_iq2_d<TYPE>(wr[j], sb, nsb)) * 0.125f;
+    };
+    /* y += f acc (each thread its own entries: no barrier), acc = 0 */
+    auto fold = [&](const float (&f)[2], float (&acc)[NP]) {
+#pragma unroll
+        for (int i = 0; i < NP / 4; i++) {
+            float *y0 = ys + yrow[0] * L::yl + 4 * i + c, *y1 = ys + yrow[1] * L::yl + 4 * i + c;
+            *y0 = fmaf(f[0], acc[4 * i] + acc[4 * i + 1], *y0);
+            *y1 = fmaf(f[1], acc[4 * i + 2] + acc[4 * i + 3], *y1);
+            acc[4 * i] = 0.f; acc[4 * i + 1] = 0.f; acc[4 * i + 2] = 0.f; acc[4 * i + 3] = 0.f;
+        }
+    };
+
+    float acc[NP];
+#pragma unroll
+    for (int i = 0; i < NP; i++) acc[i] = 0.f;
+    uint32_t af[2][4][4];
+    float dcur[2] = {0.f, 0.f}, dnext[2] = {0.f, 0.f};
+
+    stage_act(0);
+    stage_act(1);
+    load_w(0, raw[0]);
+    load_w(1, raw[1]);
+    load_d(0, dcur);
+
+    for (int sb = 0; sb < nsb; sb++) {
+        load_d(sb + 1, dnext);
+#pragma unroll
+        for (int st = 0; st < 4; st++) {
+            const int s = sb * 4 + st;
+            /* stage s landed, the products of stage s - 2 done: its A registers and ring slot are
+             * free (layout 6's pipeline) */
+            asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+            asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+            mx_wg_pin(acc);
+            asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+            __syncthreads();
+            stage_act(s + 2);
+            uint32_t (&a)[4][4] = af[st & 1];
+#pragma unroll
+            for (int q = 0; q < 2; q++) {
+                uint32_t oa[4], ob[4];
+                mx_iq2_entry(raw[st & 1][q][0][0], raw[st & 1][q][0][1], c, sgrid, oa);
+                mx_iq2_entry(raw[st & 1][q][1][0], raw[st & 1][q][1][1], c, sgrid, ob);
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    a[2 * q + h][0] = oa[2 * h];
+                    a[2 * q + h][1] = ob[2 * h];
+                    a[2 * q + h][2] = oa[2 * h + 1];
+                    a[2 * q + h][3] = ob[2 * h + 1];
+                }
+            }
+            load_w(s + 2, raw[st & 1]);
+            asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+            const unsigned sl = s_b + (unsigned)(L::b + (s % MX_W2_NS) * L::stage);
+#pragma unroll
+            for (int k = 0; k < 4; k++) mx_wgmma(acc, a[k], mx_wg_desc(sl + (unsigned)(k * 32)));
+            asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+            mx_wg_pin(acc);
+        }
+        /* the super-block's fold into y */
+        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+        mx_wg_pin(acc);
+        fold(dcur, acc);
+        dcur[0] = dnext[0];
+        dcur[1] = dnext[1];
+    }
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+    __syncthreads();
+
+    /* y 2^-e: a warp a pair at a time, lanes along the rows */
+    for (int p = warp; p < nt; p += MX_WG_THREADS / 32) {
+        const int e = se[p];
+        float *out = g.out + (int64_t)sid[p] * g.out_stride;
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const int rr = 32 * k + lane;
+            if (r0 + rr >= g.rows) continue;
+            const float v = ldexpf(ys[rr * L::yl + p], -e);
+            if (g.accumulate) out[r0 + rr] += v; else out[r0 + rr] = v;
+        }
+    }
+}
+#endif
+
+template <int TYPE>
+__global__ void __launch_bounds__(MX_WG_THREADS, 1) k_mmx_wg2(cu_gemv_args g) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    static_assert(TYPE == CU_TYPE_IQ2R || TYPE == CU_TYPE_IQ2_XXS, "IQ2 only");
+    extern __shared__ __align__(16) uint8_t mx_sm[];
+    cu_pdl_enter();
+    const int tile = blockIdx.y, ntl = *g.n_tiles;
+    if (tile >= ntl) return;
+    /* the expert's tiles pair up from its first: tile 2 i + 1 belongs to the block of 2 i, and
+     * a lone tile (2 i the expert's last) takes the 64-pair body: a branch around the whole
+     * pipeline (a branch around wgmma makes ptxas serialize them) */
+    const int ex = g.tile_expert[tile];
+    if (mx_tile_index(g, tile, ex) & 1) return;
+    const int start = g.tile_start[tile];
+    if (tile + 1 < ntl && g.tile_expert[tile + 1] == ex)
+        mx_wg2_body<TYPE, 128>(g, mx_sm, start, g.tile_count[tile] + g.tile_count[tile + 1], ex);
+    else
+        mx_wg2_body<TYPE, 64>(g, mx_sm, start, g.tile_count[tile], ex);
+#endif
+}
+
 /* ------------------------------------------------------------------ */
 /* host side */
 
@@ -1110,8 +1347,9 @@ extern "C" int64_t cu_mmx_split_row_bytes(int wtype, int64_t n) {
     return 16 + 4 * n + (wtype == CU_TYPE_Q2_K ? n / 4 : 0);
 }
 
-/* The block layout (MINKE_CUDA_MMX_TILE): 6 (default; layout 1 where it cannot run), 7 and 8:
- * the wgmma kernels (k_mmx_wg, sm_90a: IQ2 and, in 6 and 8, Q2_K). 1: 4 x 2 warps of 32 x 32, 128 weight rows,
+/* The block layout (MINKE_CUDA_MMX_TILE): 9 (default; layout 1 where it cannot run; IQ2 only,
+ * the Q2_K down then runs 6), 6, 7 and 8: the wgmma kernels (k_mmx_wg2, k_mmx_wg; sm_90a: IQ2
+ * and, in 6 and 8, Q2_K; MINKE_CUDA_MMX_TILE_Q2K picks the down's own). 1: 4 x 2 warps of 32 x 32, 128 weight rows,
  * two blocks an SM; 2: 4 x 2 warps of 64 x 32, 256 rows, one block an SM; 3: 2 x 2 warps of
  * 64 x 32, 128 rows, two blocks an SM; 4: layout 1 with a ring of three activation stages (two
  * ahead; IQ2 only, Q2_K's larger blocks run 1). 2 and 3 read a third less from shared memory a
@@ -1120,20 +1358,27 @@ extern "C" int64_t cu_mmx_split_row_bytes(int wtype, int64_t n) {
  * on a prompt. 5: warp-specialised (k_mmx_ws: producer warps decode into a ring of four
  * stages, consumer warps multiply; IQ2 on sm_90: Q2_K runs 1, IQ2 elsewhere keeps the int8
  * path): 4.71 against layout 1's 4.20 ms. Flash's gate under 6: 3.93 ms, 7: 4.50, 8 (6 with
- * the ring on mbarriers, IQ2 and Q2_K): 4.08. Kept for A/B (mmx_check --time; run-cuda.sh
- * checks each). */
-static int mx_tile(void) {
-    static int t = 0;
-    if (!t) { const char *e = getenv("MINKE_CUDA_MMX_TILE"); t = e && *e ? atoi(e) : 6; if (t < 1 || t > 8) t = 6; }
-    return t;
+ * the ring on mbarriers, IQ2 and Q2_K): 4.08, 9: 3.16 (3.22 with skewed routing, 6: 3.87).
+ * Kept for A/B (mmx_check --time; run-cuda.sh checks each). */
+static int mx_tile(int wtype) {
+    static int t = 0, tq = 0;
+    if (!t) {
+        const char *e = getenv("MINKE_CUDA_MMX_TILE"), *q = getenv("MINKE_CUDA_MMX_TILE_Q2K");
+        t = e && *e ? atoi(e) : 9;
+        if (t < 1 || t > 9) t = 9;
+        /* the Q2_K down's own layout (for A/B): by default the IQ2 products', 6 under 9 */
+        tq = q && *q ? atoi(q) : t == 9 ? 6 : t;
+        if (tq < 1 || tq > 9) tq = t == 9 ? 6 : t;
+    }
+    return wtype == CU_TYPE_Q2_K ? tq : t;
 }
 
-/* layouts 6-8 (k_mmx_wg) apply to the IQ2 products (6 and 8: Q2_K too) where its sm_90a body
+/* layouts 6-9 apply to the IQ2 products (6 and 8: Q2_K too) where the sm_90a bodies
  * runs: an sm_90 device running the sm_90a code (binary version 90). The split then writes the
  * permuted order it reads; both ask here, so the two always agree. */
 static int mx_wg_ok(int wtype) {
-    const int t = mx_tile(), iq2 = wtype == CU_TYPE_IQ2R || wtype == CU_TYPE_IQ2_XXS;
-    if (!(iq2 && (t == 6 || t == 7 || t == 8)) && !(wtype == CU_TYPE_Q2_K && (t == 6 || t == 8))) return 0;
+    const int t = mx_tile(wtype), iq2 = wtype == CU_TYPE_IQ2R || wtype == CU_TYPE_IQ2_XXS;
+    if (!(iq2 && t >= 6) && !(wtype == CU_TYPE_Q2_K && (t == 6 || t == 8))) return 0;
     static int ok[32];
     const int dev = cu_cur_dev();
     if (!ok[dev]) {
@@ -1145,7 +1390,8 @@ static int mx_wg_ok(int wtype) {
         /* the body exists only in sm_90a code: a build for plain sm_90, or code compiled at load
          * time from the compute_80 PTX, has an empty kernel (a few registers against ~180) */
         ok[dev] = major == 9 && cudaFuncGetAttributes(&fa, k_mmx_wg<CU_TYPE_IQ2R, 1>) == cudaSuccess &&
-                  fa.binaryVersion == 90 && fa.numRegs >= 64 && optin >= mx_wg_smem<1, true>::bytes ? 1 : -1;
+                  fa.binaryVersion == 90 && fa.numRegs >= 64 && optin >= mx_wg_smem<1, true>::bytes &&
+                  optin >= mx_wg2_smem::bytes ? 1 : -1;
         cudaGetLastError();
     }
     return ok[dev] > 0;
@@ -1217,6 +1463,19 @@ static int mx_launch_wg(const cu_gemv_args &g, int ntiles, cudaStream_t st) {
     return 1;
 }
 
+/* layout 9: a block per expert's tile pair (the odd tiles' blocks return at once), then layout
+ * 6's kernel for the lone tiles (the others' blocks return at once) */
+template <int TYPE>
+static int mx_launch_wg2(const cu_gemv_args &g, int ntiles, cudaStream_t st) {
+    static int attr[32];
+    constexpr int smem = mx_wg2_smem::bytes;
+    if (ntiles > 65535) return 0;
+    if (!mx_attr_ok(attr, (const void *)k_mmx_wg2<TYPE>, smem, false)) return 0;
+    dim3 grid((unsigned)((g.rows + 127) / 128), (unsigned)ntiles);
+    cu_launch(k_mmx_wg2<TYPE>, grid, MX_WG_THREADS, (size_t)smem, st, g);
+    return 1;
+}
+
 /* the warp-specialised variant: its body exists only in the sm_90 code */
 template <int TYPE>
 static int mx_launch_ws(const cu_gemv_args &g, int ntiles, cudaStream_t st) {
@@ -1231,13 +1490,15 @@ template <int TYPE>
 static int mx_pick(const cu_gemv_args &g, int ntiles, cudaStream_t st) {
     /* the split was permuted for layout 6 exactly where mx_wg_ok holds */
     if (mx_wg_ok(g.wtype)) {
-        mx_last_layout = mx_tile();
-        if (mx_tile() == 8) return mx_launch_wg<TYPE, 1, true>(g, ntiles, st);
+        const int t = mx_tile(g.wtype);
+        mx_last_layout = t;
+        if (t == 8) return mx_launch_wg<TYPE, 1, true>(g, ntiles, st);
         if constexpr (TYPE == CU_TYPE_Q2_K) return mx_launch_wg<TYPE, 1>(g, ntiles, st);
-        else return mx_tile() == 7 ? mx_launch_wg<TYPE, 2>(g, ntiles, st) : mx_launch_wg<TYPE, 1>(g, ntiles, st);
+        else return t == 9 ? mx_launch_wg2<TYPE>(g, ntiles, st)
+                    : t == 7 ? mx_launch_wg<TYPE, 2>(g, ntiles, st) : mx_launch_wg<TYPE, 1>(g, ntiles, st);
     }
-    mx_last_layout = mx_tile() >= 6 ? 1 : mx_tile();
-    switch (mx_tile()) {
+    mx_last_layout = mx_tile(g.wtype) >= 6 ? 1 : mx_tile(g.wtype);
+    switch (mx_tile(g.wtype)) {
     case 5:
         if constexpr (TYPE != CU_TYPE_Q2_K) return mx_launch_ws<TYPE>(g, ntiles, st);
         return mx_launch<TYPE, 32, 4>(g, ntiles, st);

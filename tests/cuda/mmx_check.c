@@ -62,19 +62,21 @@ static int tiles_set(cu_gemv_args *g, const int *dsel, int P, int E, int *dt) {
     return maxt;
 }
 
-/* the block layout cu_mmx should take for a weight type under MINKE_CUDA_MMX_TILE: 6 and 8
+/* the block layout cu_mmx should take for a weight type under MINKE_CUDA_MMX_TILE: 6, 8 and 9
  * (wgmma) for IQ2 and Q2_K on an sm_90 device, 7 for IQ2 there; layout 1 for their other
  * cases; 1-5 as asked */
 static int want_layout(int type) {
-    const char *e = getenv("MINKE_CUDA_MMX_TILE");
-    int t = e && *e ? atoi(e) : 6;
-    if (t < 1 || t > 8) t = 6;
+    const char *e = getenv("MINKE_CUDA_MMX_TILE"), *q = getenv("MINKE_CUDA_MMX_TILE_Q2K");
+    int t = e && *e ? atoi(e) : 9;
+    if (t < 1 || t > 9) t = 9;
+    if (type == GGML_TYPE_Q2_K) t = q && *q && atoi(q) >= 1 && atoi(q) <= 9 ? atoi(q) : t == 9 ? 6 : t;
     if (t < 6) return t;
     int dev = 0, major = 0;
     cudaGetDevice(&dev);
     cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
     if (major != 9) return 1;
-    return type != GGML_TYPE_Q2_K || t != 7 ? t : 1;
+    if (type == GGML_TYPE_Q2_K) return t == 7 || t == 9 ? 1 : t;
+    return t;
 }
 
 /* The product of g (exact activations dx, nact rows of in floats) through cu_mmx (path 0) or
@@ -184,7 +186,7 @@ static void check(int type, int64_t rows, int64_t in, int T, int E, int K, int p
 }
 
 /* Flash's MoE prefill shapes: T tokens x K of E experts */
-static void time_case(int type, int64_t rows, int64_t in, int per_pair) {
+static void time_case(int type, int64_t rows, int64_t in, int per_pair, int skewed) {
     const int T = 4096, E = 256, K = 6, P = T * K, reps = 5;
     int nact = per_pair ? P : T;
     uint64_t rb = quant_row_bytes(type, in);
@@ -204,7 +206,7 @@ static void time_case(int type, int64_t rows, int64_t in, int per_pair) {
     int wt = type;
     if (type == GGML_TYPE_IQ2_XXS && cu_repack_iq2_xxs(dW, rows * E, in, rb, 0)) wt = TYPE_IQ2R;
     int *sel = malloc(sizeof(int) * P);
-    pick_experts(sel, T, E, K, 0);
+    pick_experts(sel, T, E, K, skewed);
     CK(cudaMemcpy(dsel, sel, sizeof(int) * P, cudaMemcpyHostToDevice));
     free(sel);
     cu_gemv_args g;
@@ -239,8 +241,9 @@ static void time_case(int type, int64_t rows, int64_t in, int per_pair) {
         }
     double fl = 2.0 * rows * in * P;
     float a = t[0][0] + t[0][1], b = t[1][0] + t[1][1];
-    printf("time mmx %-6s moe %lld x %lld, %d tokens x %d of %d: int8 pieces %.3f + %.3f ms (%.0f TFLOP/s), f16 %.3f + %.3f ms "
-           "(%.0f TFLOP/s), x%.2f\n", wt == TYPE_IQ2R ? "iq2r" : "q2_K", (long long)rows, (long long)in, T, K, E, t[0][0], t[0][1],
+    printf("time mmx %-6s moe %lld x %lld, %d tokens x %d of %d%s: int8 pieces %.3f + %.3f ms (%.0f TFLOP/s), f16 %.3f + %.3f ms "
+           "(%.0f TFLOP/s), x%.2f\n", wt == TYPE_IQ2R ? "iq2r" : "q2_K", (long long)rows, (long long)in, T, K, E,
+           skewed ? " (skewed)" : "", t[0][0], t[0][1],
            fl / a / 1e9, t[1][0], t[1][1], fl / b / 1e9, a / b);
     cudaEventDestroy(e0); cudaEventDestroy(e1);
     cudaFree(dW); cudaFree(dx); cudaFree(dy); cudaFree(dsp8); cudaFree(dspx); cudaFree(dsel); cudaFree(dt);
@@ -284,8 +287,9 @@ int main(int argc, char **argv) {
         failures += !ok;
     }
     if (timed) {
-        time_case(GGML_TYPE_IQ2_XXS, 2048, 4096, 0);
-        time_case(GGML_TYPE_Q2_K, 4096, 2048, 1);
+        time_case(GGML_TYPE_IQ2_XXS, 2048, 4096, 0, 0);
+        time_case(GGML_TYPE_Q2_K, 4096, 2048, 1, 0);
+        time_case(GGML_TYPE_IQ2_XXS, 2048, 4096, 0, 1);   /* some experts many tiles, some one pair */
     }
     if (failures) { printf("FAIL mmx_check: %d failure(s)\n", failures); return 1; }
     printf("mmx_check: all ok\n");
