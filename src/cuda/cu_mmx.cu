@@ -1300,8 +1300,10 @@ __global__ void __launch_bounds__(MX_WG_THREADS, 1) k_mmx_wg2(cu_gemv_args g) {
     extern __shared__ __align__(16) uint8_t mx_sm[];
     cu_pdl_enter();
     const int tile = blockIdx.y, ntl = *g.n_tiles;
-    if (tile >= ntl) return;
-    /* the expert's tiles pair up from its first: tile 2 i + 1 belongs to the block of 2 i, and
+    if (tile >= ntl || g.tile_count[tile] <= 0) return;
+    /* cu_moe_tiles' tiles (the only ones that reach cu_mmx: prompts of >= 256 tokens): sorted by
+     * expert, an expert's tiles contiguous and all but its last of 64 pairs. The expert's tiles
+     * pair up from its first: tile 2 i + 1 belongs to the block of 2 i, and
      * a lone tile (2 i the expert's last) takes the 64-pair body: a branch around the whole
      * pipeline (a branch around wgmma makes ptxas serialize them) */
     const int ex = g.tile_expert[tile];
@@ -1463,8 +1465,8 @@ static int mx_launch_wg(const cu_gemv_args &g, int ntiles, cudaStream_t st) {
     return 1;
 }
 
-/* layout 9: a block per expert's tile pair (the odd tiles' blocks return at once), then layout
- * 6's kernel for the lone tiles (the others' blocks return at once) */
+/* layout 9: a block per expert's tile pair or lone last tile (the odd tiles' blocks return at
+ * once) */
 template <int TYPE>
 static int mx_launch_wg2(const cu_gemv_args &g, int ntiles, cudaStream_t st) {
     static int attr[32];
@@ -1487,17 +1489,17 @@ static int mx_launch_ws(const cu_gemv_args &g, int ntiles, cudaStream_t st) {
 }
 
 template <int TYPE>
-static int mx_pick(const cu_gemv_args &g, int ntiles, cudaStream_t st) {
-    /* the split was permuted for layout 6 exactly where mx_wg_ok holds */
+static int mx_pick_run(const cu_gemv_args &g, int ntiles, cudaStream_t st, int *layout) {
+    /* the split was permuted for layouts 6-9 exactly where mx_wg_ok holds */
     if (mx_wg_ok(g.wtype)) {
         const int t = mx_tile(g.wtype);
-        mx_last_layout = t;
+        *layout = t;
         if (t == 8) return mx_launch_wg<TYPE, 1, true>(g, ntiles, st);
         if constexpr (TYPE == CU_TYPE_Q2_K) return mx_launch_wg<TYPE, 1>(g, ntiles, st);
         else return t == 9 ? mx_launch_wg2<TYPE>(g, ntiles, st)
                     : t == 7 ? mx_launch_wg<TYPE, 2>(g, ntiles, st) : mx_launch_wg<TYPE, 1>(g, ntiles, st);
     }
-    mx_last_layout = mx_tile(g.wtype) >= 6 ? 1 : mx_tile(g.wtype);
+    *layout = mx_tile(g.wtype) >= 6 ? 1 : mx_tile(g.wtype);
     switch (mx_tile(g.wtype)) {
     case 5:
         if constexpr (TYPE != CU_TYPE_Q2_K) return mx_launch_ws<TYPE>(g, ntiles, st);
@@ -1509,6 +1511,14 @@ static int mx_pick(const cu_gemv_args &g, int ntiles, cudaStream_t st) {
         return mx_launch<TYPE, 32, 4>(g, ntiles, st);
     default: return mx_launch<TYPE, 32, 4>(g, ntiles, st);
     }
+}
+/* the layout reported (cu_mmx_last_layout) only for a product that launched; 0 when refused */
+template <int TYPE>
+static int mx_pick(const cu_gemv_args &g, int ntiles, cudaStream_t st) {
+    int layout = 0;
+    const int ok = mx_pick_run<TYPE>(g, ntiles, st, &layout);
+    mx_last_layout = ok ? layout : 0;
+    return ok;
 }
 
 /* g: MoE tiles, act = rows of cu_mmx_split (act_stride their bytes), act_div pairs -> rows */

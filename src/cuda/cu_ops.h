@@ -94,7 +94,7 @@ void cu_mmh_release(cudaStream_t st);     /* before the stream is destroyed (the
  * does not apply (cu_mmx_supported; MINKE_CUDA_MMX=0 turns it off). The backend takes it for
  * prompts of at least cu_mmx_min_tokens() tokens (0: off; MINKE_CUDA_MMX_MIN, default 256);
  * cu_mmx_set: the checks' switches (min_tokens <= 0 keeps the current one); cu_mmx_last_layout:
- * the block layout (MINKE_CUDA_MMX_TILE) the last cu_mmx launched. */
+ * the block layout (MINKE_CUDA_MMX_TILE) the last cu_mmx launched (0: the last was refused). */
 int cu_mmx_supported(const cu_gemv_args *g);
 int64_t cu_mmx_split_row_bytes(int wtype, int64_t n);
 int cu_mmx_split(int wtype, const float *x, int64_t nrows, int64_t n, int64_t xstride, void *out, cudaStream_t st);

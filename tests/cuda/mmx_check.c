@@ -265,6 +265,8 @@ int main(int argc, char **argv) {
         check(type, 200, 1024, 150, 5, 2, 0, 1e-6f, 1, 0);     /* rows filling no block, tiny rows, accumulate */
         check(type, 128, 768, 96, 16, 6, 1, 3e3f, 0, 1);       /* huge rows, Inf / NaN */
         check(type, 384, 2048, 33, 40, 4, 0, 1.0f, 1, 1);
+        check(type, 128, 512, 600, 3, 2, 0, 1.0f, 0, 0);       /* an expert of ~11 tiles: layout 9's pairing far
+                                                                  from the expert's first tile */
     }
     /* the switch: MoE tiles of IQ2R / Q2_K with f32 activations, nothing else */
     {
