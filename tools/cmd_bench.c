@@ -304,6 +304,41 @@ static double greedy_steps(minke_model *m, void *bs, int is_cuda, int32_t tok, i
     return now_s() - t0;
 }
 
+/* n pseudo-random token ids in [2, V) from seed (xorshift64) */
+static void pseudo_tokens(int32_t *t, int n, uint64_t seed, int V) {
+    uint64_t x = seed;
+    for (int i = 0; i < n; i++) {
+        x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+        t[i] = (int32_t)(2 + x % (uint64_t)(V - 2));
+    }
+}
+
+/* Warm-up: a process's first prefill also loads kernels and makes the
+ * products' plans; those costs belong to start-up, not to prefill speed (as
+ * llama-bench's warm-up run). runs prefills of nw other tokens than the
+ * walk's, each on a session of its own freed after, so nothing of them is
+ * reused by the timed work. 0, or -1 with the error printed. */
+static int warm_up(minke_model *m, int nw, int runs, int V, float *logits) {
+    int32_t *wt = malloc(sizeof(int32_t) * (size_t)nw);
+    if (!wt) { fprintf(stderr, "minke bench: warm-up: out of memory\n"); return -1; }
+    pseudo_tokens(wt, nw, 0x9E3779B97F4A7C15ull, V);
+    for (int k = 0; k < runs; k++) {
+        void *ws = m->ops->session_alloc(m, nw + 1);
+        double t0 = now_s();
+        if (!ws || m->ops->forward(m, ws, wt, nw, 0, NULL, logits) != 0) {
+            fprintf(stderr, "minke bench: warm-up prefill failed: %s\n", minke_last_error());
+            if (ws) m->ops->session_free(m, ws);
+            free(wt);
+            return -1;
+        }
+        fprintf(stderr, "minke bench: warm-up prefill %d of %d tokens: %.1f tok/s (untimed)\n", k + 1, nw,
+                nw / (now_s() - t0));
+        m->ops->session_free(m, ws);
+    }
+    free(wt);
+    return 0;
+}
+
 int cmd_bench(int argc, char **argv) {
     minke_model_params mp;
     minke_model_params_default(&mp);
@@ -383,11 +418,7 @@ int cmd_bench(int argc, char **argv) {
         for (int i = 0; i < ctx_max; i++)
             if (tokens[i] < 0 || tokens[i] >= V) { fprintf(stderr, "minke bench: token %d out of range\n", tokens[i]); return 1; }
     } else {
-        uint64_t x = 0x2545F4914F6CDD1Dull;
-        for (int i = 0; i < ctx_max; i++) {
-            x ^= x << 13; x ^= x >> 7; x ^= x << 17;
-            tokens[i] = (int32_t)(2 + x % (uint64_t)(V - 2));
-        }
+        pseudo_tokens(tokens, ctx_max, 0x2545F4914F6CDD1Dull, V);
     }
 
     char dev[300] = "cpu";
@@ -414,38 +445,9 @@ int cmd_bench(int argc, char **argv) {
     if (bw > 0) fprintf(stderr, "; measured copy bandwidth %.0f GB/s -> decode limit %.0f tok/s", bw, bw * 1e9 / wbytes);
     fprintf(stderr, "\n");
 
-    /* Warm-up: a process's first prefill also loads kernels and makes the
-     * products' plans; those costs belong to start-up, not to prefill speed
-     * (as llama-bench's warm-up run). Other tokens than the walk's, and a
-     * session of its own, so nothing of it is reused by the timed work. */
-    if (warmup > 0) {
-        int nw = ctx_start < 4096 ? ctx_start : 4096;
-        int32_t *wt = malloc(sizeof(int32_t) * (size_t)nw);
-        void *ws = m->ops->session_alloc(m, nw + 1);
-        if (!wt || !ws) { fprintf(stderr, "minke bench: warm-up: %s\n", wt ? minke_last_error() : "out of memory"); return 1; }
-        uint64_t x = 0x9E3779B97F4A7C15ull;
-        for (int i = 0; i < nw; i++) {
-            x ^= x << 13; x ^= x >> 7; x ^= x << 17;
-            wt[i] = (int32_t)(2 + x % (uint64_t)(V - 2));
-        }
-        for (int k = 0; k < warmup; k++) {
-            double t0 = now_s();
-            float *wl = malloc(sizeof(float) * (size_t)V);
-            if (!wl || m->ops->forward(m, ws, wt, nw, 0, NULL, wl) != 0) {
-                fprintf(stderr, "minke bench: warm-up prefill failed: %s\n", wl ? minke_last_error() : "out of memory");
-                return 1;
-            }
-            free(wl);
-            fprintf(stderr, "minke bench: warm-up prefill %d of %d tokens: %.1f tok/s (untimed)\n", k + 1, nw,
-                    nw / (now_s() - t0));
-            if (k + 1 < warmup) {   /* a fresh session each time: position 0 again */
-                m->ops->session_free(m, ws);
-                if (!(ws = m->ops->session_alloc(m, nw + 1))) { fprintf(stderr, "minke bench: %s\n", minke_last_error()); return 1; }
-            }
-        }
-        m->ops->session_free(m, ws);
-        free(wt);
-    }
+    float *logits = malloc(sizeof(float) * (size_t)V);
+    if (!logits) { fprintf(stderr, "minke bench: out of memory\n"); return 1; }
+    if (warmup > 0 && warm_up(m, ctx_start < 4096 ? ctx_start : 4096, warmup, V, logits) != 0) return 1;
 
     void *bs = m->ops->session_alloc(m, ctx_alloc);
     if (!bs) { fprintf(stderr, "minke bench: %s\n", minke_last_error()); return 1; }
@@ -466,9 +468,8 @@ int cmd_bench(int argc, char **argv) {
             "indexer row); the session holds %.1f MB for %d tokens\n", kvtok, kvfmt, crow, irow,
             m->ops->session_bytes(m, bs) / 1e6, ctx_alloc);
     minke_kv_layer_layout *lay = malloc(sizeof(*lay) * c->n_layer);
-    float *logits = malloc(sizeof(float) * (size_t)V);
     FILE *out = csv_path ? fopen(csv_path, "w") : stdout;
-    if (!out || !lay || !logits) { fprintf(stderr, "minke bench: cannot open output\n"); return 1; }
+    if (!out || !lay) { fprintf(stderr, "minke bench: cannot open output\n"); return 1; }
     fprintf(out, "ctx_tokens,prefill_tokens,prefill_tps,gen_tokens,gen_tps,kvcache_bytes\n");
     fflush(out);
     row rows[256];

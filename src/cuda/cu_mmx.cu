@@ -712,6 +712,14 @@ __global__ void __launch_bounds__(MX_WS_THREADS, 1) k_mmx_ws(cu_gemv_args g) {
 #endif
 }
 
+/* the block's dynamic shared memory from its first 1024-byte boundary (the 128-byte swizzle's
+ * atoms): the generic pointer, and its shared-window address in s_b */
+__device__ __forceinline__ uint8_t *mx_sm_1024(uint8_t *mx_sm, unsigned &s_b) {
+    const unsigned s0 = (unsigned)__cvta_generic_to_shared(mx_sm);
+    s_b = (s0 + 1023u) & ~1023u;
+    return mx_sm + (s_b - s0);
+}
+
 /* Tile's index among its expert's tiles (tile_expert ascends): doubling steps back, then
  * bisection, a few dependent loads even for an expert of many tiles */
 __device__ __forceinline__ int mx_tile_index(const cu_gemv_args &g, int tile, int ex) {
@@ -791,6 +799,23 @@ __device__ __forceinline__ void mx_wgmma(float (&d)[32], const uint32_t (&a)[4],
         : MX_WG_D8(0), MX_WG_D8(8), MX_WG_D8(16), MX_WG_D8(24)
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));
 }
+/* D[64 x 256] += A[64 x 16] (registers) B[16 x 256] (shared memory, K-major, 128-byte swizzle) */
+__device__ __forceinline__ void mx_wgmma(float (&d)[128], const uint32_t (&a)[4], uint64_t desc) {
+    asm volatile(
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+        "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+        "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
+        "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
+        "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, "
+        "{%128, %129, %130, %131}, %132, 1, 1, 1, 0;\n"
+        : MX_WG_D8(0), MX_WG_D8(8), MX_WG_D8(16), MX_WG_D8(24), MX_WG_D8(32), MX_WG_D8(40), MX_WG_D8(48), MX_WG_D8(56),
+          MX_WG_D8(64), MX_WG_D8(72), MX_WG_D8(80), MX_WG_D8(88), MX_WG_D8(96), MX_WG_D8(104), MX_WG_D8(112), MX_WG_D8(120)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));
+}
 #undef MX_WG_D8
 /* the accumulators pinned around the asynchronous products (the compiler must not move their
  * reads or writes across a fence or a wait) */
@@ -858,9 +883,8 @@ __global__ void __launch_bounds__(MX_WG_THREADS, 1) k_mmx_wg(cu_gemv_args g) {
     const int start = g.tile_start[tile] + part * BN, nt = g.tile_count[tile] - part * BN;
     if (nt <= 0) return;                  /* an expert another GPU owns, or a tile of <= BN pairs */
     const uint8_t *wbase = (const uint8_t *)g.w + (int64_t)g.tile_expert[tile] * g.expert_bytes;
-    const unsigned s0 = (unsigned)__cvta_generic_to_shared(mx_sm);
-    const unsigned s_b = (s0 + 1023u) & ~1023u;
-    uint8_t *sm = mx_sm + (s_b - s0);
+    unsigned s_b;
+    uint8_t *sm = mx_sm_1024(mx_sm, s_b);
     int64_t *soff = (int64_t *)(sm + L::off);
     int *sid = (int *)(sm + L::sid), *se = (int *)(sm + L::se);
     uint64_t *sgrid = (uint64_t *)(sm + L::grid);
@@ -1127,28 +1151,6 @@ struct mx_wg2_smem {
 };
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define MX_WG_D8(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
-/* D[64 x 256] += A[64 x 16] (registers) B[16 x 256] (shared memory, K-major, 128-byte swizzle) */
-__device__ __forceinline__ void mx_wgmma(float (&d)[128], const uint32_t (&a)[4], uint64_t desc) {
-    asm volatile(
-        "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
-        "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
-        "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
-        "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
-        "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, "
-        "{%128, %129, %130, %131}, %132, 1, 1, 1, 0;\n"
-        : MX_WG_D8(0), MX_WG_D8(8), MX_WG_D8(16), MX_WG_D8(24), MX_WG_D8(32), MX_WG_D8(40), MX_WG_D8(48), MX_WG_D8(56),
-          MX_WG_D8(64), MX_WG_D8(72), MX_WG_D8(80), MX_WG_D8(88), MX_WG_D8(96), MX_WG_D8(104), MX_WG_D8(112), MX_WG_D8(120)
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));
-}
-#undef MX_WG_D8
-#endif
-
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 /* One block's products: NP pairs (128: an expert's two tiles, m64n256k16; 64: a lone tile,
  * m64n128k16), its rows r0 .. r0 + 127 */
 template <int TYPE, int NP>
@@ -1157,16 +1159,15 @@ __device__ __forceinline__ void mx_wg2_body(const cu_gemv_args &g, uint8_t *mx_s
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int64_t r0 = (int64_t)blockIdx.x * 128;
     const uint8_t *wbase = (const uint8_t *)g.w + (int64_t)ex * g.expert_bytes;
-    const unsigned s0 = (unsigned)__cvta_generic_to_shared(mx_sm);
-    const unsigned s_b = (s0 + 1023u) & ~1023u;
-    uint8_t *sm = mx_sm + (s_b - s0);
+    unsigned s_b;
+    uint8_t *sm = mx_sm_1024(mx_sm, s_b);
     int64_t *soff = (int64_t *)(sm + L::off);
     int *sid = (int *)(sm + L::sid), *se = (int *)(sm + L::se);
     uint64_t *sgrid = (uint64_t *)(sm + L::grid);
     float *ys = (float *)(sm + L::y);
     const uint8_t *act = (const uint8_t *)g.act;
     const int64_t n = g.in;
-    mx_tile_rows(g, start, nt, tid, MX_WG_THREADS, sid, soff, se, 128);
+    mx_tile_rows(g, start, nt, tid, MX_WG_THREADS, sid, soff, se, NP);
     for (int i = tid; i < 256; i += MX_WG_THREADS) sgrid[i] = cu_mmx_grid[i];
     for (int i = tid; i < 128 * L::yl; i += MX_WG_THREADS) ys[i] = 0.f;
     __syncthreads();
@@ -1210,17 +1211,6 @@ __device__ __forceinline__ void mx_wg2_body(const cu_gemv_args &g, uint8_t *mx_s
 #pragma unroll
         for (int j = 0; j < 2; j++) d[j] = cu_h2f((uint16_t)mx_iq2_d<TYPE>(wr[j], sb, nsb)) * 0.125f;
     };
-    /* y += f acc (each thread its own entries: no barrier), acc = 0 */
-    auto fold = [&](const float (&f)[2], float (&acc)[NP]) {
-#pragma unroll
-        for (int i = 0; i < NP / 4; i++) {
-            float *y0 = ys + yrow[0] * L::yl + 4 * i + c, *y1 = ys + yrow[1] * L::yl + 4 * i + c;
-            *y0 = fmaf(f[0], acc[4 * i] + acc[4 * i + 1], *y0);
-            *y1 = fmaf(f[1], acc[4 * i + 2] + acc[4 * i + 3], *y1);
-            acc[4 * i] = 0.f; acc[4 * i + 1] = 0.f; acc[4 * i + 2] = 0.f; acc[4 * i + 3] = 0.f;
-        }
-    };
-
     float acc[NP];
 #pragma unroll
     for (int i = 0; i < NP; i++) acc[i] = 0.f;
@@ -1268,10 +1258,16 @@ __device__ __forceinline__ void mx_wg2_body(const cu_gemv_args &g, uint8_t *mx_s
             asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
             mx_wg_pin(acc);
         }
-        /* the super-block's fold into y */
+        /* the super-block's fold into y (each thread its own entries: no barrier) */
         asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
         mx_wg_pin(acc);
-        fold(dcur, acc);
+#pragma unroll
+        for (int i = 0; i < NP / 4; i++) {
+            float *y0 = ys + yrow[0] * L::yl + 4 * i + c, *y1 = ys + yrow[1] * L::yl + 4 * i + c;
+            *y0 = fmaf(dcur[0], acc[4 * i] + acc[4 * i + 1], *y0);
+            *y1 = fmaf(dcur[1], acc[4 * i + 2] + acc[4 * i + 3], *y1);
+            acc[4 * i] = 0.f; acc[4 * i + 1] = 0.f; acc[4 * i + 2] = 0.f; acc[4 * i + 3] = 0.f;
+        }
         dcur[0] = dnext[0];
         dcur[1] = dnext[1];
     }
