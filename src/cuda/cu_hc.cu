@@ -129,8 +129,12 @@ __device__ __forceinline__ bool warp_sum_many_owner(int lane) {
  *   in order, as there; block_sum_d's two butterflies (in each warp, then
  *   over the 8 warp sums and 24 zero lanes) by warp_sum_many.
  * Tokens past T in the last tile compute on zeros and are not stored.
- * Flash: 64 KB of tile a block, ~107 registers (no spills; 80 for three
- * blocks an SM spilled), so two blocks an SM. */
+ * With f16 fn (H2) the block also stages its fn rows over the split in
+ * shared memory beside the tile where both fit in HCT_SMEM_MAX (FS; 48 KB
+ * in Flash), so the products' loop reads no L2: 276 -> 249 us a 4096-token
+ * launch on the H200 (sixteenth session, ncu); wider rows (D 8192) load
+ * them from L2 a step ahead as before. Flash: 64 + 48 KB a block, two
+ * blocks an SM. */
 #define HCT_NT 16        /* tokens a block */
 #define HCT_TG 8         /* tokens a warp */
 #define HCT_MR 6         /* mix rows a warp */
@@ -138,7 +142,7 @@ __device__ __forceinline__ bool warp_sum_many_owner(int lane) {
 #define HCT_THREADS 256  /* k_hc_mix_partial's block: the squares' order depends on it */
 #define HCT_SMEM_MAX (160 * 1024)
 static_assert(HCT_WM * (HCT_NT / HCT_TG) * 32 == HCT_THREADS, "the warps are row groups x token groups");
-template <bool H2>
+template <bool H2, bool FS>
 __global__ void __launch_bounds__(HCT_THREADS, 2)
 k_hc_mix_tiled(const float *X, int T, int hcdim, const void *fn, int fntype, int nmix, float *partial, double *psq) {
     cu_pdl_enter();
@@ -155,6 +159,16 @@ k_hc_mix_tiled(const float *X, int T, int hcdim, const void *fn, int fntype, int
             if (tt < nt) cp_async16(&hct_xs4[tt * c4 + j], X + (int64_t)(t0 + tt) * hcdim + (int64_t)sp * chunk + 4 * j);
             else hct_xs4[tt * c4 + j] = make_float4(0.f, 0.f, 0.f, 0.f);
         }
+    /* FS: the block's fn rows (HCT_WM x HCT_MR from this z slice's first, those past nmix
+     * as the last row) over this split, after the tile: [row][chunk] halves */
+    if constexpr (FS) {
+        const int r0 = HCT_WM * HCT_MR * blockIdx.z, c8 = chunk / 8;
+        float4 *fs4 = hct_xs4 + HCT_NT * c4;
+        for (int k = tid; k < HCT_WM * HCT_MR * c8; k += HCT_THREADS) {
+            const int r = k / c8, j = k - r * c8, m = r0 + r < nmix ? r0 + r : nmix - 1;
+            cp_async16(&fs4[k], (const uint16_t *)fn + (int64_t)m * hcdim + (int64_t)sp * chunk + 8 * j);
+        }
+    }
     cp_async_commit();
     cp_async_wait<0>();
     __syncthreads();
@@ -182,8 +196,25 @@ k_hc_mix_tiled(const float *X, int T, int hcdim, const void *fn, int fntype, int
         float acc[HCT_MR * HCT_TG];
 #pragma unroll
         for (int k = 0; k < HCT_MR * HCT_TG; k++) acc[k] = 0.f;
-        /* the fn loads run a step ahead (their latency is L2's) */
-        if constexpr (H2) {
+        if constexpr (FS) {
+            /* the group's rows in shared memory (staged above: row wm * HCT_MR + HCT_ROW(r) of the block's) */
+            const __half2 *h = (const __half2 *)(hct_xs4 + HCT_NT * c4) + wm * HCT_MR * (chunk / 2);
+            const float2 *x2 = (const float2 *)(xs + wt * HCT_TG * chunk);
+            const int half = chunk / 2;
+#pragma unroll 2
+            for (int i = lane; i < half; i += 32) {
+                float2 f[HCT_MR];
+#pragma unroll
+                for (int r = 0; r < HCT_MR; r++) f[r] = __half22float2(h[HCT_ROW(r) * half + i]);
+#pragma unroll
+                for (int tt = 0; tt < HCT_TG; tt++) {
+                    const float2 xv = x2[tt * half + i];
+#pragma unroll
+                    for (int r = 0; r < HCT_MR; r++) acc[r * HCT_TG + tt] += f[r].x * xv.x + f[r].y * xv.y;
+                }
+            }
+        } else if constexpr (H2) {
+            /* the fn loads from L2, a step ahead */
             const __half2 *h = (const __half2 *)fn + off0 / 2;   /* off0, hcdim even: chunk % 64 == 0 */
             const float2 *x2 = (const float2 *)(xs + wt * HCT_TG * chunk);
             const int half = chunk / 2;
@@ -207,6 +238,7 @@ k_hc_mix_tiled(const float *X, int T, int hcdim, const void *fn, int fntype, int
                 }
             }
         } else {
+            /* the fn loads run a step ahead (their latency is L2's) */
             const float *xw = xs + wt * HCT_TG * chunk;
             float wn[HCT_MR];
             if (lane < chunk) {
@@ -348,9 +380,14 @@ static int hct_smem_ok(size_t bytes) {
     const int dev = cu_cur_dev();
     if (bytes <= 48 * 1024 || bytes <= granted[dev]) return 1;
     if (refused[dev] && bytes >= refused[dev]) return 0;
-    if (cudaFuncSetAttribute(k_hc_mix_tiled<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes) !=
+    /* all of L1 as shared memory: two blocks an SM (Flash: 113 KB each with the fn rows) */
+    cudaFuncSetAttribute(k_hc_mix_tiled<true, true>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                         (int)cudaSharedmemCarveoutMaxShared);
+    if (cudaFuncSetAttribute(k_hc_mix_tiled<true, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes) !=
             cudaSuccess ||
-        cudaFuncSetAttribute(k_hc_mix_tiled<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes) !=
+        cudaFuncSetAttribute(k_hc_mix_tiled<true, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes) !=
+            cudaSuccess ||
+        cudaFuncSetAttribute(k_hc_mix_tiled<false, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes) !=
             cudaSuccess) {
         cudaGetLastError();
         refused[dev] = bytes;
@@ -362,20 +399,26 @@ static int hct_smem_ok(size_t bytes) {
 
 /* cu_hc_pre's first kernel: partial and psq of T tokens, by k_hc_mix_tiled
  * when tiled is set and the shape fits (16-byte rows for cp.async, int fn
- * offsets, the tile in HCT_SMEM_MAX), else a block per token; the same bits.
+ * offsets, the tile in HCT_SMEM_MAX; f16 fn 16-byte aligned for its copies), else a block per
+ * token; the same bits.
  * Returns 1 when it ran the tiled kernel (hc_check calls it directly). */
 extern "C" int cu_hc_mix_partials(const float *X, int T, int hcdim, const void *fn, int fntype, int nmix,
                                   float *partial, double *psq, int tiled, cudaStream_t st) {
     const int chunk = hcdim / HC_SPLIT;
-    const size_t smem = sizeof(float) * HCT_NT * (size_t)chunk;
+    const bool h2 = fntype == CU_TYPE_F16 && chunk % 64 == 0;
+    const size_t tile = sizeof(float) * HCT_NT * (size_t)chunk, fsb = (size_t)2 * HCT_WM * HCT_MR * chunk;
+    /* the fn rows beside the tile where they fit (and can be copied: 16-byte aligned) */
+    const bool fs = h2 && !((uintptr_t)fn & 15) && tile + fsb <= HCT_SMEM_MAX && hct_smem_ok(tile + fsb);
+    const size_t smem = tile + (fs ? fsb : 0);
     if (tiled && T > 0 && nmix >= 1 && nmix <= HC_MAXMIX && hcdim % (4 * HC_SPLIT) == 0 && chunk > 0 &&
-        ((uintptr_t)X & 15) == 0 && (int64_t)nmix * hcdim <= INT32_MAX && smem <= HCT_SMEM_MAX &&
-        hct_smem_ok(smem)) {
+        ((uintptr_t)X & 15) == 0 && (int64_t)nmix * hcdim <= INT32_MAX && smem <= HCT_SMEM_MAX && hct_smem_ok(smem)) {
         const dim3 grid(HC_SPLIT, (T + HCT_NT - 1) / HCT_NT, (nmix + HCT_WM * HCT_MR - 1) / (HCT_WM * HCT_MR));
-        if (fntype == CU_TYPE_F16 && chunk % 64 == 0)
-            cu_launch(k_hc_mix_tiled<true>, grid, HCT_THREADS, smem, st, X, T, hcdim, fn, fntype, nmix, partial, psq);
+        if (fs)
+            cu_launch(k_hc_mix_tiled<true, true>, grid, HCT_THREADS, smem, st, X, T, hcdim, fn, fntype, nmix, partial, psq);
+        else if (h2)
+            cu_launch(k_hc_mix_tiled<true, false>, grid, HCT_THREADS, smem, st, X, T, hcdim, fn, fntype, nmix, partial, psq);
         else
-            cu_launch(k_hc_mix_tiled<false>, grid, HCT_THREADS, smem, st, X, T, hcdim, fn, fntype, nmix, partial, psq);
+            cu_launch(k_hc_mix_tiled<false, false>, grid, HCT_THREADS, smem, st, X, T, hcdim, fn, fntype, nmix, partial, psq);
         return 1;
     }
     cu_launch(k_hc_mix_partial, dim3(HC_SPLIT, T), 256, 0, st, X, hcdim, fn, fntype, nmix, partial, psq);
