@@ -1312,6 +1312,224 @@ __global__ void __launch_bounds__(MX_WG_THREADS, 1) k_mmx_wg2(cu_gemv_args g) {
 #endif
 }
 
+/* ---- Layout 11 (MINKE_CUDA_MMX_TILE=11; IQ2 only, sm_90a; an experiment): layout 9's work
+ * (128 rows x 128 pairs a block, y in shared memory, one fold a super-block) warp-specialised.
+ * Layout 9's 8 warps each decode their rows into wgmma's A registers, wait at a block barrier
+ * a stage and fold (ncu, sixteenth session: the tensor pipe 34% busy, stalls spread over
+ * dependencies, loads and barriers, 2 warps a scheduler). Here warpgroup 0 only produces: its
+ * thread t decodes row t's 64 weights of a stage into a shared-memory A tile (the same 128-byte
+ * swizzled rows as B, the split unpermuted: grid entry c of a 32-element group is one 16-byte
+ * chunk) and copies its share of the stage's activation pieces (cp.async), and warpgroups 1 and
+ * 2 multiply rows 0-63 and 64-127 with both operands in shared memory (m64n256k16 SS) and fold.
+ * A ring of MX_W3_NS stages on mbarriers: full (128 copy completions + 128 arrivals after the A
+ * stores), empty (the 8 consumer warps, after their products of the stage are done). Each
+ * slot carries the d of its stage's super-block for the fold. Same per-element arithmetic as
+ * layouts 6 and 9 (the same products summed in the same k order within a stage). */
+#define MX_W3_NS 3
+#define MX_W3_THREADS 384
+struct mx_ws2_smem {
+    static constexpr int bst = 256 * 128;                 /* B stage: 128 pairs x 2 pieces, rows of 128 B */
+    static constexpr int ast = 128 * 128;                 /* A stage: 128 weight rows of 128 B */
+    static constexpr int b = 0;                           /* [NS][bst], 1024-aligned */
+    static constexpr int a = b + MX_W3_NS * bst;          /* [NS][ast], 1024-aligned */
+    static constexpr int d = a + MX_W3_NS * ast;          /* [NS][128] floats: d / 8 of the stage's super-block */
+    static constexpr int yl = 132;
+    static constexpr int y = d + MX_W3_NS * 128 * 4;      /* [128][yl] floats */
+    static constexpr int grid = y + 128 * yl * 4;
+    static constexpr int off = grid + 256 * 8;
+    static constexpr int sid = off + 128 * 8;
+    static constexpr int se = sid + 128 * 4;
+    static constexpr int bar = se + 128 * 4;              /* full[NS], empty[NS] */
+    static constexpr int bytes = bar + 2 * MX_W3_NS * 8 + 1024;
+};
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define MX_WG_D8(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
+/* D[64 x 256] += A[64 x 16] B[16 x 256], both in shared memory (K-major, 128-byte swizzle) */
+__device__ __forceinline__ void mx_wgmma_ss(float (&d)[128], uint64_t da, uint64_t db) {
+    asm volatile(
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+        "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+        "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
+        "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
+        "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, "
+        "%128, %129, 1, 1, 1, 0, 0;\n"
+        : MX_WG_D8(0), MX_WG_D8(8), MX_WG_D8(16), MX_WG_D8(24), MX_WG_D8(32), MX_WG_D8(40), MX_WG_D8(48), MX_WG_D8(56),
+          MX_WG_D8(64), MX_WG_D8(72), MX_WG_D8(80), MX_WG_D8(88), MX_WG_D8(96), MX_WG_D8(104), MX_WG_D8(112), MX_WG_D8(120)
+        : "l"(da), "l"(db));
+}
+/* D[64 x 128] += A[64 x 16] B[16 x 128], both in shared memory */
+__device__ __forceinline__ void mx_wgmma_ss(float (&d)[64], uint64_t da, uint64_t db) {
+    asm volatile(
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+        "%64, %65, 1, 1, 1, 0, 0;\n"
+        : MX_WG_D8(0), MX_WG_D8(8), MX_WG_D8(16), MX_WG_D8(24), MX_WG_D8(32), MX_WG_D8(40), MX_WG_D8(48), MX_WG_D8(56)
+        : "l"(da), "l"(db));
+}
+#undef MX_WG_D8
+
+template <int TYPE, int NP>
+__device__ __forceinline__ void mx_ws2_body(const cu_gemv_args &g, uint8_t *mx_sm, int start, int nt, int ex) {
+    using L = mx_ws2_smem;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int64_t r0 = (int64_t)blockIdx.x * 128;
+    const uint8_t *wbase = (const uint8_t *)g.w + (int64_t)ex * g.expert_bytes;
+    unsigned s_b;
+    uint8_t *sm = mx_sm_1024(mx_sm, s_b);
+    int64_t *soff = (int64_t *)(sm + L::off);
+    int *sid = (int *)(sm + L::sid), *se = (int *)(sm + L::se);
+    uint64_t *sgrid = (uint64_t *)(sm + L::grid);
+    float *ys = (float *)(sm + L::y), *dsm = (float *)(sm + L::d);
+    uint64_t *full = (uint64_t *)(sm + L::bar), *empty = full + MX_W3_NS;
+    const uint8_t *act = (const uint8_t *)g.act;
+    const int64_t n = g.in;
+    mx_tile_rows(g, start, nt, tid, MX_W3_THREADS, sid, soff, se, NP);
+    for (int i = tid; i < 256; i += MX_W3_THREADS) sgrid[i] = cu_mmx_grid[i];
+    for (int i = tid; i < 128 * L::yl; i += MX_W3_THREADS) ys[i] = 0.f;
+    if (tid == 0) {
+        for (int i = 0; i < MX_W3_NS; i++) { mbar_init(&full[i], 256); mbar_init(&empty[i], 8); }
+        mbar_init_fence();
+    }
+    __syncthreads();
+    const int nsb = (int)(n / 256), nst = nsb * 4;
+
+    if (warp < 4) {
+        /* the producer: thread tid's weight row, and its share of each stage's activation rows */
+        const int row = tid;
+        const int64_t rr = r0 + row;
+        const uint8_t *wr = wbase + (rr < g.rows ? rr : g.rows - 1) * (int64_t)g.row_bytes;
+        uint32_t raw[2][2][2];
+        auto load_w = [&](int s, uint32_t (&r)[2][2]) {
+            if (s >= nst) return;
+#pragma unroll
+            for (int q = 0; q < 2; q++) mx_iq2_raw<TYPE>(wr, 2 * s + q, r[q][0], r[q][1]);
+        };
+        load_w(0, raw[0]);
+        load_w(1, raw[1]);
+        float dv = 0.f;
+        for (int sb = 0; sb < nsb; sb++) {
+            dv = cu_h2f((uint16_t)mx_iq2_d<TYPE>(wr, sb, nsb)) * 0.125f;
+#pragma unroll
+            for (int st = 0; st < 4; st++) {
+                const int s = sb * 4 + st, slot = s % MX_W3_NS;
+                if (s >= MX_W3_NS) mbar_wait(&empty[slot], (uint32_t)((s / MX_W3_NS) - 1) & 1u);
+                const unsigned bdst = s_b + (unsigned)(L::b + slot * L::bst);
+                const int64_t k0 = (int64_t)s * MX_BK;
+#pragma unroll
+                for (int i = 0; i < NP / 8; i++) {
+                    const int ci = tid + 128 * i, brow = ci >> 3, j = ci & 7;
+                    const uint8_t *src = act + soff[brow >> 1] + 16 + ((brow & 1) * n + k0 + j * 8) * 2;
+                    mx_cp16(bdst + (unsigned)(brow * 128 + ((j ^ (brow & 7)) << 4)), src);
+                }
+                asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bulk_saddr(&full[slot])) : "memory");
+                dsm[slot * 128 + row] = dv;
+                uint8_t *arow = sm + L::a + slot * L::ast + row * 128;
+#pragma unroll
+                for (int q = 0; q < 2; q++)
+#pragma unroll
+                    for (int c = 0; c < 4; c++) {
+                        uint32_t o[4];
+                        mx_iq2_entry(raw[st & 1][q][0], raw[st & 1][q][1], c, sgrid, o);
+                        const int j = 4 * q + c;
+                        *(uint4 *)(arow + ((j ^ (row & 7)) << 4)) = make_uint4(o[0], o[1], o[2], o[3]);
+                    }
+                load_w(s + 2, raw[st & 1]);
+                asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");   /* the A stores, for the tensor cores */
+                mbar_arrive(&full[slot]);
+            }
+        }
+        asm volatile("cp.async.wait_all;\n" ::: "memory");
+        return;
+    }
+
+    /* the consumers: warpgroup 1 rows 0-63, 2 rows 64-127; thread (g, c) of a warp: rows g, g + 8 */
+    const int cw = warp - 4, cwg = cw >> 2, gq = lane >> 2, c = lane & 3;
+    int yrow[2];
+#pragma unroll
+    for (int j = 0; j < 2; j++) yrow[j] = cwg * 64 + (cw & 3) * 16 + gq + 8 * j;
+    float acc[NP];
+#pragma unroll
+    for (int i = 0; i < NP; i++) acc[i] = 0.f;
+    auto release = [&](int s) {
+        __syncwarp();
+        if (lane == 0) mbar_arrive(&empty[s % MX_W3_NS]);
+    };
+    for (int sb = 0; sb < nsb; sb++) {
+#pragma unroll
+        for (int st = 0; st < 4; st++) {
+            const int s = sb * 4 + st, slot = s % MX_W3_NS;
+            mbar_wait(&full[slot], (uint32_t)(s / MX_W3_NS) & 1u);
+            asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+            asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+            const unsigned sa = s_b + (unsigned)(L::a + slot * L::ast + cwg * 64 * 128);
+            const unsigned sbb = s_b + (unsigned)(L::b + slot * L::bst);
+#pragma unroll
+            for (int k = 0; k < 4; k++) mx_wgmma_ss(acc, mx_wg_desc(sa + (unsigned)(k * 32)), mx_wg_desc(sbb + (unsigned)(k * 32)));
+            asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+            mx_wg_pin(acc);
+            if (st != 3) {
+                asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+                mx_wg_pin(acc);
+                if (st != 0) release(s - 1);
+            } else {
+                asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+                mx_wg_pin(acc);
+                release(s - 1);
+                const float d0 = dsm[slot * 128 + yrow[0]], d1 = dsm[slot * 128 + yrow[1]];
+#pragma unroll
+                for (int i = 0; i < NP / 4; i++) {
+                    float *y0 = ys + yrow[0] * L::yl + 4 * i + c, *y1 = ys + yrow[1] * L::yl + 4 * i + c;
+                    *y0 = fmaf(d0, acc[4 * i] + acc[4 * i + 1], *y0);
+                    *y1 = fmaf(d1, acc[4 * i + 2] + acc[4 * i + 3], *y1);
+                    acc[4 * i] = 0.f; acc[4 * i + 1] = 0.f; acc[4 * i + 2] = 0.f; acc[4 * i + 3] = 0.f;
+                }
+                release(s);
+            }
+        }
+    }
+    asm volatile("bar.sync 1, 256;\n" ::: "memory");
+    /* y 2^-e: a consumer warp a pair at a time, lanes along the rows */
+    for (int p = cw; p < nt; p += 8) {
+        const int e = se[p];
+        float *out = g.out + (int64_t)sid[p] * g.out_stride;
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const int rr = 32 * k + lane;
+            if (r0 + rr >= g.rows) continue;
+            const float v = ldexpf(ys[rr * L::yl + p], -e);
+            if (g.accumulate) out[r0 + rr] += v; else out[r0 + rr] = v;
+        }
+    }
+}
+#endif
+
+template <int TYPE>
+__global__ void __launch_bounds__(MX_W3_THREADS, 1) k_mmx_ws2(cu_gemv_args g) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    static_assert(TYPE == CU_TYPE_IQ2R || TYPE == CU_TYPE_IQ2_XXS, "IQ2 only");
+    extern __shared__ __align__(16) uint8_t mx_sm[];
+    cu_pdl_enter();
+    const int tile = blockIdx.y, ntl = *g.n_tiles;
+    if (tile >= ntl || g.tile_count[tile] <= 0) return;
+    /* layout 9's pairing of an expert's tiles */
+    const int ex = g.tile_expert[tile];
+    if (mx_tile_index(g, tile, ex) & 1) return;
+    const int start = g.tile_start[tile];
+    if (tile + 1 < ntl && g.tile_expert[tile + 1] == ex)
+        mx_ws2_body<TYPE, 128>(g, mx_sm, start, g.tile_count[tile] + g.tile_count[tile + 1], ex);
+    else
+        mx_ws2_body<TYPE, 64>(g, mx_sm, start, g.tile_count[tile], ex);
+#endif
+}
+
 /* ------------------------------------------------------------------ */
 /* host side */
 
@@ -1363,10 +1581,10 @@ static int mx_tile(int wtype) {
     if (!t) {
         const char *e = getenv("MINKE_CUDA_MMX_TILE"), *q = getenv("MINKE_CUDA_MMX_TILE_Q2K");
         t = e && *e ? atoi(e) : 9;
-        if (t < 1 || t > 9) t = 9;
-        /* the Q2_K down's own layout (for A/B): by default the IQ2 products', 6 under 9 */
-        tq = q && *q ? atoi(q) : t == 9 ? 6 : t;
-        if (tq < 1 || tq > 9) tq = t == 9 ? 6 : t;
+        if (t < 1 || t > 11 || t == 10) t = 9;
+        /* the Q2_K down's own layout (for A/B): by default the IQ2 products', 6 under 9 and 11 */
+        tq = q && *q ? atoi(q) : t >= 9 ? 6 : t;
+        if (tq < 1 || tq > 9) tq = t >= 9 ? 6 : t;
     }
     return wtype == CU_TYPE_Q2_K ? tq : t;
 }
@@ -1389,7 +1607,7 @@ static int mx_wg_ok(int wtype) {
          * time from the compute_80 PTX, has an empty kernel (a few registers against ~180) */
         ok[dev] = major == 9 && cudaFuncGetAttributes(&fa, k_mmx_wg<CU_TYPE_IQ2R, 1>) == cudaSuccess &&
                   fa.binaryVersion == 90 && fa.numRegs >= 64 && optin >= mx_wg_smem<1, true>::bytes &&
-                  optin >= mx_wg2_smem::bytes ? 1 : -1;
+                  optin >= mx_wg2_smem::bytes && optin >= mx_ws2_smem::bytes ? 1 : -1;
         cudaGetLastError();
     }
     return ok[dev] > 0;
@@ -1412,7 +1630,7 @@ extern "C" int cu_mmx_split(int wtype, const float *x, int64_t nrows, int64_t n,
     if (nrows <= 0 || n <= 0 || n % 256 || ((uintptr_t)x & 15) || xstride % 16 || ((uintptr_t)out & 15)) return 0;
     const int64_t os = cu_mmx_split_row_bytes(wtype, n);
     /* the wgmma layouts read the permuted order (mx_wg_ok decides both) */
-    const bool q2k = wtype == CU_TYPE_Q2_K, perm = mx_wg_ok(wtype);
+    const bool q2k = wtype == CU_TYPE_Q2_K, perm = mx_wg_ok(wtype) && mx_tile(wtype) != 11;   /* 11: A in shared memory, natural order */
     void (*k)(const float *, int64_t, int64_t, int64_t, uint8_t *, int64_t) =
         q2k ? (perm ? k_mmx_split<true, true> : k_mmx_split<true, false>)
             : (perm ? k_mmx_split<false, true> : k_mmx_split<false, false>);
@@ -1474,6 +1692,18 @@ static int mx_launch_wg2(const cu_gemv_args &g, int ntiles, cudaStream_t st) {
     return 1;
 }
 
+/* layout 11: as layout 9's grid, 384 threads */
+template <int TYPE>
+static int mx_launch_ws2(const cu_gemv_args &g, int ntiles, cudaStream_t st) {
+    static int attr[32];
+    constexpr int smem = mx_ws2_smem::bytes;
+    if (ntiles > 65535) return 0;
+    if (!mx_attr_ok(attr, (const void *)k_mmx_ws2<TYPE>, smem, false)) return 0;
+    dim3 grid((unsigned)((g.rows + 127) / 128), (unsigned)ntiles);
+    cu_launch(k_mmx_ws2<TYPE>, grid, MX_W3_THREADS, (size_t)smem, st, g);
+    return 1;
+}
+
 /* the warp-specialised variant: its body exists only in the sm_90 code */
 template <int TYPE>
 static int mx_launch_ws(const cu_gemv_args &g, int ntiles, cudaStream_t st) {
@@ -1492,7 +1722,7 @@ static int mx_pick_run(const cu_gemv_args &g, int ntiles, cudaStream_t st, int *
         *layout = t;
         if (t == 8) return mx_launch_wg<TYPE, 1, true>(g, ntiles, st);
         if constexpr (TYPE == CU_TYPE_Q2_K) return mx_launch_wg<TYPE, 1>(g, ntiles, st);
-        else return t == 9 ? mx_launch_wg2<TYPE>(g, ntiles, st)
+        else return t == 11 ? mx_launch_ws2<TYPE>(g, ntiles, st) : t == 9 ? mx_launch_wg2<TYPE>(g, ntiles, st)
                     : t == 7 ? mx_launch_wg<TYPE, 2>(g, ntiles, st) : mx_launch_wg<TYPE, 1>(g, ntiles, st);
     }
     *layout = mx_tile(g.wtype) >= 6 ? 1 : mx_tile(g.wtype);

@@ -68,8 +68,8 @@ static int tiles_set(cu_gemv_args *g, const int *dsel, int P, int E, int *dt) {
 static int want_layout(int type) {
     const char *e = getenv("MINKE_CUDA_MMX_TILE"), *q = getenv("MINKE_CUDA_MMX_TILE_Q2K");
     int t = e && *e ? atoi(e) : 9;
-    if (t < 1 || t > 9) t = 9;
-    if (type == GGML_TYPE_Q2_K) t = q && *q && atoi(q) >= 1 && atoi(q) <= 9 ? atoi(q) : t == 9 ? 6 : t;
+    if (t < 1 || t > 11 || t == 10) t = 9;
+    if (type == GGML_TYPE_Q2_K) t = q && *q && atoi(q) >= 1 && atoi(q) <= 9 ? atoi(q) : t >= 9 ? 6 : t;
     if (t < 6) return t;
     int dev = 0, major = 0;
     cudaGetDevice(&dev);
