@@ -43,7 +43,8 @@
  *
  * The block layouts: mma.sync (layouts 1-5, below) everywhere, and on sm_90a the wgmma
  * kernels that take the weights from registers: 6, 7 and 8 (k_mmx_wg) and 9 (k_mmx_wg2, the
- * IQ2 products' default there; the Q2_K down runs 6 under it). Measured (H200, Flash's
+ * IQ2 products' default there; the Q2_K down runs 6 under it), and 11 (k_mmx_ws2: 9's work
+ * warp-specialised, the weights decoded into shared memory by a producer warpgroup). Measured (H200, Flash's
  * shapes: 4096 tokens x 6 of 256 experts): the IQ2 gate (2048 x 4096) 4.27 ms (layout 1), 3.96
  * (6), 3.16 (9) against the int8 path's 5.16; the Q2_K down (4096 x 2048) 6.0 (1), 4.30 (6)
  * against 5.7: layout 1 leaves it to the int8 path.
@@ -1324,7 +1325,9 @@ __global__ void __launch_bounds__(MX_WG_THREADS, 1) k_mmx_wg2(cu_gemv_args g) {
  * A ring of MX_W3_NS stages on mbarriers: full (128 copy completions + 128 arrivals after the A
  * stores), empty (the 8 consumer warps, after their products of the stage are done). Each
  * slot carries the d of its stage's super-block for the fold. Same per-element arithmetic as
- * layouts 6 and 9 (the same products summed in the same k order within a stage). */
+ * layouts 6 and 9 (the same products summed in the same k order within a stage). Measured
+ * (sixteenth session, Flash's gate): 3.28 ms against layout 9's 3.17, correct (mmx_check);
+ * one producer warpgroup is likely its limit (two, or a deeper ring, are the next steps). */
 #define MX_W3_NS 3
 #define MX_W3_THREADS 384
 struct mx_ws2_smem {
@@ -1574,7 +1577,8 @@ extern "C" int64_t cu_mmx_split_row_bytes(int wtype, int64_t n) {
  * on a prompt. 5: warp-specialised (k_mmx_ws: producer warps decode into a ring of four
  * stages, consumer warps multiply; IQ2 on sm_90: Q2_K runs 1, IQ2 elsewhere keeps the int8
  * path): 4.71 against layout 1's 4.20 ms. Flash's gate under 6: 3.93 ms, 7: 4.50, 8 (6 with
- * the ring on mbarriers, IQ2 and Q2_K): 4.08, 9: 3.16 (3.22 with skewed routing, 6: 3.87).
+ * the ring on mbarriers, IQ2 and Q2_K): 4.08, 9: 3.16 (3.22 with skewed routing, 6: 3.87),
+ * 11 (k_mmx_ws2, layout 9 warp-specialised; IQ2 only, the Q2_K down runs 6): 3.28 (3.47).
  * Kept for A/B (mmx_check --time; run-cuda.sh checks each). */
 static int mx_tile(int wtype) {
     static int t = 0, tq = 0;
@@ -1589,9 +1593,9 @@ static int mx_tile(int wtype) {
     return wtype == CU_TYPE_Q2_K ? tq : t;
 }
 
-/* layouts 6-9 apply to the IQ2 products (6 and 8: Q2_K too) where the sm_90a bodies
+/* layouts 6-9 and 11 apply to the IQ2 products (6 and 8: Q2_K too) where the sm_90a bodies
  * runs: an sm_90 device running the sm_90a code (binary version 90). The split then writes the
- * permuted order it reads; both ask here, so the two always agree. */
+ * permuted order 6-9 read (11: the natural order); both ask here, so the two always agree. */
 static int mx_wg_ok(int wtype) {
     const int t = mx_tile(wtype), iq2 = wtype == CU_TYPE_IQ2R || wtype == CU_TYPE_IQ2_XXS;
     if (!(iq2 && t >= 6) && !(wtype == CU_TYPE_Q2_K && (t == 6 || t == 8))) return 0;
@@ -1716,7 +1720,7 @@ static int mx_launch_ws(const cu_gemv_args &g, int ntiles, cudaStream_t st) {
 
 template <int TYPE>
 static int mx_pick_run(const cu_gemv_args &g, int ntiles, cudaStream_t st, int *layout) {
-    /* the split was permuted for layouts 6-9 exactly where mx_wg_ok holds */
+    /* the split was permuted for layouts 6-9 exactly where mx_wg_ok holds (not for 11) */
     if (mx_wg_ok(g.wtype)) {
         const int t = mx_tile(g.wtype);
         *layout = t;
