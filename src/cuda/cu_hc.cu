@@ -397,6 +397,19 @@ static int hct_smem_ok(size_t bytes) {
     return 1;
 }
 
+/* two blocks of `bytes` dynamic shared memory (and the kernel's 1 KB static, 1 KB reserved
+ * each) fit one SM of this device */
+static int hct_two_fit(size_t bytes) {
+    static int per_sm[32];
+    const int dev = cu_cur_dev();
+    if (!per_sm[dev]) {
+        int v = 0;
+        cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev);
+        per_sm[dev] = v > 0 ? v : -1;
+    }
+    return per_sm[dev] > 0 && 2 * (bytes + 2048) <= (size_t)per_sm[dev];
+}
+
 /* cu_hc_pre's first kernel: partial and psq of T tokens, by k_hc_mix_tiled
  * when tiled is set and the shape fits (16-byte rows for cp.async, int fn
  * offsets, the tile in HCT_SMEM_MAX; f16 fn 16-byte aligned for its copies), else a block per
@@ -407,11 +420,14 @@ extern "C" int cu_hc_mix_partials(const float *X, int T, int hcdim, const void *
     const int chunk = hcdim / HC_SPLIT;
     const bool h2 = fntype == CU_TYPE_F16 && chunk % 64 == 0;
     const size_t tile = sizeof(float) * HCT_NT * (size_t)chunk, fsb = (size_t)2 * HCT_WM * HCT_MR * chunk;
-    /* the fn rows beside the tile where they fit (and can be copied: 16-byte aligned) */
-    const bool fs = h2 && !((uintptr_t)fn & 15) && tile + fsb <= HCT_SMEM_MAX && hct_smem_ok(tile + fsb);
+    const bool shape = tiled && T > 0 && nmix >= 1 && nmix <= HC_MAXMIX && hcdim % (4 * HC_SPLIT) == 0 && chunk > 0 &&
+                       ((uintptr_t)X & 15) == 0 && (int64_t)nmix * hcdim <= INT32_MAX;
+    /* the fn rows beside the tile where they fit (and can be copied: 16-byte aligned) and two
+     * blocks still fit an SM (not so on sm_80's 164 KB: one block there would lose more) */
+    const bool fs = shape && h2 && !((uintptr_t)fn & 15) && tile + fsb <= HCT_SMEM_MAX && hct_two_fit(tile + fsb) &&
+                    hct_smem_ok(tile + fsb);
     const size_t smem = tile + (fs ? fsb : 0);
-    if (tiled && T > 0 && nmix >= 1 && nmix <= HC_MAXMIX && hcdim % (4 * HC_SPLIT) == 0 && chunk > 0 &&
-        ((uintptr_t)X & 15) == 0 && (int64_t)nmix * hcdim <= INT32_MAX && smem <= HCT_SMEM_MAX && hct_smem_ok(smem)) {
+    if (shape && smem <= HCT_SMEM_MAX && hct_smem_ok(smem)) {
         const dim3 grid(HC_SPLIT, (T + HCT_NT - 1) / HCT_NT, (nmix + HCT_WM * HCT_MR - 1) / (HCT_WM * HCT_MR));
         if (fs)
             cu_launch(k_hc_mix_tiled<true, true>, grid, HCT_THREADS, smem, st, X, T, hcdim, fn, fntype, nmix, partial, psq);

@@ -62,9 +62,9 @@ static int tiles_set(cu_gemv_args *g, const int *dsel, int P, int E, int *dt) {
     return maxt;
 }
 
-/* the block layout cu_mmx should take for a weight type under MINKE_CUDA_MMX_TILE: 6, 8 and 9
- * (wgmma) for IQ2 and Q2_K on an sm_90 device, 7 for IQ2 there; layout 1 for their other
- * cases; 1-5 as asked */
+/* the block layout cu_mmx should take for a weight type under MINKE_CUDA_MMX_TILE: 6 and 8
+ * (wgmma) for IQ2 and Q2_K on an sm_90 device, 7, 9 and 11 for IQ2 there (Q2_K: 6 under 9 and
+ * 11); layout 1 for their other cases; 1-5 as asked */
 static int want_layout(int type) {
     const char *e = getenv("MINKE_CUDA_MMX_TILE"), *q = getenv("MINKE_CUDA_MMX_TILE_Q2K");
     int t = e && *e ? atoi(e) : 9;
