@@ -1136,6 +1136,38 @@ __global__ void __launch_bounds__(MX_WG_THREADS, 1) k_mmx_wg(cu_gemv_args g) {
  * cost more than the padding's 2 KB); the lone tiles by layout 6's kernel in a second launch
  * (its mostly empty grid); the Q2_K down on this layout (the min term a second fold), 4.49
  * against 4.28 ms. */
+/* Layouts 9 and 11: y (128 rows of yl floats, a column a pair) times 2^-e into the pairs' output
+ * rows: warp w0, w0 + nw, ... a pair at a time, lanes along the rows */
+__device__ __forceinline__ void mx_y_store(const cu_gemv_args &g, const float *ys, int yl, const int *sid, const int *se,
+                                           int nt, int64_t r0, int w0, int nw, int lane) {
+    for (int p = w0; p < nt; p += nw) {
+        const int e = se[p];
+        float *out = g.out + (int64_t)sid[p] * g.out_stride;
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const int rr = 32 * k + lane;
+            if (r0 + rr >= g.rows) continue;
+            const float v = ldexpf(ys[rr * yl + p], -e);
+            if (g.accumulate) out[r0 + rr] += v; else out[r0 + rr] = v;
+        }
+    }
+}
+/* Layouts 9 and 11's blocks: the expert's tiles pair up from its first (cu_moe_tiles' tiles,
+ * the only ones that reach cu_mmx: prompts of >= 256 tokens, sorted by expert, an expert's
+ * tiles contiguous and all but its last of 64 pairs): tile 2 i + 1 belongs to the block of
+ * 2 i, and a lone tile (2 i the expert's last) takes a 64-pair body. 0: nothing for this block
+ * (an odd tile, or none); else *start, *nt, *ex and *two (128 pairs) */
+__device__ __forceinline__ int mx_pair_tile(const cu_gemv_args &g, int *start, int *nt, int *ex, bool *two) {
+    const int tile = blockIdx.y, ntl = *g.n_tiles;
+    if (tile >= ntl || g.tile_count[tile] <= 0) return 0;
+    *ex = g.tile_expert[tile];
+    if (mx_tile_index(g, tile, *ex) & 1) return 0;
+    *start = g.tile_start[tile];
+    *two = tile + 1 < ntl && g.tile_expert[tile + 1] == *ex;
+    *nt = g.tile_count[tile] + (*two ? g.tile_count[tile + 1] : 0);
+    return 1;
+}
+
 #define MX_W2_NS 4
 struct mx_wg2_smem {
     static constexpr int stage = 256 * 128;               /* 128 pairs x 2 pieces, rows of 64 halves */
@@ -1275,18 +1307,7 @@ __device__ __forceinline__ void mx_wg2_body(const cu_gemv_args &g, uint8_t *mx_s
     asm volatile("cp.async.wait_all;\n" ::: "memory");
     __syncthreads();
 
-    /* y 2^-e: a warp a pair at a time, lanes along the rows */
-    for (int p = warp; p < nt; p += MX_WG_THREADS / 32) {
-        const int e = se[p];
-        float *out = g.out + (int64_t)sid[p] * g.out_stride;
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            const int rr = 32 * k + lane;
-            if (r0 + rr >= g.rows) continue;
-            const float v = ldexpf(ys[rr * L::yl + p], -e);
-            if (g.accumulate) out[r0 + rr] += v; else out[r0 + rr] = v;
-        }
-    }
+    mx_y_store(g, ys, L::yl, sid, se, nt, r0, warp, MX_WG_THREADS / 32, lane);
 }
 #endif
 
@@ -1296,20 +1317,12 @@ __global__ void __launch_bounds__(MX_WG_THREADS, 1) k_mmx_wg2(cu_gemv_args g) {
     static_assert(TYPE == CU_TYPE_IQ2R || TYPE == CU_TYPE_IQ2_XXS, "IQ2 only");
     extern __shared__ __align__(16) uint8_t mx_sm[];
     cu_pdl_enter();
-    const int tile = blockIdx.y, ntl = *g.n_tiles;
-    if (tile >= ntl || g.tile_count[tile] <= 0) return;
-    /* cu_moe_tiles' tiles (the only ones that reach cu_mmx: prompts of >= 256 tokens): sorted by
-     * expert, an expert's tiles contiguous and all but its last of 64 pairs. The expert's tiles
-     * pair up from its first: tile 2 i + 1 belongs to the block of 2 i, and
-     * a lone tile (2 i the expert's last) takes the 64-pair body: a branch around the whole
-     * pipeline (a branch around wgmma makes ptxas serialize them) */
-    const int ex = g.tile_expert[tile];
-    if (mx_tile_index(g, tile, ex) & 1) return;
-    const int start = g.tile_start[tile];
-    if (tile + 1 < ntl && g.tile_expert[tile + 1] == ex)
-        mx_wg2_body<TYPE, 128>(g, mx_sm, start, g.tile_count[tile] + g.tile_count[tile + 1], ex);
-    else
-        mx_wg2_body<TYPE, 64>(g, mx_sm, start, g.tile_count[tile], ex);
+    int start, nt, ex;
+    bool two;
+    if (!mx_pair_tile(g, &start, &nt, &ex, &two)) return;
+    /* a branch around the whole pipeline (a branch around wgmma makes ptxas serialize them) */
+    if (two) mx_wg2_body<TYPE, 128>(g, mx_sm, start, nt, ex);
+    else mx_wg2_body<TYPE, 64>(g, mx_sm, start, nt, ex);
 #endif
 }
 
@@ -1501,18 +1514,7 @@ __device__ __forceinline__ void mx_ws2_body(const cu_gemv_args &g, uint8_t *mx_s
         }
     }
     asm volatile("bar.sync 1, 256;\n" ::: "memory");
-    /* y 2^-e: a consumer warp a pair at a time, lanes along the rows */
-    for (int p = cw; p < nt; p += 8) {
-        const int e = se[p];
-        float *out = g.out + (int64_t)sid[p] * g.out_stride;
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            const int rr = 32 * k + lane;
-            if (r0 + rr >= g.rows) continue;
-            const float v = ldexpf(ys[rr * L::yl + p], -e);
-            if (g.accumulate) out[r0 + rr] += v; else out[r0 + rr] = v;
-        }
-    }
+    mx_y_store(g, ys, L::yl, sid, se, nt, r0, cw, 8, lane);
 }
 #endif
 
@@ -1522,16 +1524,11 @@ __global__ void __launch_bounds__(MX_W3_THREADS, 1) k_mmx_ws2(cu_gemv_args g) {
     static_assert(TYPE == CU_TYPE_IQ2R || TYPE == CU_TYPE_IQ2_XXS, "IQ2 only");
     extern __shared__ __align__(16) uint8_t mx_sm[];
     cu_pdl_enter();
-    const int tile = blockIdx.y, ntl = *g.n_tiles;
-    if (tile >= ntl || g.tile_count[tile] <= 0) return;
-    /* layout 9's pairing of an expert's tiles */
-    const int ex = g.tile_expert[tile];
-    if (mx_tile_index(g, tile, ex) & 1) return;
-    const int start = g.tile_start[tile];
-    if (tile + 1 < ntl && g.tile_expert[tile + 1] == ex)
-        mx_ws2_body<TYPE, 128>(g, mx_sm, start, g.tile_count[tile] + g.tile_count[tile + 1], ex);
-    else
-        mx_ws2_body<TYPE, 64>(g, mx_sm, start, g.tile_count[tile], ex);
+    int start, nt, ex;
+    bool two;
+    if (!mx_pair_tile(g, &start, &nt, &ex, &two)) return;
+    if (two) mx_ws2_body<TYPE, 128>(g, mx_sm, start, nt, ex);
+    else mx_ws2_body<TYPE, 64>(g, mx_sm, start, nt, ex);
 #endif
 }
 
