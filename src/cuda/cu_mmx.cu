@@ -1119,23 +1119,6 @@ __global__ void __launch_bounds__(MX_WG_THREADS, 1) k_mmx_wg(cu_gemv_args g) {
 #endif
 }
 
-/* ---- Layout 9 (MINKE_CUDA_MMX_TILE=9, the default; IQ2 only, sm_90a): 128 rows x 128 pairs, y in shared memory ----
- * Layout 6 decodes a block's 128 rows once for 64 pairs, and Flash's ~96 pairs an expert make
- * two tiles (64 and ~32) that each decode the expert's rows again (ncu: layout 6 is bound by
- * the decode's integer work and latency, not by L2). Its y (64 pairs x 2 rows a thread) and
- * accumulators leave no registers for more pairs. Here a block takes an expert's tiles 2 i and
- * 2 i + 1 (65 to 128 pairs; cu_moe_tiles' tiles of 64 unchanged, the odd tiles' blocks return
- * at once; an expert's lone last tile takes a 64-pair body, m64n128k16) and keeps y in shared
- * memory, folded into at the end of each super-block, so that a
- * warpgroup's accumulators can span all 128 pairs (m64n256k16): the same decode into A
- * registers as layout 6 (permuted split) serves twice the pairs, and the activation bytes
- * brought from L2 a product stay as layout 6's (128 rows a block). Flash's gate: 3.16 ms against
- * layout 6's 3.96 (skewed routing 3.22 against 3.87). Measured and not kept: 64 rows decoded
- * once into shared memory for both warpgroups' 64 pairs, 4.88 ms (64 rows a block double the
- * activation traffic); y's pairs XOR-swizzled instead of padded, 3.54 (the fold's addresses
- * cost more than the padding's 2 KB); the lone tiles by layout 6's kernel in a second launch
- * (its mostly empty grid); the Q2_K down on this layout (the min term a second fold), 4.49
- * against 4.28 ms. */
 /* Layouts 9 and 11: y (128 rows of yl floats, a column a pair) times 2^-e into the pairs' output
  * rows: warp w0, w0 + nw, ... a pair at a time, lanes along the rows */
 __device__ __forceinline__ void mx_y_store(const cu_gemv_args &g, const float *ys, int yl, const int *sid, const int *se,
@@ -1168,6 +1151,38 @@ __device__ __forceinline__ int mx_pair_tile(const cu_gemv_args &g, int *start, i
     return 1;
 }
 
+/* Layouts 9 and 11's fold at a super-block's end: y[row] += d (acc_h + acc_l) for this thread's
+ * rows yrow[0] (accumulators 4 i, 4 i + 1) and yrow[1] (4 i + 2, 4 i + 3), pair 4 i + c; the
+ * accumulators back to 0 */
+template <int NP>
+__device__ __forceinline__ void mx_y_fold(float *ys, int yl, const int (&yrow)[2], int c, float d0, float d1,
+                                          float (&acc)[NP]) {
+#pragma unroll
+    for (int i = 0; i < NP / 4; i++) {
+        float *y0 = ys + yrow[0] * yl + 4 * i + c, *y1 = ys + yrow[1] * yl + 4 * i + c;
+        *y0 = fmaf(d0, acc[4 * i] + acc[4 * i + 1], *y0);
+        *y1 = fmaf(d1, acc[4 * i + 2] + acc[4 * i + 3], *y1);
+        acc[4 * i] = 0.f; acc[4 * i + 1] = 0.f; acc[4 * i + 2] = 0.f; acc[4 * i + 3] = 0.f;
+    }
+}
+
+/* ---- Layout 9 (MINKE_CUDA_MMX_TILE=9, the default; IQ2 only, sm_90a): 128 rows x 128 pairs, y in shared memory ----
+ * Layout 6 decodes a block's 128 rows once for 64 pairs, and Flash's ~96 pairs an expert make
+ * two tiles (64 and ~32) that each decode the expert's rows again (ncu: layout 6 is bound by
+ * the decode's integer work and latency, not by L2). Its y (64 pairs x 2 rows a thread) and
+ * accumulators leave no registers for more pairs. Here a block takes an expert's tiles 2 i and
+ * 2 i + 1 (65 to 128 pairs; cu_moe_tiles' tiles of 64 unchanged, the odd tiles' blocks return
+ * at once; an expert's lone last tile takes a 64-pair body, m64n128k16) and keeps y in shared
+ * memory, folded into at the end of each super-block, so that a
+ * warpgroup's accumulators can span all 128 pairs (m64n256k16): the same decode into A
+ * registers as layout 6 (permuted split) serves twice the pairs, and the activation bytes
+ * brought from L2 a product stay as layout 6's (128 rows a block). Flash's gate: 3.16 ms against
+ * layout 6's 3.96 (skewed routing 3.22 against 3.87). Measured and not kept: 64 rows decoded
+ * once into shared memory for both warpgroups' 64 pairs, 4.88 ms (64 rows a block double the
+ * activation traffic); y's pairs XOR-swizzled instead of padded, 3.54 (the fold's addresses
+ * cost more than the padding's 2 KB); the lone tiles by layout 6's kernel in a second launch
+ * (its mostly empty grid); the Q2_K down on this layout (the min term a second fold), 4.49
+ * against 4.28 ms. */
 #define MX_W2_NS 4
 struct mx_wg2_smem {
     static constexpr int stage = 256 * 128;               /* 128 pairs x 2 pieces, rows of 64 halves */
@@ -1294,13 +1309,7 @@ __device__ __forceinline__ void mx_wg2_body(const cu_gemv_args &g, uint8_t *mx_s
         /* the super-block's fold into y (each thread its own entries: no barrier) */
         asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
         mx_wg_pin(acc);
-#pragma unroll
-        for (int i = 0; i < NP / 4; i++) {
-            float *y0 = ys + yrow[0] * L::yl + 4 * i + c, *y1 = ys + yrow[1] * L::yl + 4 * i + c;
-            *y0 = fmaf(dcur[0], acc[4 * i] + acc[4 * i + 1], *y0);
-            *y1 = fmaf(dcur[1], acc[4 * i + 2] + acc[4 * i + 3], *y1);
-            acc[4 * i] = 0.f; acc[4 * i + 1] = 0.f; acc[4 * i + 2] = 0.f; acc[4 * i + 3] = 0.f;
-        }
+        mx_y_fold<NP>(ys, L::yl, yrow, c, dcur[0], dcur[1], acc);
         dcur[0] = dnext[0];
         dcur[1] = dnext[1];
     }
@@ -1501,14 +1510,7 @@ __device__ __forceinline__ void mx_ws2_body(const cu_gemv_args &g, uint8_t *mx_s
                 asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
                 mx_wg_pin(acc);
                 release(s - 1);
-                const float d0 = dsm[slot * 128 + yrow[0]], d1 = dsm[slot * 128 + yrow[1]];
-#pragma unroll
-                for (int i = 0; i < NP / 4; i++) {
-                    float *y0 = ys + yrow[0] * L::yl + 4 * i + c, *y1 = ys + yrow[1] * L::yl + 4 * i + c;
-                    *y0 = fmaf(d0, acc[4 * i] + acc[4 * i + 1], *y0);
-                    *y1 = fmaf(d1, acc[4 * i + 2] + acc[4 * i + 3], *y1);
-                    acc[4 * i] = 0.f; acc[4 * i + 1] = 0.f; acc[4 * i + 2] = 0.f; acc[4 * i + 3] = 0.f;
-                }
+                mx_y_fold<NP>(ys, L::yl, yrow, c, dsm[slot * 128 + yrow[0]], dsm[slot * 128 + yrow[1]], acc);
                 release(s);
             }
         }
