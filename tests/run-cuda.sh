@@ -46,10 +46,10 @@ if [ -x "$B/tests/cuda/attn_check" ]; then
     grep -E '^FAIL' "$T/attn_minb1.log"
 fi
 
-# cu_mmx's other block layouts (kept for A/B, MINKE_CUDA_MMX_TILE; 6-9 and 11 are the wgmma kernels,
+# cu_mmx's other block layouts (kept for A/B, MINKE_CUDA_MMX_TILE; 6-9, 11 and 12 are the wgmma kernels,
 # 9 the default that the mmx_check run above took: layout 1 stands in for it off sm_90)
 if [ -x "$B/tests/cuda/mmx_check" ]; then
-    for t in 1 2 3 4 5 6 7 8 11; do
+    for t in 1 2 3 4 5 6 7 8 11 12; do
         if MINKE_CUDA_MMX_TILE=$t "$B/tests/cuda/mmx_check" > "$T/mmx_tile$t.log" 2>&1; then ok mmx_check-tile$t; else bad mmx_check-tile$t; fi
         grep -E '^FAIL' "$T/mmx_tile$t.log"
     done

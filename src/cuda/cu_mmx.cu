@@ -77,6 +77,9 @@ static_assert(CU_MMQ_TILE == MX_BN, "a block is one MoE tile");
 
 /* this file's copy of the IQ2_XXS grid (cu_mmx_tables_init) */
 __device__ uint64_t cu_mmx_grid[256];
+/* layout 12's timing ablations (MINKE_CUDA_MMX_ABL, results then wrong: for measurements
+ * only): 1 no A decode, 2 no fold, 4 no B copies */
+__device__ int cu_mmx_abl;
 
 /* shared memory, in bytes from the start (BM weight rows a block) */
 template <bool Q2K, int BM, int NS>
@@ -1403,9 +1406,12 @@ __device__ __forceinline__ void mx_wgmma_ss(float (&d)[64], uint64_t da, uint64_
 }
 #undef MX_WG_D8
 
-template <int TYPE, int NP>
+/* CB (layout 12): the consumers copy B (each of their 256 threads NP / 16 chunks a stage, two
+ * stages ahead, once all 8 consumer warps have released the slot), the producer only decodes A */
+template <int TYPE, int NP, bool CB>
 __device__ __forceinline__ void mx_ws2_body(const cu_gemv_args &g, uint8_t *mx_sm, int start, int nt, int ex) {
     using L = mx_ws2_smem;
+    const int abl = CB ? cu_mmx_abl : 0;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int64_t r0 = (int64_t)blockIdx.x * 128;
     const uint8_t *wbase = (const uint8_t *)g.w + (int64_t)ex * g.expert_bytes;
@@ -1422,7 +1428,7 @@ __device__ __forceinline__ void mx_ws2_body(const cu_gemv_args &g, uint8_t *mx_s
     for (int i = tid; i < 256; i += MX_W3_THREADS) sgrid[i] = cu_mmx_grid[i];
     for (int i = tid; i < 128 * L::yl; i += MX_W3_THREADS) ys[i] = 0.f;
     if (tid == 0) {
-        for (int i = 0; i < MX_W3_NS; i++) { mbar_init(&full[i], 256); mbar_init(&empty[i], 8); }
+        for (int i = 0; i < MX_W3_NS; i++) { mbar_init(&full[i], CB ? 384 : 256); mbar_init(&empty[i], 8); }
         mbar_init_fence();
     }
     __syncthreads();
@@ -1448,26 +1454,30 @@ __device__ __forceinline__ void mx_ws2_body(const cu_gemv_args &g, uint8_t *mx_s
             for (int st = 0; st < 4; st++) {
                 const int s = sb * 4 + st, slot = s % MX_W3_NS;
                 if (s >= MX_W3_NS) mbar_wait(&empty[slot], (uint32_t)((s / MX_W3_NS) - 1) & 1u);
-                const unsigned bdst = s_b + (unsigned)(L::b + slot * L::bst);
-                const int64_t k0 = (int64_t)s * MX_BK;
+                if constexpr (!CB) {
+                    const unsigned bdst = s_b + (unsigned)(L::b + slot * L::bst);
+                    const int64_t k0 = (int64_t)s * MX_BK;
 #pragma unroll
-                for (int i = 0; i < NP / 8; i++) {
-                    const int ci = tid + 128 * i, brow = ci >> 3, j = ci & 7;
-                    const uint8_t *src = act + soff[brow >> 1] + 16 + ((brow & 1) * n + k0 + j * 8) * 2;
-                    mx_cp16(bdst + (unsigned)(brow * 128 + ((j ^ (brow & 7)) << 4)), src);
+                    for (int i = 0; i < NP / 8; i++) {
+                        const int ci = tid + 128 * i, brow = ci >> 3, j = ci & 7;
+                        const uint8_t *src = act + soff[brow >> 1] + 16 + ((brow & 1) * n + k0 + j * 8) * 2;
+                        mx_cp16(bdst + (unsigned)(brow * 128 + ((j ^ (brow & 7)) << 4)), src);
+                    }
+                    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bulk_saddr(&full[slot])) : "memory");
                 }
-                asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bulk_saddr(&full[slot])) : "memory");
                 dsm[slot * 128 + row] = dv;
                 uint8_t *arow = sm + L::a + slot * L::ast + row * 128;
+                if (!(abl & 1)) {
 #pragma unroll
-                for (int q = 0; q < 2; q++)
+                    for (int q = 0; q < 2; q++)
 #pragma unroll
-                    for (int c = 0; c < 4; c++) {
-                        uint32_t o[4];
-                        mx_iq2_entry(raw[st & 1][q][0], raw[st & 1][q][1], c, sgrid, o);
-                        const int j = 4 * q + c;
-                        *(uint4 *)(arow + ((j ^ (row & 7)) << 4)) = make_uint4(o[0], o[1], o[2], o[3]);
-                    }
+                        for (int c = 0; c < 4; c++) {
+                            uint32_t o[4];
+                            mx_iq2_entry(raw[st & 1][q][0], raw[st & 1][q][1], c, sgrid, o);
+                            const int j = 4 * q + c;
+                            *(uint4 *)(arow + ((j ^ (row & 7)) << 4)) = make_uint4(o[0], o[1], o[2], o[3]);
+                        }
+                }
                 load_w(s + 2, raw[st & 1]);
                 asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");   /* the A stores, for the tensor cores */
                 mbar_arrive(&full[slot]);
@@ -1489,6 +1499,31 @@ __device__ __forceinline__ void mx_ws2_body(const cu_gemv_args &g, uint8_t *mx_s
         __syncwarp();
         if (lane == 0) mbar_arrive(&empty[s % MX_W3_NS]);
     };
+    /* CB: stage s's B (its slot free: the 8 consumer warps' releases of stage s - NS), each
+     * consumer thread NP / 16 chunks; the copies arrive on full[slot] as they land */
+    const int ct = tid - 128;
+    auto copy_b = [&](int s) {
+        if constexpr (CB) {
+            if (s >= nst) return;
+            const int slot = s % MX_W3_NS;
+            if (s >= MX_W3_NS) mbar_wait(&empty[slot], (uint32_t)((s / MX_W3_NS) - 1) & 1u);
+            if (!(abl & 4)) {
+                const unsigned bdst = s_b + (unsigned)(L::b + slot * L::bst);
+                const int64_t k0 = (int64_t)s * MX_BK;
+#pragma unroll
+                for (int i = 0; i < NP / 16; i++) {
+                    const int ci = ct + 256 * i, brow = ci >> 3, j = ci & 7;
+                    const uint8_t *src = act + soff[brow >> 1] + 16 + ((brow & 1) * n + k0 + j * 8) * 2;
+                    mx_cp16(bdst + (unsigned)(brow * 128 + ((j ^ (brow & 7)) << 4)), src);
+                }
+                asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bulk_saddr(&full[slot])) : "memory");
+            } else {
+                mbar_arrive(&full[slot]);
+            }
+        }
+    };
+    copy_b(0);
+    copy_b(1);
     for (int sb = 0; sb < nsb; sb++) {
 #pragma unroll
         for (int st = 0; st < 4; st++) {
@@ -1506,21 +1541,24 @@ __device__ __forceinline__ void mx_ws2_body(const cu_gemv_args &g, uint8_t *mx_s
                 asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
                 mx_wg_pin(acc);
                 if (st != 0) release(s - 1);
+                copy_b(s + 2);
             } else {
                 asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
                 mx_wg_pin(acc);
                 release(s - 1);
-                mx_y_fold<NP>(ys, L::yl, yrow, c, dsm[slot * 128 + yrow[0]], dsm[slot * 128 + yrow[1]], acc);
+                copy_b(s + 2);
+                if (!(abl & 2)) mx_y_fold<NP>(ys, L::yl, yrow, c, dsm[slot * 128 + yrow[0]], dsm[slot * 128 + yrow[1]], acc);
                 release(s);
             }
         }
     }
+    if constexpr (CB) asm volatile("cp.async.wait_all;\n" ::: "memory");
     asm volatile("bar.sync 1, 256;\n" ::: "memory");
     mx_y_store(g, ys, L::yl, sid, se, nt, r0, cw, 8, lane);
 }
 #endif
 
-template <int TYPE>
+template <int TYPE, bool CB>
 __global__ void __launch_bounds__(MX_W3_THREADS, 1) k_mmx_ws2(cu_gemv_args g) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     static_assert(TYPE == CU_TYPE_IQ2R || TYPE == CU_TYPE_IQ2_XXS, "IQ2 only");
@@ -1529,8 +1567,8 @@ __global__ void __launch_bounds__(MX_W3_THREADS, 1) k_mmx_ws2(cu_gemv_args g) {
     int start, nt, ex;
     bool two;
     if (!mx_pair_tile(g, &start, &nt, &ex, &two)) return;
-    if (two) mx_ws2_body<TYPE, 128>(g, mx_sm, start, nt, ex);
-    else mx_ws2_body<TYPE, 64>(g, mx_sm, start, nt, ex);
+    if (two) mx_ws2_body<TYPE, 128, CB>(g, mx_sm, start, nt, ex);
+    else mx_ws2_body<TYPE, 64, CB>(g, mx_sm, start, nt, ex);
 #endif
 }
 
@@ -1586,7 +1624,7 @@ static int mx_tile(int wtype) {
     if (!t) {
         const char *e = getenv("MINKE_CUDA_MMX_TILE"), *q = getenv("MINKE_CUDA_MMX_TILE_Q2K");
         t = e && *e ? atoi(e) : 9;
-        if (t < 1 || t > 11 || t == 10) t = 9;
+        if (t < 1 || t > 12 || t == 10) t = 9;
         /* the Q2_K down's own layout (for A/B): by default the IQ2 products', 6 under 9 and 11 */
         tq = q && *q ? atoi(q) : t >= 9 ? 6 : t;
         if (tq < 1 || tq > 9) tq = t >= 9 ? 6 : t;
@@ -1612,7 +1650,7 @@ static int mx_wg_ok(int wtype) {
          * time from the compute_80 PTX, has an empty kernel (a few registers against ~180) */
         ok[dev] = major == 9 && cudaFuncGetAttributes(&fa, k_mmx_wg<CU_TYPE_IQ2R, 1>) == cudaSuccess &&
                   fa.binaryVersion == 90 && fa.numRegs >= 64 && optin >= mx_wg_smem<1, true>::bytes &&
-                  optin >= (mx_tile(CU_TYPE_IQ2R) == 11 ? mx_ws2_smem::bytes : mx_wg2_smem::bytes) ? 1 : -1;
+                  optin >= (mx_tile(CU_TYPE_IQ2R) >= 11 ? mx_ws2_smem::bytes : mx_wg2_smem::bytes) ? 1 : -1;
         cudaGetLastError();
     }
     return ok[dev] > 0;
@@ -1635,7 +1673,7 @@ extern "C" int cu_mmx_split(int wtype, const float *x, int64_t nrows, int64_t n,
     if (nrows <= 0 || n <= 0 || n % 256 || ((uintptr_t)x & 15) || xstride % 16 || ((uintptr_t)out & 15)) return 0;
     const int64_t os = cu_mmx_split_row_bytes(wtype, n);
     /* the wgmma layouts read the permuted order (mx_wg_ok decides both) */
-    const bool q2k = wtype == CU_TYPE_Q2_K, perm = mx_wg_ok(wtype) && mx_tile(wtype) != 11;   /* 11: A in shared memory, natural order */
+    const bool q2k = wtype == CU_TYPE_Q2_K, perm = mx_wg_ok(wtype) && mx_tile(wtype) < 11;   /* 11, 12: A in shared memory, natural order */
     void (*k)(const float *, int64_t, int64_t, int64_t, uint8_t *, int64_t) =
         q2k ? (perm ? k_mmx_split<true, true> : k_mmx_split<true, false>)
             : (perm ? k_mmx_split<false, true> : k_mmx_split<false, false>);
@@ -1698,14 +1736,24 @@ static int mx_launch_wg2(const cu_gemv_args &g, int ntiles, cudaStream_t st) {
 }
 
 /* layout 11: as layout 9's grid, 384 threads */
-template <int TYPE>
+template <int TYPE, bool CB>
 static int mx_launch_ws2(const cu_gemv_args &g, int ntiles, cudaStream_t st) {
     static int attr[32];
     constexpr int smem = mx_ws2_smem::bytes;
     if (ntiles > 65535) return 0;
-    if (!mx_attr_ok(attr, (const void *)k_mmx_ws2<TYPE>, smem, false)) return 0;
+    if (!mx_attr_ok(attr, (const void *)k_mmx_ws2<TYPE, CB>, smem, false)) return 0;
+    if (CB) {
+        static int abl_set[32];
+        const int dev = cu_cur_dev();
+        if (!abl_set[dev]) {
+            const char *e = getenv("MINKE_CUDA_MMX_ABL");
+            const int v = e ? atoi(e) : 0;
+            if (cudaMemcpyToSymbol(cu_mmx_abl, &v, sizeof v) != cudaSuccess) return 0;
+            abl_set[dev] = 1;
+        }
+    }
     dim3 grid((unsigned)((g.rows + 127) / 128), (unsigned)ntiles);
-    cu_launch(k_mmx_ws2<TYPE>, grid, MX_W3_THREADS, (size_t)smem, st, g);
+    cu_launch(k_mmx_ws2<TYPE, CB>, grid, MX_W3_THREADS, (size_t)smem, st, g);
     return 1;
 }
 
@@ -1727,7 +1775,7 @@ static int mx_pick_run(const cu_gemv_args &g, int ntiles, cudaStream_t st, int *
         *layout = t;
         if (t == 8) return mx_launch_wg<TYPE, 1, true>(g, ntiles, st);
         if constexpr (TYPE == CU_TYPE_Q2_K) return mx_launch_wg<TYPE, 1>(g, ntiles, st);
-        else return t == 11 ? mx_launch_ws2<TYPE>(g, ntiles, st) : t == 9 ? mx_launch_wg2<TYPE>(g, ntiles, st)
+        else return t == 12 ? mx_launch_ws2<TYPE, true>(g, ntiles, st) : t == 11 ? mx_launch_ws2<TYPE, false>(g, ntiles, st) : t == 9 ? mx_launch_wg2<TYPE>(g, ntiles, st)
                     : t == 7 ? mx_launch_wg<TYPE, 2>(g, ntiles, st) : mx_launch_wg<TYPE, 1>(g, ntiles, st);
     }
     *layout = mx_tile(g.wtype) >= 6 ? 1 : mx_tile(g.wtype);

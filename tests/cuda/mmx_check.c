@@ -63,12 +63,12 @@ static int tiles_set(cu_gemv_args *g, const int *dsel, int P, int E, int *dt) {
 }
 
 /* the block layout cu_mmx should take for a weight type under MINKE_CUDA_MMX_TILE: 6 and 8
- * (wgmma) for IQ2 and Q2_K on an sm_90 device, 7, 9 and 11 for IQ2 there (Q2_K: 6 under 9 and
- * 11); layout 1 for their other cases; 1-5 as asked */
+ * (wgmma) for IQ2 and Q2_K on an sm_90 device, 7, 9, 11 and 12 for IQ2 there (Q2_K: 6 under 9,
+ * 11 and 12); layout 1 for their other cases; 1-5 as asked */
 static int want_layout(int type) {
     const char *e = getenv("MINKE_CUDA_MMX_TILE"), *q = getenv("MINKE_CUDA_MMX_TILE_Q2K");
     int t = e && *e ? atoi(e) : 9;
-    if (t < 1 || t > 11 || t == 10) t = 9;
+    if (t < 1 || t > 12 || t == 10) t = 9;
     if (type == GGML_TYPE_Q2_K) t = q && *q && atoi(q) >= 1 && atoi(q) <= 9 ? atoi(q) : t >= 9 ? 6 : t;
     if (t < 6) return t;
     int dev = 0, major = 0;
