@@ -1404,6 +1404,37 @@ __device__ __forceinline__ void mx_wgmma_ss(float (&d)[64], uint64_t da, uint64_
         : MX_WG_D8(0), MX_WG_D8(8), MX_WG_D8(16), MX_WG_D8(24), MX_WG_D8(32), MX_WG_D8(40), MX_WG_D8(48), MX_WG_D8(56)
         : "l"(da), "l"(db));
 }
+/* D[64 x 192] += A[64 x 16] B[16 x 192], both in shared memory (96 pairs) */
+__device__ __forceinline__ void mx_wgmma_ss(float (&d)[96], uint64_t da, uint64_t db) {
+    asm volatile(
+        "wgmma.mma_async.sync.aligned.m64n192k16.f32.f16.f16 "
+        "{"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+        "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+        "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95}, "
+        "%96, %97, 1, 1, 1, 0, 0;\n"
+        : MX_WG_D8(0), MX_WG_D8(8), MX_WG_D8(16), MX_WG_D8(24), MX_WG_D8(32), MX_WG_D8(40), MX_WG_D8(48), MX_WG_D8(56), MX_WG_D8(64), MX_WG_D8(72), MX_WG_D8(80), MX_WG_D8(88)
+        : "l"(da), "l"(db));
+}
+/* D[64 x 224] += A[64 x 16] B[16 x 224], both in shared memory (112 pairs) */
+__device__ __forceinline__ void mx_wgmma_ss(float (&d)[112], uint64_t da, uint64_t db) {
+    asm volatile(
+        "wgmma.mma_async.sync.aligned.m64n224k16.f32.f16.f16 "
+        "{"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+        "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+        "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
+        "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111}, "
+        "%112, %113, 1, 1, 1, 0, 0;\n"
+        : MX_WG_D8(0), MX_WG_D8(8), MX_WG_D8(16), MX_WG_D8(24), MX_WG_D8(32), MX_WG_D8(40), MX_WG_D8(48), MX_WG_D8(56), MX_WG_D8(64), MX_WG_D8(72), MX_WG_D8(80), MX_WG_D8(88), MX_WG_D8(96), MX_WG_D8(104)
+        : "l"(da), "l"(db));
+}
 #undef MX_WG_D8
 
 /* CB (layout 12): the consumers copy B (each of their 256 threads NP / 16 chunks a stage, two
@@ -1513,6 +1544,8 @@ __device__ __forceinline__ void mx_ws2_body(const cu_gemv_args &g, uint8_t *mx_s
 #pragma unroll
                 for (int i = 0; i < NP / 16; i++) {
                     const int ci = ct + 256 * i, brow = ci >> 3, j = ci & 7;
+                    /* padding pairs keep whatever the slot held: their columns are never stored */
+                    if ((brow >> 1) >= nt) continue;
                     const uint8_t *src = act + soff[brow >> 1] + 16 + ((brow & 1) * n + k0 + j * 8) * 2;
                     mx_cp16(bdst + (unsigned)(brow * 128 + ((j ^ (brow & 7)) << 4)), src);
                 }
@@ -1567,8 +1600,12 @@ __global__ void __launch_bounds__(MX_W3_THREADS, 1) k_mmx_ws2(cu_gemv_args g) {
     int start, nt, ex;
     bool two;
     if (!mx_pair_tile(g, &start, &nt, &ex, &two)) return;
-    if (two) mx_ws2_body<TYPE, 128, CB>(g, mx_sm, start, nt, ex);
-    else mx_ws2_body<TYPE, 64, CB>(g, mx_sm, start, nt, ex);
+    /* layout 12: the pair count rounded up to 96, 112 or 128 (n192, n224, n256: Flash's ~96
+     * pairs an expert multiply less padding) */
+    if (!two) mx_ws2_body<TYPE, 64, CB>(g, mx_sm, start, nt, ex);
+    else if (CB && nt <= 96) mx_ws2_body<TYPE, 96, CB>(g, mx_sm, start, nt, ex);
+    else if (CB && nt <= 112) mx_ws2_body<TYPE, 112, CB>(g, mx_sm, start, nt, ex);
+    else mx_ws2_body<TYPE, 128, CB>(g, mx_sm, start, nt, ex);
 #endif
 }
 
