@@ -61,6 +61,7 @@
  * reference and times it against the int8 path.
  */
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <cuda_fp16.h>
 
@@ -77,8 +78,9 @@ static_assert(CU_MMQ_TILE == MX_BN, "a block is one MoE tile");
 
 /* this file's copy of the IQ2_XXS grid (cu_mmx_tables_init) */
 __device__ uint64_t cu_mmx_grid[256];
-/* layout 12's timing ablations (MINKE_CUDA_MMX_ABL, results then wrong: for measurements
- * only): 1 no A decode, 2 no fold, 4 no B copies */
+/* timing ablations (MINKE_CUDA_MMX_ABL, results then wrong: for measurements only): layout
+ * 12: 1 no A decode, 2 no fold, 4 no B copies; layouts 9 and 12: 8 the lone tiles' blocks
+ * return, 16 the tile pairs' blocks return */
 __device__ int cu_mmx_abl;
 
 /* shared memory, in bytes from the start (BM weight rows a block) */
@@ -1332,6 +1334,8 @@ __global__ void __launch_bounds__(MX_WG_THREADS, 1) k_mmx_wg2(cu_gemv_args g) {
     int start, nt, ex;
     bool two;
     if (!mx_pair_tile(g, &start, &nt, &ex, &two)) return;
+    if ((cu_mmx_abl & 8) && !two) return;
+    if ((cu_mmx_abl & 16) && two) return;
     /* a branch around the whole pipeline (a branch around wgmma makes ptxas serialize them) */
     if (two) mx_wg2_body<TYPE, 128>(g, mx_sm, start, nt, ex);
     else mx_wg2_body<TYPE, 64>(g, mx_sm, start, nt, ex);
@@ -1600,6 +1604,8 @@ __global__ void __launch_bounds__(MX_W3_THREADS, 1) k_mmx_ws2(cu_gemv_args g) {
     int start, nt, ex;
     bool two;
     if (!mx_pair_tile(g, &start, &nt, &ex, &two)) return;
+    if ((cu_mmx_abl & 8) && !two) return;
+    if ((cu_mmx_abl & 16) && two) return;
     /* layout 12: the pair count rounded up to 96, 112 or 128 (n192, n224, n256: Flash's ~96
      * pairs an expert multiply less padding) */
     if (!two) mx_ws2_body<TYPE, 64, CB>(g, mx_sm, start, nt, ex);
@@ -1761,12 +1767,26 @@ static int mx_launch_wg(const cu_gemv_args &g, int ntiles, cudaStream_t st) {
 
 /* layout 9: a block per expert's tile pair or lone last tile (the odd tiles' blocks return at
  * once) */
+/* the timing ablations' switch into cu_mmx_abl, once per device */
+static int mx_abl_set(void) {
+    static int abl_set[32];
+    const int dev = cu_cur_dev();
+    if (!abl_set[dev]) {
+        const char *e = getenv("MINKE_CUDA_MMX_ABL");
+        const int v = e ? atoi(e) : 0;
+        if (cudaMemcpyToSymbol(cu_mmx_abl, &v, sizeof v) != cudaSuccess) return 0;
+        abl_set[dev] = 1;
+    }
+    return 1;
+}
+
 template <int TYPE>
 static int mx_launch_wg2(const cu_gemv_args &g, int ntiles, cudaStream_t st) {
     static int attr[32];
     constexpr int smem = mx_wg2_smem::bytes;
     if (ntiles > 65535) return 0;
     if (!mx_attr_ok(attr, (const void *)k_mmx_wg2<TYPE>, smem, false)) return 0;
+    if (!mx_abl_set()) return 0;
     dim3 grid((unsigned)((g.rows + 127) / 128), (unsigned)ntiles);
     cu_launch(k_mmx_wg2<TYPE>, grid, MX_WG_THREADS, (size_t)smem, st, g);
     return 1;
@@ -1779,16 +1799,7 @@ static int mx_launch_ws2(const cu_gemv_args &g, int ntiles, cudaStream_t st) {
     constexpr int smem = mx_ws2_smem::bytes;
     if (ntiles > 65535) return 0;
     if (!mx_attr_ok(attr, (const void *)k_mmx_ws2<TYPE, CB>, smem, false)) return 0;
-    if (CB) {
-        static int abl_set[32];
-        const int dev = cu_cur_dev();
-        if (!abl_set[dev]) {
-            const char *e = getenv("MINKE_CUDA_MMX_ABL");
-            const int v = e ? atoi(e) : 0;
-            if (cudaMemcpyToSymbol(cu_mmx_abl, &v, sizeof v) != cudaSuccess) return 0;
-            abl_set[dev] = 1;
-        }
-    }
+    if (!mx_abl_set()) return 0;
     dim3 grid((unsigned)((g.rows + 127) / 128), (unsigned)ntiles);
     cu_launch(k_mmx_ws2<TYPE, CB>, grid, MX_W3_THREADS, (size_t)smem, st, g);
     return 1;
@@ -1837,9 +1848,43 @@ static int mx_pick(const cu_gemv_args &g, int ntiles, cudaStream_t st) {
     return ok;
 }
 
+/* MINKE_CUDA_MMX_HIST=n (a diagnostic): the first n products print their experts' pair counts
+ * as a histogram of the blocks layouts 9 and 12 make (synchronises: not under graph capture) */
+static void mx_hist(const cu_gemv_args &g, int ntiles, cudaStream_t st) {
+    static int left = -1;
+    if (left < 0) { const char *e = getenv("MINKE_CUDA_MMX_HIST"); left = e ? atoi(e) : 0; }
+    if (left <= 0) return;
+    left--;
+    int nt = 0;
+    int *tc = (int *)malloc(sizeof(int) * ntiles), *tx = (int *)malloc(sizeof(int) * ntiles);
+    cudaStreamSynchronize(st);
+    if (tc && tx && cudaMemcpy(&nt, g.n_tiles, sizeof(int), cudaMemcpyDeviceToHost) == cudaSuccess && nt <= ntiles &&
+        cudaMemcpy(tc, g.tile_count, sizeof(int) * nt, cudaMemcpyDeviceToHost) == cudaSuccess &&
+        cudaMemcpy(tx, g.tile_expert, sizeof(int) * nt, cudaMemcpyDeviceToHost) == cudaSuccess) {
+        /* blocks by pairs: a lone tile <= 64, two tiles <= 96, <= 112, <= 128 */
+        long bl[4] = {0, 0, 0, 0}, pairs = 0, experts = 0;
+        for (int i = 0; i < nt;) {
+            int j = i, cnt = 0;
+            while (j < nt && tx[j] == tx[i]) cnt += tc[j++];
+            experts++;
+            pairs += cnt;
+            for (int k = i; k < j; k += 2) {
+                const int p = tc[k] + (k + 1 < j ? tc[k + 1] : 0);
+                bl[k + 1 < j ? (p <= 96 ? 1 : p <= 112 ? 2 : 3) : 0]++;
+            }
+            i = j;
+        }
+        fprintf(stderr, "mmx hist: %d rows x %ld pairs in %d tiles of %ld experts; blocks a row tile: lone %ld, "
+                "two <= 96 pairs %ld, <= 112 %ld, <= 128 %ld\n", g.rows, pairs, nt, experts, bl[0], bl[1], bl[2], bl[3]);
+    }
+    free(tc);
+    free(tx);
+}
+
 /* g: MoE tiles, act = rows of cu_mmx_split (act_stride their bytes), act_div pairs -> rows */
 extern "C" int cu_mmx(const cu_gemv_args *ga, int ntiles, cudaStream_t st) {
     if (!cu_mmx_supported(ga) || ntiles <= 0) return 0;
+    mx_hist(*ga, ntiles, st);
     cu_gemv_args g = *ga;
     /* rows split for this product: the pieces' offsets come from g.in, Q2_K's sums must exist */
     if (((uintptr_t)g.act & 15) || g.act_stride != cu_mmx_split_row_bytes(g.wtype, g.in)) return 0;
