@@ -74,6 +74,7 @@
 #define MX_BK 64                  /* elements a stage */
 #define MX_LD 72                  /* halves a shared row: 64 + 8 spread ldmatrix's rows over the banks */
 #define MX_LDM 24                 /* halves a shared row of the 16 Q2_K mins / sums */
+#define MX_TAB_BYTES (256 * 16 + 128 * 16)   /* the wgmma layouts' IQ2 decode tables (mx_tabs_init) */
 static_assert(CU_MMQ_TILE == MX_BN, "a block is one MoE tile");
 
 /* this file's copy of the IQ2_XXS grid (cu_mmx_tables_init) */
@@ -775,7 +776,7 @@ struct mx_wg_smem {
     static constexpr int b = 0;                           /* [NS][2 bn][128 B], 1024-aligned */
     static constexpr int bm = b + MX_WG_NS * stage;      /* Q2_K: [2][2 bn][128 B] sub-block sums (32 B used) */
     static constexpr int grid = bm + (Q2K ? 2 * stage : 0);  /* IQ2: 256 grid entries */
-    static constexpr int off = grid + (Q2K ? 0 : 256 * 8);
+    static constexpr int off = grid + (Q2K ? 0 : MX_TAB_BYTES);
     static constexpr int sid = off + bn * 8;
     static constexpr int se = sid + bn * 4;
     static constexpr int bar = se + bn * 4;               /* layout 8: full[NS], empty[NS] */
@@ -855,6 +856,44 @@ __device__ __forceinline__ void mx_iq2_entry(uint32_t a, uint32_t w, int c, cons
     mx_bytes_f16(v1 ^ 0x80808080u, f2, off2, o[2], o[3]);
 }
 
+/* The wgmma layouts' IQ2 decode by shared tables (MX_TAB_BYTES at 16-byte alignment): the 256
+ * grid entries as 8 f16 values each (the grid's bytes 8, 25, 43: exact), then the 128 sign
+ * patterns s7 as four words of f16 sign bits (weight k's sign: bit k of s7, for k = 7 the parity
+ * of s7; at bit 15 + 16 (k & 1) of word k / 2). An entry is then two 16-byte loads, four XORs
+ * and four f16 products by 2 ls + 1 (|g (2 ls + 1)| <= 1333: exact), the same halves as
+ * mx_iq2_entry in about a third of its instructions. */
+__device__ __forceinline__ void mx_tabs_init(uint8_t *tab, int tid, int nthr) {
+    uint4 *t = (uint4 *)tab;
+    for (int i = tid; i < 384; i += nthr) {
+        uint32_t w[4];
+        if (i < 256) {
+            const uint64_t gv = cu_mmx_grid[i];
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                const unsigned lo = (unsigned)(gv >> (16 * k)) & 255u, hi = (unsigned)(gv >> (16 * k + 8)) & 255u;
+                w[k] = (uint32_t)__half_as_ushort(__uint2half_rn(lo)) | ((uint32_t)__half_as_ushort(__uint2half_rn(hi)) << 16);
+            }
+        } else {
+            const uint32_t s7 = (uint32_t)(i - 256), S = s7 | ((uint32_t)(__popc(s7) & 1) << 7);
+#pragma unroll
+            for (int k = 0; k < 4; k++) w[k] = (((S >> (2 * k)) & 1u) << 15) | (((S >> (2 * k + 1)) & 1u) << 31);
+        }
+        t[i] = make_uint4(w[0], w[1], w[2], w[3]);
+    }
+}
+__device__ __forceinline__ uint32_t mx_h2mul(uint32_t x, __half2 f2) {
+    __half2 h = __hmul2(*(__half2 *)&x, f2);
+    return *(uint32_t *)&h;
+}
+__device__ __forceinline__ void mx_iq2_entry_t(uint32_t a, uint32_t w, int c, const uint4 *tab, uint32_t (&o)[4]) {
+    const uint4 gv = tab[(a >> (8 * c)) & 255], sg = tab[256 + ((w >> (7 * c)) & 127)];
+    const __half2 f2 = __float2half2_rn((float)(2 * (w >> 28) + 1));
+    o[0] = mx_h2mul(gv.x ^ sg.x, f2);
+    o[1] = mx_h2mul(gv.y ^ sg.y, f2);
+    o[2] = mx_h2mul(gv.z ^ sg.z, f2);
+    o[3] = mx_h2mul(gv.w ^ sg.w, f2);
+}
+
 /* Eight Q2_K codes (bytes 8 c .. 8 c + 7 of a half-block's 32 in w0, w1, at bit shift sh)
  * times the sub-block scale sc as four f16 pairs of exact integers sc q (<= 45) */
 __device__ __forceinline__ void mx_q2k_entry(uint32_t w0, uint32_t w1, int sh, uint32_t sc, uint32_t (&o)[4]) {
@@ -893,12 +932,12 @@ __global__ void __launch_bounds__(MX_WG_THREADS, 1) k_mmx_wg(cu_gemv_args g) {
     uint8_t *sm = mx_sm_1024(mx_sm, s_b);
     int64_t *soff = (int64_t *)(sm + L::off);
     int *sid = (int *)(sm + L::sid), *se = (int *)(sm + L::se);
-    uint64_t *sgrid = (uint64_t *)(sm + L::grid);
+    const uint4 *stab = (const uint4 *)(sm + L::grid);
     const uint8_t *act = (const uint8_t *)g.act;
     const int64_t n = g.in;
     mx_tile_rows(g, start, nt, tid, MX_WG_THREADS, sid, soff, se, BN);
     if (!Q2K)
-        for (int i = tid; i < 256; i += MX_WG_THREADS) sgrid[i] = cu_mmx_grid[i];
+        mx_tabs_init(sm + L::grid, tid, MX_WG_THREADS);
     uint64_t *full = (uint64_t *)(sm + L::bar), *empty = full + MX_WG_NS;
     if (MB && tid == 0) {
         for (int i = 0; i < MX_WG_NS; i++) { mbar_init(&full[i], MX_WG_THREADS); mbar_init(&empty[i], MX_WG_THREADS / 32); }
@@ -1040,8 +1079,8 @@ __global__ void __launch_bounds__(MX_WG_THREADS, 1) k_mmx_wg(cu_gemv_args g) {
                         mx_q2k_entry(raw[st & 1][0][0][0], raw[st & 1][0][0][1], sh, (sccur[0][itb >> 1] >> bsh) & 15, oa);
                         mx_q2k_entry(raw[st & 1][0][1][0], raw[st & 1][0][1][1], sh, (sccur[1][itb >> 1] >> bsh) & 15, ob);
                     } else {
-                        mx_iq2_entry(raw[st & 1][q][2 * hh][0], raw[st & 1][q][2 * hh][1], c, sgrid, oa);
-                        mx_iq2_entry(raw[st & 1][q][2 * hh + 1][0], raw[st & 1][q][2 * hh + 1][1], c, sgrid, ob);
+                        mx_iq2_entry_t(raw[st & 1][q][2 * hh][0], raw[st & 1][q][2 * hh][1], c, stab, oa);
+                        mx_iq2_entry_t(raw[st & 1][q][2 * hh + 1][0], raw[st & 1][q][2 * hh + 1][1], c, stab, ob);
                     }
 #pragma unroll
                     for (int h = 0; h < 2; h++) {
@@ -1196,8 +1235,8 @@ struct mx_wg2_smem {
                                                              fold's lanes (rows g, pairs 4 i + c) hit
                                                              32 banks with constant offsets */
     static constexpr int y = b + MX_W2_NS * stage;        /* [128 rows][yl] floats */
-    static constexpr int grid = y + 128 * yl * 4;         /* 256 grid entries */
-    static constexpr int off = grid + 256 * 8;
+    static constexpr int grid = y + 128 * yl * 4;         /* the decode's tables (mx_tabs_init) */
+    static constexpr int off = grid + MX_TAB_BYTES;
     static constexpr int sid = off + 128 * 8;
     static constexpr int se = sid + 128 * 4;
     static constexpr int bytes = se + 128 * 4 + 1024;     /* + the alignment slack */
@@ -1216,12 +1255,12 @@ __device__ __forceinline__ void mx_wg2_body(const cu_gemv_args &g, uint8_t *mx_s
     uint8_t *sm = mx_sm_1024(mx_sm, s_b);
     int64_t *soff = (int64_t *)(sm + L::off);
     int *sid = (int *)(sm + L::sid), *se = (int *)(sm + L::se);
-    uint64_t *sgrid = (uint64_t *)(sm + L::grid);
+    const uint4 *stab = (const uint4 *)(sm + L::grid);
     float *ys = (float *)(sm + L::y);
     const uint8_t *act = (const uint8_t *)g.act;
     const int64_t n = g.in;
     mx_tile_rows(g, start, nt, tid, MX_WG_THREADS, sid, soff, se, NP);
-    for (int i = tid; i < 256; i += MX_WG_THREADS) sgrid[i] = cu_mmx_grid[i];
+    mx_tabs_init(sm + L::grid, tid, MX_WG_THREADS);
     for (int i = tid; i < 128 * L::yl; i += MX_WG_THREADS) ys[i] = 0.f;
     __syncthreads();
     const int nsb = (int)(n / 256), nst = nsb * 4;
@@ -1293,8 +1332,8 @@ __device__ __forceinline__ void mx_wg2_body(const cu_gemv_args &g, uint8_t *mx_s
 #pragma unroll
             for (int q = 0; q < 2; q++) {
                 uint32_t oa[4], ob[4];
-                mx_iq2_entry(raw[st & 1][q][0][0], raw[st & 1][q][0][1], c, sgrid, oa);
-                mx_iq2_entry(raw[st & 1][q][1][0], raw[st & 1][q][1][1], c, sgrid, ob);
+                mx_iq2_entry_t(raw[st & 1][q][0][0], raw[st & 1][q][0][1], c, stab, oa);
+                mx_iq2_entry_t(raw[st & 1][q][1][0], raw[st & 1][q][1][1], c, stab, ob);
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
                     a[2 * q + h][0] = oa[2 * h];
@@ -1369,8 +1408,8 @@ struct mx_ws2_smem {
     static constexpr int d = a + MX_W3_NS * ast;          /* [NS][128] floats: d / 8 of the stage's super-block */
     static constexpr int yl = 132;
     static constexpr int y = d + MX_W3_NS * 128 * 4;      /* [128][yl] floats */
-    static constexpr int grid = y + 128 * yl * 4;
-    static constexpr int off = grid + 256 * 8;
+    static constexpr int grid = y + 128 * yl * 4;         /* the decode's tables (mx_tabs_init) */
+    static constexpr int off = grid + MX_TAB_BYTES;
     static constexpr int sid = off + 128 * 8;
     static constexpr int se = sid + 128 * 4;
     static constexpr int bar = se + 128 * 4;              /* full[NS], empty[NS] */
@@ -1454,13 +1493,13 @@ __device__ __forceinline__ void mx_ws2_body(const cu_gemv_args &g, uint8_t *mx_s
     uint8_t *sm = mx_sm_1024(mx_sm, s_b);
     int64_t *soff = (int64_t *)(sm + L::off);
     int *sid = (int *)(sm + L::sid), *se = (int *)(sm + L::se);
-    uint64_t *sgrid = (uint64_t *)(sm + L::grid);
+    const uint4 *stab = (const uint4 *)(sm + L::grid);
     float *ys = (float *)(sm + L::y), *dsm = (float *)(sm + L::d);
     uint64_t *full = (uint64_t *)(sm + L::bar), *empty = full + MX_W3_NS;
     const uint8_t *act = (const uint8_t *)g.act;
     const int64_t n = g.in;
     mx_tile_rows(g, start, nt, tid, MX_W3_THREADS, sid, soff, se, NP);
-    for (int i = tid; i < 256; i += MX_W3_THREADS) sgrid[i] = cu_mmx_grid[i];
+    mx_tabs_init(sm + L::grid, tid, MX_W3_THREADS);
     for (int i = tid; i < 128 * L::yl; i += MX_W3_THREADS) ys[i] = 0.f;
     if (tid == 0) {
         for (int i = 0; i < MX_W3_NS; i++) { mbar_init(&full[i], CB ? 384 : 256); mbar_init(&empty[i], 8); }
@@ -1508,7 +1547,7 @@ __device__ __forceinline__ void mx_ws2_body(const cu_gemv_args &g, uint8_t *mx_s
 #pragma unroll
                         for (int c = 0; c < 4; c++) {
                             uint32_t o[4];
-                            mx_iq2_entry(raw[st & 1][q][0], raw[st & 1][q][1], c, sgrid, o);
+                            mx_iq2_entry_t(raw[st & 1][q][0], raw[st & 1][q][1], c, stab, o);
                             const int j = 4 * q + c;
                             *(uint4 *)(arow + ((j ^ (row & 7)) << 4)) = make_uint4(o[0], o[1], o[2], o[3]);
                         }
