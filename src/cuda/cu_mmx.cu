@@ -74,7 +74,7 @@
 #define MX_BK 64                  /* elements a stage */
 #define MX_LD 72                  /* halves a shared row: 64 + 8 spread ldmatrix's rows over the banks */
 #define MX_LDM 24                 /* halves a shared row of the 16 Q2_K mins / sums */
-#define MX_TAB_BYTES (256 * 16 + 128 * 16)   /* the wgmma layouts' IQ2 decode tables (mx_tabs_init) */
+#define MX_TAB_BYTES (256 * 16 + 128 * 16)   /* layouts 11 and 12's IQ2 decode tables (mx_tabs_init) */
 static_assert(CU_MMQ_TILE == MX_BN, "a block is one MoE tile");
 
 /* this file's copy of the IQ2_XXS grid (cu_mmx_tables_init) */
@@ -776,7 +776,7 @@ struct mx_wg_smem {
     static constexpr int b = 0;                           /* [NS][2 bn][128 B], 1024-aligned */
     static constexpr int bm = b + MX_WG_NS * stage;      /* Q2_K: [2][2 bn][128 B] sub-block sums (32 B used) */
     static constexpr int grid = bm + (Q2K ? 2 * stage : 0);  /* IQ2: 256 grid entries */
-    static constexpr int off = grid + (Q2K ? 0 : MX_TAB_BYTES);
+    static constexpr int off = grid + (Q2K ? 0 : 256 * 8);
     static constexpr int sid = off + bn * 8;
     static constexpr int se = sid + bn * 4;
     static constexpr int bar = se + bn * 4;               /* layout 8: full[NS], empty[NS] */
@@ -840,23 +840,29 @@ __device__ __forceinline__ uint64_t mx_wg_desc(unsigned saddr) {
 
 /* One grid entry c of an IQ2 group (a: 4 grid indices, w: 4 x 7 sign bits under the 4-bit
  * scale ls) as four f16 pairs of exact integers (2 ls + 1) g: elements 0-1, 2-3, 4-5, 6-7.
- * (Lookups of the grid as f16 and of the sign masks in shared tables take fewer instructions
- * but measured slower: 4.57 against 3.93 ms for Flash's gate, the 16-byte lookups' bank
- * conflicts) */
+ * The grid's unsigned bytes become f16 products |g| (2 ls + 1) first and the signs are XORed
+ * into the halves' sign bits after (the same bits as negating the bytes before: no product is
+ * zero). (Lookups of the grid as f16 and of the sign masks in shared tables take fewer
+ * instructions but measured slower: 4.57 against 3.93 ms for Flash's gate in layout 6, 3.39
+ * against 3.16 in layout 9, the 16-byte lookups' bank conflicts; layouts 11 and 12, whose
+ * producer warps alone decode, take them: mx_iq2_entry_t) */
 __device__ __forceinline__ void mx_iq2_entry(uint32_t a, uint32_t w, int c, const uint64_t *grid, uint32_t (&o)[4]) {
     const uint64_t gv = grid[(a >> (8 * c)) & 255];
     const uint32_t s7 = (w >> (7 * c)) & 127;
     const uint32_t S = s7 | ((__popc(s7) & 1) << 7);
-    const uint32_t m0 = (((S & 15) * 0x00204081u) & 0x01010101u) * 0xFFu;
-    const uint32_t m1 = ((((S >> 4) & 15) * 0x00204081u) & 0x01010101u) * 0xFFu;
-    const uint32_t v0 = __vsub4((uint32_t)gv ^ m0, m0), v1 = __vsub4((uint32_t)(gv >> 32) ^ m1, m1);
     const float f = (float)(2 * (w >> 28) + 1);
-    const __half2 f2 = __float2half2_rn(f), off2 = __float2half2_rn(-1152.f * f);
-    mx_bytes_f16(v0 ^ 0x80808080u, f2, off2, o[0], o[1]);
-    mx_bytes_f16(v1 ^ 0x80808080u, f2, off2, o[2], o[3]);
+    const __half2 f2 = __float2half2_rn(f), off2 = __float2half2_rn(-1024.f * f);
+    uint32_t h[4];
+    mx_bytes_f16((uint32_t)gv, f2, off2, h[0], h[1]);
+    mx_bytes_f16((uint32_t)(gv >> 32), f2, off2, h[2], h[3]);
+    /* the signs of weights 2 k, 2 k + 1 (bits 2 k, 2 k + 1 of S) to bits 15 and 31 of word k:
+     * S >> 2 k times 2^15 + 2^30 puts them there (the other bits it sets, 16-22 and 30, are
+     * masked off; no two land on one bit, so nothing carries) */
+#pragma unroll
+    for (int k = 0; k < 4; k++) o[k] = h[k] ^ (((S >> (2 * k)) * 0x40008000u) & 0x80008000u);
 }
 
-/* The wgmma layouts' IQ2 decode by shared tables (MX_TAB_BYTES at 16-byte alignment): the 256
+/* Layouts 11 and 12's IQ2 decode by shared tables (MX_TAB_BYTES at 16-byte alignment): the 256
  * grid entries as 8 f16 values each (the grid's bytes 8, 25, 43: exact), then the 128 sign
  * patterns s7 as four words of f16 sign bits (weight k's sign: bit k of s7, for k = 7 the parity
  * of s7; at bit 15 + 16 (k & 1) of word k / 2). An entry is then two 16-byte loads, four XORs
@@ -932,12 +938,12 @@ __global__ void __launch_bounds__(MX_WG_THREADS, 1) k_mmx_wg(cu_gemv_args g) {
     uint8_t *sm = mx_sm_1024(mx_sm, s_b);
     int64_t *soff = (int64_t *)(sm + L::off);
     int *sid = (int *)(sm + L::sid), *se = (int *)(sm + L::se);
-    const uint4 *stab = (const uint4 *)(sm + L::grid);
+    uint64_t *sgrid = (uint64_t *)(sm + L::grid);
     const uint8_t *act = (const uint8_t *)g.act;
     const int64_t n = g.in;
     mx_tile_rows(g, start, nt, tid, MX_WG_THREADS, sid, soff, se, BN);
     if (!Q2K)
-        mx_tabs_init(sm + L::grid, tid, MX_WG_THREADS);
+        for (int i = tid; i < 256; i += MX_WG_THREADS) sgrid[i] = cu_mmx_grid[i];
     uint64_t *full = (uint64_t *)(sm + L::bar), *empty = full + MX_WG_NS;
     if (MB && tid == 0) {
         for (int i = 0; i < MX_WG_NS; i++) { mbar_init(&full[i], MX_WG_THREADS); mbar_init(&empty[i], MX_WG_THREADS / 32); }
@@ -1079,8 +1085,8 @@ __global__ void __launch_bounds__(MX_WG_THREADS, 1) k_mmx_wg(cu_gemv_args g) {
                         mx_q2k_entry(raw[st & 1][0][0][0], raw[st & 1][0][0][1], sh, (sccur[0][itb >> 1] >> bsh) & 15, oa);
                         mx_q2k_entry(raw[st & 1][0][1][0], raw[st & 1][0][1][1], sh, (sccur[1][itb >> 1] >> bsh) & 15, ob);
                     } else {
-                        mx_iq2_entry_t(raw[st & 1][q][2 * hh][0], raw[st & 1][q][2 * hh][1], c, stab, oa);
-                        mx_iq2_entry_t(raw[st & 1][q][2 * hh + 1][0], raw[st & 1][q][2 * hh + 1][1], c, stab, ob);
+                        mx_iq2_entry(raw[st & 1][q][2 * hh][0], raw[st & 1][q][2 * hh][1], c, sgrid, oa);
+                        mx_iq2_entry(raw[st & 1][q][2 * hh + 1][0], raw[st & 1][q][2 * hh + 1][1], c, sgrid, ob);
                     }
 #pragma unroll
                     for (int h = 0; h < 2; h++) {
@@ -1235,8 +1241,8 @@ struct mx_wg2_smem {
                                                              fold's lanes (rows g, pairs 4 i + c) hit
                                                              32 banks with constant offsets */
     static constexpr int y = b + MX_W2_NS * stage;        /* [128 rows][yl] floats */
-    static constexpr int grid = y + 128 * yl * 4;         /* the decode's tables (mx_tabs_init) */
-    static constexpr int off = grid + MX_TAB_BYTES;
+    static constexpr int grid = y + 128 * yl * 4;         /* 256 grid entries */
+    static constexpr int off = grid + 256 * 8;
     static constexpr int sid = off + 128 * 8;
     static constexpr int se = sid + 128 * 4;
     static constexpr int bytes = se + 128 * 4 + 1024;     /* + the alignment slack */
@@ -1255,12 +1261,12 @@ __device__ __forceinline__ void mx_wg2_body(const cu_gemv_args &g, uint8_t *mx_s
     uint8_t *sm = mx_sm_1024(mx_sm, s_b);
     int64_t *soff = (int64_t *)(sm + L::off);
     int *sid = (int *)(sm + L::sid), *se = (int *)(sm + L::se);
-    const uint4 *stab = (const uint4 *)(sm + L::grid);
+    uint64_t *sgrid = (uint64_t *)(sm + L::grid);
     float *ys = (float *)(sm + L::y);
     const uint8_t *act = (const uint8_t *)g.act;
     const int64_t n = g.in;
     mx_tile_rows(g, start, nt, tid, MX_WG_THREADS, sid, soff, se, NP);
-    mx_tabs_init(sm + L::grid, tid, MX_WG_THREADS);
+    for (int i = tid; i < 256; i += MX_WG_THREADS) sgrid[i] = cu_mmx_grid[i];
     for (int i = tid; i < 128 * L::yl; i += MX_WG_THREADS) ys[i] = 0.f;
     __syncthreads();
     const int nsb = (int)(n / 256), nst = nsb * 4;
@@ -1332,8 +1338,8 @@ __device__ __forceinline__ void mx_wg2_body(const cu_gemv_args &g, uint8_t *mx_s
 #pragma unroll
             for (int q = 0; q < 2; q++) {
                 uint32_t oa[4], ob[4];
-                mx_iq2_entry_t(raw[st & 1][q][0][0], raw[st & 1][q][0][1], c, stab, oa);
-                mx_iq2_entry_t(raw[st & 1][q][1][0], raw[st & 1][q][1][1], c, stab, ob);
+                mx_iq2_entry(raw[st & 1][q][0][0], raw[st & 1][q][0][1], c, sgrid, oa);
+                mx_iq2_entry(raw[st & 1][q][1][0], raw[st & 1][q][1][1], c, sgrid, ob);
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
                     a[2 * q + h][0] = oa[2 * h];
