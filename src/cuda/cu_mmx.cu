@@ -823,6 +823,37 @@ __device__ __forceinline__ void mx_wgmma(float (&d)[128], const uint32_t (&a)[4]
           MX_WG_D8(64), MX_WG_D8(72), MX_WG_D8(80), MX_WG_D8(88), MX_WG_D8(96), MX_WG_D8(104), MX_WG_D8(112), MX_WG_D8(120)
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));
 }
+/* D[64 x 192] += A (registers) B[16 x 192] (96 pairs, layout 9) */
+__device__ __forceinline__ void mx_wgmma(float (&d)[96], const uint32_t (&a)[4], uint64_t desc) {
+    asm volatile(
+        "wgmma.mma_async.sync.aligned.m64n192k16.f32.f16.f16 "
+        "{"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+        "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+        "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95}, "
+        "{%96, %97, %98, %99}, %100, 1, 1, 1, 0;\n"
+        : MX_WG_D8(0), MX_WG_D8(8), MX_WG_D8(16), MX_WG_D8(24), MX_WG_D8(32), MX_WG_D8(40), MX_WG_D8(48), MX_WG_D8(56), MX_WG_D8(64), MX_WG_D8(72), MX_WG_D8(80), MX_WG_D8(88)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));
+}
+/* D[64 x 224] += A (registers) B[16 x 224] (112 pairs, layout 9) */
+__device__ __forceinline__ void mx_wgmma(float (&d)[112], const uint32_t (&a)[4], uint64_t desc) {
+    asm volatile(
+        "wgmma.mma_async.sync.aligned.m64n224k16.f32.f16.f16 "
+        "{"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+        "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+        "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
+        "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111}, "
+        "{%112, %113, %114, %115}, %116, 1, 1, 1, 0;\n"
+        : MX_WG_D8(0), MX_WG_D8(8), MX_WG_D8(16), MX_WG_D8(24), MX_WG_D8(32), MX_WG_D8(40), MX_WG_D8(48), MX_WG_D8(56), MX_WG_D8(64), MX_WG_D8(72), MX_WG_D8(80), MX_WG_D8(88), MX_WG_D8(96), MX_WG_D8(104)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));
+}
 #undef MX_WG_D8
 /* the accumulators pinned around the asynchronous products (the compiler must not move their
  * reads or writes across a fence or a wait) */
@@ -1249,8 +1280,9 @@ struct mx_wg2_smem {
 };
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-/* One block's products: NP pairs (128: an expert's two tiles, m64n256k16; 64: a lone tile,
- * m64n128k16), its rows r0 .. r0 + 127 */
+/* One block's products: NP pairs (an expert's two tiles: 96, 112 or 128, the pair count
+ * rounded up, m64n192k16 / m64n224k16 / m64n256k16: Flash's ~96 pairs an expert multiply and
+ * copy less padding; 64: a lone tile, m64n128k16), its rows r0 .. r0 + 127 */
 template <int TYPE, int NP>
 __device__ __forceinline__ void mx_wg2_body(const cu_gemv_args &g, uint8_t *mx_sm, int start, int nt, int ex) {
     using L = mx_wg2_smem;
@@ -1290,6 +1322,8 @@ __device__ __forceinline__ void mx_wg2_body(const cu_gemv_args &g, uint8_t *mx_s
 #pragma unroll
             for (int i = 0; i < NP / 16; i++) {
                 const int ci = tid + MX_WG_THREADS * i, row = ci >> 3, j = ci & 7;
+                /* padding pairs keep whatever the slot held: their columns are never stored */
+                if ((row >> 1) >= nt) continue;
                 const uint8_t *src = act + soff[row >> 1] + 16 + ((row & 1) * n + k0 + j * 8) * 2;
                 mx_cp16(dst0 + (unsigned)(row * 128 + ((j ^ (row & 7)) << 4)), src);
             }
@@ -1382,8 +1416,10 @@ __global__ void __launch_bounds__(MX_WG_THREADS, 1) k_mmx_wg2(cu_gemv_args g) {
     if ((cu_mmx_abl & 8) && !two) return;
     if ((cu_mmx_abl & 16) && two) return;
     /* a branch around the whole pipeline (a branch around wgmma makes ptxas serialize them) */
-    if (two) mx_wg2_body<TYPE, 128>(g, mx_sm, start, nt, ex);
-    else mx_wg2_body<TYPE, 64>(g, mx_sm, start, nt, ex);
+    if (!two) mx_wg2_body<TYPE, 64>(g, mx_sm, start, nt, ex);
+    else if (nt <= 96) mx_wg2_body<TYPE, 96>(g, mx_sm, start, nt, ex);
+    else if (nt <= 112) mx_wg2_body<TYPE, 112>(g, mx_sm, start, nt, ex);
+    else mx_wg2_body<TYPE, 128>(g, mx_sm, start, nt, ex);
 #endif
 }
 
