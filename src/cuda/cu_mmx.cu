@@ -43,8 +43,9 @@
  *
  * The block layouts: mma.sync (layouts 1-5, below) everywhere, and on sm_90a the wgmma
  * kernels that take the weights from registers: 6, 7 and 8 (k_mmx_wg) and 9 (k_mmx_wg2, the
- * IQ2 products' default there; the Q2_K down runs 6 under it), and 11 (k_mmx_ws2: 9's work
- * warp-specialised, the weights decoded into shared memory by a producer warpgroup). Measured (H200, Flash's
+ * IQ2 products' default there; the Q2_K down runs 6 under it), and 11 and 12 (k_mmx_ws2: 9's
+ * work warp-specialised, the weights decoded into shared memory by a producer warpgroup; 12 with
+ * the consumers copying the activations). Measured (H200, Flash's
  * shapes: 4096 tokens x 6 of 256 experts): the IQ2 gate (2048 x 4096) 4.27 ms (layout 1), 3.96
  * (6), 3.16 (9) against the int8 path's 5.16; the Q2_K down (4096 x 2048) 6.0 (1), 4.30 (6)
  * against 5.7: layout 1 leaves it to the int8 path.
@@ -823,6 +824,28 @@ __device__ __forceinline__ void mx_wgmma(float (&d)[128], const uint32_t (&a)[4]
           MX_WG_D8(64), MX_WG_D8(72), MX_WG_D8(80), MX_WG_D8(88), MX_WG_D8(96), MX_WG_D8(104), MX_WG_D8(112), MX_WG_D8(120)
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));
 }
+/* D[64 x 32] += A (registers) B[16 x 32] (16 pairs, layout 6's partial tiles) */
+__device__ __forceinline__ void mx_wgmma(float (&d)[16], const uint32_t (&a)[4], uint64_t desc) {
+    asm volatile(
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 "
+        "{"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
+        "{%16, %17, %18, %19}, %20, 1, 1, 1, 0;\n"
+        : MX_WG_D8(0), MX_WG_D8(8)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));
+}
+/* D[64 x 96] += A (registers) B[16 x 96] (48 pairs, layout 6's partial tiles) */
+__device__ __forceinline__ void mx_wgmma(float (&d)[48], const uint32_t (&a)[4], uint64_t desc) {
+    asm volatile(
+        "wgmma.mma_async.sync.aligned.m64n96k16.f32.f16.f16 "
+        "{"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47}, "
+        "{%48, %49, %50, %51}, %52, 1, 1, 1, 0;\n"
+        : MX_WG_D8(0), MX_WG_D8(8), MX_WG_D8(16), MX_WG_D8(24), MX_WG_D8(32), MX_WG_D8(40)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));
+}
 /* D[64 x 192] += A (registers) B[16 x 192] (96 pairs, layout 9) */
 __device__ __forceinline__ void mx_wgmma(float (&d)[96], const uint32_t (&a)[4], uint64_t desc) {
     asm volatile(
@@ -949,21 +972,18 @@ __device__ __forceinline__ void mx_q2k_entry(uint32_t w0, uint32_t w1, int sh, u
  * by one warpgroup only, would let them drift). Measured slower than the block barrier
  * (Flash's gate 4.08 against 3.95 ms, the down 4.51 against 4.34; a prompt 3,853-3,863 against
  * 3,899-3,908 tok/s): kept for A/B. */
-template <int TYPE, int MH, bool MB = false>
-__global__ void __launch_bounds__(MX_WG_THREADS, 1) k_mmx_wg(cu_gemv_args g) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+/* NP: the block's pairs as multiplied (MH = 1: the tile's count rounded up to 16, 32, 48 or 64,
+ * m64n32k16 .. m64n128k16, so an expert's partial last tile multiplies and copies less padding;
+ * MH = 2: 32) */
+template <int TYPE, int MH, bool MB, int NP>
+__device__ __forceinline__ void mx_wg_body(const cu_gemv_args &g, uint8_t *mx_sm, int tile, int start, int nt) {
     constexpr bool Q2K = TYPE == CU_TYPE_Q2_K;
-    static_assert(TYPE == CU_TYPE_IQ2R || TYPE == CU_TYPE_IQ2_XXS || (Q2K && MH == 1), "IQ2, or Q2_K in 64-row blocks");
     using L = mx_wg_smem<MH, Q2K>;
-    constexpr int BN = L::bn, NACC = 64 / MH, NCH = 16 / MH, NR = 2 * MH;   /* NR: rows a thread */
-    extern __shared__ __align__(16) uint8_t mx_sm[];
-    cu_pdl_enter();
+    static_assert(NP <= L::bn && NP % 16 == 0, "at most the block's pairs, in 16s");
+    constexpr int BN = NP, NACC = NP, NCH = NP / 4, NR = 2 * MH;   /* NR: rows a thread */
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int64_t r0 = (int64_t)blockIdx.x * 128 * MH;
-    const int tile = blockIdx.y / MH, part = blockIdx.y % MH;
-    if (tile >= *g.n_tiles) return;
-    const int start = g.tile_start[tile] + part * BN, nt = g.tile_count[tile] - part * BN;
-    if (nt <= 0) return;                  /* an expert another GPU owns, or a tile of <= BN pairs */
     const uint8_t *wbase = (const uint8_t *)g.w + (int64_t)g.tile_expert[tile] * g.expert_bytes;
     unsigned s_b;
     uint8_t *sm = mx_sm_1024(mx_sm, s_b);
@@ -1005,10 +1025,12 @@ __global__ void __launch_bounds__(MX_WG_THREADS, 1) k_mmx_wg(cu_gemv_args g) {
 #pragma unroll
             for (int i = 0; i < 16 * BN / MX_WG_THREADS; i++) {
                 const int ci = tid + MX_WG_THREADS * i, row = ci >> 3, j = ci & 7;
+                /* padding pairs keep whatever the slot held: their columns are never stored */
+                if ((row >> 1) >= nt) continue;
                 const uint8_t *src = act + soff[row >> 1] + 16 + ((row & 1) * n + k0 + j * 8) * 2;
                 mx_cp16(dst0 + (unsigned)(row * 128 + ((j ^ (row & 7)) << 4)), src);
             }
-            if (Q2K && s % 4 == 0) {
+            if (Q2K && s % 4 == 0 && (tid >> 2) < nt) {
                 /* the super-block's 16 sums of each (pair, piece): two chunks of a swizzled row */
                 const int sb = s / 4, row = tid >> 1, j = tid & 1;
                 const uint8_t *src = act + soff[row >> 1] + 16 + 4 * n + ((row & 1) * (n / 16) + sb * 16 + j * 8) * 2;
@@ -1196,6 +1218,30 @@ __global__ void __launch_bounds__(MX_WG_THREADS, 1) k_mmx_wg(cu_gemv_args g) {
             const float v = ldexpf(y[j >> 1][i][j & 1], -e);
             if (g.accumulate) out[rrow[j]] += v; else out[rrow[j]] = v;
         }
+    }
+}
+#endif
+
+template <int TYPE, int MH, bool MB = false>
+__global__ void __launch_bounds__(MX_WG_THREADS, 1) k_mmx_wg(cu_gemv_args g) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    constexpr bool Q2K = TYPE == CU_TYPE_Q2_K;
+    static_assert(TYPE == CU_TYPE_IQ2R || TYPE == CU_TYPE_IQ2_XXS || (Q2K && MH == 1), "IQ2, or Q2_K in 64-row blocks");
+    constexpr int BN = mx_wg_smem<MH, Q2K>::bn;
+    extern __shared__ __align__(16) uint8_t mx_sm[];
+    cu_pdl_enter();
+    const int tile = blockIdx.y / MH, part = blockIdx.y % MH;
+    if (tile >= *g.n_tiles) return;
+    const int start = g.tile_start[tile] + part * BN, nt = g.tile_count[tile] - part * BN;
+    if (nt <= 0) return;                  /* an expert another GPU owns, or a tile of <= BN pairs */
+    /* a branch around the whole pipeline (a branch around wgmma makes ptxas serialize them) */
+    if constexpr (MH == 1) {
+        if (nt <= 16) mx_wg_body<TYPE, MH, MB, 16>(g, mx_sm, tile, start, nt);
+        else if (nt <= 32) mx_wg_body<TYPE, MH, MB, 32>(g, mx_sm, tile, start, nt);
+        else if (nt <= 48) mx_wg_body<TYPE, MH, MB, 48>(g, mx_sm, tile, start, nt);
+        else mx_wg_body<TYPE, MH, MB, 64>(g, mx_sm, tile, start, nt);
+    } else {
+        mx_wg_body<TYPE, MH, MB, BN>(g, mx_sm, tile, start, nt);
     }
 #endif
 }
@@ -1439,7 +1485,16 @@ __global__ void __launch_bounds__(MX_WG_THREADS, 1) k_mmx_wg2(cu_gemv_args g) {
  * each k16 step than their permuted one, so the tensor cores' sums may round differently (not
  * bit-identical to 9; mmx_check's tolerance against the double reference holds). Measured
  * (sixteenth session, Flash's gate): 3.28 ms against layout 9's 3.17, correct (mmx_check);
- * one producer warpgroup is likely its limit (two, or a deeper ring, are the next steps). */
+ * one producer warpgroup is likely its limit (two, or a deeper ring, are the next steps).
+ * Layout 12 (seventeenth session): the consumers copy B (the producer only decodes A, by shared
+ * tables: mx_iq2_entry_t) and the pair count picks a 96-, 112- or 128-pair body: 2.63 ms on
+ * Flash's gate with uniform routing against layout 9's 3.16 (without the 96 / 112 bodies 2.94;
+ * timing ablations, MINKE_CUDA_MMX_ABL: no A decode 2.69, no fold 2.62, no B copies 2.30, none
+ * of the three 1.64), but in a prompt of the synthetic Flash model (learned layers: ~125 of an
+ * expert row's ~316 blocks are lone tiles, decode-bound) 3.42-3.47 against 3.31-3.37. Two
+ * producer warpgroups (512 threads) do not compile: ptxas holds every thread to the launch
+ * bound's 128 registers (setmaxnreg does not raise it), and the consumers' 128 accumulators
+ * need ~160. */
 #define MX_W3_NS 3
 #define MX_W3_THREADS 384
 struct mx_ws2_smem {
@@ -1741,7 +1796,10 @@ extern "C" int64_t cu_mmx_split_row_bytes(int wtype, int64_t n) {
  * stages, consumer warps multiply; IQ2 on sm_90: Q2_K runs 1, IQ2 elsewhere keeps the int8
  * path): 4.71 against layout 1's 4.20 ms. Flash's gate under 6: 3.93 ms, 7: 4.50, 8 (6 with
  * the ring on mbarriers, IQ2 and Q2_K): 4.08, 9: 3.16 (3.22 with skewed routing, 6: 3.87),
- * 11 (k_mmx_ws2, layout 9 warp-specialised; IQ2 only, the Q2_K down runs 6): 3.28 (3.47).
+ * 11 (k_mmx_ws2, layout 9 warp-specialised; IQ2 only, the Q2_K down runs 6): 3.28 (3.47), 12
+ * (11 with the consumers copying B, 96- / 112-pair bodies): 2.63-2.76 (3.04-3.26) against 9's
+ * 3.12-3.16 (3.16-3.26), but 3.42-3.47 ms against 9's 3.31-3.37 in a prompt (its learned layers'
+ * many lone tiles: one producer warpgroup decodes slower than layout 9's eight warps).
  * Kept for A/B (mmx_check --time; run-cuda.sh checks each). */
 static int mx_tile(int wtype) {
     static int t = 0, tq = 0;
