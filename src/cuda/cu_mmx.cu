@@ -824,7 +824,7 @@ __device__ __forceinline__ void mx_wgmma(float (&d)[128], const uint32_t (&a)[4]
           MX_WG_D8(64), MX_WG_D8(72), MX_WG_D8(80), MX_WG_D8(88), MX_WG_D8(96), MX_WG_D8(104), MX_WG_D8(112), MX_WG_D8(120)
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));
 }
-/* D[64 x 32] += A (registers) B[16 x 32] (16 pairs, layout 6's partial tiles) */
+/* D[64 x 32] += A (registers) B[16 x 32] (16 pairs: layout 6's partial tiles, 9's lone ones) */
 __device__ __forceinline__ void mx_wgmma(float (&d)[16], const uint32_t (&a)[4], uint64_t desc) {
     asm volatile(
         "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 "
@@ -834,7 +834,7 @@ __device__ __forceinline__ void mx_wgmma(float (&d)[16], const uint32_t (&a)[4],
         : MX_WG_D8(0), MX_WG_D8(8)
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));
 }
-/* D[64 x 96] += A (registers) B[16 x 96] (48 pairs, layout 6's partial tiles) */
+/* D[64 x 96] += A (registers) B[16 x 96] (48 pairs: layout 6's partial tiles, 9's lone ones) */
 __device__ __forceinline__ void mx_wgmma(float (&d)[48], const uint32_t (&a)[4], uint64_t desc) {
     asm volatile(
         "wgmma.mma_async.sync.aligned.m64n96k16.f32.f16.f16 "
@@ -1328,7 +1328,8 @@ struct mx_wg2_smem {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 /* One block's products: NP pairs (an expert's two tiles: 96, 112 or 128, the pair count
  * rounded up, m64n192k16 / m64n224k16 / m64n256k16: Flash's ~96 pairs an expert multiply and
- * copy less padding; 64: a lone tile, m64n128k16), its rows r0 .. r0 + 127 */
+ * copy less padding; a lone tile: 16, 32, 48 or 64, m64n32k16 .. m64n128k16), its rows r0 ..
+ * r0 + 127 */
 template <int TYPE, int NP>
 __device__ __forceinline__ void mx_wg2_body(const cu_gemv_args &g, uint8_t *mx_sm, int start, int nt, int ex) {
     using L = mx_wg2_smem;
@@ -1462,8 +1463,12 @@ __global__ void __launch_bounds__(MX_WG_THREADS, 1) k_mmx_wg2(cu_gemv_args g) {
     if ((cu_mmx_abl & 8) && !two) return;
     if ((cu_mmx_abl & 16) && two) return;
     /* a branch around the whole pipeline (a branch around wgmma makes ptxas serialize them) */
-    if (!two) mx_wg2_body<TYPE, 64>(g, mx_sm, start, nt, ex);
-    else if (nt <= 96) mx_wg2_body<TYPE, 96>(g, mx_sm, start, nt, ex);
+    if (!two) {
+        if (nt <= 16) mx_wg2_body<TYPE, 16>(g, mx_sm, start, nt, ex);
+        else if (nt <= 32) mx_wg2_body<TYPE, 32>(g, mx_sm, start, nt, ex);
+        else if (nt <= 48) mx_wg2_body<TYPE, 48>(g, mx_sm, start, nt, ex);
+        else mx_wg2_body<TYPE, 64>(g, mx_sm, start, nt, ex);
+    } else if (nt <= 96) mx_wg2_body<TYPE, 96>(g, mx_sm, start, nt, ex);
     else if (nt <= 112) mx_wg2_body<TYPE, 112>(g, mx_sm, start, nt, ex);
     else mx_wg2_body<TYPE, 128>(g, mx_sm, start, nt, ex);
 #endif
