@@ -1197,7 +1197,7 @@ __global__ void __launch_bounds__(MX_WG_THREADS, 1) k_mmx_wg(cu_gemv_args g) {
 #endif
 }
 
-/* Layouts 9 and 11: y (128 rows of yl floats, a column a pair) times 2^-e into the pairs' output
+/* Layouts 9, 11 and 12: y (128 rows of yl floats, a column a pair) times 2^-e into the pairs' output
  * rows: warp w0, w0 + nw, ... a pair at a time, lanes along the rows */
 __device__ __forceinline__ void mx_y_store(const cu_gemv_args &g, const float *ys, int yl, const int *sid, const int *se,
                                            int nt, int64_t r0, int w0, int nw, int lane) {
@@ -1213,11 +1213,11 @@ __device__ __forceinline__ void mx_y_store(const cu_gemv_args &g, const float *y
         }
     }
 }
-/* Layouts 9 and 11's blocks: the expert's tiles pair up from its first (cu_moe_tiles' tiles,
+/* Layouts 9, 11 and 12's blocks: the expert's tiles pair up from its first (cu_moe_tiles' tiles,
  * the only ones that reach cu_mmx: prompts of >= 256 tokens, sorted by expert, an expert's
  * tiles contiguous and all but its last of 64 pairs): tile 2 i + 1 belongs to the block of
- * 2 i, and a lone tile (2 i the expert's last) takes a 64-pair body. 0: nothing for this block
- * (an odd tile, or none); else *start, *nt, *ex and *two (128 pairs) */
+ * 2 i, and a lone tile (2 i the expert's last) takes a body of at most 64 pairs. 0: nothing for
+ * this block (an odd tile, or none); else *start, *nt, *ex and *two (65 to 128 pairs) */
 __device__ __forceinline__ int mx_pair_tile(const cu_gemv_args &g, int *start, int *nt, int *ex, bool *two) {
     const int tile = blockIdx.y, ntl = *g.n_tiles;
     if (tile >= ntl || g.tile_count[tile] <= 0) return 0;
@@ -1637,11 +1637,15 @@ __global__ void __launch_bounds__(MX_W3_THREADS, 1) k_mmx_ws2(cu_gemv_args g) {
     if ((cu_mmx_abl & 8) && !two) return;
     if ((cu_mmx_abl & 16) && two) return;
     /* layout 12: the pair count rounded up to 96, 112 or 128 (n192, n224, n256: Flash's ~96
-     * pairs an expert multiply less padding) */
+     * pairs an expert multiply less padding); layout 11 as measured, 64 or 128 */
     if (!two) mx_ws2_body<TYPE, 64, CB>(g, mx_sm, start, nt, ex);
-    else if (CB && nt <= 96) mx_ws2_body<TYPE, 96, CB>(g, mx_sm, start, nt, ex);
-    else if (CB && nt <= 112) mx_ws2_body<TYPE, 112, CB>(g, mx_sm, start, nt, ex);
-    else mx_ws2_body<TYPE, 128, CB>(g, mx_sm, start, nt, ex);
+    else if constexpr (CB) {
+        if (nt <= 96) mx_ws2_body<TYPE, 96, CB>(g, mx_sm, start, nt, ex);
+        else if (nt <= 112) mx_ws2_body<TYPE, 112, CB>(g, mx_sm, start, nt, ex);
+        else mx_ws2_body<TYPE, 128, CB>(g, mx_sm, start, nt, ex);
+    } else {
+        mx_ws2_body<TYPE, 128, CB>(g, mx_sm, start, nt, ex);
+    }
 #endif
 }
 
@@ -1701,16 +1705,16 @@ static int mx_tile(int wtype) {
         const char *e = getenv("MINKE_CUDA_MMX_TILE"), *q = getenv("MINKE_CUDA_MMX_TILE_Q2K");
         t = e && *e ? atoi(e) : 9;
         if (t < 1 || t > 12 || t == 10) t = 9;
-        /* the Q2_K down's own layout (for A/B): by default the IQ2 products', 6 under 9 and 11 */
+        /* the Q2_K down's own layout (for A/B): by default the IQ2 products', 6 under 9, 11 and 12 */
         tq = q && *q ? atoi(q) : t >= 9 ? 6 : t;
         if (tq < 1 || tq > 9) tq = t >= 9 ? 6 : t;
     }
     return wtype == CU_TYPE_Q2_K ? tq : t;
 }
 
-/* layouts 6-9 and 11 apply to the IQ2 products (6 and 8: Q2_K too) where the sm_90a bodies
- * runs: an sm_90 device running the sm_90a code (binary version 90). The split then writes the
- * permuted order 6-9 read (11: the natural order); both ask here, so the two always agree. */
+/* layouts 6-9, 11 and 12 apply to the IQ2 products (6 and 8: Q2_K too) where the sm_90a bodies
+ * run: an sm_90 device running the sm_90a code (binary version 90). The split then writes the
+ * permuted order 6-9 read (11 and 12: the natural order); both ask here, so the two always agree. */
 static int mx_wg_ok(int wtype) {
     const int t = mx_tile(wtype), iq2 = wtype == CU_TYPE_IQ2R || wtype == CU_TYPE_IQ2_XXS;
     if (!(iq2 && t >= 6) && !(wtype == CU_TYPE_Q2_K && (t == 6 || t == 8))) return 0;
@@ -1798,21 +1802,22 @@ static int mx_launch_wg(const cu_gemv_args &g, int ntiles, cudaStream_t st) {
     return 1;
 }
 
-/* layout 9: a block per expert's tile pair or lone last tile (the odd tiles' blocks return at
- * once) */
-/* the timing ablations' switch into cu_mmx_abl, once per device */
+/* the timing ablations' switch into cu_mmx_abl, once per device (unset: the variable's 0
+ * stands, nothing is copied) */
 static int mx_abl_set(void) {
     static int abl_set[32];
     const int dev = cu_cur_dev();
-    if (!abl_set[dev]) {
+    if (!__atomic_load_n(&abl_set[dev], __ATOMIC_ACQUIRE)) {
         const char *e = getenv("MINKE_CUDA_MMX_ABL");
         const int v = e ? atoi(e) : 0;
-        if (cudaMemcpyToSymbol(cu_mmx_abl, &v, sizeof v) != cudaSuccess) return 0;
-        abl_set[dev] = 1;
+        if (v && cudaMemcpyToSymbol(cu_mmx_abl, &v, sizeof v) != cudaSuccess) { cudaGetLastError(); return 0; }
+        __atomic_store_n(&abl_set[dev], 1, __ATOMIC_RELEASE);
     }
     return 1;
 }
 
+/* layout 9: a block per expert's tile pair or lone last tile (the odd tiles' blocks return at
+ * once) */
 template <int TYPE>
 static int mx_launch_wg2(const cu_gemv_args &g, int ntiles, cudaStream_t st) {
     static int attr[32];
@@ -1885,31 +1890,41 @@ static int mx_pick(const cu_gemv_args &g, int ntiles, cudaStream_t st) {
  * as a histogram of the blocks layouts 9 and 12 make (synchronises: not under graph capture) */
 static void mx_hist(const cu_gemv_args &g, int ntiles, cudaStream_t st) {
     static int left = -1;
-    if (left < 0) { const char *e = getenv("MINKE_CUDA_MMX_HIST"); left = e ? atoi(e) : 0; }
-    if (left <= 0) return;
-    left--;
+    if (__atomic_load_n(&left, __ATOMIC_ACQUIRE) < 0) {
+        const char *e = getenv("MINKE_CUDA_MMX_HIST");
+        __atomic_store_n(&left, e ? atoi(e) : 0, __ATOMIC_RELEASE);
+    }
+    if (__atomic_fetch_sub(&left, 1, __ATOMIC_ACQ_REL) <= 0) return;
+    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(st, &cs) != cudaSuccess || cs != cudaStreamCaptureStatusNone) { cudaGetLastError(); return; }
     int nt = 0;
     int *tc = (int *)malloc(sizeof(int) * ntiles), *tx = (int *)malloc(sizeof(int) * ntiles);
-    cudaStreamSynchronize(st);
-    if (tc && tx && cudaMemcpy(&nt, g.n_tiles, sizeof(int), cudaMemcpyDeviceToHost) == cudaSuccess && nt <= ntiles &&
+    if (tc && tx && cudaStreamSynchronize(st) == cudaSuccess &&
+        cudaMemcpy(&nt, g.n_tiles, sizeof(int), cudaMemcpyDeviceToHost) == cudaSuccess && nt <= ntiles &&
         cudaMemcpy(tc, g.tile_count, sizeof(int) * nt, cudaMemcpyDeviceToHost) == cudaSuccess &&
         cudaMemcpy(tx, g.tile_expert, sizeof(int) * nt, cudaMemcpyDeviceToHost) == cudaSuccess) {
-        /* blocks by pairs: a lone tile <= 64, two tiles <= 96, <= 112, <= 128 */
+        /* blocks by pairs: a lone tile <= 64, two tiles <= 96, <= 112, <= 128 (tiles of experts
+         * another GPU owns, count 0, make none) */
         long bl[4] = {0, 0, 0, 0}, pairs = 0, experts = 0;
         for (int i = 0; i < nt;) {
             int j = i, cnt = 0;
-            while (j < nt && tx[j] == tx[i]) cnt += tc[j++];
-            experts++;
-            pairs += cnt;
-            for (int k = i; k < j; k += 2) {
-                const int p = tc[k] + (k + 1 < j ? tc[k + 1] : 0);
-                bl[k + 1 < j ? (p <= 96 ? 1 : p <= 112 ? 2 : 3) : 0]++;
+            for (; j < nt && tx[j] == tx[i]; j++)
+                if (tc[j] > 0) cnt += tc[j];
+            if (tc[i] > 0) {
+                experts++;
+                pairs += cnt;
+                for (int k = i; k < j; k += 2) {
+                    const int p = tc[k] + (k + 1 < j ? tc[k + 1] : 0);
+                    bl[k + 1 < j ? (p <= 96 ? 1 : p <= 112 ? 2 : 3) : 0]++;
+                }
             }
             i = j;
         }
-        fprintf(stderr, "mmx hist: %d rows x %ld pairs in %d tiles of %ld experts; blocks a row tile: lone %ld, "
-                "two <= 96 pairs %ld, <= 112 %ld, <= 128 %ld\n", g.rows, pairs, nt, experts, bl[0], bl[1], bl[2], bl[3]);
+        fprintf(stderr, "mmx hist: %lld rows x %ld pairs in %d tiles of %ld experts; blocks a row tile: lone %ld, "
+                "two <= 96 pairs %ld, <= 112 %ld, <= 128 %ld\n", (long long)g.rows, pairs, nt, experts, bl[0], bl[1], bl[2],
+                bl[3]);
     }
+    cudaGetLastError();
     free(tc);
     free(tx);
 }

@@ -267,8 +267,11 @@ int main(int argc, char **argv) {
         check(type, 384, 2048, 33, 40, 4, 0, 1.0f, 1, 1);
         check(type, 128, 512, 600, 3, 2, 0, 1.0f, 0, 0);       /* an expert of ~11 tiles: layout 9's pairing far
                                                                   from the expert's first tile */
-        check(type, 256, 512, 360, 8, 2, 0, 1.0f, 0, 0);       /* ~90 and ~110 pairs an expert: layout 12's */
-        check(type, 256, 512, 440, 8, 2, 0, 1.0f, 0, 0);       /* 96-, 112- and 128-pair bodies */
+        check(type, 256, 512, 360, 8, 2, 0, 1.0f, 0, 0);       /* ~90 and ~110 pairs an expert (the routing is
+                                                                  skewed: with this sequence 4 / 2 / 1 and 4 / 1 / 3
+                                                                  blocks of <= 96 / 112 / 128 pairs): layouts 9 and
+                                                                  12's 96-, 112- and 128-pair bodies */
+        check(type, 256, 512, 440, 8, 2, 0, 1.0f, 0, 0);
     }
     /* the switch: MoE tiles of IQ2R / Q2_K with f32 activations, nothing else */
     {
