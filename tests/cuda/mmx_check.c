@@ -53,6 +53,20 @@ static void pick_experts(int *sel, int T, int E, int K, int skewed) {
         }
 }
 
+/* One expert a token (K = 1) with given pair counts: expert e gets counts[e] of the T = sum
+ * tokens, in a random order (check's deterministic routing: which block bodies run is known) */
+static const int *g_counts;
+static void pick_counts(int *sel, int T, int E, const int *counts) {
+    int t = 0;
+    for (int e = 0; e < E; e++)
+        for (int i = 0; i < counts[e] && t < T; i++) sel[t++] = e;
+    for (int i = T - 1; i > 0; i--) {
+        const int j = (int)(urand() * (i + 1)) % (i + 1), v = sel[i];
+        sel[i] = sel[j];
+        sel[j] = v;
+    }
+}
+
 /* MoE tiles of 64 pairs from dsel into dt (P + 4 maxt + 1 ints) */
 static int tiles_set(cu_gemv_args *g, const int *dsel, int P, int E, int *dt) {
     int maxt = P / 64 + 1 + E;
@@ -113,7 +127,8 @@ static void check(int type, int64_t rows, int64_t in, int T, int E, int K, int p
     int rinf = per_pair ? 1 * K : 1, rnan = per_pair ? 3 * K : 3;    /* activation rows of tokens 1 and 3 */
     if (bad) { x[(int64_t)rinf * in + 7] = INFINITY; x[(int64_t)rnan * in + in - 2] = NAN; }
     int *sel = malloc(sizeof(int) * P);
-    pick_experts(sel, T, E, K, 1);
+    if (g_counts) pick_counts(sel, T, E, g_counts);
+    else pick_experts(sel, T, E, K, 1);
     float *y0 = malloc(sizeof(float) * P * rows), *y = malloc(sizeof(float) * P * rows);
     for (int64_t i = 0; i < (int64_t)P * rows; i++) y0[i] = accumulate ? frand() : NAN;
     double *yr = malloc(sizeof(double) * P * rows), *yp = malloc(sizeof(double) * P * rows);
@@ -267,11 +282,18 @@ int main(int argc, char **argv) {
         check(type, 384, 2048, 33, 40, 4, 0, 1.0f, 1, 1);
         check(type, 128, 512, 600, 3, 2, 0, 1.0f, 0, 0);       /* an expert of ~11 tiles: layout 9's pairing far
                                                                   from the expert's first tile */
-        check(type, 256, 512, 360, 8, 2, 0, 1.0f, 0, 0);       /* ~90 and ~110 pairs an expert (the routing is
-                                                                  skewed: with this sequence 4 / 2 / 1 and 4 / 1 / 3
-                                                                  blocks of <= 96 / 112 / 128 pairs): layouts 9 and
-                                                                  12's 96-, 112- and 128-pair bodies */
+        check(type, 256, 512, 360, 8, 2, 0, 1.0f, 0, 0);       /* ~90 and ~110 pairs an expert (skewed routing) */
         check(type, 256, 512, 440, 8, 2, 0, 1.0f, 0, 0);
+        {
+            /* every block width the wgmma layouts pick, by construction: lone tiles of 10, 30, 45
+             * and 60 pairs (16-, 32-, 48-, 64-pair bodies), tile pairs of 90, 105, 120 and 128
+             * (96, 112, 128; layout 6: a full tile and a partial one of 26, 41, 56, 64) */
+            static const int counts[8] = {10, 30, 45, 60, 90, 105, 120, 128};
+            g_counts = counts;
+            check(type, 256, 512, 588, 8, 1, 0, 1.0f, 0, 0);
+            check(type, 256, 512, 588, 8, 1, 1, 1.0f, 1, 0);   /* down-shaped, accumulate */
+            g_counts = NULL;
+        }
     }
     /* the switch: MoE tiles of IQ2R / Q2_K with f32 activations, nothing else */
     {
