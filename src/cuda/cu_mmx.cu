@@ -81,8 +81,8 @@ static_assert(CU_MMQ_TILE == MX_BN, "a block is one MoE tile");
 /* this file's copy of the IQ2_XXS grid (cu_mmx_tables_init) */
 __device__ uint64_t cu_mmx_grid[256];
 /* timing ablations (MINKE_CUDA_MMX_ABL, results then wrong: for measurements only): layout
- * 12: 1 no A decode, 2 no fold, 4 no B copies; layouts 9 and 12: 8 the lone tiles' blocks
- * return, 16 the tile pairs' blocks return */
+ * 12: 1 no A decode, 2 no fold, 4 no B copies; layouts 9, 11 and 12 (mx_pair_tile): 8 the
+ * lone tiles' blocks return, 16 the tile pairs' blocks return */
 __device__ int cu_mmx_abl;
 
 /* shared memory, in bytes from the start (BM weight rows a block) */
@@ -1225,11 +1225,12 @@ __device__ __forceinline__ int mx_pair_tile(const cu_gemv_args &g, int *start, i
     if (mx_tile_index(g, tile, *ex) & 1) return 0;
     *start = g.tile_start[tile];
     *two = tile + 1 < ntl && g.tile_expert[tile + 1] == *ex;
+    if (cu_mmx_abl & (*two ? 16 : 8)) return 0;         /* timing ablations only */
     *nt = g.tile_count[tile] + (*two ? g.tile_count[tile + 1] : 0);
     return 1;
 }
 
-/* Layouts 9 and 11's fold at a super-block's end: y[row] += d (acc_h + acc_l) for this thread's
+/* Layouts 9, 11 and 12's fold at a super-block's end: y[row] += d (acc_h + acc_l) for this thread's
  * rows yrow[0] (accumulators 4 i, 4 i + 1) and yrow[1] (4 i + 2, 4 i + 3), pair 4 i + c; the
  * accumulators back to 0 */
 template <int NP>
@@ -1411,8 +1412,6 @@ __global__ void __launch_bounds__(MX_WG_THREADS, 1) k_mmx_wg2(cu_gemv_args g) {
     int start, nt, ex;
     bool two;
     if (!mx_pair_tile(g, &start, &nt, &ex, &two)) return;
-    if ((cu_mmx_abl & 8) && !two) return;
-    if ((cu_mmx_abl & 16) && two) return;
     /* a branch around the whole pipeline (a branch around wgmma makes ptxas serialize them) */
     if (!two) {
         if (nt <= 16) mx_wg2_body<TYPE, 16>(g, mx_sm, start, nt, ex);
@@ -1634,8 +1633,6 @@ __global__ void __launch_bounds__(MX_W3_THREADS, 1) k_mmx_ws2(cu_gemv_args g) {
     int start, nt, ex;
     bool two;
     if (!mx_pair_tile(g, &start, &nt, &ex, &two)) return;
-    if ((cu_mmx_abl & 8) && !two) return;
-    if ((cu_mmx_abl & 16) && two) return;
     /* layout 12: the pair count rounded up to 96, 112 or 128 (n192, n224, n256: Flash's ~96
      * pairs an expert multiply less padding); layout 11 as measured, 64 or 128 */
     if (!two) mx_ws2_body<TYPE, 64, CB>(g, mx_sm, start, nt, ex);
@@ -1889,12 +1886,14 @@ static int mx_pick(const cu_gemv_args &g, int ntiles, cudaStream_t st) {
 /* MINKE_CUDA_MMX_HIST=n (a diagnostic): the first n products print their experts' pair counts
  * as a histogram of the blocks layouts 9 and 12 make (synchronises: not under graph capture) */
 static void mx_hist(const cu_gemv_args &g, int ntiles, cudaStream_t st) {
-    static int left = -1;
-    if (__atomic_load_n(&left, __ATOMIC_ACQUIRE) < 0) {
+    static int left = -2;     /* -2: the environment not read yet; <= 0 after: nothing to print */
+    int l = __atomic_load_n(&left, __ATOMIC_ACQUIRE);
+    if (l == -2) {
         const char *e = getenv("MINKE_CUDA_MMX_HIST");
-        __atomic_store_n(&left, e ? atoi(e) : 0, __ATOMIC_RELEASE);
+        l = e && atoi(e) > 0 ? atoi(e) : 0;
+        __atomic_store_n(&left, l, __ATOMIC_RELEASE);
     }
-    if (__atomic_fetch_sub(&left, 1, __ATOMIC_ACQ_REL) <= 0) return;
+    if (l <= 0 || __atomic_fetch_sub(&left, 1, __ATOMIC_ACQ_REL) <= 0) return;
     cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
     if (cudaStreamIsCapturing(st, &cs) != cudaSuccess || cs != cudaStreamCaptureStatusNone) { cudaGetLastError(); return; }
     int nt = 0;
