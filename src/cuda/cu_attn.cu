@@ -838,7 +838,7 @@ static int att_tc_min(void) {
 
 void cu_attention(const float *q, const float *kv_batch, const float *ring, const void *comp, int comp_fmt,
                   const int *sel, const int *nsel, int topk, const float *sinks, int T, int nh, int hd,
-                  int W, int ratio, int nrot, const float *inv_freq, float scale, const int *pos0p,
+                  int W, int ratio, int nrot, const float *inv_freq, float scale, const int *pos0p, int pos0,
                   float *o, float *part, int nsplit, int tc, cudaStream_t st) {
     const bool fp8 = comp_fmt == CU_KV_FP8;
     if (!part || nsplit < 1) nsplit = 1;
@@ -847,7 +847,7 @@ void cu_attention(const float *q, const float *kv_batch, const float *ring, cons
      * the backend unpacks them first (cu_kvrows_unpack) for the prefill kernels */
     if (!fp8 && nsplit == 1 && T >= att_tc_min() && (att_tc_mode() == 2 || (tc && att_tc_mode() == 1)) &&
         cu_attention_tc(q, kv_batch, ring, (const float *)comp, sel, nsel, topk, sinks, T, nh, hd, W, ratio, nrot,
-                        inv_freq, scale, pos0p, o, st))
+                        inv_freq, scale, pos0p, pos0, o, st))
         return;
     if (!fp8 && nsplit == 1 && hd <= 512 && hd % 128 == 0 && att_heads_mode()) {
         cu_launch(k_attention_heads,

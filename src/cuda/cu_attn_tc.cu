@@ -22,9 +22,10 @@
  * models whose attention projections are not F32 (the backend's tc) and
  * batches of at least MINKE_CUDA_ATT_TC_MIN tokens (default 256);
  * MINKE_CUDA_ATT_TC=2 forces it for all models, 0 turns it off.
- * k_attention_tcp (below, MINKE_CUDA_ATT_TC_PIPE, default 1) is the same
- * arithmetic with the next tile's rows copied by cp.async during this one's
- * products; PIPE=0 runs k_attention_tc. */
+ * k_attention_tcp (below, MINKE_CUDA_ATT_TC_PIPE=1) is the same arithmetic
+ * with the next tile's rows copied by cp.async during this one's products;
+ * PIPE=0 runs k_attention_tc. On sm_90a devices the default (PIPE=2) is
+ * cu_attn_wg.cu's wgmma kernel. */
 #include "cuda/cu_common.cuh"
 #include "cuda/cu_ops.h"
 #include <cuda_fp16.h>
@@ -430,11 +431,12 @@ k_attention_tcp(const float *q, const float *kv_batch, const float *ring, const 
     atc_finish<HD>(acc, sM, sL, sinks, sCos, sSin, nrot, t, nh, h0, hg, part, g, c, o);
 }
 
-/* MINKE_CUDA_ATT_TC_PIPE: 1 (default) k_attention_tcp, 0 k_attention_tc; both
+/* MINKE_CUDA_ATT_TC_PIPE: 2 (default) k_attention_wg (cu_attn_wg.cu, sm_90a;
+ * where it does not apply, 1), 1 k_attention_tcp, 0 k_attention_tc; 1 and 0
  * give the same bits. Read at each call (attn_check switches it); where the
  * pipelined kernel's shared memory is refused (sm_80: 178 KB at hd 512) the
  * launcher runs k_attention_tc. */
-#define ATC_PIPE_DEFAULT 1
+#define ATC_PIPE_DEFAULT 2
 static int atc_pipe_mode(void) {
     const char *e = getenv("MINKE_CUDA_ATT_TC_PIPE");
     return e ? atoi(e) : ATC_PIPE_DEFAULT;
@@ -454,11 +456,16 @@ template <typename K> static int atc_smem_ready(int *ready, int dev, K kern, siz
 template <int HD>
 static int atc_launch(const float *q, const float *kv_batch, const float *ring, const float *comp, const int *sel,
                       const int *nsel, int topk, const float *sinks, int T, int nh, int W, int ratio, int nrot,
-                      const float *inv_freq, float scale, const int *pos0p, float *o, cudaStream_t st) {
+                      const float *inv_freq, float scale, const int *pos0p, int pos0, float *o, cudaStream_t st) {
     static int ready[32], ready_p[32];
     const int dev = cu_cur_dev();
     const dim3 grid((nh + ATC_HEADS - 1) / ATC_HEADS, T);
-    if (atc_pipe_mode() == 1 && atc_smem_ready(ready_p, dev, k_attention_tcp<HD>, atcp_layout<HD>::bytes)) {
+    const int mode = atc_pipe_mode();
+    if (mode == 2 && pos0 >= 0 &&
+        cu_attention_wg(q, kv_batch, ring, comp, sel, nsel, topk, sinks, T, nh, HD, W, ratio, nrot, inv_freq, scale,
+                        pos0p, pos0, o, st))
+        return 1;
+    if (mode >= 1 && atc_smem_ready(ready_p, dev, k_attention_tcp<HD>, atcp_layout<HD>::bytes)) {
         cu_launch(k_attention_tcp<HD>, grid, ATC_THREADS, atcp_layout<HD>::bytes, st,
                   q, kv_batch, ring, comp, sel, nsel, topk, sinks, nh, W, ratio, nrot, inv_freq, scale, pos0p, o);
         return 1;
@@ -472,12 +479,12 @@ static int atc_launch(const float *q, const float *kv_batch, const float *ring, 
 
 int cu_attention_tc(const float *q, const float *kv_batch, const float *ring, const float *comp, const int *sel,
                     const int *nsel, int topk, const float *sinks, int T, int nh, int hd, int W, int ratio, int nrot,
-                    const float *inv_freq, float scale, const int *pos0p, float *o, cudaStream_t st) {
+                    const float *inv_freq, float scale, const int *pos0p, int pos0, float *o, cudaStream_t st) {
     if (nrot > hd || nrot % 2) return 0;
     switch (hd) {
-    case 128: return atc_launch<128>(q, kv_batch, ring, comp, sel, nsel, topk, sinks, T, nh, W, ratio, nrot, inv_freq, scale, pos0p, o, st);
-    case 256: return atc_launch<256>(q, kv_batch, ring, comp, sel, nsel, topk, sinks, T, nh, W, ratio, nrot, inv_freq, scale, pos0p, o, st);
-    case 512: return atc_launch<512>(q, kv_batch, ring, comp, sel, nsel, topk, sinks, T, nh, W, ratio, nrot, inv_freq, scale, pos0p, o, st);
+    case 128: return atc_launch<128>(q, kv_batch, ring, comp, sel, nsel, topk, sinks, T, nh, W, ratio, nrot, inv_freq, scale, pos0p, pos0, o, st);
+    case 256: return atc_launch<256>(q, kv_batch, ring, comp, sel, nsel, topk, sinks, T, nh, W, ratio, nrot, inv_freq, scale, pos0p, pos0, o, st);
+    case 512: return atc_launch<512>(q, kv_batch, ring, comp, sel, nsel, topk, sinks, T, nh, W, ratio, nrot, inv_freq, scale, pos0p, pos0, o, st);
     default: return 0;
     }
 }

@@ -1290,7 +1290,8 @@ static void attention_layer(fwd *f, int il) {
         comp_fmt = CU_KV_F32;
     }
     cu_attention(s->q, s->kvb, lc->ring, comp_rows, comp_fmt, ratio == 4 ? s->sel : NULL, s->nsel, (int)c->indexer_top_k,
-                 (const float *)L->sinks.d + f->cm->h0, T, H, Dh, W, ratio, nrot, rope, c->attn_scale, s->d_pos, s->o,
+                 (const float *)L->sinks.d + f->cm->h0, T, H, Dh, W, ratio, nrot, rope, c->attn_scale, s->d_pos,
+                 f->pos0_host, s->o,
                  s->attn_part, T <= ATT_SPLIT_MAX_T ? ATT_SPLIT : 1, L->q_b.type != CU_TYPE_F32, st);
     if (!ring_done) cu_raw_store(s->kvb, T, Dh, W, s->d_pos, lc->ring, st);
     tapv(f, "blk.%d.attn_o", il, s->o, (int64_t)H * Dh);

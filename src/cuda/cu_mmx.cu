@@ -70,6 +70,7 @@
 #include "cuda/cu_common.cuh"
 #include "cuda/cu_gemv3.h"
 #include "cuda/cu_ops.h"
+#include "cuda/cu_wgmma.cuh"
 
 #define MX_BN 64                  /* pairs a block: one MoE tile */
 #define MX_BK 64                  /* elements a stage */
@@ -788,22 +789,7 @@ struct mx_wg_smem {
 /* The wgmma wrappers: D[64 x 2 NP] += A[64 x 16] B[16 x 2 NP] for NP pairs (two f16 pieces a
  * pair), A in registers (mx_wgmma: the weights decoded by the multiplying warps) or in shared
  * memory (mx_wgmma_ss: layouts 11 and 12), B in shared memory (K-major, 128-byte swizzle).
- * MX_ACCn: the accumulators' operands %0 .. %(n - 1); MX_Dn: their constraints. */
-#define MX_WG_D8(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
-#define MX_ACC16 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
-#define MX_D16 MX_WG_D8(0), MX_WG_D8(8)
-#define MX_ACC32 MX_ACC16 ", " "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
-#define MX_D32 MX_D16, MX_WG_D8(16), MX_WG_D8(24)
-#define MX_ACC48 MX_ACC32 ", " "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47"
-#define MX_D48 MX_D32, MX_WG_D8(32), MX_WG_D8(40)
-#define MX_ACC64 MX_ACC48 ", " "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-#define MX_D64 MX_D48, MX_WG_D8(48), MX_WG_D8(56)
-#define MX_ACC96 MX_ACC64 ", " "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95"
-#define MX_D96 MX_D64, MX_WG_D8(64), MX_WG_D8(72), MX_WG_D8(80), MX_WG_D8(88)
-#define MX_ACC112 MX_ACC96 ", " "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111"
-#define MX_D112 MX_D96, MX_WG_D8(96), MX_WG_D8(104)
-#define MX_ACC128 MX_ACC112 ", " "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
-#define MX_D128 MX_D112, MX_WG_D8(112), MX_WG_D8(120)
+ * MX_ACCn / MX_Dn (cu_wgmma.cuh): the accumulators' operands and constraints. */
 #define MX_WGMMA_RS(NP, N, A0, A1, A2, A3, DB)                                                          \
     __device__ __forceinline__ void mx_wgmma(float (&d)[NP], const uint32_t (&a)[4], uint64_t desc) {        \
         asm volatile("wgmma.mma_async.sync.aligned.m64n" #N "k16.f32.f16.f16 {" MX_ACC##NP "}, "                \

@@ -379,7 +379,7 @@ static void l_att(void *a) {
     att_ctx *c = a;
     cu_attention(c->q, c->kvb, c->ring, c->fmt == CU_KV_FP8 ? c->comp8 : c->comp, c->fmt, c->ratio == 4 ? c->sel : NULL,
                  c->nsel, TOPK, c->sinks, c->T, NH, HD, WIN, c->ratio, NROT, c->inv_freq, 1.0f / sqrtf((float)HD), c->pos,
-                 c->o, c->part, c->nsplit, 1, st);
+                 c->pos0, c->o, c->part, c->nsplit, 1, st);
 }
 
 /* ---- compressed rows stored as FP8 (issue #6) ----
@@ -491,65 +491,94 @@ static void att_ref(const float *q, const float *kvb, const float *ring, const f
     free(rows); free(s);
 }
 
-/* ---- tensor-core prefill attention: pipe 0 / 1 bit for bit ---- */
+/* ---- tensor-core prefill attention: pipe 0 / 1 bit for bit, pipe 2 (wgmma) close ---- */
 typedef struct {
     int T, nh, ratio, pos0;
     float *q, *kvb, *ring, *comp, *sinks, *inv_freq, *o;
     int *sel, *nsel, *pos;
+    int pipe;           /* 0, 1: cu_attention_tc under MINKE_CUDA_ATT_TC_PIPE; 2: cu_attention_wg itself */
 } tc_ctx;
 static int tc_refused;
 static void l_tc(void *a) {
     tc_ctx *c = a;
-    if (!cu_attention_tc(c->q, c->kvb, c->ring, c->comp, c->ratio == 4 ? c->sel : NULL, c->nsel, TOPK, c->sinks, c->T,
-                         c->nh, HD, WIN, c->ratio, NROT, c->inv_freq, 1.0f / sqrtf((float)HD), c->pos, c->o, st))
-        tc_refused = 1;
+    const float scale = 1.0f / sqrtf((float)HD);
+    int ran = c->pipe == 2
+        ? cu_attention_wg(c->q, c->kvb, c->ring, c->comp, c->ratio == 4 ? c->sel : NULL, c->nsel, TOPK, c->sinks, c->T,
+                          c->nh, HD, WIN, c->ratio, NROT, c->inv_freq, scale, c->pos, c->pos0, c->o, st)
+        : cu_attention_tc(c->q, c->kvb, c->ring, c->comp, c->ratio == 4 ? c->sel : NULL, c->nsel, TOPK, c->sinks, c->T,
+                          c->nh, HD, WIN, c->ratio, NROT, c->inv_freq, scale, c->pos, c->pos0, c->o, st);
+    if (!ran) tc_refused = 1;
 }
-static void tc_pipe_set(int v) {
+static void tc_pipe_set(tc_ctx *c, int v) {
     char b[16];
     snprintf(b, sizeof b, "%d", v);
     setenv("MINKE_CUDA_ATT_TC_PIPE", b, 1);     /* the launcher reads it at each call */
+    c->pipe = v;
 }
-/* runs pipe 0 and 1 on c; out0 gets pipe 0's output (T x nh x HD floats);
- * an ok line for 1 == 0; with ref (the tokens toks[0..ntok) of a
- * double reference, NH heads) also pipe 0's error; with tflop > 0 a time line */
+/* runs pipes 0, 1 and 2 on c; out0 gets pipe 0's output (T x nh x HD floats);
+ * an ok line for 1 == 0 bit for bit and for 2 close to 0 (the wgmma kernel
+ * sums in other orders; a skip line where it does not run: not sm_90a); with
+ * ref (the tokens toks[0..ntok) of a double reference, NH heads) also pipe 0's
+ * and 2's errors; with tflop > 0 a time line (pipe 1, the previous default,
+ * against 2) */
 static void tc_compare(tc_ctx *c, const char *label, float *out0, const double *ref, const int *toks, int ntok,
                        double tflop) {
     size_t no = (size_t)c->T * c->nh * HD;
     float *o1 = malloc(sizeof(float) * no);
     char what[240];
-    tc_refused = 0;
-    for (int pipe = 0; pipe <= 1; pipe++) {
-        tc_pipe_set(pipe);
+    int wg_ran = 0;
+    for (int pipe = 0; pipe <= 2; pipe++) {
+        tc_refused = 0;
+        tc_pipe_set(c, pipe);
         CK(cudaMemset(c->o, 0xff, sizeof(float) * no));      /* NaN: every output must be written */
         l_tc(c); CK(cudaGetLastError());
         to_host(pipe ? o1 : out0, c->o, sizeof(float) * no);
+        if (tc_refused && pipe == 2) { printf("skip attention_wg %s: not an sm_90a device / build\n", label); break; }
         if (tc_refused) { snprintf(what, sizeof what, "attention_tc %s: the launcher refused hd %d", label, HD); report(0, what); break; }
-        if (pipe == 0) {
-            if (ref) {
-                double md = 0, rmax = 0;
-                for (int k = 0; k < ntok; k++)
-                    for (size_t i = 0; i < (size_t)NH * HD; i++) {
-                        double r = ref[(size_t)k * NH * HD + i], d = fabs(out0[(size_t)toks[k] * NH * HD + i] - r);
-                        if (fabs(r) > rmax) rmax = fabs(r);
-                        if (!(d <= md)) md = d;
-                    }
-                snprintf(what, sizeof what, "attention_tc %s pipe=0: max|o-ref|/max|ref| %.2e over %d token(s) (f16 q/k/p)",
-                         label, md / rmax, ntok);
-                report(md / rmax < 1e-2, what);
-            }
-            continue;
+        const float *ob = pipe ? o1 : out0;
+        if ((pipe == 0 || pipe == 2) && ref) {
+            double md = 0, rmax = 0;
+            for (int k = 0; k < ntok; k++)
+                for (size_t i = 0; i < (size_t)NH * HD; i++) {
+                    double r = ref[(size_t)k * NH * HD + i], d = fabs(ob[(size_t)toks[k] * NH * HD + i] - r);
+                    if (fabs(r) > rmax) rmax = fabs(r);
+                    if (!(d <= md)) md = d;
+                }
+            snprintf(what, sizeof what, "attention_tc %s pipe=%d: max|o-ref|/max|ref| %.2e over %d token(s) (f16 q/k/p)",
+                     label, pipe, md / rmax, ntok);
+            report(md / rmax < 1e-2, what);
         }
-        size_t ndiff = 0;
-        for (size_t i = 0; i < no; i++) if (memcmp(&o1[i], &out0[i], 4)) ndiff++;
-        snprintf(what, sizeof what, "attention_tc %s pipe=1 (cp.async, S 16x16) vs pipe=0: bit-identical (%zu of %zu differ)",
-                 label, ndiff, no);
-        report(ndiff == 0, what);
+        if (pipe == 1) {
+            size_t ndiff = 0;
+            for (size_t i = 0; i < no; i++) if (memcmp(&o1[i], &out0[i], 4)) ndiff++;
+            snprintf(what, sizeof what, "attention_tc %s pipe=1 (cp.async, S 16x16) vs pipe=0: bit-identical (%zu of %zu differ)",
+                     label, ndiff, no);
+            report(ndiff == 0, what);
+        }
+        if (pipe == 2) {
+            double md = 0, mx = 0;
+            int finite = 1;
+            for (size_t i = 0; i < no; i++) {
+                if (!isfinite(o1[i])) finite = 0;
+                double d = fabs((double)o1[i] - out0[i]);
+                if (!(d <= md)) md = d;
+                if (fabs(out0[i]) > mx) mx = fabs(out0[i]);
+            }
+            snprintf(what, sizeof what, "attention_wg %s pipe=2 (wgmma) vs pipe=0: max|diff|/max|o| %.2e, all finite %d",
+                     label, mx > 0 ? md / mx : md, finite);
+            report(finite && md <= 2e-3 * mx, what);
+            wg_ran = 1;
+        }
     }
     if (tflop > 0 && !tc_refused) {
         float med[2], mean[2];
-        for (int pipe = 0; pipe <= 1; pipe++) { tc_pipe_set(pipe); time_one(label, l_tc, c, &med[pipe], &mean[pipe]); }
-        printf("time attention_tc %s: old %.1f us, new %.1f us; b2b old %.1f new %.1f; x%.2f; new %.0f TFLOP/s\n", label,
-               med[0], med[1], mean[0], mean[1], med[0] / med[1], tflop / (med[1] * 1e-6));
+        for (int k = 0; k < 1 + wg_ran; k++) { tc_pipe_set(c, 1 + k); time_one(label, l_tc, c, &med[k], &mean[k]); }
+        if (wg_ran)
+            printf("time attention_tc %s: mma.sync (pipe 1) %.1f us, wgmma (pipe 2) %.1f us; b2b %.1f / %.1f; x%.2f; %.0f TFLOP/s\n",
+                   label, med[0], med[1], mean[0], mean[1], med[0] / med[1], tflop / (med[1] * 1e-6));
+        else
+            printf("time attention_tc %s: mma.sync (pipe 1) %.1f us (b2b %.1f); %.0f TFLOP/s\n", label, med[0], mean[0],
+                   tflop / (med[0] * 1e-6));
     }
     unsetenv("MINKE_CUDA_ATT_TC_PIPE");
     free(o1);
@@ -676,7 +705,7 @@ static void check_attention(int T, int ratio, int ncomp_rows) {
     snprintf(label, sizeof label, "T=%d ratio=%d rows=%d+%d", T, ratio, nraw, ncomp);
     c.comp8 = fp8_rows_dev(hcomp, ncap, label);
     {   /* the tensor-core kernel, forced, on the same inputs */
-        tc_ctx tc = {T, NH, ratio, c.pos0, c.q, c.kvb, c.ring, c.comp, c.sinks, c.inv_freq, c.o, c.sel, c.nsel, c.pos};
+        tc_ctx tc = {T, NH, ratio, c.pos0, c.q, c.kvb, c.ring, c.comp, c.sinks, c.inv_freq, c.o, c.sel, c.nsel, c.pos, 0};
         int toks[2] = {0, 1};
         tc_compare(&tc, label, o, ref, toks, T, 0);
     }
