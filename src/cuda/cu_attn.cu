@@ -839,7 +839,7 @@ static int att_tc_min(void) {
 void cu_attention(const float *q, const float *kv_batch, const float *ring, const void *comp, int comp_fmt,
                   const int *sel, const int *nsel, int topk, const float *sinks, int T, int nh, int hd,
                   int W, int ratio, int nrot, const float *inv_freq, float scale, const int *pos0p, int pos0,
-                  float *o, float *part, int nsplit, int tc, cudaStream_t st) {
+                  float qeps, float *o, float *part, int nsplit, int tc, cudaStream_t st) {
     const bool fp8 = comp_fmt == CU_KV_FP8;
     if (!part || nsplit < 1) nsplit = 1;
     if (nsplit > 64) nsplit = 64;
@@ -847,8 +847,10 @@ void cu_attention(const float *q, const float *kv_batch, const float *ring, cons
      * the backend unpacks them first (cu_kvrows_unpack) for the prefill kernels */
     if (!fp8 && nsplit == 1 && T >= att_tc_min() && (att_tc_mode() == 2 || (tc && att_tc_mode() == 1)) &&
         cu_attention_tc(q, kv_batch, ring, (const float *)comp, sel, nsel, topk, sinks, T, nh, hd, W, ratio, nrot,
-                        inv_freq, scale, pos0p, pos0, o, st))
+                        inv_freq, scale, pos0p, pos0, qeps, o, st))
         return;
+    /* the other kernels read q normed */
+    if (qeps >= 0.f) cu_qhead_norm_rope((float *)q, T, nh, hd, nrot, inv_freq, pos0p, qeps, st);
     if (!fp8 && nsplit == 1 && hd <= 512 && hd % 128 == 0 && att_heads_mode()) {
         cu_launch(k_attention_heads,
             dim3((nh + ATH_HEADS - 1) / ATH_HEADS, T), ATH_HEADS * 32, 0, st,

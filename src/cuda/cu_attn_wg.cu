@@ -97,13 +97,15 @@ __global__ void k_rows_f16(const float *src, __half *dst, int64_t n4) {
     ((uint2 *)dst)[i] = make_uint2(*(const uint32_t *)&a, *(const uint32_t *)&b);
 }
 
-/* lbo_pv / sbo_pv: the descriptor distances of V (N-major); the launcher's
- * defaults, changeable for the layout check (MINKE_CUDA_ATT_WG_PV=1 swaps them) */
+/* ncomp: the compressed rows converted (those below pos0 + T). qeps >= 0: q is
+ * the raw q_b output, and its per-head RMS norm (eps qeps) and RoPE happen
+ * here as Q is staged (k_qhead_w's math, its sums in another order); < 0: q
+ * is already normed and rotated. */
 template <int HD>
 __global__ void __launch_bounds__(ATW_THREADS, 1)
 k_attention_wg(const float *q, const __half *kvh, const __half *ringh, const __half *comph, const int *sel,
                const int *nsel, int topk, const float *sinks, int nh, int W, int ratio, int nrot,
-               const float *inv_freq, float scale, const int *pos0p, float *o, unsigned lbo_pv, unsigned sbo_pv) {
+               const float *inv_freq, float scale, const int *pos0p, float *o, int ncomp, float qeps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     typedef atw_layout<HD> L;
     constexpr int NO = HD / 4;            /* O accumulators a thread: m64 x n(hd / 2) */
@@ -134,7 +136,9 @@ k_attention_wg(const float *q, const __half *kvh, const __half *ringh, const __h
             const int j = qp - nraw + 1 + i;
             return j >= pos0 ? kvh + (int64_t)(j - pos0) * HD : ringh + (int64_t)(j % W) * HD;
         }
-        const int ci = ratio == 4 ? sSel[i - nraw] : i - nraw;
+        /* the indexer selects among the (qp + 1) / 4 rows the position has; the clamp only
+         * keeps a caller's wrong index inside the converted rows */
+        const int ci = ratio == 4 ? min(sSel[i - nraw], ncomp - 1) : i - nraw;
         return comph + (int64_t)ci * HD;
     };
     /* tile it's rows by cp.async (rows past the end zero-filled: their p is 0, and 0 x garbage could be NaN) */
@@ -154,7 +158,51 @@ k_attention_wg(const float *q, const __half *kvh, const __half *ringh, const __h
     issue_tile(0);
 
     /* Q as f16 in the core-matrix layout (heads past nh zero) */
-    {
+    if (qeps >= 0.f) {
+        /* warp w: heads 8 w .. 8 w + 7, two at a time; lane: dims 4 lane + 128 m */
+        constexpr int NM = HD / 128;
+        const int w = tid >> 5, off = HD - nrot;
+        const float *qt = q + ((int64_t)t * nh + h0) * HD;
+#pragma unroll 1
+        for (int hp = 0; hp < 8; hp += 2) {
+            float4 v[2][NM];
+#pragma unroll
+            for (int u = 0; u < 2; u++)
+#pragma unroll
+                for (int m = 0; m < NM; m++) {
+                    const int hh = 8 * w + hp + u;
+                    v[u][m] = h0 + hh < nh ? __ldg((const float4 *)(qt + (int64_t)hh * HD + 128 * m) + lane)
+                                           : make_float4(0.f, 0.f, 0.f, 0.f);
+                }
+#pragma unroll
+            for (int u = 0; u < 2; u++) {
+                const int hh = 8 * w + hp + u;
+                double ss = 0.0;
+#pragma unroll
+                for (int m = 0; m < NM; m++)
+                    ss += (double)v[u][m].x * v[u][m].x + (double)v[u][m].y * v[u][m].y +
+                          (double)v[u][m].z * v[u][m].z + (double)v[u][m].w * v[u][m].w;
+                ss = warp_sum_d(ss);
+                const float r = (float)(1.0 / sqrt(ss / HD + (double)qeps));
+#pragma unroll
+                for (int m = 0; m < NM; m++) {
+                    float x[4] = {v[u][m].x * r, v[u][m].y * r, v[u][m].z * r, v[u][m].w * r};
+                    const int d = 128 * m + 4 * lane;
+#pragma unroll
+                    for (int e = 0; e < 4; e += 2)
+                        if (d + e >= off) {
+                            const int k = (d + e - off) >> 1;
+                            const float cs = sCos[k], sn = -sSin[k];      /* sSin holds the inverse rotation's */
+                            const float x0 = x[e], x1 = x[e + 1];
+                            x[e] = x0 * cs - x1 * sn;
+                            x[e + 1] = x0 * sn + x1 * cs;
+                        }
+                    const uint2 hv = make_uint2(atw_h2u(__floats2half2_rn(x[0], x[1])), atw_h2u(__floats2half2_rn(x[2], x[3])));
+                    *(uint2 *)(atw_sh + L::q + atw_off<HD>(hh, d >> 3) + (d & 7) * 2) = hv;
+                }
+            }
+        }
+    } else {
         const float *qt = q + ((int64_t)t * nh + h0) * HD;
 #pragma unroll 4
         for (int i = tid; i < ATW_HEADS * HD / 8; i += ATW_THREADS) {
@@ -262,7 +310,8 @@ k_attention_wg(const float *q, const __half *kvh, const __half *ringh, const __h
 #pragma unroll
         for (int kk = 0; kk < 4; kk++) {
             const unsigned boff = (unsigned)((2 * kk * (HD / 8) + wg * (HD / 16)) * 128);
-            atw_mma_pv(oacc, pa[kk], atw_desc(kt + boff, lbo_pv, sbo_pv));
+            /* V N-major: core matrices adjacent in K (8-row groups) hd * 16 bytes apart, in N 128 */
+            atw_mma_pv(oacc, pa[kk], atw_desc(kt + boff, HD * 16, 128));
         }
         asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
         atw_pin(oacc);
@@ -331,7 +380,8 @@ static void rows_f16(const float *src, __half *dst, int64_t rows, int hd, cudaSt
 template <int HD>
 static int atw_launch(const float *q, const float *kv_batch, const float *ring, const float *comp, const int *sel,
                       const int *nsel, int topk, const float *sinks, int T, int nh, int W, int ratio, int nrot,
-                      const float *inv_freq, float scale, const int *pos0p, int pos0, float *o, cudaStream_t st) {
+                      const float *inv_freq, float scale, const int *pos0p, int pos0, float qeps, float *o,
+                      cudaStream_t st) {
     const int dev = cu_cur_dev();
     if (dev < 0 || dev >= 32 || !atw_ok<HD>(dev)) return 0;
     if ((ratio == 4 && topk > ATW_MAX_SEL) || nrot > ATW_MAX_ROT || nrot % 2 || nrot > HD) return 0;
@@ -351,25 +401,24 @@ static int atw_launch(const float *q, const float *kv_batch, const float *ring, 
     rows_f16(kv_batch, kvh, T, HD, st);
     if (pos0 > 0) rows_f16(ring, ringh, W, HD, st);
     if (ncomp) rows_f16(comp, comph, ncomp, HD, st);
-    static int swap = -1;
-    if (swap < 0) { const char *e = getenv("MINKE_CUDA_ATT_WG_PV"); swap = e && atoi(e) == 1; }
-    const unsigned lbo = swap ? 128u : (unsigned)HD * 16, sbo = swap ? (unsigned)HD * 16 : 128u;
     const dim3 grid((nh + ATW_HEADS - 1) / ATW_HEADS, T);
     cu_launch(k_attention_wg<HD>, grid, ATW_THREADS, atw_layout<HD>::bytes, st, q, (const __half *)kvh,
               (const __half *)ringh, (const __half *)comph, sel, nsel, topk, sinks, nh, W, ratio, nrot, inv_freq, scale,
-              pos0p, o, lbo, sbo);
+              pos0p, o, (int)ncomp, qeps);
     return 1;
 }
 
-/* 1 when it ran; 0 where it does not apply (the caller runs the mma.sync kernels).
- * pos0: the batch's first position as the host knows it (the rows to convert). */
+/* 1 when it ran; 0 where it does not apply (the caller runs the mma.sync kernels;
+ * nothing was launched). pos0: the batch's first position as the host knows it
+ * (the rows to convert); qeps: see k_attention_wg. */
 int cu_attention_wg(const float *q, const float *kv_batch, const float *ring, const float *comp, const int *sel,
                     const int *nsel, int topk, const float *sinks, int T, int nh, int hd, int W, int ratio, int nrot,
-                    const float *inv_freq, float scale, const int *pos0p, int pos0, float *o, cudaStream_t st) {
+                    const float *inv_freq, float scale, const int *pos0p, int pos0, float qeps, float *o,
+                    cudaStream_t st) {
     switch (hd) {
-    case 128: return atw_launch<128>(q, kv_batch, ring, comp, sel, nsel, topk, sinks, T, nh, W, ratio, nrot, inv_freq, scale, pos0p, pos0, o, st);
-    case 256: return atw_launch<256>(q, kv_batch, ring, comp, sel, nsel, topk, sinks, T, nh, W, ratio, nrot, inv_freq, scale, pos0p, pos0, o, st);
-    case 512: return atw_launch<512>(q, kv_batch, ring, comp, sel, nsel, topk, sinks, T, nh, W, ratio, nrot, inv_freq, scale, pos0p, pos0, o, st);
+    case 128: return atw_launch<128>(q, kv_batch, ring, comp, sel, nsel, topk, sinks, T, nh, W, ratio, nrot, inv_freq, scale, pos0p, pos0, qeps, o, st);
+    case 256: return atw_launch<256>(q, kv_batch, ring, comp, sel, nsel, topk, sinks, T, nh, W, ratio, nrot, inv_freq, scale, pos0p, pos0, qeps, o, st);
+    case 512: return atw_launch<512>(q, kv_batch, ring, comp, sel, nsel, topk, sinks, T, nh, W, ratio, nrot, inv_freq, scale, pos0p, pos0, qeps, o, st);
     default: return 0;
     }
 }

@@ -985,7 +985,7 @@ typedef struct fwd {
     cudaStream_t st;
     int T;
     int taps;          /* copy intermediates to the host for m->tap */
-    int pos0_host;     /* valid when taps */
+    int pos0_host;     /* the batch's first position (prefill batches run uncaptured; a captured decode graph replays others) */
     const int32_t *tok_host;
     void *act;         /* quantization buffer of the stream in use */
     void *asplit;      /* exact-activation split buffer of the stream in use (NULL: none) */
@@ -1253,9 +1253,14 @@ static void attention_layer(fwd *f, int il) {
         PROF(f, "q_b");
     }
     matmul(f, &L->q_b, s->qn, ql, (int64_t)H * Dh, s->q, (int64_t)H * Dh, T);
-    PROF(f, "q_norm_rope");
-    cu_qhead_norm_rope(s->q, T, H, Dh, nrot, rope, s->d_pos, c->rms_eps, st);
-    tapv(f, "blk.%d.q", il, s->q, (int64_t)H * Dh);
+    /* a batch's q norm and RoPE go with the attention (inside the wgmma kernel as it
+     * stages q: one pass over q less); decode and the taps keep the norm launch */
+    const int qfuse = T > ATT_SPLIT_MAX_T && !f->taps;
+    if (!qfuse) {
+        PROF(f, "q_norm_rope");
+        cu_qhead_norm_rope(s->q, T, H, Dh, nrot, rope, s->d_pos, c->rms_eps, st);
+        tapv(f, "blk.%d.q", il, s->q, (int64_t)H * Dh);
+    }
     if (kv_side) {
         CK_ASYNC(cudaStreamWaitEvent(st, f->cm->ev_join3, 0));
     } else {
@@ -1291,7 +1296,7 @@ static void attention_layer(fwd *f, int il) {
     }
     cu_attention(s->q, s->kvb, lc->ring, comp_rows, comp_fmt, ratio == 4 ? s->sel : NULL, s->nsel, (int)c->indexer_top_k,
                  (const float *)L->sinks.d + f->cm->h0, T, H, Dh, W, ratio, nrot, rope, c->attn_scale, s->d_pos,
-                 f->pos0_host, s->o,
+                 f->pos0_host, qfuse ? c->rms_eps : -1.f, s->o,
                  s->attn_part, T <= ATT_SPLIT_MAX_T ? ATT_SPLIT : 1, L->q_b.type != CU_TYPE_F32, st);
     if (!ring_done) cu_raw_store(s->kvb, T, Dh, W, s->d_pos, lc->ring, st);
     tapv(f, "blk.%d.attn_o", il, s->o, (int64_t)H * Dh);

@@ -379,7 +379,7 @@ static void l_att(void *a) {
     att_ctx *c = a;
     cu_attention(c->q, c->kvb, c->ring, c->fmt == CU_KV_FP8 ? c->comp8 : c->comp, c->fmt, c->ratio == 4 ? c->sel : NULL,
                  c->nsel, TOPK, c->sinks, c->T, NH, HD, WIN, c->ratio, NROT, c->inv_freq, 1.0f / sqrtf((float)HD), c->pos,
-                 c->pos0, c->o, c->part, c->nsplit, 1, st);
+                 c->pos0, -1.f, c->o, c->part, c->nsplit, 1, st);
 }
 
 /* ---- compressed rows stored as FP8 (issue #6) ----
@@ -504,9 +504,9 @@ static void l_tc(void *a) {
     const float scale = 1.0f / sqrtf((float)HD);
     int ran = c->pipe == 2
         ? cu_attention_wg(c->q, c->kvb, c->ring, c->comp, c->ratio == 4 ? c->sel : NULL, c->nsel, TOPK, c->sinks, c->T,
-                          c->nh, HD, WIN, c->ratio, NROT, c->inv_freq, scale, c->pos, c->pos0, c->o, st)
+                          c->nh, HD, WIN, c->ratio, NROT, c->inv_freq, scale, c->pos, c->pos0, -1.f, c->o, st)
         : cu_attention_tc(c->q, c->kvb, c->ring, c->comp, c->ratio == 4 ? c->sel : NULL, c->nsel, TOPK, c->sinks, c->T,
-                          c->nh, HD, WIN, c->ratio, NROT, c->inv_freq, scale, c->pos, c->pos0, c->o, st);
+                          c->nh, HD, WIN, c->ratio, NROT, c->inv_freq, scale, c->pos, c->pos0, -1.f, c->o, st);
     if (!ran) tc_refused = 1;
 }
 static void tc_pipe_set(tc_ctx *c, int v) {
@@ -583,6 +583,58 @@ static void tc_compare(tc_ctx *c, const char *label, float *out0, const double *
     unsetenv("MINKE_CUDA_ATT_TC_PIPE");
     free(o1);
 }
+/* q's per-head norm and RoPE (qeps >= 0): inside the wgmma kernel as it stages q
+ * (close to the norm kernel's output fed to it: another summation order), and in
+ * place before the mma.sync kernel (bit for bit the two launches); c->q is read
+ * as q_b's raw output and left as it was */
+static void tc_qnorm(tc_ctx *c, const char *label) {
+    const size_t nq = (size_t)c->T * c->nh * HD, nb = sizeof(float) * nq;
+    const float eps = 1e-6f, scale = 1.0f / sqrtf((float)HD);
+    float *qn = dmalloc(nb), *qr = dmalloc(nb), *oa = malloc(nb), *ob = malloc(nb);
+    char what[240];
+    CK(cudaMemcpy(qn, c->q, nb, cudaMemcpyDeviceToDevice));
+    cu_qhead_norm_rope(qn, c->T, c->nh, HD, NROT, c->inv_freq, c->pos, eps, st);
+    for (int pipe = 1; pipe <= 2; pipe++) {
+        CK(cudaMemcpy(qr, c->q, nb, cudaMemcpyDeviceToDevice));
+        tc_pipe_set(c, pipe);
+        int ran_a, ran_b;
+        if (pipe == 2) {
+            ran_a = cu_attention_wg(qn, c->kvb, c->ring, c->comp, c->ratio == 4 ? c->sel : NULL, c->nsel, TOPK, c->sinks,
+                                    c->T, c->nh, HD, WIN, c->ratio, NROT, c->inv_freq, scale, c->pos, c->pos0, -1.f, c->o, st);
+            to_host(oa, c->o, nb);
+            ran_b = cu_attention_wg(qr, c->kvb, c->ring, c->comp, c->ratio == 4 ? c->sel : NULL, c->nsel, TOPK, c->sinks,
+                                    c->T, c->nh, HD, WIN, c->ratio, NROT, c->inv_freq, scale, c->pos, c->pos0, eps, c->o, st);
+        } else {
+            ran_a = cu_attention_tc(qn, c->kvb, c->ring, c->comp, c->ratio == 4 ? c->sel : NULL, c->nsel, TOPK, c->sinks,
+                                    c->T, c->nh, HD, WIN, c->ratio, NROT, c->inv_freq, scale, c->pos, c->pos0, -1.f, c->o, st);
+            to_host(oa, c->o, nb);
+            ran_b = cu_attention_tc(qr, c->kvb, c->ring, c->comp, c->ratio == 4 ? c->sel : NULL, c->nsel, TOPK, c->sinks,
+                                    c->T, c->nh, HD, WIN, c->ratio, NROT, c->inv_freq, scale, c->pos, c->pos0, eps, c->o, st);
+        }
+        CK(cudaGetLastError());
+        to_host(ob, c->o, nb);
+        if (!ran_a || !ran_b) { printf("skip q norm fused %s pipe=%d: the kernel does not run here\n", label, pipe); continue; }
+        double md = 0, mx = 0;
+        size_t ndiff = 0;
+        for (size_t i = 0; i < nq; i++) {
+            double d = fabs((double)ob[i] - oa[i]);
+            if (!(d <= md)) md = d;
+            if (fabs(oa[i]) > mx) mx = fabs(oa[i]);
+            if (memcmp(&oa[i], &ob[i], 4)) ndiff++;
+        }
+        if (pipe == 2) {
+            snprintf(what, sizeof what, "attention_wg %s q norm + RoPE fused vs the norm kernel first: max|diff|/max|o| %.2e",
+                     label, mx > 0 ? md / mx : md);
+            report(md <= 2e-3 * mx, what);
+        } else {
+            snprintf(what, sizeof what, "attention_tc %s pipe=1 q norm + RoPE by qeps vs the norm kernel first: %zu of %zu differ",
+                     label, ndiff, nq);
+            report(ndiff == 0, what);
+        }
+    }
+    unsetenv("MINKE_CUDA_ATT_TC_PIPE");
+    cudaFree(qn); cudaFree(qr); free(oa); free(ob);
+}
 /* a batch of T tokens from pos0 with nh heads: random q / rows, ratio 4
  * selections (ascending, distinct, min(nI, 512) of nI = (pos+1)/4), then
  * tc_compare (the reference on 3 tokens when nh == NH) */
@@ -625,6 +677,7 @@ static void check_attention_tc(int T, int nh, int ratio, int pos0, int timed) {
              ratio == 4 ? TOPK : ratio ? (pos0 + T) / ratio : 0);
     float *o0 = malloc(sizeof(float) * nq);
     tc_compare(&c, label, o0, ref, toks, ntok, timed ? tflop * 1e-12 : 0);
+    if (!timed || pos0 > 0) tc_qnorm(&c, label);
     free(hq); free(hkvb); free(hring); free(hcomp); free(hsel); free(hnsel); free(ref); free(o0);
     cudaFree(c.q); cudaFree(c.kvb); cudaFree(c.ring); cudaFree(c.comp); cudaFree(c.sinks); cudaFree(c.inv_freq);
     cudaFree(c.sel); cudaFree(c.nsel); cudaFree(c.pos); cudaFree(c.o);

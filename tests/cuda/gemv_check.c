@@ -885,9 +885,13 @@ static int check_attention(int nh, int hd, int W, int ratio, int T, int pos0, in
     if (ratio == 4) {
         int *sel = malloc(sizeof(int) * T * topk), *ns = malloc(sizeof(int) * T);
         for (int t = 0; t < T; t++) {
+            /* among the (pos + 1) / 4 rows the token's position has (the indexer's choice; the
+             * wgmma kernel converts only those rows to f16) */
+            int nI = (pos0 + t + 1) / 4;
+            if (nI > ncomp_all) nI = ncomp_all;
             ns[t] = topk - (t % 5) * (topk / 8);
-            if (ns[t] > ncomp_all) ns[t] = ncomp_all;
-            for (int i = 0; i < topk; i++) sel[t * topk + i] = (int)((unsigned)(i * 7 + t * 13) % (unsigned)ncomp_all);
+            if (ns[t] > nI) ns[t] = nI;
+            for (int i = 0; i < topk; i++) sel[t * topk + i] = nI ? (int)((unsigned)(i * 7 + t * 13) % (unsigned)nI) : 0;
         }
         CK(cudaMalloc((void **)&dsel, sizeof(int) * T * topk));
         CK(cudaMemcpy(dsel, sel, sizeof(int) * T * topk, cudaMemcpyHostToDevice));
@@ -896,9 +900,9 @@ static int check_attention(int nh, int hd, int W, int ratio, int T, int pos0, in
     }
     float scale = 1.0f / sqrtf((float)hd);
     cu_attention(dq, dkv, dring, dcomp, CU_KV_F32, dsel, dnsel, topk, dsinks, T, nh, hd, W, ratio, nrot, dfreq, scale,
-                 dpos, pos0, dref, NULL, 1, 0, 0);
+                 dpos, pos0, -1.f, dref, NULL, 1, 0, 0);
     int ran = cu_attention_tc(dq, dkv, dring, dcomp, dsel, dnsel, topk, dsinks, T, nh, hd, W, ratio, nrot,
-                              dfreq, scale, dpos, pos0, dtc, 0);
+                              dfreq, scale, dpos, pos0, -1.f, dtc, 0);
     CK(cudaDeviceSynchronize());
     float *ref = malloc(qn * 4), *tc = malloc(qn * 4);
     CK(cudaMemcpy(ref, dref, qn * 4, cudaMemcpyDeviceToHost));
@@ -921,8 +925,8 @@ static int check_attention(int nh, int hd, int W, int ratio, int T, int pos0, in
         for (int k = 0; k < 2; k++) {
             cudaEventRecord(e0, 0);
             for (int i = 0; i < 3; i++) {
-                if (k) cu_attention_tc(dq, dkv, dring, dcomp, dsel, dnsel, topk, dsinks, T, nh, hd, W, ratio, nrot, dfreq, scale, dpos, pos0, dtc, 0);
-                else cu_attention(dq, dkv, dring, dcomp, CU_KV_F32, dsel, dnsel, topk, dsinks, T, nh, hd, W, ratio, nrot, dfreq, scale, dpos, pos0, dref, NULL, 1, 0, 0);
+                if (k) cu_attention_tc(dq, dkv, dring, dcomp, dsel, dnsel, topk, dsinks, T, nh, hd, W, ratio, nrot, dfreq, scale, dpos, pos0, -1.f, dtc, 0);
+                else cu_attention(dq, dkv, dring, dcomp, CU_KV_F32, dsel, dnsel, topk, dsinks, T, nh, hd, W, ratio, nrot, dfreq, scale, dpos, pos0, -1.f, dref, NULL, 1, 0, 0);
             }
             cudaEventRecord(e1, 0);
             cudaEventSynchronize(e1);
