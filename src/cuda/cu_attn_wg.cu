@@ -157,65 +157,70 @@ k_attention_wg(const float *q, const __half *kvh, const __half *ringh, const __h
     };
     issue_tile(0);
 
-    /* Q as f16 in the core-matrix layout (heads past nh zero) */
+    /* Q as f16 in the core-matrix layout (heads past nh zero); every load of the
+     * block's 64 heads is issued before the first use (one round trip: the
+     * prologue is not overlapped, one block an SM) */
+    const float *qt = q + ((int64_t)t * nh + h0) * HD;
     if (qeps >= 0.f) {
-        /* warp w: heads 8 w .. 8 w + 7, two at a time; lane: dims 4 lane + 128 m */
+        /* warp w: heads 8 w .. 8 w + 7; lane: dims 4 lane + 128 m */
         constexpr int NM = HD / 128;
         const int w = tid >> 5, off = HD - nrot;
-        const float *qt = q + ((int64_t)t * nh + h0) * HD;
-#pragma unroll 1
-        for (int hp = 0; hp < 8; hp += 2) {
-            float4 v[2][NM];
+        float4 v[8][NM];
 #pragma unroll
-            for (int u = 0; u < 2; u++)
+        for (int u = 0; u < 8; u++)
 #pragma unroll
-                for (int m = 0; m < NM; m++) {
-                    const int hh = 8 * w + hp + u;
-                    v[u][m] = h0 + hh < nh ? __ldg((const float4 *)(qt + (int64_t)hh * HD + 128 * m) + lane)
-                                           : make_float4(0.f, 0.f, 0.f, 0.f);
-                }
+            for (int m = 0; m < NM; m++) {
+                const int hh = 8 * w + u;
+                v[u][m] = h0 + hh < nh ? __ldg((const float4 *)(qt + (int64_t)hh * HD + 128 * m) + lane)
+                                       : make_float4(0.f, 0.f, 0.f, 0.f);
+            }
 #pragma unroll
-            for (int u = 0; u < 2; u++) {
-                const int hh = 8 * w + hp + u;
-                double ss = 0.0;
+        for (int u = 0; u < 8; u++) {
+            const int hh = 8 * w + u;
+            double ss = 0.0;
 #pragma unroll
-                for (int m = 0; m < NM; m++)
-                    ss += (double)v[u][m].x * v[u][m].x + (double)v[u][m].y * v[u][m].y +
-                          (double)v[u][m].z * v[u][m].z + (double)v[u][m].w * v[u][m].w;
-                ss = warp_sum_d(ss);
-                const float r = (float)(1.0 / sqrt(ss / HD + (double)qeps));
+            for (int m = 0; m < NM; m++)
+                ss += (double)v[u][m].x * v[u][m].x + (double)v[u][m].y * v[u][m].y +
+                      (double)v[u][m].z * v[u][m].z + (double)v[u][m].w * v[u][m].w;
+            ss = warp_sum_d(ss);
+            const float r = (float)(1.0 / sqrt(ss / HD + (double)qeps));
 #pragma unroll
-                for (int m = 0; m < NM; m++) {
-                    float x[4] = {v[u][m].x * r, v[u][m].y * r, v[u][m].z * r, v[u][m].w * r};
-                    const int d = 128 * m + 4 * lane;
+            for (int m = 0; m < NM; m++) {
+                float x[4] = {v[u][m].x * r, v[u][m].y * r, v[u][m].z * r, v[u][m].w * r};
+                const int d = 128 * m + 4 * lane;
 #pragma unroll
-                    for (int e = 0; e < 4; e += 2)
-                        if (d + e >= off) {
-                            const int k = (d + e - off) >> 1;
-                            const float cs = sCos[k], sn = -sSin[k];      /* sSin holds the inverse rotation's */
-                            const float x0 = x[e], x1 = x[e + 1];
-                            x[e] = x0 * cs - x1 * sn;
-                            x[e + 1] = x0 * sn + x1 * cs;
-                        }
-                    const uint2 hv = make_uint2(atw_h2u(__floats2half2_rn(x[0], x[1])), atw_h2u(__floats2half2_rn(x[2], x[3])));
-                    *(uint2 *)(atw_sh + L::q + atw_off<HD>(hh, d >> 3) + (d & 7) * 2) = hv;
-                }
+                for (int e = 0; e < 4; e += 2)
+                    if (d + e >= off) {
+                        const int k = (d + e - off) >> 1;
+                        const float cs = sCos[k], sn = -sSin[k];      /* sSin holds the inverse rotation's */
+                        const float x0 = x[e], x1 = x[e + 1];
+                        x[e] = x0 * cs - x1 * sn;
+                        x[e + 1] = x0 * sn + x1 * cs;
+                    }
+                const uint2 hv = make_uint2(atw_h2u(__floats2half2_rn(x[0], x[1])), atw_h2u(__floats2half2_rn(x[2], x[3])));
+                *(uint2 *)(atw_sh + L::q + atw_off<HD>(hh, d >> 3) + (d & 7) * 2) = hv;
             }
         }
     } else {
-        const float *qt = q + ((int64_t)t * nh + h0) * HD;
-#pragma unroll 4
-        for (int i = tid; i < ATW_HEADS * HD / 8; i += ATW_THREADS) {
+        constexpr int NI = ATW_HEADS * HD / 8 / ATW_THREADS;
+        float4 a[NI], b[NI];
+#pragma unroll
+        for (int j = 0; j < NI; j++) {
+            const int i = tid + j * ATW_THREADS;
             const int r8 = i & 7, rest = i >> 3, dg = rest % (HD / 8), hh = (rest / (HD / 8)) * 8 + r8;
-            uint4 hv = make_uint4(0u, 0u, 0u, 0u);
+            a[j] = b[j] = make_float4(0.f, 0.f, 0.f, 0.f);
             if (h0 + hh < nh) {
                 const float4 *src = (const float4 *)(qt + (int64_t)hh * HD + dg * 8);
-                const float4 a = __ldg(src), b = __ldg(src + 1);
-                hv.x = atw_h2u(__floats2half2_rn(a.x, a.y));
-                hv.y = atw_h2u(__floats2half2_rn(a.z, a.w));
-                hv.z = atw_h2u(__floats2half2_rn(b.x, b.y));
-                hv.w = atw_h2u(__floats2half2_rn(b.z, b.w));
+                a[j] = __ldg(src);
+                b[j] = __ldg(src + 1);
             }
+        }
+#pragma unroll
+        for (int j = 0; j < NI; j++) {
+            const int i = tid + j * ATW_THREADS;
+            const int r8 = i & 7, rest = i >> 3, dg = rest % (HD / 8), hh = (rest / (HD / 8)) * 8 + r8;
+            const uint4 hv = make_uint4(atw_h2u(__floats2half2_rn(a[j].x, a[j].y)), atw_h2u(__floats2half2_rn(a[j].z, a[j].w)),
+                                        atw_h2u(__floats2half2_rn(b[j].x, b[j].y)), atw_h2u(__floats2half2_rn(b[j].z, b[j].w)));
             *(uint4 *)(atw_sh + L::q + atw_off<HD>(hh, dg)) = hv;
         }
     }

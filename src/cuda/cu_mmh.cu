@@ -1,4 +1,4 @@
-/* cu_mmh.cu: the dense Q8_0 products of prefill batches (exact activations)
+/* cu_mmh.cu: the dense Q8_0 (and F16) products of prefill batches (exact activations)
  * as one cuBLASLt f16 GEMM each, on the f16 tensor cores.
  *
  * Why: the int8 tensor-core kernels (cu_mmq.cu) meet three int8 pieces of
@@ -37,6 +37,11 @@
  * cuBLASLt workspace, the scales, A' and B'; reserved when a session is set
  * up (cu_mmh_reserve), grown on demand outside graph capture (never
  * captured: prefill batches only), released with the model's streams.
+ * F16 weights (the compressors', indexer's and router's projections) take the
+ * same path with two pieces: an f16 weight is exact as it is, so A' = [W | W],
+ * B' = [xh | xl], K' = 2K (k_mmf16p, cu_mmf16.cu, multiplied the same pieces
+ * on mma.sync at ~150 TFLOP/s of useful work; a GEMM here runs near the
+ * tensor rate).
  * cu_mmh returns 0 where it does not apply, and the caller runs cu_mmq.
  */
 #include <math.h>
@@ -154,9 +159,11 @@ __global__ void k_mmh_amax(const float *x, int T, int in, int64_t xs, unsigned *
     if ((threadIdx.x & 31) == 0 && b) atomicMax(amax, b);
 }
 
-/* B' rows: per group of gw inputs, [xh | xh | xl] of 3 gw halves (one group:
- * gw = in); a thread splits 8 activations; the first thread writes alpha =
- * 2^-(ew + ex) and the betas */
+/* B' rows: per group of gw inputs, [xh | xh | xl] of 3 gw halves (NP 3: Q8_0
+ * weights) or [xh | xl] (NP 2: F16 weights); one group: gw = in; a thread
+ * splits 8 activations; the first thread writes alpha = 2^-(ew + ex) and the
+ * betas */
+template <int NP>
 __global__ void k_mmh_xsplit(const float *x, int T, int in, int gw, int64_t xs, unsigned *small, __half *B) {
     cu_pdl_enter();
     const int per_row = in / 8;
@@ -182,10 +189,25 @@ __global__ void k_mmh_xsplit(const float *x, int T, int in, int gw, int64_t xs, 
         hi[j] = __float2half_rn(y);
         lo[j] = __float2half_rn(y - __half2float(hi[j]));
     }
-    __half *b = B + t * 3 * (int64_t)in + (int64_t)grp * 3 * gw + cc;
+    __half *b = B + t * NP * (int64_t)in + (int64_t)grp * NP * gw + cc;
     *(uint4 *)b = *(const uint4 *)hi;
-    *(uint4 *)(b + gw) = *(const uint4 *)hi;
-    *(uint4 *)(b + 2 * gw) = *(const uint4 *)lo;
+    if (NP == 3) *(uint4 *)(b + gw) = *(const uint4 *)hi;
+    *(uint4 *)(b + (NP - 1) * gw) = *(const uint4 *)lo;
+}
+
+/* A' rows of F16 weights: [W | W] (each f16 weight exact: W.xh + W.xl, K' = 2 K);
+ * a thread copies 8 weights */
+__global__ void k_mmh_wcopy2(const __half *w, int64_t rows, int in, uint64_t row_bytes, __half *A) {
+    cu_pdl_enter();
+    const int per_row = in / 8;
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= rows * per_row) return;
+    const int64_t r = i / per_row;
+    const int c8 = (int)(i % per_row);
+    const uint4 v = *(const uint4 *)((const uint8_t *)w + r * row_bytes + (int64_t)c8 * 16);
+    __half *a = A + r * 2 * (int64_t)in + (int64_t)c8 * 8;
+    *(uint4 *)a = v;
+    *(uint4 *)(a + in) = v;
 }
 
 /* ------------------------------------------------------------------ */
@@ -210,7 +232,8 @@ extern "C" void cu_mmh_set(int on, int min_tokens, int64_t min_weights) {
 extern "C" int cu_mmh_taken(const cu_gemv_args *g, int64_t ntok) {
     mmh_env();
     if (!mmh_mode || !g->act_f32 || g->tile_pairs) return 0;
-    if (g->wtype != CU_TYPE_Q8_0 && g->wtype != CU_TYPE_Q8_0R) return 0;
+    if (g->wtype != CU_TYPE_Q8_0 && g->wtype != CU_TYPE_Q8_0R && g->wtype != CU_TYPE_F16) return 0;
+    if (g->wtype == CU_TYPE_F16 && (((uintptr_t)g->w & 15) || g->row_bytes % 16)) return 0;
     if (g->in % 32 || g->in > (1 << 20) || ntok < mmh_min_t || ntok > (1 << 24) || g->rows * g->in < mmh_min_w ||
         g->rows * g->in > CU_MMH_MAX_WEIGHTS)
         return 0;
@@ -378,7 +401,9 @@ extern "C" int cu_mmh_reserve(cudaStream_t st, int64_t T, int64_t max_in, int64_
 static int mmh_one(const cu_gemv_args *g, const uint8_t *w, int64_t rows, int in, int ng, const float *x, int64_t xs,
                    int T, float *out, cudaStream_t st) {
     const int gw = in / ng;
-    const int64_t gk = 3 * (int64_t)gw, grows = rows / ng;
+    const bool f16 = g->wtype == CU_TYPE_F16;
+    const int np = f16 ? 2 : 3;          /* pieces: [Wh|Wl|Wh] x [xh|xh|xl], or [W|W] x [xh|xl] */
+    const int64_t gk = np * (int64_t)gw, grows = rows / ng;
     const size_t abytes = mmh_a_bytes(rows * gw);
     uint8_t *s = mmh_scratch(st, mmh_bytes(rows * gw, T, in));
     if (!s) return 0;
@@ -394,16 +419,22 @@ static int mmh_one(const cu_gemv_args *g, const uint8_t *w, int64_t rows, int in
     if (cudaMemsetAsync(small, 0, 8, st) != cudaSuccess) return 0;
     const int items = gw / 32;
     const bool rep = g->wtype == CU_TYPE_Q8_0R;
-    int gd = mmh_grid(rows * items);
-    if (gd > 4 * cu_num_sms() * 8) gd = 4 * cu_num_sms() * 8;
-    cu_launch(rep ? k_mmh_dmax<true> : k_mmh_dmax<false>, dim3(gd), MMH_THREADS, 0, st, w, rows, items, g->row_bytes,
-              small);
-    cu_launch(rep ? k_mmh_wexpand<true> : k_mmh_wexpand<false>, dim3(mmh_grid(rows * (gw / 8))), MMH_THREADS, 0, st,
-              w, rows, gw, g->row_bytes, (const unsigned *)small, A);
+    if (f16) {      /* no weight scale: small[0] stays 0, so ew = 0 */
+        cu_launch(k_mmh_wcopy2, dim3(mmh_grid(rows * (gw / 8))), MMH_THREADS, 0, st, (const __half *)w, rows, gw,
+                  g->row_bytes, A);
+    } else {
+        int gd = mmh_grid(rows * items);
+        if (gd > 4 * cu_num_sms() * 8) gd = 4 * cu_num_sms() * 8;
+        cu_launch(rep ? k_mmh_dmax<true> : k_mmh_dmax<false>, dim3(gd), MMH_THREADS, 0, st, w, rows, items, g->row_bytes,
+                  small);
+        cu_launch(rep ? k_mmh_wexpand<true> : k_mmh_wexpand<false>, dim3(mmh_grid(rows * (gw / 8))), MMH_THREADS, 0, st,
+                  w, rows, gw, g->row_bytes, (const unsigned *)small, A);
+    }
     int ga = mmh_grid((int64_t)T * (in / 4));
     if (ga > 8 * cu_num_sms()) ga = 8 * cu_num_sms();
     cu_launch(k_mmh_amax, dim3(ga), MMH_THREADS, 0, st, x, T, in, xs, small + 1);
-    cu_launch(k_mmh_xsplit, dim3(mmh_grid((int64_t)T * (in / 8))), MMH_THREADS, 0, st, x, T, in, gw, xs, small, B);
+    cu_launch(f16 ? k_mmh_xsplit<2> : k_mmh_xsplit<3>, dim3(mmh_grid((int64_t)T * (in / 8))), MMH_THREADS, 0, st, x, T,
+              in, gw, xs, small, B);
     cudaError_t le = cudaGetLastError();
     if (le != cudaSuccess) {     /* a launch failed: out is untouched, the int8 kernels run it */
         fprintf(stderr, "minke: cu_mmh: %s; the int8 kernels run this product\n", cudaGetErrorString(le));

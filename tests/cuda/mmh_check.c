@@ -2,7 +2,7 @@
  * exact pieces (cu_mmh, src/cuda/cu_mmh.cu) against a double reference of
  * the dequantized weights times the f32 activations.
  *
- * Cases: Q8_0 as stored and repacked (Q8_0R), dense and grouped input (one
+ * Cases: Q8_0 as stored and repacked (Q8_0R), F16 weights ([W | W] x [xh | xl]), dense and grouped input (one
  * batched GEMM; MINKE_CUDA_MMH_BATCH=0: one GEMM a group, run-cuda.sh runs both),
  * token counts that fill no tile, activation rows of several kinds (plain,
  * six decades inside a row, all zero, spikes, tiny and huge rows in one
@@ -40,9 +40,11 @@
 static int failures;
 /* one case: rows x in weights (ngroups: grouped input, row r reads slice r / (rows / ngroups)),
  * T tokens, activations scaled by xscale, output stride rows + pad */
+/* repack: 0 Q8_0 as stored, 1 repacked (Q8_0R), 2 F16 weights */
 static void check(int repack, int64_t rows, int64_t in, int T, int ngroups, int wide, float xscale, int pad, int accumulate) {
-    const quant_traits *tr = quant_get(GGML_TYPE_Q8_0);
-    uint64_t rb = quant_row_bytes(GGML_TYPE_Q8_0, in);
+    const int f16 = repack == 2, qt = f16 ? GGML_TYPE_F16 : GGML_TYPE_Q8_0;
+    const quant_traits *tr = quant_get(qt);
+    uint64_t rb = quant_row_bytes(qt, in);
     int64_t arow = in * ngroups, ostride = rows + pad, grows = rows / ngroups;
     float *wf = malloc(sizeof(float) * in), *wd = malloc(sizeof(float) * rows * in), *x = malloc(sizeof(float) * T * arow);
     uint8_t *W = malloc(rb * rows);
@@ -73,20 +75,22 @@ static void check(int repack, int64_t rows, int64_t in, int T, int ngroups, int 
     CK(cudaMalloc((void **)&dy, sizeof(float) * T * ostride));
     CK(cudaMemcpy(dW, W, rb * rows, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(dx, x, sizeof(float) * T * arow, cudaMemcpyHostToDevice));
-    int wt = GGML_TYPE_Q8_0;
-    if (repack && cu_repack_q8_0(dW, rows, in, rb, 0)) wt = TYPE_Q8_0R;
+    int wt = qt;
+    if (repack == 1 && cu_repack_q8_0(dW, rows, in, rb, 0)) wt = TYPE_Q8_0R;
     cu_gemv_args g;
     memset(&g, 0, sizeof g);
     g.w = dW; g.wtype = wt; g.rows = rows; g.in = in; g.row_bytes = rb; g.act = dx; g.act_f32 = 1;
     g.act_stride = arow * 4; g.act_div = 1; g.out = dy; g.out_stride = ostride; g.ntok = T; g.accumulate = accumulate;
     if (ngroups > 1) { g.group_rows = grows; g.group_act_bytes = in * 4; }
     char what[200];
-    snprintf(what, sizeof what, "%s rows %lld in %lld T %d%s%s x%g out stride %lld%s", wt == TYPE_Q8_0R ? "q8_0r" : "q8_0",
+    snprintf(what, sizeof what, "%s rows %lld in %lld T %d%s%s x%g out stride %lld%s",
+             wt == TYPE_Q8_0R ? "q8_0r" : f16 ? "f16" : "q8_0",
              (long long)rows, (long long)in, T, ngroups > 1 ? " grouped" : "", wide ? " wide rows" : "", xscale,
              (long long)ostride, accumulate ? " accumulate" : " over NaN");
     double rel_mmq = -1;
     for (int path = 0; path < 2; path++) {     /* 0: cu_mmh, 1: the int8 kernel on the same data (info) */
         CK(cudaMemcpy(dy, y0, sizeof(float) * T * ostride, cudaMemcpyHostToDevice));
+        /* path 1: the int8 kernel (Q8_0) or k_mmf16p (F16) on the same data */
         int ran = path == 0 ? cu_mmh(&g, T, 0) : cu_mmq(&g, (T + 63) / 64, 0);
         CK(cudaDeviceSynchronize());
         if (!ran) {
@@ -229,6 +233,11 @@ int main(int argc, char **argv) {
     check(1, 512, 256, 160, 4, 0, 1.0f, 0, 0);         /* grouped input (out_a) */
     check(0, 384, 512, 45, 3, 1, 1.0f, 2, 1);
     check(1, 64, 4096, 33, 1, 1, 1.0f, 0, 0);
+    /* F16 weights (compressors, indexer, router): [W | W] x [xh | xl] */
+    check(2, 256, 1024, 96, 1, 0, 1.0f, 0, 0);
+    check(2, 300, 512, 77, 1, 1, 1.0f, 3, 0);
+    check(2, 200, 2048, 130, 1, 0, 1e-6f, 0, 1);
+    check(2, 1024, 4096, 257, 1, 1, 3e3f, 0, 0);
     check_nonfinite();
     /* the switch: only dense Q8_0 with f32 activations from the thresholds */
     {
@@ -240,9 +249,11 @@ int main(int argc, char **argv) {
         int a = cu_mmh_taken(&g, 4096), b = cu_mmh_taken(&g, 255);
         g.act_f32 = 0; int c = cu_mmh_taken(&g, 4096); g.act_f32 = 1;
         g.wtype = GGML_TYPE_Q2_K; int d = cu_mmh_taken(&g, 4096); g.wtype = TYPE_Q8_0R;
-        g.rows = 128; int e = cu_mmh_taken(&g, 4096);
-        int ok = a && !b && !c && !d && !e;
-        printf("%s mmh switch: taken for 4096 x 4096 Q8_0R at 4096 tokens, not at 255, not for q8 activations, "
+        g.rows = 128; int e = cu_mmh_taken(&g, 4096); g.rows = 4096;
+        g.wtype = GGML_TYPE_F16; g.row_bytes = 2 * 4096; g.w = (const uint8_t *)(uintptr_t)4096;
+        int f = cu_mmh_taken(&g, 4096);
+        int ok = a && !b && !c && !d && !e && f;
+        printf("%s mmh switch: taken for 4096 x 4096 Q8_0R and F16 at 4096 tokens, not at 255, not for q8 activations, "
                "Q2_K or a 128-row matrix\n", ok ? "ok" : "FAIL");
         failures += !ok;
     }
