@@ -1037,7 +1037,7 @@ static void x_rewritten(fwd *f) {
  * while staging, which every block would redo). 0 when it does not apply. */
 static int mmq_exact(fwd *f, cu_gemv_args *g, const float *x, int64_t nrows, int ntiles) {
     /* dense Q8_0 products: one f16 GEMM of exact pieces through cuBLASLt where it is on (cu_mmh.cu) */
-    if (g->act_f32 && g->act == (const void *)x && cu_mmh(g, nrows, f->st)) return 1;
+    if ((g->act_f32 || g->wtype == CU_TYPE_F16) && g->act == (const void *)x && cu_mmh(g, nrows, f->st)) return 1;
     /* routed experts (IQ2 gate / up, Q2_K down): f16 pieces and one fold per 256 (cu_mmx.cu) */
     const int mmx = f->asplit && g->act == (const void *)x && g->act_stride == 4 * g->in && cu_mmx_min_tokens() &&
                     f->T >= cu_mmx_min_tokens() && cu_mmx_supported(g);

@@ -231,7 +231,8 @@ extern "C" void cu_mmh_set(int on, int min_tokens, int64_t min_weights) {
 
 extern "C" int cu_mmh_taken(const cu_gemv_args *g, int64_t ntok) {
     mmh_env();
-    if (!mmh_mode || !g->act_f32 || g->tile_pairs) return 0;
+    /* F16 weights always meet the f32 activations (act_f32 is the quantized types' flag) */
+    if (!mmh_mode || (!g->act_f32 && g->wtype != CU_TYPE_F16) || g->tile_pairs) return 0;
     if (g->wtype != CU_TYPE_Q8_0 && g->wtype != CU_TYPE_Q8_0R && g->wtype != CU_TYPE_F16) return 0;
     if (g->wtype == CU_TYPE_F16 && (((uintptr_t)g->w & 15) || g->row_bytes % 16)) return 0;
     if (g->in % 32 || g->in > (1 << 20) || ntok < mmh_min_t || ntok > (1 << 24) || g->rows * g->in < mmh_min_w ||

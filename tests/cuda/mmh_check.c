@@ -252,6 +252,7 @@ int main(int argc, char **argv) {
         g.rows = 128; int e = cu_mmh_taken(&g, 4096); g.rows = 4096;
         g.wtype = GGML_TYPE_F16; g.row_bytes = 2 * 4096; g.w = (const uint8_t *)(uintptr_t)4096;
         int f = cu_mmh_taken(&g, 4096);
+        g.act_f32 = 0; f = f && cu_mmh_taken(&g, 4096); g.act_f32 = 1;      /* F16 weights: f32 x either way */
         int ok = a && !b && !c && !d && !e && f;
         printf("%s mmh switch: taken for 4096 x 4096 Q8_0R and F16 at 4096 tokens, not at 255, not for q8 activations, "
                "Q2_K or a 128-row matrix\n", ok ? "ok" : "FAIL");
