@@ -147,16 +147,19 @@ k_attention_wg(const float *q, const __half *kvh, const __half *ringh, const __h
             const int ci = ratio == 4 ? min(sSel[i - nraw], ncomp - 1) : i - nraw;
             return comph + (int64_t)ci * HD;
         };
-        /* tile it's rows by cp.async (rows past the end zero-filled: their p is 0, and 0 x garbage could be NaN) */
+        /* tile it's rows by cp.async (rows past the end zero-filled: their p is 0, and 0 x garbage
+         * could be NaN): thread = row tid / 4 and every fourth 16-byte group of it, so that four
+         * neighbouring threads read 64 contiguous bytes and a row's address is worked out once */
         auto issue_tile = [&](int it) {
-            const unsigned dst0 = sb + (unsigned)(L::k + (size_t)(it & 1) * L::tile);
-    #pragma unroll 4
-            for (int i = tid; i < ATW_ROWS * HD / 8; i += ATW_THREADS) {
-                const int r8 = i & 7, rest = i >> 3, dg = rest % (HD / 8), r = (rest / (HD / 8)) * 8 + r8;
-                const int row = it * ATW_ROWS + r;
-                const __half *src = row < n ? row_ptr(row) + dg * 8 : kvh;
-                asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst0 + atw_off<HD>(r, dg)), "l"(src),
-                             "r"(row < n ? 16 : 0)
+            const int r = tid >> 2, p = tid & 3, row = it * ATW_ROWS + r;
+            const bool in = row < n;
+            const __half *src = in ? row_ptr(row) : kvh;
+            const unsigned dst = sb + (unsigned)(L::k + (size_t)(it & 1) * L::tile) + atw_off<HD>(r, 0);
+#pragma unroll
+            for (int j = 0; j < HD / 32; j++) {
+                const int dg = 4 * j + p;
+                asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst + (unsigned)dg * 128u),
+                             "l"(src + (in ? dg * 8 : 0)), "r"(in ? 16 : 0)
                              : "memory");
             }
             asm volatile("cp.async.commit_group;\n" ::: "memory");
@@ -179,29 +182,29 @@ k_attention_wg(const float *q, const __half *kvh, const __half *ringh, const __h
             constexpr int NM = HD / 128;
             const int w = tid >> 5, off = HD - nrot;
             float4 v[8][NM];
-    #pragma unroll
+#pragma unroll
             for (int u = 0; u < 8; u++)
-    #pragma unroll
+#pragma unroll
                 for (int m = 0; m < NM; m++) {
                     const int hh = 8 * w + u;
                     v[u][m] = h0 + hh < nh ? __ldg((const float4 *)(qt + (int64_t)hh * HD + 128 * m) + lane)
                                            : make_float4(0.f, 0.f, 0.f, 0.f);
                 }
-    #pragma unroll
+#pragma unroll
             for (int u = 0; u < 8; u++) {
                 const int hh = 8 * w + u;
                 double ss = 0.0;
-    #pragma unroll
+#pragma unroll
                 for (int m = 0; m < NM; m++)
                     ss += (double)v[u][m].x * v[u][m].x + (double)v[u][m].y * v[u][m].y +
                           (double)v[u][m].z * v[u][m].z + (double)v[u][m].w * v[u][m].w;
                 ss = warp_sum_d(ss);
                 const float r = (float)(1.0 / sqrt(ss / HD + (double)qeps));
-    #pragma unroll
+#pragma unroll
                 for (int m = 0; m < NM; m++) {
                     float x[4] = {v[u][m].x * r, v[u][m].y * r, v[u][m].z * r, v[u][m].w * r};
                     const int d = 128 * m + 4 * lane;
-    #pragma unroll
+#pragma unroll
                     for (int e = 0; e < 4; e += 2)
                         if (d + e >= off) {
                             const int k = (d + e - off) >> 1;
@@ -217,7 +220,7 @@ k_attention_wg(const float *q, const __half *kvh, const __half *ringh, const __h
         } else {
             constexpr int NI = ATW_HEADS * HD / 8 / ATW_THREADS;
             float4 a[NI], b[NI];
-    #pragma unroll
+#pragma unroll
             for (int j = 0; j < NI; j++) {
                 const int i = tid + j * ATW_THREADS;
                 const int r8 = i & 7, rest = i >> 3, dg = rest % (HD / 8), hh = (rest / (HD / 8)) * 8 + r8;
@@ -228,7 +231,7 @@ k_attention_wg(const float *q, const __half *kvh, const __half *ringh, const __h
                     b[j] = __ldg(src + 1);
                 }
             }
-    #pragma unroll
+#pragma unroll
             for (int j = 0; j < NI; j++) {
                 const int i = tid + j * ATW_THREADS;
                 const int r8 = i & 7, rest = i >> 3, dg = rest % (HD / 8), hh = (rest / (HD / 8)) * 8 + r8;
@@ -239,7 +242,7 @@ k_attention_wg(const float *q, const __half *kvh, const __half *ringh, const __h
         }
 
         float oacc[NO];
-    #pragma unroll
+#pragma unroll
         for (int i = 0; i < NO; i++) oacc[i] = 0.f;
         atw_pin(oacc);
         float m_r[2] = {-INFINITY, -INFINITY}, l_r[2] = {0.f, 0.f};
@@ -256,11 +259,11 @@ k_attention_wg(const float *q, const __half *kvh, const __half *ringh, const __h
             __syncthreads();
             /* this warpgroup's half of hd: S_half = Q[:, half] K[:, half]^T */
             float s[32];
-    #pragma unroll
+#pragma unroll
             for (int i = 0; i < 32; i++) s[i] = 0.f;
             atw_pin(s);
             asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-    #pragma unroll
+#pragma unroll
             for (int j = 0; j < HD / 32; j++) {
                 const unsigned off = (unsigned)((wg * (HD / 32) + j) * 256);
                 atw_mma_s(s, atw_desc(qa + off, 128, HD * 16), atw_desc(kt + off, 128, HD * 16));
@@ -271,10 +274,10 @@ k_attention_wg(const float *q, const __half *kvh, const __half *ringh, const __h
             atw_pin(s);
             atw_pin(oacc);
             /* the two halves added (thread wt of both warpgroups holds the same elements) */
-    #pragma unroll
+#pragma unroll
             for (int k = 0; k < 8; k++) xown[k * 128 + wt] = make_float4(s[4 * k], s[4 * k + 1], s[4 * k + 2], s[4 * k + 3]);
             __syncthreads();
-    #pragma unroll
+#pragma unroll
             for (int k = 0; k < 8; k++) {
                 const float4 v = xoth[k * 128 + wt];
                 s[4 * k] += v.x; s[4 * k + 1] += v.y; s[4 * k + 2] += v.z; s[4 * k + 3] += v.w;
@@ -286,7 +289,7 @@ k_attention_wg(const float *q, const __half *kvh, const __half *ringh, const __h
             /* online softmax: thread rows g (accumulators i with bit 1 clear) and g + 8 */
             const int cb = it * ATW_ROWS;
             float mx0 = -INFINITY, mx1 = -INFINITY;
-    #pragma unroll
+#pragma unroll
             for (int i = 0; i < 32; i++) {
                 const int col = 8 * (i >> 2) + 2 * c + (i & 1);
                 const float v = cb + col < n ? s[i] * scale : -INFINITY;
@@ -301,7 +304,7 @@ k_attention_wg(const float *q, const __half *kvh, const __half *ringh, const __h
             const float corr0 = expf(m_r[0] - mn0), corr1 = expf(m_r[1] - mn1);
             uint32_t pa[4][4];
             float ps0 = 0.f, ps1 = 0.f;
-    #pragma unroll
+#pragma unroll
             for (int kk = 0; kk < 4; kk++) {
                 const __half2 p0 = __floats2half2_rn(expf(s[8 * kk] - mn0), expf(s[8 * kk + 1] - mn0));
                 const __half2 p1 = __floats2half2_rn(expf(s[8 * kk + 2] - mn1), expf(s[8 * kk + 3] - mn1));
@@ -321,11 +324,11 @@ k_attention_wg(const float *q, const __half *kvh, const __half *ringh, const __h
             m_r[1] = mn1;
 
             /* O = corr O + P V over this warpgroup's hd / 2 columns */
-    #pragma unroll
+#pragma unroll
             for (int i = 0; i < NO; i++) oacc[i] *= (i & 2) ? corr1 : corr0;
             atw_pin(oacc);
             asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-    #pragma unroll
+#pragma unroll
             for (int kk = 0; kk < 4; kk++) {
                 const unsigned boff = (unsigned)((2 * kk * (HD / 8) + wg * (HD / 16)) * 128);
                 /* V N-major: core matrices adjacent in K (8-row groups) hd * 16 bytes apart, in N 128 */
@@ -339,7 +342,7 @@ k_attention_wg(const float *q, const __half *kvh, const __half *ringh, const __h
 
         /* the sink, the normalisation and the inverse RoPE (a RoPE pair is one accumulator pair) */
         const int off = HD - nrot;
-    #pragma unroll
+#pragma unroll
         for (int half = 0; half < 2; half++) {
             const int h = h0 + 16 * wq + g + 8 * half;
             if (h >= nh) continue;
@@ -349,7 +352,7 @@ k_attention_wg(const float *q, const __half *kvh, const __half *ringh, const __h
             const float den = expf(sk - Mt) + l_r[half] * fac;
             const float f = fac * (1.0f / den);
             float *out = o + ((int64_t)t * nh + h) * HD;
-    #pragma unroll
+#pragma unroll
             for (int j = 0; j < HD / 16; j++) {
                 const int d = wg * (HD / 2) + 8 * j + 2 * c;
                 float x0 = oacc[4 * j + 2 * half] * f, x1 = oacc[4 * j + 2 * half + 1] * f;
