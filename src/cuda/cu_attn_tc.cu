@@ -457,19 +457,20 @@ template <int HD>
 static int atc_launch(const float *q, const float *kv_batch, const float *ring, const float *comp, const int *sel,
                       const int *nsel, int topk, const float *sinks, int T, int nh, int W, int ratio, int nrot,
                       const float *inv_freq, float scale, const int *pos0p, int pos0, float qeps, float *o,
-                      cudaStream_t st) {
+                      unsigned *o_amax, cudaStream_t st) {
     static int ready[32], ready_p[32];
     const int dev = cu_cur_dev();
     const dim3 grid((nh + ATC_HEADS - 1) / ATC_HEADS, T);
     const int mode = atc_pipe_mode();
     if (mode == 2 && pos0 >= 0 &&
         cu_attention_wg(q, kv_batch, ring, comp, sel, nsel, topk, sinks, T, nh, HD, W, ratio, nrot, inv_freq, scale,
-                        pos0p, pos0, qeps, o, st))
+                        pos0p, pos0, qeps, o, o_amax, st))
         return 1;
     if (mode >= 1 && atc_smem_ready(ready_p, dev, k_attention_tcp<HD>, atcp_layout<HD>::bytes)) {
         if (qeps >= 0.f) cu_qhead_norm_rope((float *)q, T, nh, HD, nrot, inv_freq, pos0p, qeps, st);
         cu_launch(k_attention_tcp<HD>, grid, ATC_THREADS, atcp_layout<HD>::bytes, st,
                   q, kv_batch, ring, comp, sel, nsel, topk, sinks, nh, W, ratio, nrot, inv_freq, scale, pos0p, o);
+        if (o_amax) cu_amax_f32(o, T, nh * HD, nh * HD, o_amax, st);
         return 1;
     }
     size_t smem = atc_layout<HD>::bytes;
@@ -477,18 +478,19 @@ static int atc_launch(const float *q, const float *kv_batch, const float *ring, 
     if (qeps >= 0.f) cu_qhead_norm_rope((float *)q, T, nh, HD, nrot, inv_freq, pos0p, qeps, st);
     cu_launch(k_attention_tc<HD>, grid, ATC_THREADS, smem, st,
               q, kv_batch, ring, comp, sel, nsel, topk, sinks, nh, W, ratio, nrot, inv_freq, scale, pos0p, o);
+    if (o_amax) cu_amax_f32(o, T, nh * HD, nh * HD, o_amax, st);
     return 1;
 }
 
 int cu_attention_tc(const float *q, const float *kv_batch, const float *ring, const float *comp, const int *sel,
                     const int *nsel, int topk, const float *sinks, int T, int nh, int hd, int W, int ratio, int nrot,
                     const float *inv_freq, float scale, const int *pos0p, int pos0, float qeps, float *o,
-                    cudaStream_t st) {
+                    unsigned *o_amax, cudaStream_t st) {
     if (nrot > hd || nrot % 2) return 0;
     switch (hd) {
-    case 128: return atc_launch<128>(q, kv_batch, ring, comp, sel, nsel, topk, sinks, T, nh, W, ratio, nrot, inv_freq, scale, pos0p, pos0, qeps, o, st);
-    case 256: return atc_launch<256>(q, kv_batch, ring, comp, sel, nsel, topk, sinks, T, nh, W, ratio, nrot, inv_freq, scale, pos0p, pos0, qeps, o, st);
-    case 512: return atc_launch<512>(q, kv_batch, ring, comp, sel, nsel, topk, sinks, T, nh, W, ratio, nrot, inv_freq, scale, pos0p, pos0, qeps, o, st);
+    case 128: return atc_launch<128>(q, kv_batch, ring, comp, sel, nsel, topk, sinks, T, nh, W, ratio, nrot, inv_freq, scale, pos0p, pos0, qeps, o, o_amax, st);
+    case 256: return atc_launch<256>(q, kv_batch, ring, comp, sel, nsel, topk, sinks, T, nh, W, ratio, nrot, inv_freq, scale, pos0p, pos0, qeps, o, o_amax, st);
+    case 512: return atc_launch<512>(q, kv_batch, ring, comp, sel, nsel, topk, sinks, T, nh, W, ratio, nrot, inv_freq, scale, pos0p, pos0, qeps, o, o_amax, st);
     default: return 0;
     }
 }

@@ -105,7 +105,8 @@ template <int HD>
 __global__ void __launch_bounds__(ATW_THREADS, 1)
 k_attention_wg(const float *q, const __half *kvh, const __half *ringh, const __half *comph, const int *sel,
                const int *nsel, int topk, const float *sinks, int nh, int W, int ratio, int nrot,
-               const float *inv_freq, float scale, const int *pos0p, float *o, int ncomp, float qeps, int T) {
+               const float *inv_freq, float scale, const int *pos0p, float *o, int ncomp, float qeps, int T,
+               unsigned *o_amax) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     typedef atw_layout<HD> L;
     constexpr int NO = HD / 4;            /* O accumulators a thread: m64 x n(hd / 2) */
@@ -119,6 +120,7 @@ k_attention_wg(const float *q, const __half *kvh, const __half *ringh, const __h
     const int g = lane >> 2, c = lane & 3;
     const int pos0 = *pos0p;
     const int qbytes = (nh - h0 < ATW_HEADS ? nh - h0 : ATW_HEADS) * HD * 4;
+    float amax = 0.f;       /* the largest finite |o| this thread stores (o_amax) */
     /* persistent over tokens (one block an SM): the next token's q is prefetched into L2
      * while this one's tiles run, so its staging does not wait on HBM */
     for (int t = blockIdx.y; t < T; t += gridDim.y) {
@@ -363,9 +365,17 @@ k_attention_wg(const float *q, const __half *kvh, const __half *ringh, const __h
                     x0 = y0; x1 = y1;
                 }
                 *(float2 *)(out + d) = make_float2(x0, x1);
+                if (fabsf(x0) <= 3.4028235e38f) amax = fmaxf(amax, fabsf(x0));
+                if (fabsf(x1) <= 3.4028235e38f) amax = fmaxf(amax, fabsf(x1));
             }
         }
     }   /* tokens */
+    if (o_amax) {
+        unsigned b = __float_as_uint(amax);
+#pragma unroll
+        for (int k = 16; k > 0; k >>= 1) b = max(b, __shfl_xor_sync(0xffffffffu, b, k));
+        if (lane == 0 && b) atomicMax(o_amax, b);
+    }
 #endif
 }
 
@@ -403,7 +413,7 @@ template <int HD>
 static int atw_launch(const float *q, const float *kv_batch, const float *ring, const float *comp, const int *sel,
                       const int *nsel, int topk, const float *sinks, int T, int nh, int W, int ratio, int nrot,
                       const float *inv_freq, float scale, const int *pos0p, int pos0, float qeps, float *o,
-                      cudaStream_t st) {
+                      unsigned *o_amax, cudaStream_t st) {
     const int dev = cu_cur_dev();
     if (dev < 0 || dev >= 32 || !atw_ok<HD>(dev)) return 0;
     if ((ratio == 4 && topk > ATW_MAX_SEL) || nrot > ATW_MAX_ROT || nrot % 2 || nrot > HD) return 0;
@@ -427,21 +437,22 @@ static int atw_launch(const float *q, const float *kv_batch, const float *ring, 
     const dim3 grid(ng, T < per ? T : per > 0 ? per : 1);
     cu_launch(k_attention_wg<HD>, grid, ATW_THREADS, atw_layout<HD>::bytes, st, q, (const __half *)kvh,
               (const __half *)ringh, (const __half *)comph, sel, nsel, topk, sinks, nh, W, ratio, nrot, inv_freq, scale,
-              pos0p, o, (int)ncomp, qeps, T);
+              pos0p, o, (int)ncomp, qeps, T, o_amax);
     return 1;
 }
 
 /* 1 when it ran; 0 where it does not apply (the caller runs the mma.sync kernels;
  * nothing was launched). pos0: the batch's first position as the host knows it
- * (the rows to convert); qeps: see k_attention_wg. */
+ * (the rows to convert); qeps: see k_attention_wg; o_amax (NULL: not wanted):
+ * atomicMax of the largest finite |o| (float bits; the caller zeroes it). */
 int cu_attention_wg(const float *q, const float *kv_batch, const float *ring, const float *comp, const int *sel,
                     const int *nsel, int topk, const float *sinks, int T, int nh, int hd, int W, int ratio, int nrot,
                     const float *inv_freq, float scale, const int *pos0p, int pos0, float qeps, float *o,
-                    cudaStream_t st) {
+                    unsigned *o_amax, cudaStream_t st) {
     switch (hd) {
-    case 128: return atw_launch<128>(q, kv_batch, ring, comp, sel, nsel, topk, sinks, T, nh, W, ratio, nrot, inv_freq, scale, pos0p, pos0, qeps, o, st);
-    case 256: return atw_launch<256>(q, kv_batch, ring, comp, sel, nsel, topk, sinks, T, nh, W, ratio, nrot, inv_freq, scale, pos0p, pos0, qeps, o, st);
-    case 512: return atw_launch<512>(q, kv_batch, ring, comp, sel, nsel, topk, sinks, T, nh, W, ratio, nrot, inv_freq, scale, pos0p, pos0, qeps, o, st);
+    case 128: return atw_launch<128>(q, kv_batch, ring, comp, sel, nsel, topk, sinks, T, nh, W, ratio, nrot, inv_freq, scale, pos0p, pos0, qeps, o, o_amax, st);
+    case 256: return atw_launch<256>(q, kv_batch, ring, comp, sel, nsel, topk, sinks, T, nh, W, ratio, nrot, inv_freq, scale, pos0p, pos0, qeps, o, o_amax, st);
+    case 512: return atw_launch<512>(q, kv_batch, ring, comp, sel, nsel, topk, sinks, T, nh, W, ratio, nrot, inv_freq, scale, pos0p, pos0, qeps, o, o_amax, st);
     default: return 0;
     }
 }

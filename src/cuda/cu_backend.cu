@@ -133,6 +133,7 @@ struct cu_session {
     int64_t score_stride;
     int *d_argmax;
     float *attn_part;               /* split attention partials (small batches) */
+    unsigned *o_amax;               /* a batch's largest finite |o| (float bits), from the attention for out_a */
     float *h_logits;                /* pinned, V floats */
     cu_graph graphs[4];
     int n_graphs;
@@ -772,7 +773,7 @@ static void dev_session_free(minke_model *m, cu_model *cm, cu_session *s) {
                     s->kvp, s->kvb, s->ca, s->cg, s->ia, s->ig, s->qi, s->wi, s->scores, s->o, s->z, s->a, s->sel,
                     s->nsel, s->rlog, s->rw, s->rsel, s->tpairs, s->tstart, s->tcount, s->texp, s->ntiles, s->eg,
                     s->eu, s->emid, s->eout, s->mo, s->sg, s->su, s->smid, s->so, s->hy, s->logits, s->act, s->d_argmax,
-                    s->attn_part, s->act2, s->actx, s->asplit, s->asplit2, s->asplit3, s->comp_f32, s->d_kvok};
+                    s->attn_part, s->o_amax, s->act2, s->actx, s->asplit, s->asplit2, s->asplit3, s->comp_f32, s->d_kvok};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cudaFree(bufs[i]);
     cudaFreeHost(s->h_pos); cudaFreeHost(s->h_tok); cudaFreeHost(s->h_logits);
     free(s);
@@ -923,6 +924,7 @@ static cu_session *dev_session_alloc(minke_model *m, cu_model *cm, int n_ctx) {
     }
     AL(s->d_argmax, 4);
     AL(s->attn_part, (int64_t)ATT_SPLIT_MAX_T * c->n_head * ATT_SPLIT * (Dh + 2) * 4);
+    AL(s->o_amax, 4);
 #undef AL
     dev_session_reset(m, cm, s);
     return s;
@@ -1296,7 +1298,7 @@ static void attention_layer(fwd *f, int il) {
     }
     cu_attention(s->q, s->kvb, lc->ring, comp_rows, comp_fmt, ratio == 4 ? s->sel : NULL, s->nsel, (int)c->indexer_top_k,
                  (const float *)L->sinks.d + f->cm->h0, T, H, Dh, W, ratio, nrot, rope, c->attn_scale, s->d_pos,
-                 f->pos0_host, qfuse ? c->rms_eps : -1.f, s->o,
+                 f->pos0_host, qfuse ? c->rms_eps : -1.f, s->o, qfuse ? s->o_amax : NULL,
                  s->attn_part, T <= ATT_SPLIT_MAX_T ? ATT_SPLIT : 1, L->q_b.type != CU_TYPE_F32, st);
     if (!ring_done) cu_raw_store(s->kvb, T, Dh, W, s->d_pos, lc->ring, st);
     tapv(f, "blk.%d.attn_o", il, s->o, (int64_t)H * Dh);
@@ -1322,6 +1324,7 @@ static void attention_layer(fwd *f, int il) {
         g.w = Wa->d; g.wtype = Wa->type; g.rows = (int64_t)G * ol; g.in = gin; g.row_bytes = Wa->row_bytes;
         g.act = act; g.act_stride = astride; g.act_div = 1; g.out = s->z; g.out_stride = odim; g.ntok = T;
         g.group_rows = ol; g.group_act_bytes = gbytes;
+        g.act_amax = qfuse && f32 ? s->o_amax : NULL;     /* found by the attention as it stored o */
         g.nt_hint = tile_rows(T);
         int ntl = (T + CU_MMQ_TILE - 1) / CU_MMQ_TILE;
         if (!use_mmq(T) || (!mmq_exact(f, &g, s->o, T, ntl) && !cu_mmq(&g, ntl, st)))

@@ -213,6 +213,12 @@ __global__ void k_mmh_wcopy2(const __half *w, int64_t rows, int in, uint64_t row
 /* ------------------------------------------------------------------ */
 /* host: the switch, per-stream scratch, cuBLASLt plans */
 
+extern "C" void cu_amax_f32(const float *x, int T, int n, int64_t xs, unsigned *amax, cudaStream_t st) {
+    int ga = (int)(((int64_t)T * (n / 4) + MMH_THREADS - 1) / MMH_THREADS);
+    if (ga > 8 * cu_num_sms()) ga = 8 * cu_num_sms();
+    if (ga > 0) cu_launch(k_mmh_amax, dim3(ga), MMH_THREADS, 0, st, x, T, n, xs, amax);
+}
+
 static int mmh_mode = -1, mmh_min_t = 256;
 static int64_t mmh_min_w = 1 << 20;
 static void mmh_env(void) {
@@ -433,7 +439,11 @@ static int mmh_one(const cu_gemv_args *g, const uint8_t *w, int64_t rows, int in
     }
     int ga = mmh_grid((int64_t)T * (in / 4));
     if (ga > 8 * cu_num_sms()) ga = 8 * cu_num_sms();
-    cu_launch(k_mmh_amax, dim3(ga), MMH_THREADS, 0, st, x, T, in, xs, small + 1);
+    if (g->act_amax) {      /* found by the kernel that wrote x (the same maximum) */
+        if (cudaMemcpyAsync(small + 1, g->act_amax, 4, cudaMemcpyDeviceToDevice, st) != cudaSuccess) return 0;
+    } else {
+        cu_launch(k_mmh_amax, dim3(ga), MMH_THREADS, 0, st, x, T, in, xs, small + 1);
+    }
     cu_launch(f16 ? k_mmh_xsplit<2> : k_mmh_xsplit<3>, dim3(mmh_grid((int64_t)T * (in / 8))), MMH_THREADS, 0, st, x, T,
               in, gw, xs, small, B);
     cudaError_t le = cudaGetLastError();

@@ -36,6 +36,8 @@ typedef struct cu_gemv_args {
     int items;                /* filled by cu_gemv */
     const void *w2;           /* GEMV only: a second matrix of the same shape and type over the */
     float *out2;              /*   same activations into out2, in the same launch (gate + up) */
+    const unsigned *act_amax; /* cu_mmh: the f32 activations' largest finite |x| (float bits, device), as
+                                 the kernel that wrote them found it; NULL: cu_mmh finds it */
 } cu_gemv_args;
 
 #ifdef __cplusplus
@@ -211,21 +213,27 @@ void cu_idx_topk(const float *scores, int64_t score_stride, int T, int topk, con
 void cu_attention(const float *q, const float *kv_batch, const float *ring, const void *comp, int comp_fmt,
                   const int *sel, const int *nsel, int topk, const float *sinks, int T, int nh, int hd,
                   int W, int ratio, int nrot, const float *inv_freq, float scale, const int *pos0p, int pos0,
-                  float qeps, float *o, float *part, int nsplit, int tc, cudaStream_t st);
+                  float qeps, float *o, unsigned *o_amax, float *part, int nsplit, int tc, cudaStream_t st);
 /* the tensor-core prefill attention (cu_attn_tc.cu; f32 rows); 0 when hd is not one it takes.
  * pos0: *pos0p as the host knows it (the wgmma kernel converts the rows up to pos0 + T to f16
  * first), or -1 where the host does not know it (the mma.sync kernels then). qeps >= 0: q is
  * q_b's raw output, normed per head (eps qeps) and rotated here (cu_qhead_norm_rope in place,
  * or inside the wgmma kernel as it stages q); < 0: q is ready. cu_attention takes qeps too
- * (only 0 returns leave q untouched). */
+ * (only 0 returns leave q untouched). o_amax (cu_attention; NULL: not wanted): set to the
+ * largest finite |o| as float bits (the wgmma kernel finds it as it stores o; other paths
+ * by cu_amax_f32 after), for the next product's cu_mmh (cu_gemv_args.act_amax). */
 int cu_attention_tc(const float *q, const float *kv_batch, const float *ring, const float *comp, const int *sel,
                     const int *nsel, int topk, const float *sinks, int T, int nh, int hd, int W, int ratio, int nrot,
-                    const float *inv_freq, float scale, const int *pos0p, int pos0, float qeps, float *o, cudaStream_t st);
+                    const float *inv_freq, float scale, const int *pos0p, int pos0, float qeps, float *o,
+                    unsigned *o_amax, cudaStream_t st);
 /* its wgmma form (cu_attn_wg.cu, sm_90a); 0 where it does not apply (nothing launched) */
 int cu_attention_wg(const float *q, const float *kv_batch, const float *ring, const float *comp, const int *sel,
                     const int *nsel, int topk, const float *sinks, int T, int nh, int hd, int W, int ratio, int nrot,
                     const float *inv_freq, float scale, const int *pos0p, int pos0, float qeps, float *o,
-                    cudaStream_t st);
+                    unsigned *o_amax, cudaStream_t st);
+/* *amax (float bits, device) = max(*amax, the largest finite |x| of T rows of n floats, xs
+ * floats apart; n % 4 == 0) (cu_mmh.cu) */
+void cu_amax_f32(const float *x, int T, int n, int64_t xs, unsigned *amax, cudaStream_t st);
 
 /* router + MoE. [own0, own1): the experts this GPU owns (0, E with one GPU);
  * a pair of another expert gets sel -1, its weight as usual. */

@@ -379,7 +379,7 @@ static void l_att(void *a) {
     att_ctx *c = a;
     cu_attention(c->q, c->kvb, c->ring, c->fmt == CU_KV_FP8 ? c->comp8 : c->comp, c->fmt, c->ratio == 4 ? c->sel : NULL,
                  c->nsel, TOPK, c->sinks, c->T, NH, HD, WIN, c->ratio, NROT, c->inv_freq, 1.0f / sqrtf((float)HD), c->pos,
-                 c->pos0, -1.f, c->o, c->part, c->nsplit, 1, st);
+                 c->pos0, -1.f, c->o, NULL, c->part, c->nsplit, 1, st);
 }
 
 /* ---- compressed rows stored as FP8 (issue #6) ----
@@ -498,6 +498,7 @@ typedef struct {
     int *sel, *nsel, *pos;
     int pipe;           /* 0, 1: cu_attention_tc under MINKE_CUDA_ATT_TC_PIPE; 2: cu_attention_wg itself */
     float qeps;         /* pipe 2's q norm (-1: q is ready; the timing of the fused norm sets it) */
+    unsigned *amax;     /* pipe 2's o amax (NULL: not asked) */
 } tc_ctx;
 static int tc_refused;
 static void l_tc(void *a) {
@@ -505,9 +506,9 @@ static void l_tc(void *a) {
     const float scale = 1.0f / sqrtf((float)HD);
     int ran = c->pipe == 2
         ? cu_attention_wg(c->q, c->kvb, c->ring, c->comp, c->ratio == 4 ? c->sel : NULL, c->nsel, TOPK, c->sinks, c->T,
-                          c->nh, HD, WIN, c->ratio, NROT, c->inv_freq, scale, c->pos, c->pos0, c->qeps, c->o, st)
+                          c->nh, HD, WIN, c->ratio, NROT, c->inv_freq, scale, c->pos, c->pos0, c->qeps, c->o, c->amax, st)
         : cu_attention_tc(c->q, c->kvb, c->ring, c->comp, c->ratio == 4 ? c->sel : NULL, c->nsel, TOPK, c->sinks, c->T,
-                          c->nh, HD, WIN, c->ratio, NROT, c->inv_freq, scale, c->pos, c->pos0, -1.f, c->o, st);
+                          c->nh, HD, WIN, c->ratio, NROT, c->inv_freq, scale, c->pos, c->pos0, -1.f, c->o, NULL, st);
     if (!ran) tc_refused = 1;
 }
 static void tc_pipe_set(tc_ctx *c, int v) {
@@ -557,6 +558,21 @@ static void tc_compare(tc_ctx *c, const char *label, float *out0, const double *
             report(ndiff == 0, what);
         }
         if (pipe == 2) {
+            /* o's amax found as the kernel stores o: the largest finite |o|, bit for bit */
+            unsigned *da = dmalloc(4), got = 0;
+            float hmax = 0.f;
+            CK(cudaMemset(da, 0, 4));
+            c->amax = da;
+            l_tc(c); CK(cudaGetLastError());
+            c->amax = NULL;
+            to_host(&got, da, 4);
+            cudaFree(da);
+            for (size_t i = 0; i < no; i++) if (fabsf(o1[i]) <= 3.4028235e38f && fabsf(o1[i]) > hmax) hmax = fabsf(o1[i]);
+            unsigned hb;
+            memcpy(&hb, &hmax, 4);
+            snprintf(what, sizeof what, "attention_wg %s o amax from the kernel %.6g, from o %.6g (bits equal: %d)", label,
+                     (double)*(float *)&got, (double)hmax, got == hb);
+            report(got == hb, what);
             double md = 0, mx = 0;
             int finite = 1;
             for (size_t i = 0; i < no; i++) {
@@ -606,16 +622,16 @@ static void tc_qnorm(tc_ctx *c, const char *label) {
         int ran_a, ran_b;
         if (pipe == 2) {
             ran_a = cu_attention_wg(qn, c->kvb, c->ring, c->comp, c->ratio == 4 ? c->sel : NULL, c->nsel, TOPK, c->sinks,
-                                    c->T, c->nh, HD, WIN, c->ratio, NROT, c->inv_freq, scale, c->pos, c->pos0, -1.f, c->o, st);
+                                    c->T, c->nh, HD, WIN, c->ratio, NROT, c->inv_freq, scale, c->pos, c->pos0, -1.f, c->o, NULL, st);
             to_host(oa, c->o, nb);
             ran_b = cu_attention_wg(qr, c->kvb, c->ring, c->comp, c->ratio == 4 ? c->sel : NULL, c->nsel, TOPK, c->sinks,
-                                    c->T, c->nh, HD, WIN, c->ratio, NROT, c->inv_freq, scale, c->pos, c->pos0, eps, c->o, st);
+                                    c->T, c->nh, HD, WIN, c->ratio, NROT, c->inv_freq, scale, c->pos, c->pos0, eps, c->o, NULL, st);
         } else {
             ran_a = cu_attention_tc(qn, c->kvb, c->ring, c->comp, c->ratio == 4 ? c->sel : NULL, c->nsel, TOPK, c->sinks,
-                                    c->T, c->nh, HD, WIN, c->ratio, NROT, c->inv_freq, scale, c->pos, c->pos0, -1.f, c->o, st);
+                                    c->T, c->nh, HD, WIN, c->ratio, NROT, c->inv_freq, scale, c->pos, c->pos0, -1.f, c->o, NULL, st);
             to_host(oa, c->o, nb);
             ran_b = cu_attention_tc(qr, c->kvb, c->ring, c->comp, c->ratio == 4 ? c->sel : NULL, c->nsel, TOPK, c->sinks,
-                                    c->T, c->nh, HD, WIN, c->ratio, NROT, c->inv_freq, scale, c->pos, c->pos0, eps, c->o, st);
+                                    c->T, c->nh, HD, WIN, c->ratio, NROT, c->inv_freq, scale, c->pos, c->pos0, eps, c->o, NULL, st);
         }
         CK(cudaGetLastError());
         to_host(ob, c->o, nb);
@@ -764,7 +780,7 @@ static void check_attention(int T, int ratio, int ncomp_rows) {
     snprintf(label, sizeof label, "T=%d ratio=%d rows=%d+%d", T, ratio, nraw, ncomp);
     c.comp8 = fp8_rows_dev(hcomp, ncap, label);
     {   /* the tensor-core kernel, forced, on the same inputs */
-        tc_ctx tc = {T, NH, ratio, c.pos0, c.q, c.kvb, c.ring, c.comp, c.sinks, c.inv_freq, c.o, c.sel, c.nsel, c.pos, 0, -1.f};
+        tc_ctx tc = {T, NH, ratio, c.pos0, c.q, c.kvb, c.ring, c.comp, c.sinks, c.inv_freq, c.o, c.sel, c.nsel, c.pos, 0, -1.f, NULL};
         int toks[2] = {0, 1};
         tc_compare(&tc, label, o, ref, toks, T, 0);
     }

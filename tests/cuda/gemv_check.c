@@ -900,9 +900,9 @@ static int check_attention(int nh, int hd, int W, int ratio, int T, int pos0, in
     }
     float scale = 1.0f / sqrtf((float)hd);
     cu_attention(dq, dkv, dring, dcomp, CU_KV_F32, dsel, dnsel, topk, dsinks, T, nh, hd, W, ratio, nrot, dfreq, scale,
-                 dpos, pos0, -1.f, dref, NULL, 1, 0, 0);
+                 dpos, pos0, -1.f, dref, NULL, NULL, 1, 0, 0);
     int ran = cu_attention_tc(dq, dkv, dring, dcomp, dsel, dnsel, topk, dsinks, T, nh, hd, W, ratio, nrot,
-                              dfreq, scale, dpos, pos0, -1.f, dtc, 0);
+                              dfreq, scale, dpos, pos0, -1.f, dtc, NULL, 0);
     CK(cudaDeviceSynchronize());
     float *ref = malloc(qn * 4), *tc = malloc(qn * 4);
     CK(cudaMemcpy(ref, dref, qn * 4, cudaMemcpyDeviceToHost));
@@ -925,8 +925,8 @@ static int check_attention(int nh, int hd, int W, int ratio, int T, int pos0, in
         for (int k = 0; k < 2; k++) {
             cudaEventRecord(e0, 0);
             for (int i = 0; i < 3; i++) {
-                if (k) cu_attention_tc(dq, dkv, dring, dcomp, dsel, dnsel, topk, dsinks, T, nh, hd, W, ratio, nrot, dfreq, scale, dpos, pos0, -1.f, dtc, 0);
-                else cu_attention(dq, dkv, dring, dcomp, CU_KV_F32, dsel, dnsel, topk, dsinks, T, nh, hd, W, ratio, nrot, dfreq, scale, dpos, pos0, -1.f, dref, NULL, 1, 0, 0);
+                if (k) cu_attention_tc(dq, dkv, dring, dcomp, dsel, dnsel, topk, dsinks, T, nh, hd, W, ratio, nrot, dfreq, scale, dpos, pos0, -1.f, dtc, NULL, 0);
+                else cu_attention(dq, dkv, dring, dcomp, CU_KV_F32, dsel, dnsel, topk, dsinks, T, nh, hd, W, ratio, nrot, dfreq, scale, dpos, pos0, -1.f, dref, NULL, NULL, 1, 0, 0);
             }
             cudaEventRecord(e1, 0);
             cudaEventSynchronize(e1);
