@@ -2,7 +2,8 @@
  * §6.3-§6.4, §6.9): per-head q norm + RoPE, the kv row finish (norm, RoPE,
  * FP8 simulation), the raw-row ring store, and the f32 attention kernels
  * (decode with row splits + combine, prefill 8 heads per block); the
- * tensor-core prefill attention is cu_attn_tc.cu.
+ * tensor-core prefill attention is cu_attn_tc.cu (mma.sync) and cu_attn_wg.cu
+ * (wgmma, the default on sm_90a).
  *
  * The compressed rows (comp) come as f32 rows or, with the simulations on,
  * as packed FP8 rows (cu_kvrow.cuh, issue #6): the decode kernels (k_attn_dec,

@@ -1,7 +1,7 @@
 /* cu_ops.cu: the small shared kernels of the forward pass: embedding,
  * RMSNorm, add, argmax, the synthetic-weight fill, the PDL switch and the
  * once-per-process kernel setup. The model's larger stages have their own
- * files: cu_hc.cu, cu_attn.cu (+ cu_attn_tc.cu), cu_comp.cu, cu_indexer.cu,
+ * files: cu_hc.cu, cu_attn.cu (+ cu_attn_tc.cu, cu_attn_wg.cu), cu_comp.cu, cu_indexer.cu,
  * cu_moe.cu, and the products cu_gemv.cu / cu_mmq.cu.
  *
  * All kernels take T tokens at positions *pos0p + t, so prefill chunks and
