@@ -61,23 +61,12 @@ __device__ __forceinline__ unsigned atw_off(int r, int dg) {
 __device__ __forceinline__ uint64_t atw_desc(unsigned saddr, unsigned lbo, unsigned sbo) {
     return (uint64_t)((saddr & 0x3FFFF) >> 4) | ((uint64_t)(lbo >> 4) << 16) | ((uint64_t)(sbo >> 4) << 32);
 }
-/* S[64 x 64] += Q[64 x 16] K[16 x 64], both K-major in shared memory */
-__device__ __forceinline__ void atw_mma_s(float (&d)[32], uint64_t da, uint64_t db) {
-    asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {" MX_ACC32 "}, %32, %33, 1, 1, 1, 0, 0;\n"
-                 : MX_D32
-                 : "l"(da), "l"(db));
-}
-/* O[64 x N] += P[64 x 16] V[16 x N], P in registers, V N-major (trans-b) */
-#define ATW_MMA_PV(NP, N, A0, A1, A2, A3, DB)                                                              \
-    __device__ __forceinline__ void atw_mma_pv(float (&d)[NP], const uint32_t (&a)[4], uint64_t db) {     \
-        asm volatile("wgmma.mma_async.sync.aligned.m64n" #N "k16.f32.f16.f16 {" MX_ACC##NP "}, "            \
-                     "{%" #A0 ", %" #A1 ", %" #A2 ", %" #A3 "}, %" #DB ", 1, 1, 1, 1;\n"                   \
-                     : MX_D##NP                                                                           \
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));                             \
-    }
-ATW_MMA_PV(32, 64, 32, 33, 34, 35, 36)
-ATW_MMA_PV(64, 128, 64, 65, 66, 67, 68)
-ATW_MMA_PV(128, 256, 128, 129, 130, 131, 132)
+/* S[64 x 64] += Q[64 x 16] K[16 x 64], both K-major in shared memory; O[64 x N] += P[64 x 16]
+ * V[16 x N], P in registers, V N-major */
+WG_MMA_SS(atw_mma_s, 32, 64, 32, 33, 0)
+WG_MMA_RS(atw_mma_pv, 32, 64, 32, 33, 34, 35, 36, 1)
+WG_MMA_RS(atw_mma_pv, 64, 128, 64, 65, 66, 67, 68, 1)
+WG_MMA_RS(atw_mma_pv, 128, 256, 128, 129, 130, 131, 132, 1)
 template <int N>
 __device__ __forceinline__ void atw_pin(float (&d)[N]) {
 #pragma unroll

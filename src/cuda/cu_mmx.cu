@@ -790,20 +790,8 @@ struct mx_wg_smem {
  * pair), A in registers (mx_wgmma: the weights decoded by the multiplying warps) or in shared
  * memory (mx_wgmma_ss: layouts 11 and 12), B in shared memory (K-major, 128-byte swizzle).
  * MX_ACCn / MX_Dn (cu_wgmma.cuh): the accumulators' operands and constraints. */
-#define MX_WGMMA_RS(NP, N, A0, A1, A2, A3, DB)                                                          \
-    __device__ __forceinline__ void mx_wgmma(float (&d)[NP], const uint32_t (&a)[4], uint64_t desc) {        \
-        asm volatile("wgmma.mma_async.sync.aligned.m64n" #N "k16.f32.f16.f16 {" MX_ACC##NP "}, "                \
-                     "{%" #A0 ", %" #A1 ", %" #A2 ", %" #A3 "}, %" #DB ", 1, 1, 1, 0;\n"                       \
-                     : MX_D##NP                                                                               \
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));                               \
-    }
-#define MX_WGMMA_SS(NP, N, DA, DB)                                                                       \
-    __device__ __forceinline__ void mx_wgmma_ss(float (&d)[NP], uint64_t da, uint64_t db) {                  \
-        asm volatile("wgmma.mma_async.sync.aligned.m64n" #N "k16.f32.f16.f16 {" MX_ACC##NP "}, "                \
-                     "%" #DA ", %" #DB ", 1, 1, 1, 0, 0;\n"                                                   \
-                     : MX_D##NP                                                                               \
-                     : "l"(da), "l"(db));                                                                     \
-    }
+#define MX_WGMMA_RS(NP, N, A0, A1, A2, A3, DB) WG_MMA_RS(mx_wgmma, NP, N, A0, A1, A2, A3, DB, 0)
+#define MX_WGMMA_SS(NP, N, DA, DB) WG_MMA_SS(mx_wgmma_ss, NP, N, DA, DB, 0)
 MX_WGMMA_RS(16, 32, 16, 17, 18, 19, 20)
 MX_WGMMA_RS(32, 64, 32, 33, 34, 35, 36)
 MX_WGMMA_RS(48, 96, 48, 49, 50, 51, 52)

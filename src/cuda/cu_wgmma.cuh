@@ -4,7 +4,11 @@
  *
  * Why macros: a wgmma of N output columns has N / 2 f32 accumulators a thread,
  * each an asm operand; MX_ACCn spells the operands %0 .. %(n - 1) and MX_Dn
- * their "+f" constraints on an array d[n], so that a wrapper is one line. */
+ * their "+f" constraints on an array d[n], so that a wrapper is one line:
+ * WG_MMA_RS / WG_MMA_SS define FN(d, a or desc_a, desc_b), D[64 x N] += A B
+ * over k16 in f16 with f32 sums, A in registers (RS) or shared memory (SS),
+ * B in shared memory, N-major where TB is 1. The instantiations belong in
+ * sm_90a code (__CUDA_ARCH_FEAT_SM90_ALL). */
 #pragma once
 
 #define MX_WG_D8(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
@@ -22,3 +26,17 @@
 #define MX_D112 MX_D96, MX_WG_D8(96), MX_WG_D8(104)
 #define MX_ACC128 MX_ACC112 ", " "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
 #define MX_D128 MX_D112, MX_WG_D8(112), MX_WG_D8(120)
+#define WG_MMA_RS(FN, NP, N, A0, A1, A2, A3, DB, TB)                                                     \
+    __device__ __forceinline__ void FN(float (&d)[NP], const uint32_t (&a)[4], uint64_t desc) {              \
+        asm volatile("wgmma.mma_async.sync.aligned.m64n" #N "k16.f32.f16.f16 {" MX_ACC##NP "}, "                \
+                     "{%" #A0 ", %" #A1 ", %" #A2 ", %" #A3 "}, %" #DB ", 1, 1, 1, " #TB ";\n"                 \
+                     : MX_D##NP                                                                               \
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));                               \
+    }
+#define WG_MMA_SS(FN, NP, N, DA, DB, TB)                                                                   \
+    __device__ __forceinline__ void FN(float (&d)[NP], uint64_t da, uint64_t db) {                           \
+        asm volatile("wgmma.mma_async.sync.aligned.m64n" #N "k16.f32.f16.f16 {" MX_ACC##NP "}, "                \
+                     "%" #DA ", %" #DB ", 1, 1, 1, 0, " #TB ";\n"                                             \
+                     : MX_D##NP                                                                               \
+                     : "l"(da), "l"(db));                                                                     \
+    }
