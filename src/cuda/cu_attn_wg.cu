@@ -135,7 +135,7 @@ k_attention_wg(const float *q, const __half *kvh, const __half *ringh, const __h
             }
             /* the indexer selects among the (qp + 1) / 4 rows the position has; the clamp only
              * keeps a caller's wrong index inside the converted rows */
-            const int ci = ratio == 4 ? min(sSel[i - nraw], ncomp - 1) : i - nraw;
+            const int ci = ratio == 4 ? max(0, min(sSel[i - nraw], ncomp - 1)) : i - nraw;
             return comph + (int64_t)ci * HD;
         };
         /* tile it's rows by cp.async (rows past the end zero-filled: their p is 0, and 0 x garbage
@@ -370,7 +370,9 @@ k_attention_wg(const float *q, const __half *kvh, const __half *ringh, const __h
 
 /* ---- launcher ---- */
 
-/* per device: the f16 row copies (grown outside graph capture; prefill batches only) */
+/* per device: the f16 row copies (grown outside graph capture; prefill batches only). One
+ * buffer a device, not a stream: the attention runs on the main stream only (a second
+ * stream calling it would need its own, as cu_mmh keeps its scratch a stream). */
 static __half *atw_rows[32];
 static size_t atw_cap[32];
 

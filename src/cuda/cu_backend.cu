@@ -82,6 +82,7 @@ typedef struct cu_model {      /* one GPU's part of the model */
     uint64_t weight_bytes;
     int max_in;                     /* widest matmul input */
     int64_t max_q8_w;               /* the most weights of a dense Q8_0 matrix (cu_mmh's scratch) */
+    int64_t max_f16_w;              /* the same of a dense F16 matrix (cu_mmh takes those too) */
 } cu_model;
 
 /* ------------------------------------------------------------------ */
@@ -446,6 +447,9 @@ static int dev_init(minke_model *m, cu_model *cm) {
         if (t->type == GGML_TYPE_Q8_0 && t->n_dims == 2 && t->ne[0] * t->ne[1] > cm->max_q8_w &&
             t->ne[0] * t->ne[1] <= CU_MMH_MAX_WEIGHTS)
             cm->max_q8_w = t->ne[0] * t->ne[1];
+        if (t->type == GGML_TYPE_F16 && t->n_dims == 2 && t->ne[0] * t->ne[1] > cm->max_f16_w &&
+            t->ne[0] * t->ne[1] <= CU_MMH_MAX_WEIGHTS)
+            cm->max_f16_w = t->ne[0] * t->ne[1];
     }
     {
         size_t fr = 0, tot = 0;
@@ -915,11 +919,18 @@ static cu_session *dev_session_alloc(minke_model *m, cu_model *cm, int n_ctx) {
             AL(s->asplit, main_el / 32 * 136 + rows * 16 + 4096);
             AL(s->asplit2, side_el / 32 * 100 + T * 16 + 4096);
             AL(s->asplit3, T * D / 32 * 100 + T * 16 + 4096);
-            /* cu_mmh's scratch where it runs (main stream; the shared expert on st2,
-             * the kv row on st3), so that a prompt does not allocate it */
-            cu_mmh_reserve(cm->st, T, mx, cm->max_q8_w);
-            cu_mmh_reserve(cm->st2, T, D > SF ? D : SF, D * SF);      /* the shared expert */
-            cu_mmh_reserve(cm->st3, T, D, (int64_t)D * Dh);
+            /* cu_mmh's scratch where it runs (main stream; the shared expert and the
+             * F16 compressors on st2, the kv row and the indexer's q on st3), so that a
+             * prompt does not allocate it */
+            const int64_t f16w = cm->max_f16_w;
+            cu_mmh_reserve(cm->st, T, mx, cm->max_q8_w > f16w ? cm->max_q8_w : f16w);
+            cu_mmh_reserve(cm->st2, T, D > SF ? D : SF, D * SF > f16w ? D * SF : f16w);
+            cu_mmh_reserve(cm->st3, T, D, (int64_t)D * Dh > f16w ? (int64_t)D * Dh : f16w);
+        } else if (cu_mmq_min_rows() && T >= cu_mmq_min_rows() && cm->max_f16_w) {
+            /* int8 activations: only the F16 products (f32 x either way) go to cu_mmh */
+            cu_mmh_reserve(cm->st, T, D, cm->max_f16_w);
+            cu_mmh_reserve(cm->st2, T, D, cm->max_f16_w);
+            cu_mmh_reserve(cm->st3, T, D, cm->max_f16_w);
         }
     }
     AL(s->d_argmax, 4);
@@ -1257,7 +1268,8 @@ static void attention_layer(fwd *f, int il) {
     matmul(f, &L->q_b, s->qn, ql, (int64_t)H * Dh, s->q, (int64_t)H * Dh, T);
     /* a batch's q norm and RoPE go with the attention (inside the wgmma kernel as it
      * stages q: one pass over q less); decode and the taps keep the norm launch */
-    const int qfuse = T > ATT_SPLIT_MAX_T && !f->taps;
+    const int qfuse = T > ATT_SPLIT_MAX_T && !f->m->tap;      /* the same on every GPU */
+    const int want_amax = qfuse && cu_mmh_min_tokens() && T >= cu_mmh_min_tokens();
     if (!qfuse) {
         PROF(f, "q_norm_rope");
         cu_qhead_norm_rope(s->q, T, H, Dh, nrot, rope, s->d_pos, c->rms_eps, st);
@@ -1298,7 +1310,7 @@ static void attention_layer(fwd *f, int il) {
     }
     cu_attention(s->q, s->kvb, lc->ring, comp_rows, comp_fmt, ratio == 4 ? s->sel : NULL, s->nsel, (int)c->indexer_top_k,
                  (const float *)L->sinks.d + f->cm->h0, T, H, Dh, W, ratio, nrot, rope, c->attn_scale, s->d_pos,
-                 f->pos0_host, qfuse ? c->rms_eps : -1.f, s->o, qfuse ? s->o_amax : NULL,
+                 f->pos0_host, qfuse ? c->rms_eps : -1.f, s->o, want_amax ? s->o_amax : NULL,
                  s->attn_part, T <= ATT_SPLIT_MAX_T ? ATT_SPLIT : 1, L->q_b.type != CU_TYPE_F32, st);
     if (!ring_done) cu_raw_store(s->kvb, T, Dh, W, s->d_pos, lc->ring, st);
     tapv(f, "blk.%d.attn_o", il, s->o, (int64_t)H * Dh);
@@ -1324,7 +1336,7 @@ static void attention_layer(fwd *f, int il) {
         g.w = Wa->d; g.wtype = Wa->type; g.rows = (int64_t)G * ol; g.in = gin; g.row_bytes = Wa->row_bytes;
         g.act = act; g.act_stride = astride; g.act_div = 1; g.out = s->z; g.out_stride = odim; g.ntok = T;
         g.group_rows = ol; g.group_act_bytes = gbytes;
-        g.act_amax = qfuse && f32 ? s->o_amax : NULL;     /* found by the attention as it stored o */
+        g.act_amax = want_amax && f32 ? s->o_amax : NULL;     /* found by the attention as it stored o */
         g.nt_hint = tile_rows(T);
         int ntl = (T + CU_MMQ_TILE - 1) / CU_MMQ_TILE;
         if (!use_mmq(T) || (!mmq_exact(f, &g, s->o, T, ntl) && !cu_mmq(&g, ntl, st)))

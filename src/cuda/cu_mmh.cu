@@ -235,6 +235,12 @@ extern "C" void cu_mmh_set(int on, int min_tokens, int64_t min_weights) {
     if (min_weights > 0) mmh_min_w = min_weights;
 }
 
+/* the fewest tokens cu_mmh takes (0: off) */
+extern "C" int cu_mmh_min_tokens(void) {
+    mmh_env();
+    return mmh_mode ? mmh_min_t : 0;
+}
+
 extern "C" int cu_mmh_taken(const cu_gemv_args *g, int64_t ntok) {
     mmh_env();
     /* F16 weights always meet the f32 activations (act_f32 is the quantized types' flag) */
@@ -406,7 +412,7 @@ extern "C" int cu_mmh_reserve(cudaStream_t st, int64_t T, int64_t max_in, int64_
  * its in / ng inputs: grouped input, one batched GEMM), T rows of x (xs
  * floats apart) into out */
 static int mmh_one(const cu_gemv_args *g, const uint8_t *w, int64_t rows, int in, int ng, const float *x, int64_t xs,
-                   int T, float *out, cudaStream_t st) {
+                   int T, float *out, const unsigned *amax_in, cudaStream_t st) {
     const int gw = in / ng;
     const bool f16 = g->wtype == CU_TYPE_F16;
     const int np = f16 ? 2 : 3;          /* pieces: [Wh|Wl|Wh] x [xh|xh|xl], or [W|W] x [xh|xl] */
@@ -439,8 +445,8 @@ static int mmh_one(const cu_gemv_args *g, const uint8_t *w, int64_t rows, int in
     }
     int ga = mmh_grid((int64_t)T * (in / 4));
     if (ga > 8 * cu_num_sms()) ga = 8 * cu_num_sms();
-    if (g->act_amax) {      /* found by the kernel that wrote x (the same maximum) */
-        if (cudaMemcpyAsync(small + 1, g->act_amax, 4, cudaMemcpyDeviceToDevice, st) != cudaSuccess) return 0;
+    if (amax_in) {      /* found by the kernel that wrote x (the same maximum) */
+        if (cudaMemcpyAsync(small + 1, amax_in, 4, cudaMemcpyDeviceToDevice, st) != cudaSuccess) return 0;
     } else {
         cu_launch(k_mmh_amax, dim3(ga), MMH_THREADS, 0, st, x, T, in, xs, small + 1);
     }
@@ -468,15 +474,18 @@ static int mmh_one(const cu_gemv_args *g, const uint8_t *w, int64_t rows, int in
 extern "C" int cu_mmh(const cu_gemv_args *g, int64_t ntok, cudaStream_t st) {
     if (!cu_mmh_taken(g, ntok)) return 0;
     const int64_t xs = g->act_stride / 4;
-    if (!g->group_act_bytes) return mmh_one(g, (const uint8_t *)g->w, g->rows, (int)g->in, 1, (const float *)g->act, xs, (int)ntok, g->out, st);
+    if (!g->group_act_bytes)
+        return mmh_one(g, (const uint8_t *)g->w, g->rows, (int)g->in, 1, (const float *)g->act, xs, (int)ntok, g->out,
+                       g->act_amax, st);
     const int64_t ng = g->rows / g->group_rows;
     if (g->group_act_bytes == g->in * 4 && ng * g->in <= (1 << 20) && !mmh_batch_off())
         return mmh_one(g, (const uint8_t *)g->w, g->rows, (int)(ng * g->in), (int)ng, (const float *)g->act, xs,
-                       (int)ntok, g->out, st);
+                       (int)ntok, g->out, g->act_amax, st);
     for (int64_t j = 0; j < ng; j++) {
         const uint8_t *w = (const uint8_t *)g->w + j * g->group_rows * g->row_bytes;
         const float *x = (const float *)g->act + j * (g->group_act_bytes / 4);
-        if (!mmh_one(g, w, g->group_rows, (int)g->in, 1, x, xs, (int)ntok, g->out + j * g->group_rows, st)) {
+        /* a group's own slice sets its scale: act_amax (the whole row's) does not apply */
+        if (!mmh_one(g, w, g->group_rows, (int)g->in, 1, x, xs, (int)ntok, g->out + j * g->group_rows, NULL, st)) {
             if (j == 0) return 0;
             fprintf(stderr, "minke: cu_mmh failed after %lld of %lld groups\n", (long long)j, (long long)ng);
             abort();

@@ -74,7 +74,7 @@ int cu_mmq_supported(const cu_gemv_args *g);
  * ntiles = ceil(ntok / 64); MoE: tiles built with nt = 64). 0 when unsupported. */
 int cu_mmq(const cu_gemv_args *g, int ntiles, cudaStream_t st);
 int cu_mmq_tables_init(const uint64_t *grid);
-/* cu_mmh.cu: dense Q8_0 / Q8_0R products of prefill batches with exact (f32) activations as one
+/* cu_mmh.cu: dense Q8_0 / Q8_0R (and F16) products of prefill batches with exact (f32) activations as one
  * cuBLASLt f16 GEMM (weights and activations split into exact f16 pieces, docs/numerics.md).
  * cu_mmh_taken: 1 when a product of ntok rows takes it (default from 256 tokens and 1M weights;
  * MINKE_CUDA_MMH=0/1, MINKE_CUDA_MMH_MIN=tokens, MINKE_CUDA_MMH_MINW=weights: rows x in); cu_mmh: the product (dense or grouped input, accumulate
@@ -82,6 +82,7 @@ int cu_mmq_tables_init(const uint64_t *grid);
  * cu_mmq). cu_mmh_set: the checks' switch (min_tokens / min_weights <= 0 keep the current ones). */
 #define CU_MMH_MAX_WEIGHTS (64ll << 20)   /* larger matrices (an LM head) keep the int8 kernels */
 int cu_mmh_taken(const cu_gemv_args *g, int64_t ntok);
+int cu_mmh_min_tokens(void);     /* the fewest tokens it takes; 0: off */
 int cu_mmh(const cu_gemv_args *g, int64_t ntok, cudaStream_t st);
 void cu_mmh_set(int on, int min_tokens, int64_t min_weights);
 /* allocate st's scratch for products up to max_weights over T rows of up to max_in (session set-up;

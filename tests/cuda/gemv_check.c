@@ -919,6 +919,32 @@ static int check_attention(int nh, int hd, int W, int ratio, int T, int pos0, in
     int bad = !ran || !finite || !(rel <= 1e-2);
     printf("%s attn tc  heads %d hd %d W %d ratio %d T %d pos0 %d: rel err %.2e (max|o| %.3f)\n", bad ? "FAIL" : "ok  ",
            nh, hd, W, ratio, T, pos0, rel, mr);
+    {   /* q's norm + RoPE by the attention (qeps: inside the wgmma kernel on sm_90a, in place before
+         * the mma.sync one) against the norm kernel first; dq read as q_b's raw output */
+        float *dqn, *dqr, *hn = malloc(qn * 4);
+        CK(cudaMalloc((void **)&dqn, qn * 4)); CK(cudaMalloc((void **)&dqr, qn * 4));
+        CK(cudaMemcpy(dqn, dq, qn * 4, cudaMemcpyDeviceToDevice)); CK(cudaMemcpy(dqr, dq, qn * 4, cudaMemcpyDeviceToDevice));
+        cu_qhead_norm_rope(dqn, T, nh, hd, nrot, dfreq, dpos, 1e-6f, 0);
+        int r1 = cu_attention_tc(dqn, dkv, dring, dcomp, dsel, dnsel, topk, dsinks, T, nh, hd, W, ratio, nrot, dfreq, scale,
+                                 dpos, pos0, -1.f, dtc, NULL, 0);
+        CK(cudaDeviceSynchronize());
+        CK(cudaMemcpy(hn, dtc, qn * 4, cudaMemcpyDeviceToHost));
+        int r2 = cu_attention_tc(dqr, dkv, dring, dcomp, dsel, dnsel, topk, dsinks, T, nh, hd, W, ratio, nrot, dfreq, scale,
+                                 dpos, pos0, 1e-6f, dtc, NULL, 0);
+        CK(cudaDeviceSynchronize());
+        CK(cudaMemcpy(tc, dtc, qn * 4, cudaMemcpyDeviceToHost));
+        double qd = 0, qm = 0;
+        for (int64_t i = 0; i < qn; i++) {
+            double d = fabs((double)tc[i] - hn[i]);
+            if (!(d <= qd)) qd = d;
+            if (fabs(hn[i]) > qm) qm = fabs(hn[i]);
+        }
+        int qbad = !r1 || !r2 || !(qd <= 2e-3 * qm);
+        printf("%s attn tc  heads %d hd %d ratio %d T %d: q norm + RoPE inside vs the norm kernel first: %.2e of max|o|\n",
+               qbad ? "FAIL" : "ok  ", nh, hd, ratio, T, qm > 0 ? qd / qm : qd);
+        bad |= qbad;
+        cudaFree(dqn); cudaFree(dqr); free(hn);
+    }
     if (T >= 256) {
         cudaEvent_t e0, e1; cudaEventCreate(&e0); cudaEventCreate(&e1);
         float ms[2];

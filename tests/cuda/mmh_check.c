@@ -79,7 +79,8 @@ static void check(int repack, int64_t rows, int64_t in, int T, int ngroups, int 
     if (repack == 1 && cu_repack_q8_0(dW, rows, in, rb, 0)) wt = TYPE_Q8_0R;
     cu_gemv_args g;
     memset(&g, 0, sizeof g);
-    g.w = dW; g.wtype = wt; g.rows = rows; g.in = in; g.row_bytes = rb; g.act = dx; g.act_f32 = 1;
+    /* F16 weights reach cu_mmh with act_f32 0 (it is the quantized types' flag) */
+    g.w = dW; g.wtype = wt; g.rows = rows; g.in = in; g.row_bytes = rb; g.act = dx; g.act_f32 = !f16;
     g.act_stride = arow * 4; g.act_div = 1; g.out = dy; g.out_stride = ostride; g.ntok = T; g.accumulate = accumulate;
     if (ngroups > 1) { g.group_rows = grows; g.group_act_bytes = in * 4; }
     char what[200];
@@ -114,6 +115,32 @@ static void check(int repack, int64_t rows, int64_t in, int T, int ngroups, int 
         failures += !ok;
     }
     if (rel_mmq >= 0) printf("info mmh %s: the int8 kernel %.2e\n", what, rel_mmq);
+    if (ngroups == 1 || ngroups * in <= (1 << 20)) {
+        /* the activations' amax handed in (cu_gemv_args.act_amax, as the attention finds o's):
+         * the same bits as cu_mmh finding it (one GEMM for the whole row: its amax is the batch's) */
+        float am = 0.f;
+        for (int64_t i = 0; i < (int64_t)T * arow; i++) if (fabsf(x[i]) <= 3.4028235e38f && fabsf(x[i]) > am) am = fabsf(x[i]);
+        unsigned *da;
+        float *y2 = malloc(sizeof(float) * T * ostride);
+        CK(cudaMalloc((void **)&da, 4));
+        CK(cudaMemcpy(da, &am, 4, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(dy, y0, sizeof(float) * T * ostride, cudaMemcpyHostToDevice));
+        int r1 = cu_mmh(&g, T, 0);
+        CK(cudaDeviceSynchronize());
+        CK(cudaMemcpy(y, dy, sizeof(float) * T * ostride, cudaMemcpyDeviceToHost));
+        g.act_amax = da;
+        CK(cudaMemcpy(dy, y0, sizeof(float) * T * ostride, cudaMemcpyHostToDevice));
+        int r2 = cu_mmh(&g, T, 0);
+        CK(cudaDeviceSynchronize());
+        CK(cudaMemcpy(y2, dy, sizeof(float) * T * ostride, cudaMemcpyDeviceToHost));
+        g.act_amax = NULL;
+        size_t nd = 0;
+        for (int64_t i = 0; i < (int64_t)T * ostride; i++) if (memcmp(&y[i], &y2[i], 4)) nd++;
+        int ok = r1 && r2 && nd == 0;
+        printf("%s mmh %s: with the amax handed in, %zu outputs differ\n", ok ? "ok" : "FAIL", what, nd);
+        failures += !ok;
+        cudaFree(da); free(y2);
+    }
     cudaFree(dW); cudaFree(dx); cudaFree(dy);
     free(wf); free(wd); free(x); free(W); free(y0); free(y); free(yr); free(yp);
 }
