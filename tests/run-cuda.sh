@@ -19,7 +19,9 @@
 #      rows, and the state payload through --restore-at: bit for bit;
 #   4. compute-sanitizer memcheck of a CUDA run on the tiny model (a chunk
 #      of 33 tokens on the tensor cores, then 7 on the GEMV kernels; decode).
-# Set CUDA_TEST_QUICK=1 to skip the sanitizer.
+# Set CUDA_TEST_QUICK=1 to skip the sanitizer. CUDA_TEST_PART=kernels runs step 1
+# only, CUDA_TEST_PART=model the rest (the two halves fit the device tool's calls
+# of 600 s each; tests/cuda/device-session.sh: quick1, quick2).
 cd "$(dirname "$0")/.." || exit 1
 B=${MINKE_BUILD:-build/cuda}
 M=${MINKE_BIN:-$(pwd)/minke}
@@ -34,6 +36,7 @@ if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; t
 fi
 nvidia-smi -L
 
+if [ "${CUDA_TEST_PART:-all}" != model ]; then
 for k in gemv_check mmq_exact mmf16_check mmh_check mmx_check hc_check attn_check idx_check argmax_check moe_dec_check moes_check kvfmt_check nccl_check; do
     [ -x "$B/tests/cuda/$k" ] || continue
     if "$B/tests/cuda/$k" ${GEMV_TIME:+--time} > "$T/$k.log" 2>&1; then ok $k; else bad $k; fi
@@ -60,6 +63,8 @@ if [ -x "$B/tests/cuda/mmh_check" ]; then
     if MINKE_CUDA_MMH_BATCH=0 "$B/tests/cuda/mmh_check" > "$T/mmh_batch0.log" 2>&1; then ok mmh_check-batch0; else bad mmh_check-batch0; fi
     grep -E '^FAIL' "$T/mmh_batch0.log"
 fi
+fi
+if [ "${CUDA_TEST_PART:-all}" = kernels ]; then echo "$pass passed, $fail failed${failed:+:$failed}"; [ "$fail" -eq 0 ]; exit; fi
 
 FIX=tests/fixtures/oracle/tiny-a
 TOK=$FIX/tokens.i32

@@ -3,7 +3,8 @@
 # docs/performance.md): binaries built here are carried in $H (default
 # build/s6, as tools/dev/device-pack.sh packs them: minke-cuda, bin/ =
 # tests/cuda/*, and the shared libraries the device image lacks in lib/). Steps are chosen by arguments: tests, quick,
-# bench, benchoff (the same bench with the tensor-core prefill off), prof,
+# (quick1 / quick2: its kernel checks / the rest, one device call each), bench,
+# benchoff (the same bench with the tensor-core prefill off), prof,
 # variants (the 4096-token prompt bench per env setting), mmqocc, multi
 # (several GPUs: run on nvidia-h200-x2 or larger; MULTI="q2:1 q2:2" picks the runs),
 # ablation (each decode stage left out of the graph in turn: its in-graph cost),
@@ -30,6 +31,8 @@ for step in "$@"; do
     case $step in
     tests) GEMV_TIME=1 timeout 470 sh tests/run-cuda.sh 2>&1 | tee $OUT/tests.log ;;
     quick) CUDA_TEST_QUICK=1 timeout 470 sh tests/run-cuda.sh 2>&1 | tee $OUT/tests.log ;;
+    quick1) CUDA_TEST_QUICK=1 CUDA_TEST_PART=kernels timeout 560 sh tests/run-cuda.sh 2>&1 | tee $OUT/tests1.log ;;
+    quick2) CUDA_TEST_QUICK=1 CUDA_TEST_PART=model timeout 560 sh tests/run-cuda.sh 2>&1 | tee $OUT/tests2.log ;;
     bench) timeout ${BENCH_TIMEOUT:-300} $MINKE_BIN bench --synthetic flash-q2 --ctx-start ${CTX0:-2048} --ctx-max ${CTXMAX:-4096} \
               --step-incr ${STEP:-2048} -n ${NGEN:-64} --plot $OUT/bench.svg --csv $OUT/bench.csv 2>&1 | tee $OUT/bench.log
            cat $OUT/bench.csv ;;
