@@ -14,7 +14,14 @@
  * (k_attention_tc) and 1 (k_attention_tcp, S on 16 x 16 warps): on every
  * attention shape above, at 40 heads, and at Flash size (4096 tokens: a first chunk and a second one
  * with window 128 + 512 selected rows a token, and ratio 128), with a
- * "time attention_tc" line for each Flash case (always printed).
+ * "time attention_tc" line for each Flash case (always printed). The wgmma
+ * kernel (cu_attn_wg.cu, PIPE 2, called as cu_attention_wg) sums in other
+ * orders: within 2e-3 of max|o| of PIPE 0 and within the reference bound, all
+ * outputs written; its o amax bit for bit the largest finite |o|; on an sm_90
+ * device it must run. q's norm + RoPE by the attention (qeps) against the
+ * norm kernel first: bit for bit on PIPE 1 (in place), within 2e-3 on PIPE 2
+ * (inside the kernel). cu_attention's o amax after the split decode kernels:
+ * bit for bit.
  * The compressed rows hold the FP8 simulation's values (nm_fp8_sim on the
  * first HD - NROT dims, as the compressors' rows with the simulations on),
  * and the decode paths (split decode k_attn_dec, the previous k_attention
