@@ -837,27 +837,15 @@ static int att_tc_min(void) {
     return min_t;
 }
 
-void cu_attention(const float *q, const float *kv_batch, const float *ring, const void *comp, int comp_fmt,
-                  const int *sel, const int *nsel, int topk, const float *sinks, int T, int nh, int hd,
-                  int W, int ratio, int nrot, const float *inv_freq, float scale, const int *pos0p, int pos0,
-                  float qeps, float *o, unsigned *o_amax, float *part, int nsplit, int tc, cudaStream_t st) {
-    const bool fp8 = comp_fmt == CU_KV_FP8;
-    if (o_amax) cudaMemsetAsync(o_amax, 0, 4, st);
-    if (!part || nsplit < 1) nsplit = 1;
-    if (nsplit > 64) nsplit = 64;
-    /* FP8 rows: the decode kernels read them; a batch's (nsplit 1) take k_attention,
-     * the backend unpacks them first (cu_kvrows_unpack) for the prefill kernels */
-    if (!fp8 && nsplit == 1 && T >= att_tc_min() && (att_tc_mode() == 2 || (tc && att_tc_mode() == 1)) &&
-        cu_attention_tc(q, kv_batch, ring, (const float *)comp, sel, nsel, topk, sinks, T, nh, hd, W, ratio, nrot,
-                        inv_freq, scale, pos0p, pos0, qeps, o, o_amax, st))
-        return;     /* o's amax included */
-    /* the other kernels read q normed */
-    if (qeps >= 0.f) cu_qhead_norm_rope((float *)q, T, nh, hd, nrot, inv_freq, pos0p, qeps, st);
+/* the f32 kernels: prefill 8 heads a block, split decode + combine, the generic one */
+static void attention_f32(const float *q, const float *kv_batch, const float *ring, const void *comp, bool fp8,
+                          const int *sel, const int *nsel, int topk, const float *sinks, int T, int nh, int hd, int W,
+                          int ratio, int nrot, const float *inv_freq, float scale, const int *pos0p, float *o,
+                          float *part, int nsplit, cudaStream_t st) {
     if (!fp8 && nsplit == 1 && hd <= 512 && hd % 128 == 0 && att_heads_mode()) {
         cu_launch(k_attention_heads,
             dim3((nh + ATH_HEADS - 1) / ATH_HEADS, T), ATH_HEADS * 32, 0, st,
             q, kv_batch, ring, comp, sel, nsel, topk, sinks, nh, hd, W, ratio, nrot, inv_freq, scale, pos0p, o);
-        if (o_amax) cu_amax_f32(o, T, nh * hd, (int64_t)nh * hd, o_amax, st);
         return;
     }
     if (nsplit > 1 && hd % 128 == 0 && hd <= 512 && nrot % 4 == 0 && nrot <= hd && !cu_dec_old(CU_OLD_ATTENTION)) {
@@ -891,13 +879,32 @@ void cu_attention(const float *q, const float *kv_batch, const float *ring, cons
                   nsel, topk, nh, hd, W, ratio, scale, pos0p, nsplit, min_rows, fill, part, nrot);
         cu_launch(k_attn_dec_combine, dim3(nh, T), 128, 0, st, part, sinks, nsel, nh, hd, W, ratio, nsplit, min_rows, fill,
                   nrot, inv_freq, pos0p, o);
-        if (o_amax) cu_amax_f32(o, T, nh * hd, (int64_t)nh * hd, o_amax, st);
         return;
     }
     cu_launch(fp8 ? k_attention<CU_KV_FP8> : k_attention<CU_KV_F32>, dim3(nh, T, nsplit), ATT_WARPS * 32, 0, st,
               q, kv_batch, ring, comp, sel, nsel, topk, sinks, nh, hd, W, ratio, nrot, inv_freq, scale, pos0p, o, nsplit, part);
     if (nsplit > 1)
         cu_launch(k_attn_combine, dim3(nh, T), 128, 0, st, part, sinks, nh, hd, nsplit, nrot, inv_freq, pos0p, o);
+}
+
+void cu_attention(const float *q, const float *kv_batch, const float *ring, const void *comp, int comp_fmt,
+                  const int *sel, const int *nsel, int topk, const float *sinks, int T, int nh, int hd,
+                  int W, int ratio, int nrot, const float *inv_freq, float scale, const int *pos0p, int pos0,
+                  float qeps, float *o, unsigned *o_amax, float *part, int nsplit, int tc, cudaStream_t st) {
+    const bool fp8 = comp_fmt == CU_KV_FP8;
+    if (o_amax) cudaMemsetAsync(o_amax, 0, 4, st);
+    if (!part || nsplit < 1) nsplit = 1;
+    if (nsplit > 64) nsplit = 64;
+    /* FP8 rows: the decode kernels read them; a batch's (nsplit 1) take k_attention,
+     * the backend unpacks them first (cu_kvrows_unpack) for the prefill kernels */
+    if (!fp8 && nsplit == 1 && T >= att_tc_min() && (att_tc_mode() == 2 || (tc && att_tc_mode() == 1)) &&
+        cu_attention_tc(q, kv_batch, ring, (const float *)comp, sel, nsel, topk, sinks, T, nh, hd, W, ratio, nrot,
+                        inv_freq, scale, pos0p, pos0, qeps, o, o_amax, st))
+        return;     /* o's amax included */
+    /* the other kernels read q normed */
+    if (qeps >= 0.f) cu_qhead_norm_rope((float *)q, T, nh, hd, nrot, inv_freq, pos0p, qeps, st);
+    attention_f32(q, kv_batch, ring, comp, fp8, sel, nsel, topk, sinks, T, nh, hd, W, ratio, nrot, inv_freq, scale, pos0p,
+                  o, part, nsplit, st);
     if (o_amax) cu_amax_f32(o, T, nh * hd, (int64_t)nh * hd, o_amax, st);
 }
 

@@ -466,17 +466,12 @@ static int atc_launch(const float *q, const float *kv_batch, const float *ring, 
         cu_attention_wg(q, kv_batch, ring, comp, sel, nsel, topk, sinks, T, nh, HD, W, ratio, nrot, inv_freq, scale,
                         pos0p, pos0, qeps, o, o_amax, st))
         return 1;
-    if (mode >= 1 && atc_smem_ready(ready_p, dev, k_attention_tcp<HD>, atcp_layout<HD>::bytes)) {
-        if (qeps >= 0.f) cu_qhead_norm_rope((float *)q, T, nh, HD, nrot, inv_freq, pos0p, qeps, st);
-        cu_launch(k_attention_tcp<HD>, grid, ATC_THREADS, atcp_layout<HD>::bytes, st,
-                  q, kv_batch, ring, comp, sel, nsel, topk, sinks, nh, W, ratio, nrot, inv_freq, scale, pos0p, o);
-        if (o_amax) cu_amax_f32(o, T, nh * HD, nh * HD, o_amax, st);
-        return 1;
-    }
-    size_t smem = atc_layout<HD>::bytes;
-    if (!atc_smem_ready(ready, dev, k_attention_tc<HD>, smem)) return 0;
+    /* the mma.sync kernels (the same parameters): q normed in place before, o's amax after */
+    const bool pipe = mode >= 1 && atc_smem_ready(ready_p, dev, k_attention_tcp<HD>, atcp_layout<HD>::bytes);
+    const size_t smem = pipe ? atcp_layout<HD>::bytes : atc_layout<HD>::bytes;
+    if (!pipe && !atc_smem_ready(ready, dev, k_attention_tc<HD>, smem)) return 0;
     if (qeps >= 0.f) cu_qhead_norm_rope((float *)q, T, nh, HD, nrot, inv_freq, pos0p, qeps, st);
-    cu_launch(k_attention_tc<HD>, grid, ATC_THREADS, smem, st,
+    cu_launch(pipe ? k_attention_tcp<HD> : k_attention_tc<HD>, grid, ATC_THREADS, smem, st,
               q, kv_batch, ring, comp, sel, nsel, topk, sinks, nh, W, ratio, nrot, inv_freq, scale, pos0p, o);
     if (o_amax) cu_amax_f32(o, T, nh * HD, nh * HD, o_amax, st);
     return 1;

@@ -67,11 +67,6 @@ WG_MMA_SS(atw_mma_s, 32, 64, 32, 33, 0)
 WG_MMA_RS(atw_mma_pv, 32, 64, 32, 33, 34, 35, 36, 1)
 WG_MMA_RS(atw_mma_pv, 64, 128, 64, 65, 66, 67, 68, 1)
 WG_MMA_RS(atw_mma_pv, 128, 256, 128, 129, 130, 131, 132, 1)
-template <int N>
-__device__ __forceinline__ void atw_pin(float (&d)[N]) {
-#pragma unroll
-    for (int i = 0; i < N; i++) asm volatile("" : "+f"(d[i])::"memory");
-}
 __device__ __forceinline__ uint32_t atw_h2u(__half2 h) { return *(const uint32_t *)&h; }
 #endif
 
@@ -123,7 +118,7 @@ k_attention_wg(const float *q, const __half *kvh, const __half *ringh, const __h
             double sd, cd;
             sincos((double)ang, &sd, &cd);
             sCos[k] = (float)cd;
-            sSin[k] = -(float)sd;             /* inverse rotation */
+            sSin[k] = (float)sd;
         }
         __syncthreads();
 
@@ -199,7 +194,7 @@ k_attention_wg(const float *q, const __half *kvh, const __half *ringh, const __h
                     for (int e = 0; e < 4; e += 2)
                         if (d + e >= off) {
                             const int k = (d + e - off) >> 1;
-                            const float cs = sCos[k], sn = -sSin[k];      /* sSin holds the inverse rotation's */
+                            const float cs = sCos[k], sn = sSin[k];
                             const float x0 = x[e], x1 = x[e + 1];
                             x[e] = x0 * cs - x1 * sn;
                             x[e + 1] = x0 * sn + x1 * cs;
@@ -235,7 +230,7 @@ k_attention_wg(const float *q, const __half *kvh, const __half *ringh, const __h
         float oacc[NO];
 #pragma unroll
         for (int i = 0; i < NO; i++) oacc[i] = 0.f;
-        atw_pin(oacc);
+        wg_pin(oacc);
         float m_r[2] = {-INFINITY, -INFINITY}, l_r[2] = {0.f, 0.f};
         const int ntile = (n + ATW_ROWS - 1) / ATW_ROWS;
         const unsigned qa = sb + (unsigned)L::q;
@@ -252,7 +247,7 @@ k_attention_wg(const float *q, const __half *kvh, const __half *ringh, const __h
             float s[32];
 #pragma unroll
             for (int i = 0; i < 32; i++) s[i] = 0.f;
-            atw_pin(s);
+            wg_pin(s);
             asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
             for (int j = 0; j < HD / 32; j++) {
@@ -262,8 +257,8 @@ k_attention_wg(const float *q, const __half *kvh, const __half *ringh, const __h
             asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
             /* also waits for the previous tile's P V (groups complete in order) */
             asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-            atw_pin(s);
-            atw_pin(oacc);
+            wg_pin(s);
+            wg_pin(oacc);
             /* the two halves added (thread wt of both warpgroups holds the same elements) */
 #pragma unroll
             for (int k = 0; k < 8; k++) xown[k * 128 + wt] = make_float4(s[4 * k], s[4 * k + 1], s[4 * k + 2], s[4 * k + 3]);
@@ -317,7 +312,7 @@ k_attention_wg(const float *q, const __half *kvh, const __half *ringh, const __h
             /* O = corr O + P V over this warpgroup's hd / 2 columns */
 #pragma unroll
             for (int i = 0; i < NO; i++) oacc[i] *= (i & 2) ? corr1 : corr0;
-            atw_pin(oacc);
+            wg_pin(oacc);
             asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
             for (int kk = 0; kk < 4; kk++) {
@@ -326,10 +321,10 @@ k_attention_wg(const float *q, const __half *kvh, const __half *ringh, const __h
                 atw_mma_pv(oacc, pa[kk], atw_desc(kt + boff, HD * 16, 128));
             }
             asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-            atw_pin(oacc);
+            wg_pin(oacc);
         }
         asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-        atw_pin(oacc);
+        wg_pin(oacc);
 
         /* the sink, the normalisation and the inverse RoPE (a RoPE pair is one accumulator pair) */
         const int off = HD - nrot;
@@ -349,7 +344,7 @@ k_attention_wg(const float *q, const __half *kvh, const __half *ringh, const __h
                 float x0 = oacc[4 * j + 2 * half] * f, x1 = oacc[4 * j + 2 * half + 1] * f;
                 if (d >= off) {
                     const int k = (d - off) >> 1;
-                    const float cs = sCos[k], sn = sSin[k];
+                    const float cs = sCos[k], sn = -sSin[k];       /* the inverse rotation */
                     const float y0 = x0 * cs - x1 * sn, y1 = x0 * sn + x1 * cs;
                     x0 = y0; x1 = y1;
                 }

@@ -443,12 +443,10 @@ static int mmh_one(const cu_gemv_args *g, const uint8_t *w, int64_t rows, int in
         cu_launch(rep ? k_mmh_wexpand<true> : k_mmh_wexpand<false>, dim3(mmh_grid(rows * (gw / 8))), MMH_THREADS, 0, st,
                   w, rows, gw, g->row_bytes, (const unsigned *)small, A);
     }
-    int ga = mmh_grid((int64_t)T * (in / 4));
-    if (ga > 8 * cu_num_sms()) ga = 8 * cu_num_sms();
     if (amax_in) {      /* found by the kernel that wrote x (the same maximum) */
         if (cudaMemcpyAsync(small + 1, amax_in, 4, cudaMemcpyDeviceToDevice, st) != cudaSuccess) return 0;
     } else {
-        cu_launch(k_mmh_amax, dim3(ga), MMH_THREADS, 0, st, x, T, in, xs, small + 1);
+        cu_amax_f32(x, T, in, xs, small + 1, st);
     }
     cu_launch(f16 ? k_mmh_xsplit<2> : k_mmh_xsplit<3>, dim3(mmh_grid((int64_t)T * (in / 8))), MMH_THREADS, 0, st, x, T,
               in, gw, xs, small, B);

@@ -803,13 +803,6 @@ MX_WGMMA_SS(64, 128, 64, 65)
 MX_WGMMA_SS(96, 192, 96, 97)
 MX_WGMMA_SS(112, 224, 112, 113)
 MX_WGMMA_SS(128, 256, 128, 129)
-/* the accumulators pinned around the asynchronous products (the compiler must not move their
- * reads or writes across a fence or a wait) */
-template <int N>
-__device__ __forceinline__ void mx_wg_pin(float (&d)[N]) {
-#pragma unroll
-    for (int i = 0; i < N; i++) asm volatile("" : "+f"(d[i])::"memory");
-}
 /* a shared-memory matrix descriptor: K-major rows of 128 bytes, 128-byte swizzle, 8-row groups
  * 1024 bytes apart */
 __device__ __forceinline__ uint64_t mx_wg_desc(unsigned saddr) {
@@ -1039,7 +1032,7 @@ __device__ __forceinline__ void mx_wg_body(const cu_gemv_args &g, uint8_t *mx_sm
             else asm volatile("cp.async.wait_group 1;\n" ::: "memory");
             asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
 #pragma unroll
-            for (int hh = 0; hh < MH; hh++) mx_wg_pin(acc[hh]);
+            for (int hh = 0; hh < MH; hh++) wg_pin(acc[hh]);
             asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
             if (MB) {
                 __syncwarp();
@@ -1083,13 +1076,13 @@ __device__ __forceinline__ void mx_wg_body(const cu_gemv_args &g, uint8_t *mx_sm
                 for (int hh = 0; hh < MH; hh++) mx_wgmma(acc[hh], a[hh][k], mx_wg_desc(sl + (unsigned)(k * 32)));
             asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
 #pragma unroll
-            for (int hh = 0; hh < MH; hh++) mx_wg_pin(acc[hh]);
+            for (int hh = 0; hh < MH; hh++) wg_pin(acc[hh]);
         }
         /* the super-block's fold */
         asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
 #pragma unroll
         for (int hh = 0; hh < MH; hh++) {
-            mx_wg_pin(acc[hh]);
+            wg_pin(acc[hh]);
 #pragma unroll
             for (int i = 0; i < NCH; i++) {
                 y[hh][i][0] = fmaf(dcur[2 * hh], acc[hh][4 * i] + acc[hh][4 * i + 1], y[hh][i][0]);
@@ -1112,7 +1105,7 @@ __device__ __forceinline__ void mx_wg_body(const cu_gemv_args &g, uint8_t *mx_sm
             mx_wgmma(acc[0], am, mx_wg_desc(s_b + (unsigned)(L::bm + (sb & 1) * L::stage)));
             asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
             asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-            mx_wg_pin(acc[0]);
+            wg_pin(acc[0]);
 #pragma unroll
             for (int i = 0; i < NCH; i++) {
                 y[0][i][0] = fmaf(-32.f * dmcur[0], acc[0][4 * i] + acc[0][4 * i + 1], y[0][i][0]);
@@ -1337,7 +1330,7 @@ __device__ __forceinline__ void mx_wg2_body(const cu_gemv_args &g, uint8_t *mx_s
              * free (layout 6's pipeline) */
             asm volatile("cp.async.wait_group 1;\n" ::: "memory");
             asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
-            mx_wg_pin(acc);
+            wg_pin(acc);
             asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
             __syncthreads();
             stage_act(s + 2);
@@ -1361,11 +1354,11 @@ __device__ __forceinline__ void mx_wg2_body(const cu_gemv_args &g, uint8_t *mx_s
 #pragma unroll
             for (int k = 0; k < 4; k++) mx_wgmma(acc, a[k], mx_wg_desc(sl + (unsigned)(k * 32)));
             asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-            mx_wg_pin(acc);
+            wg_pin(acc);
         }
         /* the super-block's fold into y (each thread its own entries: no barrier) */
         asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-        mx_wg_pin(acc);
+        wg_pin(acc);
         mx_y_fold<NP>(ys, L::yl, yrow, c, dcur[0], dcur[1], acc);
         dcur[0] = dnext[0];
         dcur[1] = dnext[1];
@@ -1576,15 +1569,15 @@ __device__ __forceinline__ void mx_ws2_body(const cu_gemv_args &g, uint8_t *mx_s
 #pragma unroll
             for (int k = 0; k < 4; k++) mx_wgmma_ss(acc, mx_wg_desc(sa + (unsigned)(k * 32)), mx_wg_desc(sbb + (unsigned)(k * 32)));
             asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-            mx_wg_pin(acc);
+            wg_pin(acc);
             if (st != 3) {
                 asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
-                mx_wg_pin(acc);
+                wg_pin(acc);
                 if (st != 0) release(s - 1);
                 copy_b(s + 2);
             } else {
                 asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-                mx_wg_pin(acc);
+                wg_pin(acc);
                 release(s - 1);
                 copy_b(s + 2);
                 if (!(abl & 2)) mx_y_fold<NP>(ys, L::yl, yrow, c, dsm[slot * 128 + yrow[0]], dsm[slot * 128 + yrow[1]], acc);

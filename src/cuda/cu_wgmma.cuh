@@ -40,3 +40,10 @@
                      : MX_D##NP                                                                               \
                      : "l"(da), "l"(db));                                                                     \
     }
+/* the accumulators pinned around the asynchronous products (the compiler must not move their
+ * reads or writes across a wgmma fence or wait) */
+template <int N>
+__device__ __forceinline__ void wg_pin(float (&d)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; i++) asm volatile("" : "+f"(d[i])::"memory");
+}
