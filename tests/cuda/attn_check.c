@@ -499,6 +499,15 @@ static void att_ref(const float *q, const float *kvb, const float *ring, const f
     free(rows); free(s);
 }
 
+/* the largest finite |v| as float bits (what the attention's o amax must equal) */
+static unsigned amax_bits(const float *v, size_t n) {
+    float m = 0.f;
+    for (size_t i = 0; i < n; i++) if (fabsf(v[i]) <= 3.4028235e38f && fabsf(v[i]) > m) m = fabsf(v[i]);
+    unsigned b;
+    memcpy(&b, &m, 4);
+    return b;
+}
+
 /* ---- tensor-core prefill attention: pipe 0 / 1 bit for bit, pipe 2 (wgmma) close ---- */
 typedef struct {
     int T, nh, ratio, pos0;
@@ -576,16 +585,15 @@ static void tc_compare(tc_ctx *c, const char *label, float *out0, const double *
         if (pipe == 2) {
             /* o's amax found as the kernel stores o: the largest finite |o|, bit for bit */
             unsigned *da = dmalloc(4), got = 0;
-            float hmax = 0.f;
             CK(cudaMemset(da, 0, 4));
             c->amax = da;
             l_tc(c); CK(cudaGetLastError());
             c->amax = NULL;
             to_host(&got, da, 4);
             cudaFree(da);
-            for (size_t i = 0; i < no; i++) if (fabsf(o1[i]) <= 3.4028235e38f && fabsf(o1[i]) > hmax) hmax = fabsf(o1[i]);
-            unsigned hb;
-            memcpy(&hb, &hmax, 4);
+            const unsigned hb = amax_bits(o1, no);
+            float hmax;
+            memcpy(&hmax, &hb, 4);
             snprintf(what, sizeof what, "attention_wg %s o amax from the kernel %.6g, from o %.6g (bits equal: %d)", label,
                      (double)*(float *)&got, (double)hmax, got == hb);
             report(got == hb, what);
@@ -790,10 +798,7 @@ static void check_attention(int T, int ratio, int ncomp_rows) {
         to_host(&got, da, 4);
         to_host(o, c.o, sizeof(float) * nq);
         cudaFree(da);
-        float hmax = 0.f;
-        for (size_t i = 0; i < nq; i++) if (fabsf(o[i]) <= 3.4028235e38f && fabsf(o[i]) > hmax) hmax = fabsf(o[i]);
-        unsigned hb;
-        memcpy(&hb, &hmax, 4);
+        const unsigned hb = amax_bits(o, nq);
         snprintf(what, sizeof what, "attention o amax ratio=%d T=%d nsplit=16: from cu_attention == from o (%d)", ratio, T, got == hb);
         report(got == hb, what);
     }
