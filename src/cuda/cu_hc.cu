@@ -362,6 +362,94 @@ __global__ void k_hc_pre_finish(const float *X, int D, int nhc, int nmix, const 
     for (int d = threadIdx.x; d < D; d += blockDim.x) y[d] = y[d] * r * norm_w[d];
 }
 
+/* k_hc_pre_finish in two launches (the default where nhc <= 4 and D <= 256 HCF_FPT;
+ * MINKE_CUDA_HC_FIN=0 keeps it): k_hc_pre_finish spends most of a block's life in warp 0's
+ * mixes and Sinkhorn split (~40 dependent rounds) with seven warps waiting, then reads the
+ * streams one strided step at a time: 195 us a 4096-token launch of Flash at 29% of issue
+ * slots and 1.9 TB/s (ncu, nineteenth session). Here k_hc_split_tok runs that warp's code for
+ * 8 tokens a block (every token's chain at once), leaving the pre weights in the token's
+ * first two psq slots (read by then), and k_hc_pre_apply is the weighted sum and RMSNorm with
+ * every stream value requested first. The same expressions in the same order (thread j of
+ * 256: d = j, j + 256, ...; block_sum_d): k_hc_pre_finish's bits (hc_check). */
+#define HCF_FPT 16
+__global__ void __launch_bounds__(256)
+k_hc_split_tok(int T, int hcdim, int nhc, int nmix, const float *partial, double *psq, const float *scale,
+               const float *base, int iters, float hc_eps, float rms_eps, int head, float *post_out, float *comb_out) {
+    cu_pdl_enter();
+    const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, t = blockIdx.x * 8 + w;
+    __shared__ float mix[8][HC_MAXMIX], wpre[8][8];
+    if (t >= T) return;
+    double ss = 0.0;
+    for (int sp = 0; sp < HC_SPLIT; sp++) ss += psq[t * HC_SPLIT + sp];
+    float r = (float)(1.0 / sqrt(ss / hcdim + (double)rms_eps));
+    if (lane < nmix) {
+        float a = 0.f;
+        for (int sp = 0; sp < HC_SPLIT; sp++) a += partial[((int64_t)t * HC_SPLIT + sp) * HC_MAXMIX + lane];
+        mix[w][lane] = a * r;
+    }
+    __syncwarp();
+    hc_split_warp(mix[w], scale, base, nhc, iters, hc_eps, head, lane, t, wpre[w], post_out, comb_out);
+    __syncwarp();       /* every lane's psq reads done, wpre written */
+    if (lane < nhc) ((float *)(psq + (int64_t)t * HC_SPLIT))[lane] = wpre[w][lane];
+}
+__global__ void __launch_bounds__(256, 2)
+k_hc_pre_apply(const float *X, int D, int nhc, const double *psq, const float *norm_w, float rms_eps, float *xout) {
+    const int t = blockIdx.x, tid = threadIdx.x;
+    __shared__ double shd[33];
+    float nw[HCF_FPT];
+#pragma unroll
+    for (int j = 0; j < HCF_FPT; j++) {
+        const int d = tid + 256 * j;
+        nw[j] = norm_w && d < D ? norm_w[d] : 0.f;      /* a weight: never written in a step */
+    }
+    cu_pdl_enter();
+    const float *x = X + (int64_t)t * D * nhc;
+    float xr[4][HCF_FPT], wp[4];
+#pragma unroll
+    for (int j = 0; j < HCF_FPT; j++) {
+        const int d = tid + 256 * j;
+#pragma unroll
+        for (int i = 0; i < 4; i++) xr[i][j] = i < nhc && d < D ? x[(int64_t)i * D + d] : 0.f;
+    }
+#pragma unroll
+    for (int i = 0; i < 4; i++) wp[i] = i < nhc ? ((const float *)(psq + (int64_t)t * HC_SPLIT))[i] : 0.f;
+    float *y = xout + (int64_t)t * D;
+    double ss = 0.0;
+    float u[HCF_FPT];
+#pragma unroll
+    for (int j = 0; j < HCF_FPT; j++) {
+        const int d = tid + 256 * j;
+        u[j] = 0.f;
+        if (d < D) {
+            float v = 0.f;
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                if (i < nhc) v += wp[i] * xr[i][j];
+            u[j] = v;
+            ss += (double)v * (double)v;
+        }
+    }
+    if (!norm_w) {
+#pragma unroll
+        for (int j = 0; j < HCF_FPT; j++)
+            if (tid + 256 * j < D) y[tid + 256 * j] = u[j];
+        return;
+    }
+    ss = block_sum_d(ss, shd);
+    float r = (float)(1.0 / sqrt(ss / D + (double)rms_eps));
+#pragma unroll
+    for (int j = 0; j < HCF_FPT; j++)
+        if (tid + 256 * j < D) y[tid + 256 * j] = u[j] * r * nw[j];
+}
+
+/* MINKE_CUDA_HC_FIN=0 keeps k_hc_pre_finish (A/B); cu_hc_fin_set for the checks (-1: the environment) */
+static int hc_fin = -1;
+extern "C" void cu_hc_fin_set(int on) { hc_fin = on; }
+static int hc_fin_on(void) {
+    if (hc_fin < 0) { const char *e = getenv("MINKE_CUDA_HC_FIN"); hc_fin = e && *e ? atoi(e) != 0 : 1; }
+    return hc_fin;
+}
+
 /* MINKE_CUDA_HC_MIXT: the unfused pre step's mixes HCT_NT tokens a block
  * (k_hc_mix_tiled; 1, the default, from HCT_NT tokens) or a block per token
  * (0): 275 instead of 613 us a 4096-token launch on the H200 (eighth session;
@@ -441,11 +529,182 @@ extern "C" int cu_hc_mix_partials(const float *X, int T, int hcdim, const void *
     return 0;
 }
 
+/* ---- The unfused pre step's mixes on the tensor cores (k_hc_mix_tc; prefill batches) ----
+ * Why: k_hc_mix_tiled issues ~2.6 warp instructions an element of X (24 FMAs, the f16
+ * conversions, the double squares): 250 us a 4096-token launch of Flash, bound by issue at
+ * 1.1 TB/s (ncu, nineteenth session), where its 269 MB need ~75 us. Here a token's nmix dots
+ * are a row of m16n8k8 TF32 products: fn's f16 values are exact in TF32, and X goes in as
+ * two TF32 pieces, xh = tf32(x), xl = tf32(x - xh) (~22 bits of x), so fn . x is
+ * fn . xh + fn . xl with every product exact. The tensor cores add a product's terms with
+ * truncation, so each k8 sub-step's two products start from zero and their sum joins the
+ * running f32 sum by an ordinary (rounded) add: within ~3e-7 of the double dot relative to
+ * sum |fn x| (hc_check), not k_hc_mix_tiled's bits (the first form, one accumulator over the
+ * whole split, was 4x further off: an HC step's x 1e-5 of the reference). psq stays in
+ * double: a lane's squares in order, then its row's four lanes by two butterflies.
+ * Block: HCTC_WARPS warps of 16 tokens each, one split. A 32-element step of a lane's row is
+ * two adjacent float4 (elements 8 t .. 8 t + 7, t = lane % 4: 128 bytes a row a warp) and the
+ * same eight halves of each fn row (16 bytes); its four k8 sub-steps s take the permutation
+ * logical k (t, t + 4) <-> physical (8 t + 2 s, 8 t + 2 s + 1), the same for A and B, so the
+ * dot is unchanged. HCTC_D steps are loaded before they are used (X from HBM, fn from L2).
+ * Tokens past T load row T - 1 and are not stored. */
+#define HCTC_WARPS 4
+#define HCTC_TOK (16 * HCTC_WARPS)
+#define HCTC_D 2            /* 32-element steps in flight a lane */
+#define HCTC_MIN 64         /* the fewest tokens it runs for (cu_hc_pre) */
+
+__device__ __forceinline__ uint32_t hc_tf32(float x) {
+    uint32_t r;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+    return r;
+}
+__device__ __forceinline__ void hc_mma_tf32(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                            uint32_t b0, uint32_t b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+#endif
+}
+/* the two TF32 pieces of x */
+__device__ __forceinline__ void hc_tf32_split(float x, uint32_t &hi, uint32_t &lo) {
+    hi = hc_tf32(x);
+    lo = hc_tf32(x - __uint_as_float(hi));
+}
+__device__ __forceinline__ uint32_t hc_h2f_bits(uint32_t h) {
+    return __float_as_uint(__half2float(__ushort_as_half((unsigned short)h)));
+}
+
+template <int NT>
+__global__ void __launch_bounds__(HCTC_WARPS * 32)
+k_hc_mix_tc(const float *X, int T, int hcdim, const uint16_t *fn, int nmix, float *partial, double *psq) {
+    cu_pdl_enter();
+    const int sp = blockIdx.x, chunk = hcdim / HC_SPLIT;
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, tq = lane & 3;
+    const int ta = blockIdx.y * HCTC_TOK + w * 16 + g, tb = ta + 8;
+    const int64_t col = (int64_t)sp * chunk + 8 * tq;
+    const float *xa = X + (int64_t)(ta < T ? ta : T - 1) * hcdim + col;
+    const float *xb = X + (int64_t)(tb < T ? tb : T - 1) * hcdim + col;
+    const uint16_t *fr[NT];
+#pragma unroll
+    for (int n = 0; n < NT; n++) {
+        const int m = n * 8 + g;
+        fr[n] = fn + (int64_t)(m < nmix ? m : nmix - 1) * hcdim + col;
+    }
+    float acc[NT][4];
+#pragma unroll
+    for (int n = 0; n < NT; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
+    double sa = 0.0, sb = 0.0;
+    const int nst = chunk / 32;
+    for (int s0 = 0; s0 < nst; s0 += HCTC_D) {
+        float4 va[HCTC_D][2], vb[HCTC_D][2];
+        uint4 vf[HCTC_D][NT];
+#pragma unroll
+        for (int j = 0; j < HCTC_D; j++) {
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                va[j][h] = __ldg((const float4 *)(xa + 32 * (s0 + j) + 4 * h));
+                vb[j][h] = __ldg((const float4 *)(xb + 32 * (s0 + j) + 4 * h));
+            }
+#pragma unroll
+            for (int n = 0; n < NT; n++) vf[j][n] = __ldg((const uint4 *)(fr[n] + 32 * (s0 + j)));
+        }
+#pragma unroll
+        for (int j = 0; j < HCTC_D; j++) {
+            const float ea[8] = {va[j][0].x, va[j][0].y, va[j][0].z, va[j][0].w, va[j][1].x, va[j][1].y, va[j][1].z, va[j][1].w};
+            const float eb[8] = {vb[j][0].x, vb[j][0].y, vb[j][0].z, vb[j][0].w, vb[j][1].x, vb[j][1].y, vb[j][1].z, vb[j][1].w};
+#pragma unroll
+            for (int e = 0; e < 8; e++) {
+                sa = __fma_rn((double)ea[e], (double)ea[e], sa);
+                sb = __fma_rn((double)eb[e], (double)eb[e], sb);
+            }
+#pragma unroll
+            for (int s = 0; s < 4; s++) {
+                uint32_t ah0, al0, ah1, al1, ah2, al2, ah3, al3;
+                hc_tf32_split(ea[2 * s], ah0, al0);        /* row g,     logical k t     */
+                hc_tf32_split(eb[2 * s], ah1, al1);        /* row g + 8, logical k t     */
+                hc_tf32_split(ea[2 * s + 1], ah2, al2);    /* row g,     logical k t + 4 */
+                hc_tf32_split(eb[2 * s + 1], ah3, al3);    /* row g + 8, logical k t + 4 */
+#pragma unroll
+                for (int n = 0; n < NT; n++) {
+                    const uint32_t h2 = s == 0 ? vf[j][n].x : s == 1 ? vf[j][n].y : s == 2 ? vf[j][n].z : vf[j][n].w;
+                    const uint32_t b0 = hc_h2f_bits(h2 & 0xffffu), b1 = hc_h2f_bits(h2 >> 16);
+                    float c[4] = {0.f, 0.f, 0.f, 0.f};
+                    hc_mma_tf32(c, ah0, ah1, ah2, ah3, b0, b1);
+                    hc_mma_tf32(c, al0, al1, al2, al3, b0, b1);
+#pragma unroll
+                    for (int q = 0; q < 4; q++) acc[n][q] += c[q];
+                }
+            }
+        }
+    }
+    /* a row's four lanes: the same sum in each (IEEE addition commutes) */
+    sa += __shfl_xor_sync(0xffffffffu, sa, 1);
+    sb += __shfl_xor_sync(0xffffffffu, sb, 1);
+    sa += __shfl_xor_sync(0xffffffffu, sa, 2);
+    sb += __shfl_xor_sync(0xffffffffu, sb, 2);
+    if (tq == 0) {
+        if (ta < T) psq[(int64_t)ta * HC_SPLIT + sp] = sa;
+        if (tb < T) psq[(int64_t)tb * HC_SPLIT + sp] = sb;
+    }
+    /* C: rows g / g + 8, mixes n * 8 + 2 t, + 1 */
+#pragma unroll
+    for (int n = 0; n < NT; n++) {
+        const int m = n * 8 + 2 * tq;
+        float *pa = partial + ((int64_t)ta * HC_SPLIT + sp) * HC_MAXMIX, *pb = partial + ((int64_t)tb * HC_SPLIT + sp) * HC_MAXMIX;
+        if (ta < T) {
+            if (m < nmix) pa[m] = acc[n][0];
+            if (m + 1 < nmix) pa[m + 1] = acc[n][1];
+        }
+        if (tb < T) {
+            if (m < nmix) pb[m] = acc[n][2];
+            if (m + 1 < nmix) pb[m + 1] = acc[n][3];
+        }
+    }
+}
+
+/* MINKE_CUDA_HC_TC: 0 keeps k_hc_mix_tiled for batches (default 1: k_hc_mix_tc from
+ * HCTC_MIN tokens where the shape fits); cu_hc_mix_tc_set for the checks (-1: the
+ * environment again) */
+static int hc_mix_tc = -1;
+extern "C" void cu_hc_mix_tc_set(int on) { hc_mix_tc = on; }
+static int hc_mix_tc_on(void) {
+    if (hc_mix_tc < 0) { const char *e = getenv("MINKE_CUDA_HC_TC"); hc_mix_tc = e && *e ? atoi(e) != 0 : 1; }
+    return hc_mix_tc;
+}
+
+/* partial and psq of T tokens by k_hc_mix_tc; 0 (nothing launched) where the shape does not
+ * fit: f16 fn and X 16-byte aligned, chunk a multiple of 32 HCTC_D, nmix <= 32
+ * (the backend needs sm_80, which has the TF32 mma) */
+extern "C" int cu_hc_mix_tc(const float *X, int T, int hcdim, const void *fn, int fntype, int nmix, float *partial,
+                            double *psq, cudaStream_t st) {
+    const int chunk = hcdim / HC_SPLIT;
+    if (T <= 0 || fntype != CU_TYPE_F16 || nmix < 1 || nmix > HC_MAXMIX || hcdim % HC_SPLIT || chunk % (32 * HCTC_D) ||
+        ((uintptr_t)X & 15) || ((uintptr_t)fn & 15))
+        return 0;
+    const dim3 grid(HC_SPLIT, (T + HCTC_TOK - 1) / HCTC_TOK);
+    const uint16_t *f = (const uint16_t *)fn;
+    switch ((nmix + 7) / 8) {
+    case 1: cu_launch(k_hc_mix_tc<1>, grid, HCTC_WARPS * 32, 0, st, X, T, hcdim, f, nmix, partial, psq); break;
+    case 2: cu_launch(k_hc_mix_tc<2>, grid, HCTC_WARPS * 32, 0, st, X, T, hcdim, f, nmix, partial, psq); break;
+    case 3: cu_launch(k_hc_mix_tc<3>, grid, HCTC_WARPS * 32, 0, st, X, T, hcdim, f, nmix, partial, psq); break;
+    default: cu_launch(k_hc_mix_tc<4>, grid, HCTC_WARPS * 32, 0, st, X, T, hcdim, f, nmix, partial, psq); break;
+    }
+    return 1;
+}
+
 void cu_hc_pre(const float *X, int T, int D, int nhc, const void *fn, int fntype, int nmix,
                const float *scale, const float *base, const float *norm_w, int iters, float hc_eps,
                float rms_eps, int head, float *partial, double *psq, float *x, float *post, float *comb,
                cudaStream_t st) {
-    cu_hc_mix_partials(X, T, D * nhc, fn, fntype, nmix, partial, psq, T >= HCT_NT && hc_mix_t_on(), st);
+    if (!(T >= HCTC_MIN && hc_mix_tc_on() && cu_hc_mix_tc(X, T, D * nhc, fn, fntype, nmix, partial, psq, st)))
+        cu_hc_mix_partials(X, T, D * nhc, fn, fntype, nmix, partial, psq, T >= HCT_NT && hc_mix_t_on(), st);
+    if (hc_fin_on() && nhc <= 4 && D <= 256 * HCF_FPT) {
+        cu_launch(k_hc_split_tok, (T + 7) / 8, 256, 0, st, T, D * nhc, nhc, nmix, (const float *)partial, psq, scale,
+                  base, iters, hc_eps, rms_eps, head, post, comb);
+        cu_launch(k_hc_pre_apply, T, 256, 0, st, X, D, nhc, (const double *)psq, norm_w, rms_eps, x);
+        return;
+    }
     cu_launch(k_hc_pre_finish, T, 256, 0, st, X, D, nhc, nmix, partial, psq, scale, base, norm_w, iters, hc_eps,
               rms_eps, head, x, post, comb);
 }

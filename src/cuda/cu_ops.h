@@ -145,7 +145,9 @@ void cu_indexer_init(void);  /* cu_indexer.cu's part of it */
 void cu_embed(const int32_t *tokens, int T, const void *emb, int etype, int D, int nhc, float *X, cudaStream_t st);
 
 /* HC pre/head: mix = fn . X_flat * rms, then (pre/post/comb + u = sum pre X, x = rmsnorm(u; norm))
- * or, with head = 1, w = sigmoid(mix*scale+base)+eps, x = sum w X (no norm). */
+ * or, with head = 1, w = sigmoid(mix*scale+base)+eps, x = sum w X (no norm). partial
+ * (T x 16 x 32 floats) and psq (T x 16 doubles) are scratch: what they hold after is
+ * not a result (the split leaves the pre weights in psq). */
 void cu_hc_pre(const float *X, int T, int D, int nhc, const void *fn, int fntype, int nmix,
                const float *scale, const float *base, const float *norm_w, int iters, float hc_eps,
                float rms_eps, int head, float *partial, double *psq, float *x, float *post, float *comb,

@@ -20,6 +20,13 @@
  * 16 tokens, and alone (cu_hc_mix_partials: partial and psq) over more
  * shapes and T up to 4096, with a timing of both at T 4096 printed always
  * ("hc_check time: hc mixes T 4096 ...").
+ * The tensor-core mixes of batches (k_hc_mix_tc, MINKE_CUDA_HC_TC, default on
+ * from 64 tokens): each partial within 2e-6 of sum |fn x| of the double dot,
+ * psq within 1e-12, slots past nmix untouched, refused where the chunk is not
+ * a multiple of 64; and through cu_hc_pre (T 65 .. 100) against the reference
+ * like the other schedules. The unfused step's finish in two launches
+ * (k_hc_split_tok + k_hc_pre_apply, MINKE_CUDA_HC_FIN) must give k_hc_pre_finish's
+ * bits (x, post, comb; the unfused bits lines compare those, not the scratch).
  * The router, RMSNorm, SwiGLU and MoE sum: v2 must be BIT-identical to v1.
  * With --time, the median microseconds per launch of each schedule (200
  * back-to-back launches between events, PDL as in the engine, 7 repeats);
@@ -44,6 +51,10 @@ void cu_hc_mix_t_set(int on);
 int cu_hc_mix_partials(const float *X, int T, int hcdim, const void *fn, int fntype, int nmix, float *partial,
                        double *psq, int tiled, cudaStream_t st);
 int cu_hc_fused_version(int D, int nhc, int nmix, int head);
+void cu_hc_mix_tc_set(int on);
+void cu_hc_fin_set(int on);
+int cu_hc_mix_tc(const float *X, int T, int hcdim, const void *fn, int fntype, int nmix, float *partial, double *psq,
+                 cudaStream_t st);
 void cu_moe_use_v1(int on);
 void cu_ops_use_v1(int on);
 void cu_router_tiles1(const float *logits, const float *bias, const int32_t *tid2eid, const int32_t *tokens, int T,
@@ -364,6 +375,16 @@ static int hc_bits(const hc_case *c, const hc_out *a, const hc_out *b) {
            !memcmp(a->psq, b->psq, sizeof(double) * T * 16);
 }
 
+/* the results only (x, Xout, post, comb): the unfused step leaves other values in its scratch
+ * (the split's pre weights in psq) */
+static int hc_bits_res(const hc_case *c, const hc_out *a, const hc_out *b) {
+    int T = c->T, D = c->D, nhc = c->nhc;
+    return !memcmp(a->x, b->x, sizeof(float) * T * D) &&
+           (!c->use_f1 || !memcmp(a->Xout, b->Xout, sizeof(float) * T * D * nhc)) &&
+           !memcmp(a->post, b->post, sizeof(float) * T * nhc) &&
+           !memcmp(a->comb, b->comb, sizeof(float) * T * nhc * nhc);
+}
+
 static int hc_nbits_differ = 0;
 
 static int hc_run(int T, int D, int nhc, int nmix, int head, int fntype, int use_f1, int use_f2, int use_norm,
@@ -401,6 +422,7 @@ static int hc_run(int T, int D, int nhc, int nmix, int head, int fntype, int use
     int ntbad = 0;
     if (T >= 16) {
         hc_out o2[2];
+        cu_hc_mix_tc_set(0);        /* (the tensor-core mixes have their own check, hc_mix_run) */
         for (int k = 0; k < 2; k++) {
             hc_reset(&c);
             cu_hc_mix_t_set(k);
@@ -408,10 +430,29 @@ static int hc_run(int T, int D, int nhc, int nmix, int head, int fntype, int use
             o2[k] = hc_fetch(&c);
         }
         cu_hc_mix_t_set(-1);
+        cu_hc_mix_tc_set(-1);
         ntbad = !hc_bits(&c, &o2[1], &o2[0]);
         if (ntbad) printf("FAIL %s: the unfused mixes 16 tokens a block differ from a block per token\n", what);
         hc_out_free(&o2[0]);
         hc_out_free(&o2[1]);
+    }
+    /* the unfused step's finish in two launches (k_hc_split_tok + k_hc_pre_apply, the default)
+     * against k_hc_pre_finish: the same bits */
+    {
+        hc_out o3[2];
+        for (int k = 0; k < 2; k++) {
+            hc_reset(&c);
+            cu_hc_fin_set(k);
+            hc_launch_unfused(&c);
+            o3[k] = hc_fetch(&c);
+        }
+        cu_hc_fin_set(-1);
+        if (!hc_bits_res(&c, &o3[1], &o3[0])) {
+            printf("FAIL %s: the unfused finish in two launches differs from k_hc_pre_finish\n", what);
+            ntbad = 1;
+        }
+        hc_out_free(&o3[0]);
+        hc_out_free(&o3[1]);
     }
     /* the default twice: the ticket counters must come back to zero and the result repeat */
     cu_hc_use_version(0);
@@ -440,7 +481,7 @@ static int hc_run(int T, int D, int nhc, int nmix, int head, int fntype, int use
     for (int i = 0; i < NS; i++) {
         ne += snprintf(errs + ne, sizeof errs - ne, " %s %.2g", names[i], ex[i]);
         if (i) {
-            int b = hc_bits(&c, &o[i], &o[0]);
+            int b = vers[i] ? hc_bits(&c, &o[i], &o[0]) : hc_bits_res(&c, &o[i], &o[0]);
             hc_nbits_differ += !b;
             nb += snprintf(bits + nb, sizeof bits - nb, "%s%s %s", i > 1 ? ", " : "", names[i], b ? "yes" : "NO");
         }
@@ -480,7 +521,8 @@ typedef struct { hc_case *c; int tiled; } hc_mix_ctx;
 static void hc_mix_launch(void *p) {
     hc_mix_ctx *m = p;
     hc_case *c = m->c;
-    cu_hc_mix_partials(c->dX, c->T, c->D * c->nhc, c->dfn, c->fntype, c->nmix, c->dpart, c->dpsq, m->tiled, 0);
+    if (m->tiled == 2) cu_hc_mix_tc(c->dX, c->T, c->D * c->nhc, c->dfn, c->fntype, c->nmix, c->dpart, c->dpsq, 0);
+    else cu_hc_mix_partials(c->dX, c->T, c->D * c->nhc, c->dfn, c->fntype, c->nmix, c->dpart, c->dpsq, m->tiled, 0);
 }
 
 static int hc_mix_run(int T, int D, int nhc, int nmix, int fntype, int timing) {
@@ -519,11 +561,67 @@ static int hc_mix_run(int T, int D, int nhc, int nmix, int fntype, int timing) {
             ok = 0;
         }
     printf("%s %s: 16 tokens a block = a block per token, bit for bit (partial, psq)\n", ok ? "ok  " : "FAIL", what);
+    /* the tensor-core kernel (the default from 64 tokens where it fits): against the double
+     * dots, each within 2e-6 of its sum |fn x|; psq within 1e-12; slots past nmix untouched */
+    int tc = 0;
+    if (fntype == 1) {
+        hc_reset(&c);
+        tc = cu_hc_mix_tc(c.dX, T, hcdim, c.dfn, fntype, nmix, c.dpart, c.dpsq, 0);
+        float *pt = to_host(c.dpart, sizeof(float) * T * 16 * 32);
+        double *qt = to_host(c.dpsq, sizeof(double) * T * 16);
+        int tcok = 1;
+        if (tc != (chunk % 64 == 0)) {
+            printf("FAIL %s: the tensor-core mixes %s (chunk %d)\n", what, tc ? "ran" : "were refused", chunk);
+            tcok = 0;
+        }
+        double emax = 0.0, qmax = 0.0;
+        const uint16_t *fh = c.fn;
+        uint32_t garbage;
+        memset(&garbage, 0x7F, sizeof garbage);
+        for (int t = 0; t < T && tc && tcok; t++)
+            for (int sp = 0; sp < 16 && tcok; sp++) {
+                const float *x = c.X + (size_t)t * hcdim + (size_t)sp * chunk;
+                double q = 0.0;
+                for (int k = 0; k < chunk; k++) q += (double)x[k] * (double)x[k];
+                double qe = fabs(qt[t * 16 + sp] - q) / (q > 0 ? q : 1.0);
+                if (qe > qmax) qmax = qe;
+                for (int m = 0; m < 32; m++) {
+                    const float v = pt[((size_t)t * 16 + sp) * 32 + m];
+                    if (m >= nmix) {
+                        if (memcmp(&v, &garbage, sizeof v)) {
+                            printf("FAIL %s: tensor cores wrote slot %d (nmix %d) of token %d\n", what, m, nmix, t);
+                            tcok = 0;
+                        }
+                        continue;
+                    }
+                    const uint16_t *f = fh + (size_t)m * hcdim + (size_t)sp * chunk;
+                    double d = 0.0, a = 0.0;
+                    for (int k = 0; k < chunk; k++) {
+                        const double p = half_to_double(f[k]) * (double)x[k];
+                        d += p;
+                        a += fabs(p);
+                    }
+                    const double e = fabs((double)v - d) / (a > 0 ? a : 1.0);
+                    if (!(e <= 2e-6)) {
+                        printf("FAIL %s: tensor-core partial of token %d split %d mix %d: %.9g, double %.9g (%.2g of "
+                               "sum |fn x|)\n", what, t, sp, m, v, d, e);
+                        tcok = 0;
+                    }
+                    if (e > emax) emax = e;
+                }
+            }
+        if (qmax > 1e-12) { printf("FAIL %s: tensor-core psq off by %.2g\n", what, qmax); tcok = 0; }
+        if (tc) printf("%s %s: tensor cores (TF32 pieces) within %.2g of sum |fn x|, psq within %.2g\n",
+                       tcok ? "ok  " : "FAIL", what, emax, qmax);
+        ok &= tcok;
+        free(pt); free(qt);
+    }
     if (timing) {
-        hc_mix_ctx m0 = {&c, 0}, m1 = {&c, 1};
+        hc_mix_ctx m0 = {&c, 0}, m1 = {&c, 1}, m2 = {&c, 2};
         float t0 = time_us(hc_mix_launch, &m0), t1 = time_us(hc_mix_launch, &m1);
+        float t2 = tc ? time_us(hc_mix_launch, &m2) : 0.f;
         printf("hc_check time: %s, cu_hc_pre's first kernel: a block per token %.1f us, 16 tokens a block %.1f us "
-               "per launch (%.2fx)\n", what, t0, t1, t0 / t1);
+               "per launch (%.2fx), tensor cores %.1f us\n", what, t0, t1, t0 / t1, t2);
     }
     for (int k = 0; k < 2; k++) { free(part[k]); free(psq[k]); }
     hc_free(&c);
@@ -800,6 +898,10 @@ int main(int argc, char **argv) {
     ok &= hc_run(17, 512, 4, 24, 0, 0, 1, 1, 1, 0);
     ok &= hc_run(19, 64, 4, 24, 0, 1, 1, 1, 1, 0);
     ok &= hc_run(16, 4096, 4, 4, 1, 1, 0, 0, 1, 0);
+    /* prefill batches: the unfused step's mixes on the tensor cores (from 64 tokens) against the reference */
+    ok &= hc_run(100, 4096, 4, 24, 0, 1, 1, 1, 1, 0);
+    ok &= hc_run(70, 256, 4, 24, 0, 1, 0, 0, 1, 0);
+    ok &= hc_run(65, 4096, 4, 4, 1, 1, 0, 0, 0, 0);
     /* the same kernels alone (partial, psq) over more shapes; timed at T 4096 (Flash) */
     static const int mTs[7] = {1, 15, 16, 33, 47, 100, 4096};
     for (int i = 0; i < 7; i++) ok &= hc_mix_run(mTs[i], 4096, 4, 24, 1, mTs[i] == 4096);
@@ -811,6 +913,8 @@ int main(int argc, char **argv) {
     ok &= hc_mix_run(47, 64, 4, 24, 1, 0);       /* chunk 16: the generic f16 path */
     ok &= hc_mix_run(33, 256, 4, 24, 1, 0);      /* chunk 64: one half2 step a lane */
     ok &= hc_mix_run(33, 8192, 4, 24, 1, 0);     /* chunk 2048: 128 KB of tile */
+    ok &= hc_mix_run(130, 4096, 4, 17, 1, 0);    /* 17 mixes (three n8 tiles, the last partial), tokens past 128 */
+    ok &= hc_mix_run(64, 512, 4, 32, 1, 0);      /* 32 mixes, chunk 128 */
     /* a shape v2 and v3 do not take (v1 each time) */
     ok &= hc_run(1, 8192, 4, 24, 0, 1, 1, 1, 1, 0);
 
