@@ -133,6 +133,19 @@ forced_q2() {
 # such differences into other FP8 roundings and indexer choices (as the
 # forced attention tensor cores below)
 forced_q2 mmh 1 MINKE_CUDA_MMH=1 MINKE_CUDA_MMH_MIN=32 MINKE_CUDA_MMH_MINW=1
+# The HC pre step of batches as before the nineteenth session (the mixes on the CUDA cores,
+# k_hc_mix_tiled; the finish in one launch), kept for A/B: the default's mixes are on the TF32
+# tensor cores from 64 tokens (hc_check holds both to the double reference)
+forced_q2 hcold 0 MINKE_CUDA_HC_TC=0 MINKE_CUDA_HC_FIN=0
+# x split once for all of a sub-layer's products (cu_mmh_share_x, the default) against
+# each product splitting it (MINKE_CUDA_MMH_SHARE=0): the same bits
+forced_q2 mmhns 1 MINKE_CUDA_MMH=1 MINKE_CUDA_MMH_MIN=32 MINKE_CUDA_MMH_MINW=1 MINKE_CUDA_MMH_SHARE=0
+for sims in on off; do
+    for mode in prefill chunk64; do
+        if cmp -s "$T/cuda-q2-$sims-$mode-mmh.f32" "$T/cuda-q2-$sims-$mode-mmhns.f32"; then ok "tiny-q2-sims$sims-$mode-mmh-shared-x"
+        else bad "tiny-q2-sims$sims-$mode-mmh-shared-x"; fi
+    done
+done
 
 # The routed experts' products on the f16 tensor cores (cu_mmx.cu: the IQ2 gate /
 # up and the Q2_K down), checks with the simulations on and off; mmx_check holds
@@ -143,8 +156,11 @@ forced_q2 mmh 1 MINKE_CUDA_MMH=1 MINKE_CUDA_MMH_MIN=32 MINKE_CUDA_MMH_MINW=1
 # 1.5e-6 / 2.4e-6 off; 9 and 6 the same figures, the same per-element sums). The simulations-on figure is fragile:
 # the FP8 roundings turn another summation order into other choices (0.018,
 # argmax unchanged, with the gate / up on wgmma and the down on mma.sync;
-# fourteenth session), as for cu_mmh above.
-forced_q2 mmx1 0 MINKE_CUDA_MMX=1 MINKE_CUDA_MMX_Q2K=1 MINKE_CUDA_MMX_MIN=32 MINKE_CUDA_MMX_TILE=1
+# fourteenth session), as for cu_mmh above. Layout 1 with the simulations on is an
+# INFO line since the nineteenth session: the HC mixes of batches on the TF32 tensor
+# cores (sums in another order, within 1.2e-7 of the double dots) move it to the same
+# 0.018, argmax unchanged (3.6e-4 with MINKE_CUDA_HC_TC=0); off, 2.3e-6.
+forced_q2 mmx1 1 MINKE_CUDA_MMX=1 MINKE_CUDA_MMX_Q2K=1 MINKE_CUDA_MMX_MIN=32 MINKE_CUDA_MMX_TILE=1
 forced_q2 mmx6 0 MINKE_CUDA_MMX=1 MINKE_CUDA_MMX_MIN=32 MINKE_CUDA_MMX_TILE=6
 forced_q2 mmx 0 MINKE_CUDA_MMX=1 MINKE_CUDA_MMX_MIN=32
 

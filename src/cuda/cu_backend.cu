@@ -932,6 +932,7 @@ static cu_session *dev_session_alloc(minke_model *m, cu_model *cm, int n_ctx) {
             cu_mmh_reserve(cm->st2, T, D, cm->max_f16_w);
             cu_mmh_reserve(cm->st3, T, D, cm->max_f16_w);
         }
+        if (cu_mmh_min_tokens() && T >= cu_mmh_min_tokens()) cu_mmh_share_reserve(cm->st, T, D);   /* x's shared split */
     }
     AL(s->d_argmax, 4);
     AL(s->attn_part, (int64_t)ATT_SPLIT_MAX_T * c->n_head * ATT_SPLIT * (Dh + 2) * 4);
@@ -1042,6 +1043,15 @@ static const void *act_rows(fwd *f, int wtype, const float *x, int64_t in, int T
 static void x_rewritten(fwd *f) {
     f->xq_type = 0;
     for (int i = 0; i < 3; i++) f->splits[i].x = NULL;
+    cu_mmh_share_clear();
+}
+
+/* x's f16 split for every cu_mmh product of the sub-layer (the q / kv projections, the
+ * compressors, indexer and router, the shared expert), made once on the stream that forks
+ * the side branches (cu_mmh_share_x; a batch too short for cu_mmh makes none) */
+static void share_x(fwd *f) {
+    const int mt = cu_mmh_min_tokens();
+    if (mt && f->T >= mt) cu_mmh_share_x(f->s->x, f->T, (int)f->c->n_embd, (int64_t)f->c->n_embd, f->st);
 }
 
 /* A tensor-core product with exact activations: x (nrows f32 rows of g->in,
@@ -1198,6 +1208,7 @@ static void attention_layer(fwd *f, int il) {
     hc_pre(f, 0, T, &L->hc_attn_fn, (int)c->hc_mix, (const float *)L->hc_attn_scale.d,
            (const float *)L->hc_attn_base.d, (const float *)L->attn_norm.d, (int)c->hc_sinkhorn_iters, 0, s->x);
     x_rewritten(f);
+    share_x(f);
     tapv(f, "blk.%d.attn_norm", il, s->x, D);
     int ihd = (int)c->indexer_head_dim, nih = (int)c->indexer_n_head;
     int cw = ratio == 4 ? 2 * Dh : Dh;
@@ -1372,6 +1383,7 @@ static void ffn_layer(fwd *f, int il) {
     hc_pre(f, 0, T, &L->hc_ffn_fn, (int)c->hc_mix, (const float *)L->hc_ffn_scale.d,
            (const float *)L->hc_ffn_base.d, (const float *)L->ffn_norm.d, (int)c->hc_sinkhorn_iters, 0, s->x);
     x_rewritten(f);
+    share_x(f);
     tapv(f, "blk.%d.ffn_norm", il, s->x, D);
     /* the shared expert reads only x: on the side stream while the routed
      * experts run (joined before the post step) */
@@ -1539,6 +1551,7 @@ static void forward_chunk(fwd *f, int all_rows) {
         for (int t = 0; t < f->T; t++) minke_tap_emit(f->m, "embd", f->pos0_host + t, h + (size_t)t * c->hc_dim, c->n_embd);
         free(h);
     }
+    cu_mmh_share_clear();
     for (uint32_t il = 0; il < c->n_layer; il++) {
         attention_layer(f, (int)il);
         ffn_layer(f, (int)il);

@@ -195,6 +195,18 @@ __global__ void k_mmh_xsplit(const float *x, int T, int in, int gw, int64_t xs, 
     *(uint4 *)(b + (NP - 1) * gw) = *(const uint4 *)lo;
 }
 
+/* a product's alpha and betas (small[4..]) when its B' is a shared split (cu_mmh_share_x):
+ * k_mmh_xsplit's formula with the share's amax */
+__global__ void k_mmh_alpha(unsigned *small, const unsigned *amax) {
+    cu_pdl_enter();
+    const unsigned a = *amax;
+    small[1] = a;
+    float *f = (float *)small;
+    f[2] = ldexpf(1.f, -(mmh_xexp_of(a) + mmh_wexp_of(small[0])));
+    f[3] = 0.f;
+    f[4] = 1.f;
+}
+
 /* A' rows of F16 weights: [W | W] (each f16 weight exact: W.xh + W.xl, K' = 2 K);
  * a thread copies 8 weights */
 __global__ void k_mmh_wcopy2(const __half *w, int64_t rows, int in, uint64_t row_bytes, __half *A) {
@@ -256,7 +268,8 @@ extern "C" int cu_mmh_taken(const cu_gemv_args *g, int64_t ntok) {
 
 static pthread_mutex_t mmh_lock = PTHREAD_MUTEX_INITIALIZER;
 
-typedef struct { int used, dev; cudaStream_t st; uint8_t *buf; size_t bytes; } mmh_ws;   /* used, dev, st: under the lock */
+/* used, dev, st: under the lock; sbuf: the stream's shared split of x (cu_mmh_share_x) */
+typedef struct { int used, dev; cudaStream_t st; uint8_t *buf, *sbuf; size_t bytes, sbytes; } mmh_ws;
 static mmh_ws ws_tab[32];
 
 /* the table's entry of (dev, st), NULL if none (the lock held) */
@@ -266,12 +279,14 @@ static mmh_ws *mmh_ws_find(int dev, cudaStream_t st) {
     return NULL;
 }
 
-/* the stream's scratch of at least `bytes` (NULL: capturing, or no memory).
+/* the stream's scratch of at least `bytes` (NULL: capturing, or no memory);
+ * share: its buffer for a shared split of x instead (which other streams read
+ * after this one forks them: growing it waits for the whole device).
  * The lock covers the table only: a stream's entry is used by the one host
  * thread that drives that stream, and growing it (a sync, cudaFree) under
  * the lock could hold another GPU's thread back from the collective this
  * stream waits for. */
-static uint8_t *mmh_scratch(cudaStream_t st, size_t bytes) {
+static uint8_t *mmh_scratch(cudaStream_t st, size_t bytes, int share = 0) {
     cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
     if (cudaStreamIsCapturing(st, &cs) != cudaSuccess || cs != cudaStreamCaptureStatusNone) return NULL;
     int dev = 0;
@@ -282,24 +297,69 @@ static uint8_t *mmh_scratch(cudaStream_t st, size_t bytes) {
         if (!ws_tab[i].used) { e = &ws_tab[i]; e->used = 1; e->dev = dev; e->st = st; }
     pthread_mutex_unlock(&mmh_lock);
     if (!e) return NULL;
-    if (e->bytes < bytes) {
-        if (e->buf) { cudaStreamSynchronize(st); cudaFree(e->buf); e->buf = NULL; }
+    uint8_t **buf = share ? &e->sbuf : &e->buf;
+    size_t *have = share ? &e->sbytes : &e->bytes;
+    if (*have < bytes) {
+        if (*buf) {
+            if (share) cudaDeviceSynchronize(); else cudaStreamSynchronize(st);
+            cudaFree(*buf);
+            *buf = NULL;
+        }
         size_t want = bytes + (bytes >> 3);
-        e->bytes = 0;
-        if (cudaMalloc((void **)&e->buf, want) == cudaSuccess) e->bytes = want;
-        else { e->buf = NULL; cudaGetLastError(); }
+        *have = 0;
+        if (cudaMalloc((void **)buf, want) == cudaSuccess) *have = want;
+        else { *buf = NULL; cudaGetLastError(); }
     }
-    return e->buf;
+    return *buf;
 }
 
-/* the stream is going away (its model is freed): its scratch too */
+/* The weights' largest |d| (k_mmh_dmax), kept per matrix: weights do not change while a
+ * model lives, so a matrix's first product finds it and later ones copy it (every prompt
+ * read each dense matrix once more for it: 5.2 ms of a 4096-token prompt of Flash, ncu).
+ * Per device; forgotten when a model's streams are released (its weights go with them). */
+#define MMH_DMAX_SLOTS 2048
+typedef struct { const void *w; int64_t rows; int in; uint64_t row_bytes; int rep; } mmh_dkey;
+static mmh_dkey dmax_keys[32][MMH_DMAX_SLOTS];
+static int dmax_n[32];
+static unsigned *dmax_dev[32];
+
+/* the matrix's slot on device dev (-1: no room or memory: found every time); *fresh: not yet found */
+static int mmh_dmax_slot(int dev, const void *w, int64_t rows, int in, uint64_t rb, int rep, int *fresh) {
+    int k = -1;
+    *fresh = 1;
+    pthread_mutex_lock(&mmh_lock);
+    for (int i = 0; i < dmax_n[dev] && k < 0; i++) {
+        const mmh_dkey *e = &dmax_keys[dev][i];
+        if (e->w == w && e->rows == rows && e->in == in && e->row_bytes == rb && e->rep == rep) { k = i; *fresh = 0; }
+    }
+    if (k < 0 && !dmax_dev[dev] && cudaMalloc((void **)&dmax_dev[dev], sizeof(unsigned) * MMH_DMAX_SLOTS) != cudaSuccess) {
+        dmax_dev[dev] = NULL;
+        cudaGetLastError();
+    }
+    if (k < 0 && dmax_dev[dev] && dmax_n[dev] < MMH_DMAX_SLOTS) {
+        k = dmax_n[dev]++;
+        dmax_keys[dev][k] = (mmh_dkey){w, rows, in, rb, rep};
+    }
+    pthread_mutex_unlock(&mmh_lock);
+    return k;
+}
+static void mmh_dmax_forget(int dev, int k) {
+    pthread_mutex_lock(&mmh_lock);
+    dmax_keys[dev][k].w = NULL;
+    pthread_mutex_unlock(&mmh_lock);
+}
+
+/* the stream is going away (its model is freed): its scratch too, and the device's kept dmax */
 extern "C" void cu_mmh_release(cudaStream_t st) {
     int dev = 0;
     cudaGetDevice(&dev);
     pthread_mutex_lock(&mmh_lock);
+    dmax_n[dev & 31] = 0;
     mmh_ws *e = mmh_ws_find(dev, st);
     if (e) {
-        if (e->buf) { cudaStreamSynchronize(st); cudaFree(e->buf); }
+        if (e->buf || e->sbuf) cudaDeviceSynchronize();    /* (other streams may read the shared split) */
+        if (e->buf) cudaFree(e->buf);
+        if (e->sbuf) cudaFree(e->sbuf);
         memset(e, 0, sizeof *e);
     }
     pthread_mutex_unlock(&mmh_lock);
@@ -307,7 +367,7 @@ extern "C" void cu_mmh_release(cudaStream_t st) {
 
 /* cuBLASLt: a handle a device, a plan a shape */
 typedef struct {
-    int dev; int64_t m, n, k, ldc; int align, batch;
+    int dev; int64_t m, n, k, ldc, ldb; int align, batch;
     cublasLtMatmulDesc_t desc; cublasLtMatrixLayout_t a, b, c;
     cublasLtMatmulAlgo_t algo; int ok;
 } mmh_plan;
@@ -319,8 +379,8 @@ static thread_local int nplans, plan_next;
 static cublasLtHandle_t handles[32];
 
 /* D (m x n, ldc) = alpha A'^T B' over k, `batch` times: A' batch stride m k,
- * B' the next k of a row of batch k (ld batch k), D the next m rows */
-static const mmh_plan *mmh_plan_get(int64_t m, int64_t n, int64_t k, int64_t ldc, int align, int batch) {
+ * B' the next k of a row of batch k (ld: ldb, batch k unless a shared split's), D the next m rows */
+static const mmh_plan *mmh_plan_get(int64_t m, int64_t n, int64_t k, int64_t ldc, int align, int batch, int64_t ldb) {
     int dev = 0;
     cudaGetDevice(&dev);
     dev &= 31;
@@ -331,7 +391,7 @@ static const mmh_plan *mmh_plan_get(int64_t m, int64_t n, int64_t k, int64_t ldc
     mmh_plan *p = NULL;
     for (int i = 0; i < nplans && !p; i++)
         if (plans[i].dev == dev && plans[i].m == m && plans[i].n == n && plans[i].k == k && plans[i].ldc == ldc &&
-            plans[i].align == align && plans[i].batch == batch)
+            plans[i].align == align && plans[i].batch == batch && plans[i].ldb == ldb)
             p = &plans[i];
     if (!p) {
         if (nplans < MMH_PLANS) p = &plans[nplans++];
@@ -344,7 +404,7 @@ static const mmh_plan *mmh_plan_get(int64_t m, int64_t n, int64_t k, int64_t ldc
             if (p->c) cublasLtMatrixLayoutDestroy(p->c);
         }
         memset(p, 0, sizeof *p);
-        p->dev = dev; p->m = m; p->n = n; p->k = k; p->ldc = ldc; p->align = align; p->batch = batch;
+        p->dev = dev; p->m = m; p->n = n; p->k = k; p->ldc = ldc; p->align = align; p->batch = batch; p->ldb = ldb;
         int ok = 1;
         cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
         cublasLtPointerMode_t pm = CUBLASLT_POINTER_MODE_DEVICE;
@@ -354,7 +414,7 @@ static const mmh_plan *mmh_plan_get(int64_t m, int64_t n, int64_t k, int64_t ldc
         ok = ok && cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_POINTER_MODE, &pm, sizeof pm) == CUBLAS_STATUS_SUCCESS;
         /* A' stored as m rows of k halves = a k x m column-major matrix, transposed */
         ok = ok && cublasLtMatrixLayoutCreate(&p->a, CUDA_R_16F, k, m, k) == CUBLAS_STATUS_SUCCESS;
-        ok = ok && cublasLtMatrixLayoutCreate(&p->b, CUDA_R_16F, k, n, k * batch) == CUBLAS_STATUS_SUCCESS;
+        ok = ok && cublasLtMatrixLayoutCreate(&p->b, CUDA_R_16F, k, n, ldb) == CUBLAS_STATUS_SUCCESS;
         ok = ok && cublasLtMatrixLayoutCreate(&p->c, CUDA_R_32F, m, n, ldc) == CUBLAS_STATUS_SUCCESS;
         if (batch > 1) {
             int32_t bc = batch;
@@ -408,6 +468,46 @@ extern "C" int cu_mmh_reserve(cudaStream_t st, int64_t T, int64_t max_in, int64_
     return mmh_scratch(st, mmh_bytes(max_weights, T, max_in)) != NULL;
 }
 
+/* One split of x for all its products (cu_mmh_share_x): the backend splits a sub-layer's
+ * input once, on the stream that forks the side streams, and the products of that x on
+ * every stream take it instead of finding the amax and splitting again (Flash: q_a, kv,
+ * the compressors', the indexer's and the router's F16 products, the shared expert's
+ * gate and up: up to 7 splits of 4096 x 4096 floats a sub-layer, ~80 us each, become 1).
+ * The layout is the Q8_0 products' [xh | xh | xl] with the batch's amax, so those take
+ * the same B' as their own split (the same bits); an F16 product reads its [xh | xl] from
+ * the second third on (ld 3 in). Per host thread (one drives each GPU). */
+typedef struct { const float *x; int64_t T, in, xs; const __half *B; const unsigned *amax; int dev; } mmh_share;
+static thread_local mmh_share cur_share;
+
+extern "C" void cu_mmh_share_clear(void) { cur_share.x = NULL; }
+
+extern "C" int cu_mmh_share_reserve(cudaStream_t st, int64_t T, int64_t in) {
+    mmh_env();
+    if (!mmh_mode || T < mmh_min_t || in <= 0) return 0;
+    return mmh_scratch(st, MMH_SMALL + mmh_a_bytes(T * in), 1) != NULL;
+}
+
+extern "C" int cu_mmh_share_x(const float *x, int T, int in, int64_t xs, cudaStream_t st) {
+    mmh_env();
+    cur_share.x = NULL;
+    static int off = -1;     /* MINKE_CUDA_MMH_SHARE=0: every product splits x itself (A/B) */
+    if (off < 0) { const char *e = getenv("MINKE_CUDA_MMH_SHARE"); off = e && *e && atoi(e) == 0; }
+    if (off || !mmh_mode || T < mmh_min_t || in % 32 || in > (1 << 20) || xs % 4 || ((uintptr_t)x & 15)) return 0;
+    uint8_t *b = mmh_scratch(st, MMH_SMALL + mmh_a_bytes((int64_t)T * in), 1);
+    if (!b) return 0;
+    unsigned *small = (unsigned *)b;
+    __half *B = (__half *)(b + MMH_SMALL);
+    if (cudaMemsetAsync(small, 0, 8, st) != cudaSuccess) return 0;
+    cu_amax_f32(x, T, in, xs, small + 1, st);
+    cu_launch(k_mmh_xsplit<3>, dim3(mmh_grid((int64_t)T * (in / 8))), MMH_THREADS, 0, st, x, T, in, in, xs, small, B);
+    if (cudaGetLastError() != cudaSuccess) return 0;
+    int dev = 0;
+    cudaGetDevice(&dev);
+    cur_share.x = x; cur_share.T = T; cur_share.in = in; cur_share.xs = xs; cur_share.B = B; cur_share.amax = small + 1;
+    cur_share.dev = dev;
+    return 1;
+}
+
 /* one product: rows x in weights w (ng groups of rows / ng rows, each over
  * its in / ng inputs: grouped input, one batched GEMM), T rows of x (xs
  * floats apart) into out */
@@ -418,16 +518,21 @@ static int mmh_one(const cu_gemv_args *g, const uint8_t *w, int64_t rows, int in
     const int np = f16 ? 2 : 3;          /* pieces: [Wh|Wl|Wh] x [xh|xh|xl], or [W|W] x [xh|xl] */
     const int64_t gk = np * (int64_t)gw, grows = rows / ng;
     const size_t abytes = mmh_a_bytes(rows * gw);
-    uint8_t *s = mmh_scratch(st, mmh_bytes(rows * gw, T, in));
+    int dev = 0;
+    cudaGetDevice(&dev);
+    const mmh_share *sh = &cur_share;
+    const bool shared = sh->x && ng == 1 && x == sh->x && T == sh->T && in == sh->in && xs == sh->xs && dev == sh->dev;
+    uint8_t *s = mmh_scratch(st, shared ? MMH_WS_BYTES + MMH_SMALL + abytes : mmh_bytes(rows * gw, T, in));
     if (!s) return 0;
     uintptr_t o = (uintptr_t)out;
     /* D's alignment, that of every batch's first row too (out + j grows) */
     const int64_t step = g->out_stride | (ng > 1 ? grows : 0);
     int align = (o & 15) == 0 && step % 4 == 0 ? 16 : (o & 7) == 0 && step % 2 == 0 ? 8 : 4;
-    const mmh_plan *p = mmh_plan_get(grows, T, gk, g->out_stride, align, ng);
+    const mmh_plan *p = mmh_plan_get(grows, T, gk, g->out_stride, align, ng, shared ? 3 * (int64_t)gw : gk * ng);
     if (!p) return 0;
     unsigned *small = (unsigned *)(s + MMH_WS_BYTES);
     __half *A = (__half *)(s + MMH_WS_BYTES + MMH_SMALL), *B = (__half *)((uint8_t *)A + abytes);
+    if (shared) B = (__half *)sh->B + (f16 ? gw : 0);
     /* small: [0] dmax bits, [1] amax bits, then (k_mmh_xsplit) [2] alpha, [3] 0.f, [4] 1.f */
     if (cudaMemsetAsync(small, 0, 8, st) != cudaSuccess) return 0;
     const int items = gw / 32;
@@ -436,20 +541,32 @@ static int mmh_one(const cu_gemv_args *g, const uint8_t *w, int64_t rows, int in
         cu_launch(k_mmh_wcopy2, dim3(mmh_grid(rows * (gw / 8))), MMH_THREADS, 0, st, (const __half *)w, rows, gw,
                   g->row_bytes, A);
     } else {
-        int gd = mmh_grid(rows * items);
-        if (gd > 4 * cu_num_sms() * 8) gd = 4 * cu_num_sms() * 8;
-        cu_launch(rep ? k_mmh_dmax<true> : k_mmh_dmax<false>, dim3(gd), MMH_THREADS, 0, st, w, rows, items, g->row_bytes,
-                  small);
+        int fresh = 1;
+        const int slot = mmh_dmax_slot(dev & 31, w, rows, gw, g->row_bytes, rep, &fresh);
+        unsigned *dm = slot >= 0 ? dmax_dev[dev & 31] + slot : small;
+        if (fresh) {
+            if (slot >= 0 && cudaMemsetAsync(dm, 0, 4, st) != cudaSuccess) { mmh_dmax_forget(dev & 31, slot); return 0; }
+            int gd = mmh_grid(rows * items);
+            if (gd > 4 * cu_num_sms() * 8) gd = 4 * cu_num_sms() * 8;
+            cu_launch(rep ? k_mmh_dmax<true> : k_mmh_dmax<false>, dim3(gd), MMH_THREADS, 0, st, w, rows, items,
+                      g->row_bytes, dm);
+            if (cudaPeekAtLastError() != cudaSuccess) { if (slot >= 0) mmh_dmax_forget(dev & 31, slot); }
+        }
+        if (dm != small && cudaMemcpyAsync(small, dm, 4, cudaMemcpyDeviceToDevice, st) != cudaSuccess) return 0;
         cu_launch(rep ? k_mmh_wexpand<true> : k_mmh_wexpand<false>, dim3(mmh_grid(rows * (gw / 8))), MMH_THREADS, 0, st,
                   w, rows, gw, g->row_bytes, (const unsigned *)small, A);
     }
-    if (amax_in) {      /* found by the kernel that wrote x (the same maximum) */
-        if (cudaMemcpyAsync(small + 1, amax_in, 4, cudaMemcpyDeviceToDevice, st) != cudaSuccess) return 0;
+    if (shared) {       /* the split is made: only this product's alpha */
+        cu_launch(k_mmh_alpha, dim3(1), 1, 0, st, small, sh->amax);
     } else {
-        cu_amax_f32(x, T, in, xs, small + 1, st);
+        if (amax_in) {      /* found by the kernel that wrote x (the same maximum) */
+            if (cudaMemcpyAsync(small + 1, amax_in, 4, cudaMemcpyDeviceToDevice, st) != cudaSuccess) return 0;
+        } else {
+            cu_amax_f32(x, T, in, xs, small + 1, st);
+        }
+        cu_launch(f16 ? k_mmh_xsplit<2> : k_mmh_xsplit<3>, dim3(mmh_grid((int64_t)T * (in / 8))), MMH_THREADS, 0, st, x,
+                  T, in, gw, xs, small, B);
     }
-    cu_launch(f16 ? k_mmh_xsplit<2> : k_mmh_xsplit<3>, dim3(mmh_grid((int64_t)T * (in / 8))), MMH_THREADS, 0, st, x, T,
-              in, gw, xs, small, B);
     cudaError_t le = cudaGetLastError();
     if (le != cudaSuccess) {     /* a launch failed: out is untouched, the int8 kernels run it */
         fprintf(stderr, "minke: cu_mmh: %s; the int8 kernels run this product\n", cudaGetErrorString(le));

@@ -9,7 +9,9 @@
  * batch), weight rows whose scales span 2^-12, the output written with a
  * stride (the gaps must stay untouched) over NaN (cuBLASLt must not read it
  * with beta = 0) or added to (accumulate), Inf / NaN in some rows (the
- * others as without them). Lines:
+ * others as without them); x split once for several products (cu_mmh_share_x: a Q8_0
+ * product gives the bits of its own split, an F16 one stays within the tolerance, another
+ * buffer's share is not taken). Lines:
  *   ok/FAIL mmh ... : max|diff| / max|W x| over all outputs <= 4e-5 (f32 sums
  *                     of ~1e4 products, as mmf16_check), and the worst
  *                     row's own ratio <= 3e-4 (|W x| without the added
@@ -140,6 +142,40 @@ static void check(int repack, int64_t rows, int64_t in, int T, int ngroups, int 
         printf("%s mmh %s: with the amax handed in, %zu outputs differ\n", ok ? "ok" : "FAIL", what, nd);
         failures += !ok;
         cudaFree(da); free(y2);
+    }
+    if (ngroups == 1) {
+        /* x split once for all its products (cu_mmh_share_x): a Q8_0 product takes the same B' as
+         * its own split (the same bits); an F16 product reads [xh | xl] from it (ld 3 in: within the
+         * tolerance); a share of another buffer (the same values) is not taken */
+        float *y1 = malloc(sizeof(float) * T * ostride), *y2 = malloc(sizeof(float) * T * ostride);
+        float *y3 = malloc(sizeof(float) * T * ostride), *dx2;
+        CK(cudaMalloc((void **)&dx2, sizeof(float) * T * arow));
+        CK(cudaMemcpy(dx2, x, sizeof(float) * T * arow, cudaMemcpyHostToDevice));
+        float *outs[3] = {y1, y2, y3};
+        int ran = 1, made = 1;
+        for (int k = 0; k < 3; k++) {
+            if (k == 1) made &= cu_mmh_share_x(dx, T, (int)arow, arow, 0);
+            if (k == 2) made &= cu_mmh_share_x(dx2, T, (int)arow, arow, 0);
+            CK(cudaMemcpy(dy, y0, sizeof(float) * T * ostride, cudaMemcpyHostToDevice));
+            ran &= cu_mmh(&g, T, 0);
+            CK(cudaDeviceSynchronize());
+            CK(cudaMemcpy(outs[k], dy, sizeof(float) * T * ostride, cudaMemcpyDeviceToHost));
+        }
+        cu_mmh_share_clear();
+        size_t nd = 0, nd2 = 0;
+        for (int64_t i = 0; i < (int64_t)T * ostride; i++) {
+            nd += memcmp(&y1[i], &y2[i], 4) != 0;
+            nd2 += memcmp(&y1[i], &y3[i], 4) != 0;
+        }
+        pr_err e = {0, 0, 0, 0};
+        for (int t = 0; t < T; t++) pr_row(&e, y2 + (int64_t)t * ostride, yr + (int64_t)t * rows, yp + (int64_t)t * rows, rows);
+        const double rel = pr_rel(&e);
+        int ok = ran && made && nd2 == 0 && (f16 ? rel <= TOL_ALL && e.worst <= TOL_ROW && !e.nonfinite : nd == 0);
+        printf("%s mmh %s: x split once (shared): %zu outputs differ from its own split (%s), max|diff|/max|y| %.2e; "
+               "another buffer's share not taken (%zu differ)\n", ok ? "ok" : "FAIL", what, nd,
+               f16 ? "ld 3 in: any" : "must be 0", rel, nd2);
+        failures += !ok;
+        cudaFree(dx2); free(y1); free(y2); free(y3);
     }
     cudaFree(dW); cudaFree(dx); cudaFree(dy);
     free(wf); free(wd); free(x); free(W); free(y0); free(y); free(yr); free(yp);
