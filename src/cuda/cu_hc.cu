@@ -13,6 +13,10 @@
  * The unfused pre step's first kernel (the mix partials) has two forms with
  * the same bits: a block per token (k_hc_mix_partial) and, for prefill, 16
  * tokens a block (k_hc_mix_tiled, MINKE_CUDA_HC_MIXT); hc_check compares them.
+ * From 64 tokens the mixes run on the TF32 tensor cores instead (k_hc_mix_tc,
+ * MINKE_CUDA_HC_TC; within 1.2e-7 of the double dots, other bits), and the
+ * finish is two launches (k_hc_split_tok, k_hc_pre_apply; MINKE_CUDA_HC_FIN)
+ * with k_hc_pre_finish's bits.
  */
 #include <stdlib.h>
 

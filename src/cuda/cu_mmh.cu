@@ -42,6 +42,9 @@
  * B' = [xh | xl], K' = 2K (k_mmf16p, cu_mmf16.cu, multiplied the same pieces
  * on mma.sync at ~150 TFLOP/s of useful work; a GEMM here runs near the
  * tensor rate).
+ * A sub-layer's input x is split once for all its products (cu_mmh_share_x: the
+ * nineteenth session, 1.7% of a prompt), and a matrix's largest |d| is found once
+ * while its model lives (mmh_dmax_slot).
  * cu_mmh returns 0 where it does not apply, and the caller runs cu_mmq.
  */
 #include <math.h>
