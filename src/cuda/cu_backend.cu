@@ -1085,6 +1085,24 @@ static int mmq_exact(fwd *f, cu_gemv_args *g, const float *x, int64_t nrows, int
     return mmx ? cu_mmx(&q, ntiles, f->st) : cu_mmq_presplit(&q, ntiles, f->st);
 }
 
+/* The routed experts' down on cu_mmx with its split made straight from the gate and up
+ * rows (cu_mmx_split_glu: the SwiGLU's values without the mid rows); 0 (nothing run that
+ * counts) where cu_mmx does not take it: the caller then writes the SwiGLU rows and splits
+ * them as any input. g: the down's product over s->emid. */
+static int down_from_glu(fwd *f, const cu_gemv_args *g, float clamp, int64_t P, int ntiles) {
+    cu_session *s = f->s;
+    if (!cu_mmx_glu_enabled() || !f->asplit || !g->act_f32 || !cu_mmx_min_tokens() || f->T < cu_mmx_min_tokens() ||
+        !cu_mmx_supported(g))
+        return 0;
+    for (int i = 0; i < 3; i++)     /* the buffer is rewritten: its memo goes */
+        if (f->splits[i].buf == f->asplit) f->splits[i].buf = NULL;
+    if (!cu_mmx_split_glu(g->wtype, s->eg, s->eu, s->rw, clamp, P, g->in, f->asplit, f->st)) return 0;
+    cu_gemv_args q = *g;
+    q.act = f->asplit;
+    q.act_stride = cu_mmx_split_row_bytes(g->wtype, g->in);
+    return cu_mmx(&q, ntiles, f->st);
+}
+
 /* y[T][rows] = W . x[T][in] with the activation quantized as the CPU does. */
 static void matmul(fwd *f, const cu_t *W, const float *x, int64_t in, int64_t rows, float *y, int64_t ystride,
                    int T, int64_t row0 = 0) {
@@ -1479,21 +1497,21 @@ static void ffn_layer(fwd *f, int il) {
             else cu_gemv(&g, max_tiles, st);
         }
         PROF(f, "moe_down");
-        cu_swiglu(s->eg, s->eu, s->rw, P, F, clamp, s->emid, st);
         int atd = cu_act_type(Wd->type);
-        const void *actd = s->emid;
-        int64_t adstride = (int64_t)F * 4;
         int df32 = atd != CU_TYPE_F32 && f->cm->act_f32;
         g.act_f32 = df32;
-        if (atd != CU_TYPE_F32 && !df32) {
-            cu_quantize_act(atd, s->emid, s->act, P, F, st);
-            actd = s->act;
-            adstride = cu_act_row_bytes(atd, F);
-        }
         g.w = Wd->d; g.wtype = Wd->type; g.rows = D; g.in = F; g.row_bytes = Wd->row_bytes; g.expert_bytes = Wd->row_bytes * D;
-        g.act = actd; g.act_stride = adstride; g.act_div = 1; g.out = s->eout; g.out_stride = D;
-        if (mmq) { if (!mmq_exact(f, &g, s->emid, P, max_tiles)) cu_mmq(&g, max_tiles, st); }
-        else cu_gemv(&g, max_tiles, st);
+        g.act = s->emid; g.act_stride = (int64_t)F * 4; g.act_div = 1; g.out = s->eout; g.out_stride = D;
+        if (!(mmq && down_from_glu(f, &g, clamp, P, max_tiles))) {
+            cu_swiglu(s->eg, s->eu, s->rw, P, F, clamp, s->emid, st);
+            if (atd != CU_TYPE_F32 && !df32) {
+                cu_quantize_act(atd, s->emid, s->act, P, F, st);
+                g.act = s->act;
+                g.act_stride = cu_act_row_bytes(atd, F);
+            }
+            if (mmq) { if (!mmq_exact(f, &g, s->emid, P, max_tiles)) cu_mmq(&g, max_tiles, st); }
+            else cu_gemv(&g, max_tiles, st);
+        }
         cu_moe_sum(s->eout, s->rsel, T, K, D, s->mo, st);
     }
     /* several GPUs: each summed the experts it owns (or its rows of all); the

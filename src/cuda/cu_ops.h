@@ -108,6 +108,12 @@ void cu_mmh_release(cudaStream_t st);     /* before the stream is destroyed (the
 int cu_mmx_supported(const cu_gemv_args *g);
 int64_t cu_mmx_split_row_bytes(int wtype, int64_t n);
 int cu_mmx_split(int wtype, const float *x, int64_t nrows, int64_t n, int64_t xstride, void *out, cudaStream_t st);
+/* cu_mmx_split of the routed experts' SwiGLU rows, made from the gate and up rows g, u (nrows of n,
+ * dense) and the router weights w (NULL: 1) as cu_swiglu makes them (the same values): the down's
+ * split without the mid rows. cu_mmx_glu_enabled: MINKE_CUDA_MMX_GLU (default 1). */
+int cu_mmx_split_glu(int wtype, const float *g, const float *u, const float *w, float limit, int64_t nrows, int64_t n,
+                     void *out, cudaStream_t st);
+int cu_mmx_glu_enabled(void);
 int cu_mmx(const cu_gemv_args *g, int ntiles, cudaStream_t st);
 void cu_mmx_set(int on, int q2k, int min_tokens);
 int cu_mmx_min_tokens(void);

@@ -295,6 +295,50 @@ int main(int argc, char **argv) {
             g_counts = NULL;
         }
     }
+    /* the down's split straight from the gate and up rows (cu_mmx_split_glu) against the SwiGLU
+     * rows split (cu_swiglu + cu_mmx_split): the same bytes, with and without router weights,
+     * clamped or not, for both row formats, with Inf / NaN among the gates */
+    for (int ti = 0; ti < 2 && !only; ti++) {
+        const int type = ti ? GGML_TYPE_Q2_K : TYPE_IQ2R, P = 37, n = ti ? 768 : 512;
+        const int64_t rb = cu_mmx_split_row_bytes(type, n);
+        float *hg = malloc(sizeof(float) * P * n), *hu = malloc(sizeof(float) * P * n), *hw = malloc(sizeof(float) * P);
+        for (int64_t i = 0; i < (int64_t)P * n; i++) { hg[i] = 12.f * frand(); hu[i] = 12.f * frand(); }
+        for (int p = 0; p < P; p++) hw[p] = 0.5f + 0.5f * frand();
+        hg[5 * n + 7] = INFINITY; hg[9 * n + 300] = NAN;
+        float *dg, *du, *dw, *dmid;
+        uint8_t *o1, *o2, *h1 = malloc(rb * P), *h2 = malloc(rb * P);
+        CK(cudaMalloc((void **)&dg, sizeof(float) * P * n)); CK(cudaMalloc((void **)&du, sizeof(float) * P * n));
+        CK(cudaMalloc((void **)&dw, sizeof(float) * P)); CK(cudaMalloc((void **)&dmid, sizeof(float) * P * n));
+        CK(cudaMalloc((void **)&o1, rb * P)); CK(cudaMalloc((void **)&o2, rb * P));
+        CK(cudaMemcpy(dg, hg, sizeof(float) * P * n, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(du, hu, sizeof(float) * P * n, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(dw, hw, sizeof(float) * P, cudaMemcpyHostToDevice));
+        int ok = 1;
+        for (int v = 0; v < 4; v++) {
+            const float *w = v & 1 ? dw : NULL;
+            const float limit = v & 2 ? 7.f : 0.f;
+            CK(cudaMemset(o1, 0x5A, rb * P)); CK(cudaMemset(o2, 0xA5, rb * P));
+            cu_swiglu(dg, du, w, P, n, limit, dmid, 0);
+            const int r1 = cu_mmx_split(type, dmid, P, n, (int64_t)n * 4, o1, 0);
+            const int r2 = cu_mmx_split_glu(type, dg, du, w, limit, P, n, o2, 0);
+            CK(cudaDeviceSynchronize());
+            CK(cudaMemcpy(h1, o1, rb * P, cudaMemcpyDeviceToHost));
+            CK(cudaMemcpy(h2, o2, rb * P, cudaMemcpyDeviceToHost));
+            size_t nd = 0;
+            const int64_t used = 16 + 4 * (int64_t)n + (ti ? n / 4 : 0);   /* exponent, padding, pieces (, sums) */
+            for (int p = 0; p < P; p++)
+                for (int64_t b = 0; b < used && b < rb; b++) nd += h1[p * rb + b] != h2[p * rb + b] && !(b >= 4 && b < 16);
+            if (!r1 || !r2 || nd) {
+                printf("FAIL mmx split from gate / up (%s, weights %d, limit %g): %zu bytes differ (ran %d %d)\n",
+                       ti ? "Q2_K" : "IQ2R", v & 1, limit, nd, r1, r2);
+                ok = 0;
+            }
+        }
+        if (ok) printf("ok mmx split from gate / up (%s): the bytes of the SwiGLU rows' split, 4 cases\n", ti ? "Q2_K" : "IQ2R");
+        failures += !ok;
+        cudaFree(dg); cudaFree(du); cudaFree(dw); cudaFree(dmid); cudaFree(o1); cudaFree(o2);
+        free(hg); free(hu); free(hw); free(h1); free(h2);
+    }
     /* the switch: MoE tiles of IQ2R / Q2_K with f32 activations, nothing else */
     {
         cu_gemv_args g;
