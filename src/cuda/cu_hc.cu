@@ -327,6 +327,25 @@ __device__ __forceinline__ void hc_split_warp(const float *mix, const float *sca
     if (lane < nn) comb_out[t * nn + lane] = c;
 }
 
+/* one warp: token t's mixes from the splits' partial dots (their squares' sum sets the RMS),
+ * then its split (hc_split_warp: Sinkhorn with one lane per matrix entry, sums in the CPU's
+ * sequential order); mix and wpre in shared memory */
+__device__ __forceinline__ void hc_mix_split_warp(int t, int hcdim, int nhc, int nmix, const float *partial,
+                                                  const double *psq, const float *scale, const float *base, int iters,
+                                                  float hc_eps, float rms_eps, int head, int lane, float *mix,
+                                                  float *wpre, float *post_out, float *comb_out) {
+    double ss = 0.0;
+    for (int sp = 0; sp < HC_SPLIT; sp++) ss += psq[t * HC_SPLIT + sp];
+    float r = (float)(1.0 / sqrt(ss / hcdim + (double)rms_eps));
+    if (lane < nmix) {
+        float a = 0.f;
+        for (int sp = 0; sp < HC_SPLIT; sp++) a += partial[((int64_t)t * HC_SPLIT + sp) * HC_MAXMIX + lane];
+        mix[lane] = a * r;
+    }
+    __syncwarp();
+    hc_split_warp(mix, scale, base, nhc, iters, hc_eps, head, lane, t, wpre, post_out, comb_out);
+}
+
 __global__ void k_hc_pre_finish(const float *X, int D, int nhc, int nmix, const float *partial, const double *psq,
                                 const float *scale, const float *base, const float *norm_w, int iters,
                                 float hc_eps, float rms_eps, int head, float *xout, float *post_out, float *comb_out) {
@@ -336,20 +355,9 @@ __global__ void k_hc_pre_finish(const float *X, int D, int nhc, int nmix, const 
     __shared__ float mix[HC_MAXMIX], wpre[8];
     __shared__ double shd[33];
     int lane = threadIdx.x & 31;
-    if (threadIdx.x < 32) {
-        /* warp 0: the mixes, then the split; Sinkhorn with one lane per
-         * matrix entry, sums taken in the CPU's sequential order */
-        double ss = 0.0;
-        for (int sp = 0; sp < HC_SPLIT; sp++) ss += psq[t * HC_SPLIT + sp];
-        float r = (float)(1.0 / sqrt(ss / hcdim + (double)rms_eps));
-        if (lane < nmix) {
-            float a = 0.f;
-            for (int sp = 0; sp < HC_SPLIT; sp++) a += partial[((int64_t)t * HC_SPLIT + sp) * HC_MAXMIX + lane];
-            mix[lane] = a * r;
-        }
-        __syncwarp();
-        hc_split_warp(mix, scale, base, nhc, iters, hc_eps, head, lane, t, wpre, post_out, comb_out);
-    }
+    if (threadIdx.x < 32)   /* warp 0: the mixes, then the split */
+        hc_mix_split_warp(t, hcdim, nhc, nmix, partial, psq, scale, base, iters, hc_eps, rms_eps, head, lane, mix, wpre,
+                          post_out, comb_out);
     __syncthreads();
     const float *x = X + (int64_t)t * hcdim;
     float *y = xout + (int64_t)t * D;
@@ -383,16 +391,8 @@ k_hc_split_tok(int T, int hcdim, int nhc, int nmix, const float *partial, double
     const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, t = blockIdx.x * 8 + w;
     __shared__ float mix[8][HC_MAXMIX], wpre[8][8];
     if (t >= T) return;
-    double ss = 0.0;
-    for (int sp = 0; sp < HC_SPLIT; sp++) ss += psq[t * HC_SPLIT + sp];
-    float r = (float)(1.0 / sqrt(ss / hcdim + (double)rms_eps));
-    if (lane < nmix) {
-        float a = 0.f;
-        for (int sp = 0; sp < HC_SPLIT; sp++) a += partial[((int64_t)t * HC_SPLIT + sp) * HC_MAXMIX + lane];
-        mix[w][lane] = a * r;
-    }
-    __syncwarp();
-    hc_split_warp(mix[w], scale, base, nhc, iters, hc_eps, head, lane, t, wpre[w], post_out, comb_out);
+    hc_mix_split_warp(t, hcdim, nhc, nmix, partial, psq, scale, base, iters, hc_eps, rms_eps, head, lane, mix[w], wpre[w],
+                      post_out, comb_out);
     __syncwarp();       /* every lane's psq reads done, wpre written */
     if (lane < nhc) ((float *)(psq + (int64_t)t * HC_SPLIT))[lane] = wpre[w][lane];
 }
