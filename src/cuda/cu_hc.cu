@@ -14,7 +14,7 @@
  * the same bits: a block per token (k_hc_mix_partial) and, for prefill, 16
  * tokens a block (k_hc_mix_tiled, MINKE_CUDA_HC_MIXT); hc_check compares them.
  * From 64 tokens the mixes run on the TF32 tensor cores instead (k_hc_mix_tc,
- * MINKE_CUDA_HC_TC; within 1.2e-7 of the double dots, other bits), and the
+ * MINKE_CUDA_HC_TC; within 1.3e-7 of the double dots, other bits), and the
  * finish is two launches (k_hc_split_tok, k_hc_pre_apply; MINKE_CUDA_HC_FIN)
  * with k_hc_pre_finish's bits.
  */
@@ -541,9 +541,9 @@ extern "C" int cu_hc_mix_partials(const float *X, int T, int hcdim, const void *
  * two TF32 pieces, xh = tf32(x), xl = tf32(x - xh) (~22 bits of x), so fn . x is
  * fn . xh + fn . xl with every product exact. The tensor cores add a product's terms with
  * truncation, so each k8 sub-step's two products start from zero and their sum joins the
- * running f32 sum by an ordinary (rounded) add: within ~3e-7 of the double dot relative to
+ * running f32 sum by an ordinary (rounded) add: within 1.3e-7 of the double dot relative to
  * sum |fn x| (hc_check), not k_hc_mix_tiled's bits (the first form, one accumulator over the
- * whole split, was 4x further off: an HC step's x 1e-5 of the reference). psq stays in
+ * whole split, was ~8x further off: an HC step's x 1e-5 of the reference). psq stays in
  * double: a lane's squares in order, then its row's four lanes by two butterflies.
  * Block: HCTC_WARPS warps of 16 tokens each, one split. A 32-element step of a lane's row is
  * two adjacent float4 (elements 8 t .. 8 t + 7, t = lane % 4: 128 bytes a row a warp) and the

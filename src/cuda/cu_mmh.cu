@@ -356,16 +356,21 @@ static void mmh_dmax_forget(int dev, int k) {
 extern "C" void cu_mmh_release(cudaStream_t st) {
     int dev = 0;
     cudaGetDevice(&dev);
+    uint8_t *buf = NULL, *sbuf = NULL;
     pthread_mutex_lock(&mmh_lock);
-    dmax_n[dev & 31] = 0;
+    /* the kept dmax: forgotten, their slots not handed out again (work of another model on this
+     * device may still read its own); a full table just stops keeping new ones */
+    for (int i = 0; i < dmax_n[dev & 31]; i++) dmax_keys[dev & 31][i].w = NULL;
     mmh_ws *e = mmh_ws_find(dev, st);
     if (e) {
-        if (e->buf || e->sbuf) cudaDeviceSynchronize();    /* (other streams may read the shared split) */
-        if (e->buf) cudaFree(e->buf);
-        if (e->sbuf) cudaFree(e->sbuf);
+        buf = e->buf; sbuf = e->sbuf;
         memset(e, 0, sizeof *e);
     }
     pthread_mutex_unlock(&mmh_lock);
+    /* outside the lock (another GPU's thread may need it to reach a collective this device waits for) */
+    if (buf || sbuf) cudaDeviceSynchronize();    /* (other streams may read the shared split) */
+    if (buf) cudaFree(buf);
+    if (sbuf) cudaFree(sbuf);
 }
 
 /* cuBLASLt: a handle a device, a plan a shape */
@@ -478,7 +483,8 @@ extern "C" int cu_mmh_reserve(cudaStream_t st, int64_t T, int64_t max_in, int64_
  * gate and up: up to 7 splits of 4096 x 4096 floats a sub-layer, ~80 us each, become 1).
  * The layout is the Q8_0 products' [xh | xh | xl] with the batch's amax, so those take
  * the same B' as their own split (the same bits); an F16 product reads its [xh | xl] from
- * the second third on (ld 3 in). Per host thread (one drives each GPU). */
+ * the second third on (ld 3 in; where in % 128 == 0, so that B keeps cuBLASLt's default
+ * 256-byte alignment). Per host thread (one drives each GPU). */
 typedef struct { const float *x; int64_t T, in, xs; const __half *B; const unsigned *amax; int dev; } mmh_share;
 static thread_local mmh_share cur_share;
 
@@ -524,7 +530,9 @@ static int mmh_one(const cu_gemv_args *g, const uint8_t *w, int64_t rows, int in
     int dev = 0;
     cudaGetDevice(&dev);
     const mmh_share *sh = &cur_share;
-    const bool shared = sh->x && ng == 1 && x == sh->x && T == sh->T && in == sh->in && xs == sh->xs && dev == sh->dev;
+    /* (an F16 product reads from the second third: 256-byte aligned, cuBLASLt's default for B, when in % 128 == 0) */
+    const bool shared = sh->x && ng == 1 && x == sh->x && T == sh->T && in == sh->in && xs == sh->xs && dev == sh->dev &&
+                        (!f16 || gw % 128 == 0);
     uint8_t *s = mmh_scratch(st, shared ? MMH_WS_BYTES + MMH_SMALL + abytes : mmh_bytes(rows * gw, T, in));
     if (!s) return 0;
     uintptr_t o = (uintptr_t)out;

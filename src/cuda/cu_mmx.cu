@@ -1759,8 +1759,9 @@ extern "C" int cu_mmx_glu_enabled(void) {
 
 extern "C" int cu_mmx_split_glu(int wtype, const float *g, const float *u, const float *w, float limit, int64_t nrows,
                                 int64_t n, void *out, cudaStream_t st) {
-    if (nrows <= 0 || n <= 0 || n % 256 || n > 12288 || ((uintptr_t)g & 15) || ((uintptr_t)u & 15) || ((uintptr_t)out & 15))
-        return 0;     /* (the row in shared memory: at most 48 KB) */
+    /* the row in shared memory beside the kernel's 144 static bytes: at most 48 KB without an opt-in */
+    if (nrows <= 0 || n <= 0 || n % 256 || n > 12032 || ((uintptr_t)g & 15) || ((uintptr_t)u & 15) || ((uintptr_t)out & 15))
+        return 0;
     const int64_t os = cu_mmx_split_row_bytes(wtype, n);
     const bool q2k = wtype == CU_TYPE_Q2_K, perm = mx_wg_ok(wtype) && mx_tile(wtype) < 11;
     void (*k)(const float *, int64_t, int64_t, int64_t, uint8_t *, int64_t, mx_glu) =
@@ -1768,7 +1769,7 @@ extern "C" int cu_mmx_split_glu(int wtype, const float *g, const float *u, const
             : (perm ? k_mmx_split<false, true, true> : k_mmx_split<false, false, true>);
     const mx_glu glu = {u, w, limit};
     cu_launch(k, dim3((unsigned)nrows), 256, (size_t)n * 4, st, g, nrows, n, n * 4, (uint8_t *)out, os, glu);
-    return 1;
+    return cudaGetLastError() == cudaSuccess;     /* a refused launch: the caller splits the SwiGLU rows instead */
 }
 
 /* A kernel's shared-memory request, once per device (attr: its per-device state, 1 set, -1

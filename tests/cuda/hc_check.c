@@ -21,7 +21,7 @@
  * shapes and T up to 4096, with a timing of both at T 4096 printed always
  * ("hc_check time: hc mixes T 4096 ...").
  * The tensor-core mixes of batches (k_hc_mix_tc, MINKE_CUDA_HC_TC, default on
- * from 64 tokens): each partial within 2e-6 of sum |fn x| of the double dot,
+ * from 64 tokens): each partial within 5e-7 of sum |fn x| of the double dot (1.3e-7 measured),
  * psq within 1e-12, slots past nmix untouched, refused where the chunk is not
  * a multiple of 64; and through cu_hc_pre (T 65 .. 100) against the reference
  * like the other schedules. The unfused step's finish in two launches
@@ -562,7 +562,7 @@ static int hc_mix_run(int T, int D, int nhc, int nmix, int fntype, int timing) {
         }
     printf("%s %s: 16 tokens a block = a block per token, bit for bit (partial, psq)\n", ok ? "ok  " : "FAIL", what);
     /* the tensor-core kernel (the default from 64 tokens where it fits): against the double
-     * dots, each within 2e-6 of its sum |fn x|; psq within 1e-12; slots past nmix untouched */
+     * dots, each within 5e-7 of its sum |fn x|; psq within 1e-12; slots past nmix untouched */
     int tc = 0;
     if (fntype == 1) {
         hc_reset(&c);
@@ -602,7 +602,7 @@ static int hc_mix_run(int T, int D, int nhc, int nmix, int fntype, int timing) {
                         a += fabs(p);
                     }
                     const double e = fabs((double)v - d) / (a > 0 ? a : 1.0);
-                    if (!(e <= 2e-6)) {
+                    if (!(e <= 5e-7)) {
                         printf("FAIL %s: tensor-core partial of token %d split %d mix %d: %.9g, double %.9g (%.2g of "
                                "sum |fn x|)\n", what, t, sp, m, v, d, e);
                         tcok = 0;
