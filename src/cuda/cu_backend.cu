@@ -932,7 +932,7 @@ static cu_session *dev_session_alloc(minke_model *m, cu_model *cm, int n_ctx) {
             cu_mmh_reserve(cm->st2, T, D, cm->max_f16_w);
             cu_mmh_reserve(cm->st3, T, D, cm->max_f16_w);
         }
-        if (cu_mmh_min_tokens() && T >= cu_mmh_min_tokens()) cu_mmh_share_reserve(cm->st, T, D);   /* x's shared split */
+        cu_mmh_share_reserve(cm->st, T, D);   /* x's shared split (where cu_mmh would take a batch of T) */
     }
     AL(s->d_argmax, 4);
     AL(s->attn_part, (int64_t)ATT_SPLIT_MAX_T * c->n_head * ATT_SPLIT * (Dh + 2) * 4);
@@ -1050,8 +1050,7 @@ static void x_rewritten(fwd *f) {
  * compressors, indexer and router, the shared expert), made once on the stream that forks
  * the side branches (cu_mmh_share_x; a batch too short for cu_mmh makes none) */
 static void share_x(fwd *f) {
-    const int mt = cu_mmh_min_tokens();
-    if (mt && f->T >= mt) cu_mmh_share_x(f->s->x, f->T, (int)f->c->n_embd, (int64_t)f->c->n_embd, f->st);
+    cu_mmh_share_x(f->s->x, f->T, (int)f->c->n_embd, (int64_t)f->c->n_embd, f->st);
 }
 
 /* A tensor-core product with exact activations: x (nrows f32 rows of g->in,

@@ -490,18 +490,23 @@ static thread_local mmh_share cur_share;
 
 extern "C" void cu_mmh_share_clear(void) { cur_share.x = NULL; }
 
-extern "C" int cu_mmh_share_reserve(cudaStream_t st, int64_t T, int64_t in) {
+/* a share for a batch of T tokens: cu_mmh on, T taken, and not MINKE_CUDA_MMH_SHARE=0 (every product
+ * then splits x itself: A/B) */
+static int mmh_share_on(int64_t T) {
+    static int off = -1;
+    if (off < 0) { const char *e = getenv("MINKE_CUDA_MMH_SHARE"); off = e && *e && atoi(e) == 0; }
     mmh_env();
-    if (!mmh_mode || T < mmh_min_t || in <= 0) return 0;
+    return !off && mmh_mode && T >= mmh_min_t;
+}
+
+extern "C" int cu_mmh_share_reserve(cudaStream_t st, int64_t T, int64_t in) {
+    if (!mmh_share_on(T) || in <= 0) return 0;
     return mmh_scratch(st, MMH_SMALL + mmh_a_bytes(T * in), 1) != NULL;
 }
 
 extern "C" int cu_mmh_share_x(const float *x, int T, int in, int64_t xs, cudaStream_t st) {
-    mmh_env();
     cur_share.x = NULL;
-    static int off = -1;     /* MINKE_CUDA_MMH_SHARE=0: every product splits x itself (A/B) */
-    if (off < 0) { const char *e = getenv("MINKE_CUDA_MMH_SHARE"); off = e && *e && atoi(e) == 0; }
-    if (off || !mmh_mode || T < mmh_min_t || in % 32 || in > (1 << 20) || xs % 4 || ((uintptr_t)x & 15)) return 0;
+    if (!mmh_share_on(T) || in % 32 || in > (1 << 20) || xs % 4 || ((uintptr_t)x & 15)) return 0;
     uint8_t *b = mmh_scratch(st, MMH_SMALL + mmh_a_bytes((int64_t)T * in), 1);
     if (!b) return 0;
     unsigned *small = (unsigned *)b;

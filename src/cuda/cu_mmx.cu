@@ -1736,17 +1736,25 @@ extern "C" int cu_mmx_supported(const cu_gemv_args *g) {
     return 1;
 }
 
-extern "C" int cu_mmx_split(int wtype, const float *x, int64_t nrows, int64_t n, int64_t xstride, void *out,
-                            cudaStream_t st) {
-    if (nrows <= 0 || n <= 0 || n % 256 || ((uintptr_t)x & 15) || xstride % 16 || ((uintptr_t)out & 15)) return 0;
+/* k_mmx_split over nrows rows of n (x xstride bytes apart; GLU: the SwiGLU of x and glu.u,
+ * its row in smem bytes of shared memory) */
+template <bool GLU>
+static void mx_split_launch(int wtype, const float *x, int64_t nrows, int64_t n, int64_t xstride, void *out,
+                           const mx_glu &glu, size_t smem, cudaStream_t st) {
     const int64_t os = cu_mmx_split_row_bytes(wtype, n);
     /* the wgmma layouts read the permuted order (mx_wg_ok decides both) */
     const bool q2k = wtype == CU_TYPE_Q2_K, perm = mx_wg_ok(wtype) && mx_tile(wtype) < 11;   /* 11, 12: A in shared memory, natural order */
     void (*k)(const float *, int64_t, int64_t, int64_t, uint8_t *, int64_t, mx_glu) =
-        q2k ? (perm ? k_mmx_split<true, true, false> : k_mmx_split<true, false, false>)
-            : (perm ? k_mmx_split<false, true, false> : k_mmx_split<false, false, false>);
+        q2k ? (perm ? k_mmx_split<true, true, GLU> : k_mmx_split<true, false, GLU>)
+            : (perm ? k_mmx_split<false, true, GLU> : k_mmx_split<false, false, GLU>);
+    cu_launch(k, dim3((unsigned)nrows), 256, smem, st, x, nrows, n, xstride, (uint8_t *)out, os, glu);
+}
+
+extern "C" int cu_mmx_split(int wtype, const float *x, int64_t nrows, int64_t n, int64_t xstride, void *out,
+                            cudaStream_t st) {
+    if (nrows <= 0 || n <= 0 || n % 256 || ((uintptr_t)x & 15) || xstride % 16 || ((uintptr_t)out & 15)) return 0;
     const mx_glu none = {nullptr, nullptr, 0.f};
-    cu_launch(k, dim3((unsigned)nrows), 256, 0, st, x, nrows, n, xstride, (uint8_t *)out, os, none);
+    mx_split_launch<false>(wtype, x, nrows, n, xstride, out, none, 0, st);
     return 1;
 }
 
@@ -1762,13 +1770,8 @@ extern "C" int cu_mmx_split_glu(int wtype, const float *g, const float *u, const
     /* the row in shared memory beside the kernel's 144 static bytes: at most 48 KB without an opt-in */
     if (nrows <= 0 || n <= 0 || n % 256 || n > 12032 || ((uintptr_t)g & 15) || ((uintptr_t)u & 15) || ((uintptr_t)out & 15))
         return 0;
-    const int64_t os = cu_mmx_split_row_bytes(wtype, n);
-    const bool q2k = wtype == CU_TYPE_Q2_K, perm = mx_wg_ok(wtype) && mx_tile(wtype) < 11;
-    void (*k)(const float *, int64_t, int64_t, int64_t, uint8_t *, int64_t, mx_glu) =
-        q2k ? (perm ? k_mmx_split<true, true, true> : k_mmx_split<true, false, true>)
-            : (perm ? k_mmx_split<false, true, true> : k_mmx_split<false, false, true>);
     const mx_glu glu = {u, w, limit};
-    cu_launch(k, dim3((unsigned)nrows), 256, (size_t)n * 4, st, g, nrows, n, n * 4, (uint8_t *)out, os, glu);
+    mx_split_launch<true>(wtype, g, nrows, n, n * 4, out, glu, (size_t)n * 4, st);
     return cudaGetLastError() == cudaSuccess;     /* a refused launch: the caller splits the SwiGLU rows instead */
 }
 
