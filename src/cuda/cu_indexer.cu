@@ -771,7 +771,11 @@ void cu_idx_scores_sims(const float *qI, const float *wI, const void *rows, int 
         /* 128 rows a block for decode (12.0 against 14.2 us at 4096 rows, the
          * same at 40000), 256 for prompts */
         int mt = env_int("MINKE_CUDA_IDX_TC_MT", T < IDXT_MIN_T ? 1 : 2) == 1 ? 1 : 2;
-        int tok = env_int("MINKE_CUDA_IDX_TC_TOK", 8);
+        /* 32 tokens a block (8 before the twentieth session): a warp's rows,
+         * loaded, tested and converted once a row tile, serve four times as
+         * many tokens; Flash q2 prefill of 65536 tokens +0.6%, of 4096 +0.3%
+         * (alternating A/B, docs/performance.md); the same bits (idx_check) */
+        int tok = env_int("MINKE_CUDA_IDX_TC_TOK", 32);
         if (tok < 1) tok = 1;
         if (tok < (T + 65534) / 65535) tok = (T + 65534) / 65535;
         int rb = 16 * mt * IDXT_WARPS, gy = (T + tok - 1) / tok;
