@@ -834,14 +834,19 @@ static cu_session *dev_session_alloc(minke_model *m, cu_model *cm, int n_ctx) {
     int64_t comp_most = 0;      /* the most compressed rows of a layer */
     {
         /* chunk: up to 4096 tokens (MINKE_CUDA_CHUNK), fewer when the indexer
-         * score matrix would pass 256 MiB. 4096 rather than 2048: every
+         * score matrix would pass 1 GiB. 4096 rather than 2048: every
          * expert's weights are read once per chunk and its tiles of 64 pairs
          * fill better; a 4096-token prompt prefills at 3213 tok/s instead of
-         * 2844 on the H200 (docs/performance.md) for ~2x the scratch memory */
+         * 2844 on the H200 (docs/performance.md) for ~2x the scratch memory.
+         * 1 GiB rather than 256 MiB (twentieth session): a 65536-token
+         * session (16386 index rows) fell to 2048-token chunks under 256 MiB
+         * by two rows, and its experts' products ran ~20% slower a token.
+         * Now 4096 up to ~262,000 tokens of context (512 MiB at 131,072),
+         * 2048 at 262,144, 512 at 1M */
         int64_t icap = n_ctx / 4 + 1;
         int64_t chunk = getenv("MINKE_CUDA_CHUNK") ? atoi(getenv("MINKE_CUDA_CHUNK")) : 4096;
         if (chunk < 1) chunk = 1;
-        while (chunk > 16 && chunk * icap * 4 > (256ll << 20)) chunk /= 2;
+        while (chunk > 16 && chunk * icap * 4 > (1ll << 30)) chunk /= 2;
         if (chunk > n_ctx) chunk = n_ctx;
         if (chunk < 1) chunk = 1;
         s->chunk = (int)chunk;
