@@ -1044,17 +1044,14 @@ static const void *act_rows(fwd *f, int wtype, const float *x, int64_t in, int T
     return f->act;
 }
 
-/* The HC pre step rewrote x: its quantized and split copies are stale. */
+/* The HC pre step rewrote x: its quantized and split copies are stale, and
+ * x's f16 split for every cu_mmh product of the sub-layer (the q / kv
+ * projections, the compressors, indexer and router, the shared expert) is made
+ * once, on the stream that forks the side branches (cu_mmh_share_x forgets the
+ * previous share first; a batch too short for cu_mmh makes none). */
 static void x_rewritten(fwd *f) {
     f->xq_type = 0;
     for (int i = 0; i < 3; i++) f->splits[i].x = NULL;
-    cu_mmh_share_clear();
-}
-
-/* x's f16 split for every cu_mmh product of the sub-layer (the q / kv projections, the
- * compressors, indexer and router, the shared expert), made once on the stream that forks
- * the side branches (cu_mmh_share_x; a batch too short for cu_mmh makes none) */
-static void share_x(fwd *f) {
     cu_mmh_share_x(f->s->x, f->T, (int)f->c->n_embd, (int64_t)f->c->n_embd, f->st);
 }
 
@@ -1230,7 +1227,6 @@ static void attention_layer(fwd *f, int il) {
     hc_pre(f, 0, T, &L->hc_attn_fn, (int)c->hc_mix, (const float *)L->hc_attn_scale.d,
            (const float *)L->hc_attn_base.d, (const float *)L->attn_norm.d, (int)c->hc_sinkhorn_iters, 0, s->x);
     x_rewritten(f);
-    share_x(f);
     tapv(f, "blk.%d.attn_norm", il, s->x, D);
     int ihd = (int)c->indexer_head_dim, nih = (int)c->indexer_n_head;
     int cw = ratio == 4 ? 2 * Dh : Dh;
@@ -1405,7 +1401,6 @@ static void ffn_layer(fwd *f, int il) {
     hc_pre(f, 0, T, &L->hc_ffn_fn, (int)c->hc_mix, (const float *)L->hc_ffn_scale.d,
            (const float *)L->hc_ffn_base.d, (const float *)L->ffn_norm.d, (int)c->hc_sinkhorn_iters, 0, s->x);
     x_rewritten(f);
-    share_x(f);
     tapv(f, "blk.%d.ffn_norm", il, s->x, D);
     /* the shared expert reads only x: on the side stream while the routed
      * experts run (joined before the post step) */

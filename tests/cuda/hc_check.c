@@ -244,6 +244,17 @@ static hc_out hc_fetch(hc_case *c) {
     o.cnt = to_host(c->dcnt, sizeof(int) * T);
     return o;
 }
+
+/* the unfused step with a switch off (o[0]) and on (o[1]), then back to its default */
+static void hc_unfused_ab(hc_case *c, void (*set)(int), hc_out o[2]) {
+    for (int k = 0; k < 2; k++) {
+        hc_reset(c);
+        set(k);
+        hc_launch_unfused(c);
+        o[k] = hc_fetch(c);
+    }
+    set(-1);
+}
 static void hc_out_free(hc_out *o) { free(o->Xout); free(o->x); free(o->post); free(o->comb); free(o->part); free(o->psq); free(o->cnt); }
 
 /* The reference: the same math in double from the same (float / f16) inputs. */
@@ -423,13 +434,7 @@ static int hc_run(int T, int D, int nhc, int nmix, int head, int fntype, int use
     if (T >= 16) {
         hc_out o2[2];
         cu_hc_mix_tc_set(0);        /* (the tensor-core mixes have their own check, hc_mix_run) */
-        for (int k = 0; k < 2; k++) {
-            hc_reset(&c);
-            cu_hc_mix_t_set(k);
-            hc_launch_unfused(&c);
-            o2[k] = hc_fetch(&c);
-        }
-        cu_hc_mix_t_set(-1);
+        hc_unfused_ab(&c, cu_hc_mix_t_set, o2);
         cu_hc_mix_tc_set(-1);
         ntbad = !hc_bits(&c, &o2[1], &o2[0]);
         if (ntbad) printf("FAIL %s: the unfused mixes 16 tokens a block differ from a block per token\n", what);
@@ -440,13 +445,7 @@ static int hc_run(int T, int D, int nhc, int nmix, int head, int fntype, int use
      * against k_hc_pre_finish: the same bits */
     {
         hc_out o3[2];
-        for (int k = 0; k < 2; k++) {
-            hc_reset(&c);
-            cu_hc_fin_set(k);
-            hc_launch_unfused(&c);
-            o3[k] = hc_fetch(&c);
-        }
-        cu_hc_fin_set(-1);
+        hc_unfused_ab(&c, cu_hc_fin_set, o3);
         if (!hc_bits_res(&c, &o3[1], &o3[0])) {
             printf("FAIL %s: the unfused finish in two launches differs from k_hc_pre_finish\n", what);
             ntbad = 1;
