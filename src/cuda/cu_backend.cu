@@ -581,6 +581,18 @@ fail:
     return -1;
 }
 
+/* A session's prompt chunk before the indexer's cap (dev_session_alloc):
+ * MINKE_CUDA_CHUNK, else 8192 tokens. Every expert's weights are read once
+ * a chunk and its tiles of 64 pairs fill better with more pairs: 4096 rather
+ * than 2048 took a 4096-token prompt from 2844 to 3213 tok/s (commit
+ * 47e1963), 8192 rather than 4096 a 65536-token prompt from 4,748-4,753 to
+ * 5,030-5,034 tok/s (twenty-first session; docs/performance.md), each for
+ * ~2x the scratch memory (~6 GB at 8192 on Flash). */
+static int session_chunk_wanted(void) {
+    int chunk = getenv("MINKE_CUDA_CHUNK") ? atoi(getenv("MINKE_CUDA_CHUNK")) : 8192;
+    return chunk < 1 ? 1 : chunk;
+}
+
 /* Several GPUs: NCCL communicators (one process, all ranks here) and a first
  * all-reduce of each size a forward uses, outside any graph capture, so the
  * connections exist before a decode graph captures its collectives. */
@@ -738,8 +750,7 @@ static int cu_model_init(minke_model *m) {
         g->weight_bytes += cm->weight_bytes;
     }
     if (n > 1 || force) {
-        int chunk = getenv("MINKE_CUDA_CHUNK") ? atoi(getenv("MINKE_CUDA_CHUNK")) : 4096;
-        if (chunk < 1) chunk = 1;
+        int chunk = session_chunk_wanted();
         if (group_comm_init(g, (int)(chunk * (int64_t)c->n_embd > (1 << 26) ? (1 << 26) : chunk * (int64_t)c->n_embd)))
             goto fail;
         g->pool = cu_pool_new(n, devs);
@@ -833,19 +844,14 @@ static cu_session *dev_session_alloc(minke_model *m, cu_model *cm, int n_ctx) {
     const size_t index_rb = (size_t)kv_row_bytes(s->index_fmt, ihd, 0);
     int64_t comp_most = 0;      /* the most compressed rows of a layer */
     {
-        /* chunk: up to 4096 tokens (MINKE_CUDA_CHUNK), fewer when the indexer
-         * score matrix would pass 1 GiB. 4096 rather than 2048: every
-         * expert's weights are read once per chunk and its tiles of 64 pairs
-         * fill better; a 4096-token prompt prefills at 3213 tok/s instead of
-         * 2844 on the H200 (docs/performance.md) for ~2x the scratch memory.
-         * 1 GiB rather than 256 MiB (twentieth session): a 65536-token
-         * session (16386 index rows) fell to 2048-token chunks under 256 MiB
-         * by two rows, and its experts' products ran ~20% slower a token.
-         * Now 4096 up to ~262,000 tokens of context (512 MiB at 131,072),
-         * 2048 at 262,144, 512 at 1M */
+        /* chunk: session_chunk_wanted() tokens, fewer when the indexer score
+         * matrix would pass 1 GiB. 1 GiB rather than 256 MiB (twentieth
+         * session): a 65536-token session (16386 index rows) fell to
+         * 2048-token chunks under 256 MiB by two rows, and its experts'
+         * products ran ~20% slower a token. Now 8192 up to 131,072 tokens
+         * of context, 4096 up to ~262,000, 2048 at 262,144, 512 at 1M */
         int64_t icap = n_ctx / 4 + 1;
-        int64_t chunk = getenv("MINKE_CUDA_CHUNK") ? atoi(getenv("MINKE_CUDA_CHUNK")) : 4096;
-        if (chunk < 1) chunk = 1;
+        int64_t chunk = session_chunk_wanted();
         while (chunk > 16 && chunk * icap * 4 > (1ll << 30)) chunk /= 2;
         if (chunk > n_ctx) chunk = n_ctx;
         if (chunk < 1) chunk = 1;
