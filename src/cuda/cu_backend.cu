@@ -587,7 +587,9 @@ fail:
  * than 2048 took a 4096-token prompt from 2844 to 3213 tok/s (commit
  * 47e1963), 8192 rather than 4096 a 65536-token prompt from 4,748-4,753 to
  * 5,030-5,034 tok/s (twenty-first session; docs/performance.md), each for
- * ~2x the scratch memory (~6 GB at 8192 on Flash). */
+ * ~2x the scratch memory (~6 GB at 8192 on Flash). 16384 (an explicit
+ * setting may pass the indexer's 1 GiB cap, dev_session_alloc) gave +2.3%
+ * more for ~15 GB: not the default. */
 static int session_chunk_wanted(void) {
     int chunk = getenv("MINKE_CUDA_CHUNK") ? atoi(getenv("MINKE_CUDA_CHUNK")) : 8192;
     return chunk < 1 ? 1 : chunk;
@@ -852,7 +854,9 @@ static cu_session *dev_session_alloc(minke_model *m, cu_model *cm, int n_ctx) {
          * of context, 4096 up to ~262,000, 2048 at 262,144, 512 at 1M */
         int64_t icap = n_ctx / 4 + 1;
         int64_t chunk = session_chunk_wanted();
-        while (chunk > 16 && chunk * icap * 4 > (1ll << 30)) chunk /= 2;
+        /* an explicit MINKE_CUDA_CHUNK may take a score matrix up to 4 GiB */
+        const int64_t cap = getenv("MINKE_CUDA_CHUNK") ? (4ll << 30) : (1ll << 30);
+        while (chunk > 16 && chunk * icap * 4 > cap) chunk /= 2;
         if (chunk > n_ctx) chunk = n_ctx;
         if (chunk < 1) chunk = 1;
         s->chunk = (int)chunk;
