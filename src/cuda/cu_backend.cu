@@ -587,9 +587,9 @@ fail:
  * than 2048 took a 4096-token prompt from 2844 to 3213 tok/s (commit
  * 47e1963), 8192 rather than 4096 a 65536-token prompt from 4,748-4,753 to
  * 5,030-5,034 tok/s (twenty-first session; docs/performance.md), each for
- * ~2x the scratch memory (~6 GB at 8192 on Flash). 16384 (an explicit
+ * ~2x the scratch memory (~9 GB at 8192 on Flash). 16384 (an explicit
  * setting may pass the indexer's 1 GiB cap, dev_session_alloc) gave +2.3%
- * more for ~15 GB: not the default. */
+ * more for ~18 GB: not the default. */
 static int session_chunk_wanted(void) {
     int chunk = getenv("MINKE_CUDA_CHUNK") ? atoi(getenv("MINKE_CUDA_CHUNK")) : 8192;
     return chunk < 1 ? 1 : chunk;
@@ -816,7 +816,7 @@ static void dev_session_reset(minke_model *m, cu_model *cm, cu_session *s) {
     cudaStreamSynchronize(cm->st);
 }
 
-static cu_session *dev_session_alloc(minke_model *m, cu_model *cm, int n_ctx) {
+static cu_session *dev_session_alloc_chunk(minke_model *m, cu_model *cm, int n_ctx, int64_t chunk_want) {
     const dsv4_config *c = &m->w.cfg;
     cudaSetDevice(cm->dev);
     cu_session *s = (cu_session *)calloc(1, sizeof *s);
@@ -853,7 +853,7 @@ static cu_session *dev_session_alloc(minke_model *m, cu_model *cm, int n_ctx) {
          * products ran ~20% slower a token. Now 8192 up to 131,072 tokens
          * of context, 4096 up to ~262,000, 2048 at 262,144, 512 at 1M */
         int64_t icap = n_ctx / 4 + 1;
-        int64_t chunk = session_chunk_wanted();
+        int64_t chunk = chunk_want;
         /* an explicit MINKE_CUDA_CHUNK may take a score matrix up to 4 GiB */
         const int64_t cap = getenv("MINKE_CUDA_CHUNK") ? (4ll << 30) : (1ll << 30);
         while (chunk > 16 && chunk * icap * 4 > cap) chunk /= 2;
@@ -958,6 +958,22 @@ static cu_session *dev_session_alloc(minke_model *m, cu_model *cm, int n_ctx) {
 fail:
     dev_session_free(m, cm, s);
     return NULL;
+}
+
+/* A session with the wanted prompt chunk, or, where its scratch (~1.1 MB a
+ * chunk token on Flash) does not fit beside the weights and other sessions,
+ * with half the chunk, down to 4096 tokens (said on stderr: slower prompts,
+ * nothing else changes). An explicit MINKE_CUDA_CHUNK is taken or fails. */
+static cu_session *dev_session_alloc(minke_model *m, cu_model *cm, int n_ctx) {
+    int64_t want = session_chunk_wanted();
+    for (;;) {
+        cu_session *s = dev_session_alloc_chunk(m, cm, n_ctx, want);
+        if (s || getenv("MINKE_CUDA_CHUNK") || want <= 4096 || n_ctx <= 4096) return s;
+        if (cudaGetLastError() != cudaErrorMemoryAllocation) return NULL;
+        fprintf(stderr, "minke: cuda: GPU %d: prompt chunks of %lld tokens (the scratch for %lld did not fit)\n",
+                cm->dev, (long long)(want / 2), (long long)want);
+        want /= 2;
+    }
 }
 
 static void cu_session_free(minke_model *m, void *bs) {
