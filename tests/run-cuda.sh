@@ -49,6 +49,12 @@ if [ -x "$B/tests/cuda/attn_check" ]; then
     grep -E '^FAIL' "$T/attn_minb1.log"
 fi
 
+# the indexer's tensor-core scores on mma.sync (the wgmma form is the default on sm_90a; elsewhere both are mma.sync)
+if [ -x "$B/tests/cuda/idx_check" ]; then
+    if MINKE_CUDA_IDX_WG=0 "$B/tests/cuda/idx_check" > "$T/idx_wg0.log" 2>&1; then ok idx_check-wg0; else bad idx_check-wg0; fi
+    grep -E '^FAIL' "$T/idx_wg0.log"
+fi
+
 # cu_mmx's other block layouts (kept for A/B, MINKE_CUDA_MMX_TILE; 6-9, 11 and 12 are the wgmma kernels,
 # 9 the default that the mmx_check run above took: layout 1 stands in for it off sm_90)
 if [ -x "$B/tests/cuda/mmx_check" ]; then

@@ -56,11 +56,6 @@ __device__ __forceinline__ unsigned atw_off(int r, int dg) {
 }
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-/* a no-swizzle shared-memory matrix descriptor: lbo / sbo the byte distances
- * between core matrices adjacent in K / in M or N */
-__device__ __forceinline__ uint64_t atw_desc(unsigned saddr, unsigned lbo, unsigned sbo) {
-    return (uint64_t)((saddr & 0x3FFFF) >> 4) | ((uint64_t)(lbo >> 4) << 16) | ((uint64_t)(sbo >> 4) << 32);
-}
 /* S[64 x 64] += Q[64 x 16] K[16 x 64], both K-major in shared memory; O[64 x N] += P[64 x 16]
  * V[16 x N], P in registers, V N-major */
 WG_MMA_SS(atw_mma_s, 32, 64, 32, 33, 0)
@@ -252,7 +247,7 @@ k_attention_wg(const float *q, const __half *kvh, const __half *ringh, const __h
 #pragma unroll
             for (int j = 0; j < HD / 32; j++) {
                 const unsigned off = (unsigned)((wg * (HD / 32) + j) * 256);
-                atw_mma_s(s, atw_desc(qa + off, 128, HD * 16), atw_desc(kt + off, 128, HD * 16));
+                atw_mma_s(s, wg_desc(qa + off, 128, HD * 16), wg_desc(kt + off, 128, HD * 16));
             }
             asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
             /* also waits for the previous tile's P V (groups complete in order) */
@@ -318,7 +313,7 @@ k_attention_wg(const float *q, const __half *kvh, const __half *ringh, const __h
             for (int kk = 0; kk < 4; kk++) {
                 const unsigned boff = (unsigned)((2 * kk * (HD / 8) + wg * (HD / 16)) * 128);
                 /* V N-major: core matrices adjacent in K (8-row groups) hd * 16 bytes apart, in N 128 */
-                atw_mma_pv(oacc, pa[kk], atw_desc(kt + boff, HD * 16, 128));
+                atw_mma_pv(oacc, pa[kk], wg_desc(kt + boff, HD * 16, 128));
             }
             asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
             wg_pin(oacc);

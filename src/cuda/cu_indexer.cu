@@ -19,6 +19,7 @@
 #include "cuda/cu_ops.h"
 #include "cuda/cu_dec.h"
 #include "cuda/cu_kvrow.cuh"
+#include "cuda/cu_wgmma.cuh"
 
 /* kernel attributes (cu_indexer_init) also when the caller skipped cu_ops_init */
 static void idx_attrs_once(void) {
@@ -561,18 +562,25 @@ __device__ __forceinline__ void idxt_q_load(const float *qI, const float *wI, fl
 }
 /* ... converted to bf16 into its slot, the weights stored, and the warp's
  * part of the token's test values (A, min L, max E over its 8 heads) */
+/* WG: the head slots in wgmma's core-matrix layout (8 slots x 8 dims a
+ * 128-byte core matrix, the 16 of a slot group along the dims, groups 2048
+ * bytes apart), else rows of IDXT_QS for ldmatrix */
+template <bool WG>
 __device__ __forceinline__ void idxt_q_store(const float4 (&pf)[8], float pw, __nv_bfloat16 *qs, float *ws,
                                              int (*qstat)[3]) {
     int emax = 0, kmin = IDXT_NOBIT;
     uint32_t inexact = 0;
-    __nv_bfloat16 *dst = qs + idxt_slot(threadIdx.x >> 2) * IDXT_QS + 4 * (threadIdx.x & 3);
+    const int n = idxt_slot(threadIdx.x >> 2), d0 = 4 * (threadIdx.x & 3);
 #pragma unroll
     for (int j = 0; j < 8; j++) {
         float4 v = pf[j];
         idxt_stat(v.x, emax, kmin, inexact); idxt_stat(v.y, emax, kmin, inexact);
         idxt_stat(v.z, emax, kmin, inexact); idxt_stat(v.w, emax, kmin, inexact);
-        *(uint2 *)(dst + 16 * j) = make_uint2(idxt_bf16x2(v.x, v.y), idxt_bf16x2(v.z, v.w));
+        const int k = d0 + 16 * j;
+        __nv_bfloat16 *dst = WG ? qs + (((n >> 3) * 16 + (k >> 3)) * 64 + (n & 7) * 8 + (k & 7)) : qs + n * IDXT_QS + k;
+        *(uint2 *)dst = make_uint2(idxt_bf16x2(v.x, v.y), idxt_bf16x2(v.z, v.w));
     }
+    if (WG) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");   /* for the tensor cores' reads */
     if (threadIdx.x < IDXT_NH) ws[threadIdx.x] = pw;
     idxt_stat_quad(emax, kmin, inexact);              /* the head's 4 threads */
     int E, L;
@@ -594,10 +602,25 @@ __device__ __forceinline__ void idxt_q_store(const float4 (&pf)[8], float pw, __
  * a block takes row tiles blockIdx.x, + gridDim.x, ... until its tokens see
  * no more rows (the host caps gridDim.x: max_rows may be far above the rows
  * of this batch, and blocks that find nothing to do still cost time) */
-template <int MT, int FMT>
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+WG_MMA_RS_AB(idxt_wgmma, 32, 64, 32, 33, 34, 35, 36, 0, bf16)
+#endif
+/* WG (sm_90a): a warpgroup's four warps multiply their m-tile mt together as
+ * one m64n64k16 wgmma a k step (A: the same row fragments, B: the staged
+ * token from shared memory), instead of 8 m16n8k16 mma.sync a warp: the same
+ * exact products and sums (see above), the same accumulator layout, so the
+ * same epilogue and the same bits (idx_check). A warpgroup skips a token only
+ * when all its rows are past nI. Flash q2 prefill of 65536 tokens
+ * 4,939-4,955 -> 4,991-5,001 tok/s (twenty-first session, alternating;
+ * MINKE_CUDA_IDX_WG=0 gives mma.sync). */
+template <int MT, int FMT, bool WG>
 __global__ void __launch_bounds__(IDXT_THREADS, 1)
 k_idx_scores_tc(const float *qI, const float *wI, const idx_elem<FMT> *rows, int T, float wscale, int topk,
                 const int *pos0p, float *scores, int64_t sstride, int tok_tile) {
+#if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    if constexpr (WG) return;       /* launched only where idxt_wg_ok() */
+    else {
+#endif
     typedef idx_rows<FMT> R;
     cu_pdl_enter();
     constexpr int RB = 16 * MT * IDXT_WARPS;
@@ -647,14 +670,15 @@ k_idx_scores_tc(const float *qI, const float *wI, const idx_elem<FMT> *rows, int
         float4 pf[8];
         float pw;
         idxt_q_load(qI, wI, wscale, ta, pf, pw);
-        idxt_q_store(pf, pw, qs[0], ws[0], qstat[0]);
+        idxt_q_store<WG>(pf, pw, qs[0], ws[0], qstat[0]);
         __syncthreads();
         for (int t = ta; t < t_end; t++) {
             int buf = (t - ta) & 1;
             bool more = t + 1 < t_end;
             if (more) idxt_q_load(qI, wI, wscale, t + 1, pf, pw);    /* consumed after the products */
             int nI = (pos0 + t + 1) / 4;
-            if (rw0 < nI) {
+            /* wgmma: the warpgroup's first row (its four warps multiply together) */
+            if ((WG ? c0 + (w & ~3) * 16 * MT : rw0) < nI) {
                 float acc[MT][8][4];
 #pragma unroll
                 for (int mt = 0; mt < MT; mt++)
@@ -662,19 +686,40 @@ k_idx_scores_tc(const float *qI, const float *wI, const idx_elem<FMT> *rows, int
                     for (int i = 0; i < 8; i++)
 #pragma unroll
                         for (int r = 0; r < 4; r++) acc[mt][i][r] = 0.f;
-                /* ldmatrix x4: lanes 8m..8m+7 address matrix m = (n-tile 2 np + m / 2, dims + 8 (m % 2)) */
-                const __nv_bfloat16 *qb = qs[buf] + (8 * (lane >> 4) + (lane & 7)) * IDXT_QS + 8 * ((lane >> 3) & 1);
+                if constexpr (WG) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+                    /* D[64 rows x 64 slots] over k 16 ks .. 16 ks + 15: the k step's two core
+                     * matrices 128 bytes apart, slot groups 2048 */
+                    const unsigned qa = (unsigned)__cvta_generic_to_shared(qs[buf]);
 #pragma unroll
-                for (int ks = 0; ks < 8; ks++) {
-                    uint32_t b[8][2];
+                    for (int mt = 0; mt < MT; mt++) wg_pin(*reinterpret_cast<float(*)[32]>(&acc[mt][0][0]));
+                    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
-                    for (int np = 0; np < 4; np++)
-                        idxt_ldm_x4(b[2 * np][0], b[2 * np][1], b[2 * np + 1][0], b[2 * np + 1][1],
-                                    qb + 16 * np * IDXT_QS + 16 * ks);
+                    for (int ks = 0; ks < 8; ks++)
 #pragma unroll
-                    for (int mt = 0; mt < MT; mt++)
+                        for (int mt = 0; mt < MT; mt++)
+                            idxt_wgmma(*reinterpret_cast<float(*)[32]>(&acc[mt][0][0]), af[mt][ks],
+                                       wg_desc(qa + (unsigned)(ks * 256), 128, 2048));
+                    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+                    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
 #pragma unroll
-                        for (int i = 0; i < 8; i++) idxt_mma(acc[mt][i], af[mt][ks], b[i][0], b[i][1]);
+                    for (int mt = 0; mt < MT; mt++) wg_pin(*reinterpret_cast<float(*)[32]>(&acc[mt][0][0]));
+#endif
+                } else {
+                    /* ldmatrix x4: lanes 8m..8m+7 address matrix m = (n-tile 2 np + m / 2, dims + 8 (m % 2)) */
+                    const __nv_bfloat16 *qb = qs[buf] + (8 * (lane >> 4) + (lane & 7)) * IDXT_QS + 8 * ((lane >> 3) & 1);
+#pragma unroll
+                    for (int ks = 0; ks < 8; ks++) {
+                        uint32_t b[8][2];
+#pragma unroll
+                        for (int np = 0; np < 4; np++)
+                            idxt_ldm_x4(b[2 * np][0], b[2 * np][1], b[2 * np + 1][0], b[2 * np + 1][1],
+                                        qb + 16 * np * IDXT_QS + 16 * ks);
+#pragma unroll
+                        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                            for (int i = 0; i < 8; i++) idxt_mma(acc[mt][i], af[mt][ks], b[i][0], b[i][1]);
+                    }
                 }
                 /* the token's test values */
                 int A = qstat[buf][0][0], Lq = qstat[buf][0][1], Eq = qstat[buf][0][2];
@@ -734,17 +779,36 @@ k_idx_scores_tc(const float *qI, const float *wI, const idx_elem<FMT> *rows, int
                         if (qd == 0 && c < nI) srow[c] = sc;
                     }
             }
-            if (more) idxt_q_store(pf, pw, qs[buf ^ 1], ws[buf ^ 1], qstat[buf ^ 1]);
+            if (more) idxt_q_store<WG>(pf, pw, qs[buf ^ 1], ws[buf ^ 1], qstat[buf ^ 1]);
             __syncthreads();
         }
     }
+#if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    }
+#endif
+}
+
+/* the wgmma form runs here: code built for sm_90a on this device (its body
+ * is empty elsewhere) and MINKE_CUDA_IDX_WG not 0 (read at each call) */
+static int idxt_wg_ok(void) {
+    static int ok[32];
+    const int d = cu_cur_dev();
+    if (!ok[d]) {
+        cudaFuncAttributes fa;
+        ok[d] = cudaFuncGetAttributes(&fa, k_idx_scores_tc<1, CU_KV_F32, true>) == cudaSuccess && fa.ptxVersion >= 90
+                    ? 1 : -1;
+    }
+    return ok[d] > 0 && env_int("MINKE_CUDA_IDX_WG", 1) != 0;
 }
 
 template <int FMT>
 static void idxt_launch(int mt, dim3 grid, const float *qI, const float *wI, const void *rows, int T, float wscale,
                         int topk, const int *pos0p, float *scores, int64_t score_stride, int tok, cudaStream_t st) {
-    cu_launch(mt == 1 ? k_idx_scores_tc<1, FMT> : k_idx_scores_tc<2, FMT>, grid, IDXT_THREADS, 0, st, qI, wI,
-              (const idx_elem<FMT> *)rows, T, wscale, topk, pos0p, scores, score_stride, tok);
+    const bool wg = idxt_wg_ok();
+    auto k = mt == 1 ? (wg ? k_idx_scores_tc<1, FMT, true> : k_idx_scores_tc<1, FMT, false>)
+                     : (wg ? k_idx_scores_tc<2, FMT, true> : k_idx_scores_tc<2, FMT, false>);
+    cu_launch(k, grid, IDXT_THREADS, 0, st, qI, wI, (const idx_elem<FMT> *)rows, T, wscale, topk, pos0p, scores,
+              score_stride, tok);
 }
 
 /* MINKE_CUDA_IDX_TC: 1 (default) tensor cores for prefill batches with the

@@ -26,13 +26,15 @@
 #define MX_D112 MX_D96, MX_WG_D8(96), MX_WG_D8(104)
 #define MX_ACC128 MX_ACC112 ", " "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
 #define MX_D128 MX_D112, MX_WG_D8(112), MX_WG_D8(120)
-#define WG_MMA_RS(FN, NP, N, A0, A1, A2, A3, DB, TB)                                                     \
+#define WG_MMA_RS_AB(FN, NP, N, A0, A1, A2, A3, DB, TB, AB)                                              \
     __device__ __forceinline__ void FN(float (&d)[NP], const uint32_t (&a)[4], uint64_t desc) {              \
-        asm volatile("wgmma.mma_async.sync.aligned.m64n" #N "k16.f32.f16.f16 {" MX_ACC##NP "}, "                \
+        asm volatile("wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." #AB "." #AB " {" MX_ACC##NP "}, "        \
                      "{%" #A0 ", %" #A1 ", %" #A2 ", %" #A3 "}, %" #DB ", 1, 1, 1, " #TB ";\n"                 \
                      : MX_D##NP                                                                               \
                      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));                               \
     }
+/* f16 operands (WG_MMA_RS_AB with bf16: the same for bf16 operands) */
+#define WG_MMA_RS(FN, NP, N, A0, A1, A2, A3, DB, TB) WG_MMA_RS_AB(FN, NP, N, A0, A1, A2, A3, DB, TB, f16)
 #define WG_MMA_SS(FN, NP, N, DA, DB, TB)                                                                   \
     __device__ __forceinline__ void FN(float (&d)[NP], uint64_t da, uint64_t db) {                           \
         asm volatile("wgmma.mma_async.sync.aligned.m64n" #N "k16.f32.f16.f16 {" MX_ACC##NP "}, "                \
@@ -46,4 +48,11 @@ template <int N>
 __device__ __forceinline__ void wg_pin(float (&d)[N]) {
 #pragma unroll
     for (int i = 0; i < N; i++) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+/* a no-swizzle shared-memory matrix descriptor: core matrices of 8 rows x 16
+ * bytes stored as 128 contiguous bytes; lbo / sbo the byte distances between
+ * core matrices adjacent in K / in M or N */
+__device__ __forceinline__ uint64_t wg_desc(unsigned saddr, unsigned lbo, unsigned sbo) {
+    return (uint64_t)((saddr & 0x3FFFF) >> 4) | ((uint64_t)(lbo >> 4) << 16) | ((uint64_t)(sbo >> 4) << 32);
 }

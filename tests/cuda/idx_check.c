@@ -41,6 +41,8 @@
  * 16384, 40000 and 40003 rows, with spare capacity, with no token past the
  * top-k, at T = 5 and 12, and poisoned (the fallback), with time lines for
  * the first three.
+ * The tensor-core kernel's form is the default one: its wgmma form on sm_90a
+ * (MINKE_CUDA_IDX_WG=0: mma.sync; run-cuda.sh runs the check both ways).
  * Ends with 'idx_check: all ok' (exit 0) or 'FAIL idx_check: N failure(s)'.
  */
 #include <math.h>
