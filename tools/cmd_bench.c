@@ -455,8 +455,12 @@ int cmd_bench(int argc, char **argv) {
      * token of context adds 1 / ratio of a row to each compressing layer */
     int crow = (int)c->head_dim * 4, irow = (int)c->indexer_head_dim * 4;
     const char *kvfmt = "f32 rows";
+    char chunk_note[64] = "";
 #ifdef MINKE_CUDA
-    if (is_cuda) cu_kv_row_bytes(m, bs, &crow, &irow, &kvfmt);
+    if (is_cuda) {
+        cu_kv_row_bytes(m, bs, &crow, &irow, &kvfmt);
+        snprintf(chunk_note, sizeof chunk_note, "; prompts in chunks of %d tokens", cu_session_chunk(m, bs));
+    }
 #endif
     double kvtok = 0;
     for (uint32_t il = 0; il < c->n_layer; il++) {
@@ -465,8 +469,8 @@ int cmd_bench(int argc, char **argv) {
         if (r == 4) kvtok += (double)irow / 4;
     }
     fprintf(stderr, "minke bench: KV cache %.0f bytes a token of context (%s: %d bytes an attention row, %d an "
-            "indexer row); the session holds %.1f MB for %d tokens\n", kvtok, kvfmt, crow, irow,
-            m->ops->session_bytes(m, bs) / 1e6, ctx_alloc);
+            "indexer row); the session holds %.1f MB for %d tokens%s\n", kvtok, kvfmt, crow, irow,
+            m->ops->session_bytes(m, bs) / 1e6, ctx_alloc, chunk_note);
     minke_kv_layer_layout *lay = malloc(sizeof(*lay) * c->n_layer);
     FILE *out = csv_path ? fopen(csv_path, "w") : stdout;
     if (!out || !lay) { fprintf(stderr, "minke bench: cannot open output\n"); return 1; }

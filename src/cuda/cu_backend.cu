@@ -1877,6 +1877,12 @@ extern "C" void cu_kv_row_bytes(minke_model *m, void *bs, int *comp_row, int *in
     *fmt = s->comp_fmt == CU_KV_FP8 ? "FP8 attention rows, FP4 indexer rows" : "f32 rows";
 }
 
+/* The session's prompt chunk (tokens a forward batch at most; the same on every GPU) */
+extern "C" int cu_session_chunk(minke_model *m, void *bs) {
+    (void)m;
+    return ((cu_gsession *)bs)->dev[0]->chunk;
+}
+
 static const minke_backend_ops cuda_ops = {
     "cuda", cu_model_init, cu_model_free, cu_session_alloc, cu_session_free, cu_session_reset, cu_session_bytes,
     cu_forward, cu_state_save, cu_state_load,

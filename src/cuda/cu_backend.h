@@ -36,6 +36,9 @@ void cu_bench_set_comm(struct minke_model *m, void *bs, int on);
 /* bench: the bytes of a KV cache's attention and indexer row on one GPU in
  * the session's formats, and the formats in words */
 void cu_kv_row_bytes(struct minke_model *m, void *bs, int *comp_row, int *index_row, const char **fmt);
+/* bench: the session's prompt chunk in tokens (8192 by default, fewer for the
+ * indexer's score cap or where the scratch did not fit) */
+int cu_session_chunk(struct minke_model *m, void *bs);
 
 #ifdef __cplusplus
 }
