@@ -850,7 +850,7 @@ static cu_session *dev_session_alloc_chunk(minke_model *m, cu_model *cm, int n_c
          * matrix would pass 1 GiB. 1 GiB rather than 256 MiB (twentieth
          * session): a 65536-token session (16386 index rows) fell to
          * 2048-token chunks under 256 MiB by two rows, and its experts'
-         * products ran ~20% slower a token. Now 8192 up to 131,072 tokens
+         * products ran ~20% slower a token. Now 8192 up to ~131,000 tokens
          * of context, 4096 up to ~262,000, 2048 at 262,144, 512 at 1M */
         int64_t icap = n_ctx / 4 + 1;
         int64_t chunk = chunk_want;
