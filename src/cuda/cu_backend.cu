@@ -1708,7 +1708,11 @@ static int cu_forward(minke_model *m, void *bs, const int32_t *tokens, int n, in
     cu_gsession *gs = (cu_gsession *)bs;
     cu_session *s = gs->dev[0];
     int V = (int)m->w.cfg.n_vocab;
+    /* the smallest chunk of the GPUs' sessions (one may have taken less where
+     * its scratch did not fit, dev_session_alloc): every GPU runs each batch */
     int step = s->chunk;
+    for (int r = 1; r < gs->n; r++)
+        if (gs->dev[r]->chunk < step) step = gs->dev[r]->chunk;
     if (all_logits && step > s->logit_rows) step = s->logit_rows;
     for (int i = 0; i < n; i += step) {
         int T = n - i < step ? n - i : step;
@@ -1877,10 +1881,15 @@ extern "C" void cu_kv_row_bytes(minke_model *m, void *bs, int *comp_row, int *in
     *fmt = s->comp_fmt == CU_KV_FP8 ? "FP8 attention rows, FP4 indexer rows" : "f32 rows";
 }
 
-/* The session's prompt chunk (tokens a forward batch at most; the same on every GPU) */
+/* The session's prompt chunk: tokens a forward batch at most (the smallest
+ * of its GPUs', as cu_forward takes it) */
 extern "C" int cu_session_chunk(minke_model *m, void *bs) {
     (void)m;
-    return ((cu_gsession *)bs)->dev[0]->chunk;
+    const cu_gsession *gs = (const cu_gsession *)bs;
+    int chunk = gs->dev[0]->chunk;
+    for (int r = 1; r < gs->n; r++)
+        if (gs->dev[r]->chunk < chunk) chunk = gs->dev[r]->chunk;
+    return chunk;
 }
 
 static const minke_backend_ops cuda_ops = {
