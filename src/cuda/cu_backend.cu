@@ -816,8 +816,14 @@ static void dev_session_reset(minke_model *m, cu_model *cm, cu_session *s) {
     cudaStreamSynchronize(cm->st);
 }
 
-static cu_session *dev_session_alloc_chunk(minke_model *m, cu_model *cm, int n_ctx, int64_t chunk_want) {
+/* *chunk_got: the chunk tried (chunk_want, less under the indexer's cap);
+ * *oom: 1 when the attempt failed for want of device memory */
+static cu_session *dev_session_alloc_chunk(minke_model *m, cu_model *cm, int n_ctx, int64_t chunk_want,
+                                           int64_t *chunk_got, int *oom) {
     const dsv4_config *c = &m->w.cfg;
+    int mmh_short = 0;      /* a cu_mmh scratch did not fit (its products would allocate it each prompt) */
+    *chunk_got = chunk_want;
+    *oom = 0;
     cudaSetDevice(cm->dev);
     cu_session *s = (cu_session *)calloc(1, sizeof *s);
     if (!s) { minke_set_error("out of memory"); return NULL; }
@@ -861,6 +867,7 @@ static cu_session *dev_session_alloc_chunk(minke_model *m, cu_model *cm, int n_c
         if (chunk < 1) chunk = 1;
         s->chunk = (int)chunk;
         s->score_stride = icap;
+        *chunk_got = chunk;
     }
     int64_t T = s->chunk, TK = T * K;
     for (uint32_t il = 0; il < c->n_layer; il++) {
@@ -938,16 +945,25 @@ static cu_session *dev_session_alloc_chunk(minke_model *m, cu_model *cm, int n_c
              * F16 compressors on st2, the kv row and the indexer's q on st3), so that a
              * prompt does not allocate it */
             const int64_t f16w = cm->max_f16_w;
-            cu_mmh_reserve(cm->st, T, mx, cm->max_q8_w > f16w ? cm->max_q8_w : f16w);
-            cu_mmh_reserve(cm->st2, T, D > SF ? D : SF, D * SF > f16w ? D * SF : f16w);
-            cu_mmh_reserve(cm->st3, T, D, (int64_t)D * Dh > f16w ? (int64_t)D * Dh : f16w);
+            mmh_short |= cu_mmh_reserve(cm->st, T, mx, cm->max_q8_w > f16w ? cm->max_q8_w : f16w) < 0;
+            mmh_short |= cu_mmh_reserve(cm->st2, T, D > SF ? D : SF, D * SF > f16w ? D * SF : f16w) < 0;
+            mmh_short |= cu_mmh_reserve(cm->st3, T, D, (int64_t)D * Dh > f16w ? (int64_t)D * Dh : f16w) < 0;
         } else if (cu_mmq_min_rows() && T >= cu_mmq_min_rows() && cm->max_f16_w) {
             /* int8 activations: only the F16 products (f32 x either way) go to cu_mmh */
-            cu_mmh_reserve(cm->st, T, D, cm->max_f16_w);
-            cu_mmh_reserve(cm->st2, T, D, cm->max_f16_w);
-            cu_mmh_reserve(cm->st3, T, D, cm->max_f16_w);
+            mmh_short |= cu_mmh_reserve(cm->st, T, D, cm->max_f16_w) < 0;
+            mmh_short |= cu_mmh_reserve(cm->st2, T, D, cm->max_f16_w) < 0;
+            mmh_short |= cu_mmh_reserve(cm->st3, T, D, cm->max_f16_w) < 0;
         }
-        cu_mmh_share_reserve(cm->st, T, D);   /* x's shared split (where cu_mmh would take a batch of T) */
+        /* x's shared split (where cu_mmh would take a batch of T) */
+        mmh_short |= cu_mmh_share_reserve(cm->st, T, D) < 0;
+    }
+    /* a chunk whose products' scratch does not fit is no better than half of it
+     * that fits (the caller tries that; at the last chunk the products allocate
+     * it when they run, or take the int8 kernels, as before) */
+    if (mmh_short && chunk_want > 4096 && T > 4096) {
+        minke_set_error("cuda: the products' scratch for %lld-token chunks did not fit", (long long)T);
+        *oom = 1;
+        goto fail;
     }
     AL(s->d_argmax, 4);
     AL(s->attn_part, (int64_t)ATT_SPLIT_MAX_T * c->n_head * ATT_SPLIT * (Dh + 2) * 4);
@@ -956,6 +972,7 @@ static cu_session *dev_session_alloc_chunk(minke_model *m, cu_model *cm, int n_c
     dev_session_reset(m, cm, s);
     return s;
 fail:
+    if (cudaGetLastError() == cudaErrorMemoryAllocation) *oom = 1;     /* (and clears it) */
     dev_session_free(m, cm, s);
     return NULL;
 }
@@ -965,14 +982,14 @@ fail:
  * with half the chunk, down to 4096 tokens (said on stderr: slower prompts,
  * nothing else changes). An explicit MINKE_CUDA_CHUNK is taken or fails. */
 static cu_session *dev_session_alloc(minke_model *m, cu_model *cm, int n_ctx) {
-    int64_t want = session_chunk_wanted();
+    int64_t want = session_chunk_wanted(), got = want;
     for (;;) {
-        cu_session *s = dev_session_alloc_chunk(m, cm, n_ctx, want);
-        if (s || getenv("MINKE_CUDA_CHUNK") || want <= 4096 || n_ctx <= 4096) return s;
-        if (cudaGetLastError() != cudaErrorMemoryAllocation) return NULL;
+        int oom = 0;
+        cu_session *s = dev_session_alloc_chunk(m, cm, n_ctx, want, &got, &oom);
+        if (s || !oom || getenv("MINKE_CUDA_CHUNK") || got <= 4096) return s;
         fprintf(stderr, "minke: cuda: GPU %d: prompt chunks of %lld tokens (the scratch for %lld did not fit)\n",
-                cm->dev, (long long)(want / 2), (long long)want);
-        want /= 2;
+                cm->dev, (long long)(got / 2), (long long)got);
+        want = got / 2;
     }
 }
 

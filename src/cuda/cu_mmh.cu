@@ -473,7 +473,7 @@ static size_t mmh_bytes(int64_t weights, int64_t T, int64_t in) {
 extern "C" int cu_mmh_reserve(cudaStream_t st, int64_t T, int64_t max_in, int64_t max_weights) {
     mmh_env();
     if (!mmh_mode || T < mmh_min_t || max_in <= 0 || max_weights < mmh_min_w) return 0;
-    return mmh_scratch(st, mmh_bytes(max_weights, T, max_in)) != NULL;
+    return mmh_scratch(st, mmh_bytes(max_weights, T, max_in)) != NULL ? 1 : -1;
 }
 
 /* One split of x for all its products (cu_mmh_share_x): the backend splits a sub-layer's
@@ -501,7 +501,7 @@ static int mmh_share_on(int64_t T) {
 
 extern "C" int cu_mmh_share_reserve(cudaStream_t st, int64_t T, int64_t in) {
     if (!mmh_share_on(T) || in <= 0) return 0;
-    return mmh_scratch(st, MMH_SMALL + mmh_a_bytes(T * in), 1) != NULL;
+    return mmh_scratch(st, MMH_SMALL + mmh_a_bytes(T * in), 1) != NULL ? 1 : -1;
 }
 
 extern "C" int cu_mmh_share_x(const float *x, int T, int in, int64_t xs, cudaStream_t st) {

@@ -86,7 +86,8 @@ int cu_mmh_min_tokens(void);     /* the fewest tokens it takes; 0: off */
 int cu_mmh(const cu_gemv_args *g, int64_t ntok, cudaStream_t st);
 void cu_mmh_set(int on, int min_tokens, int64_t min_weights);
 /* allocate st's scratch for products up to max_weights over T rows of up to max_in (session set-up;
- * 0 when off or too small to take it) */
+ * 1 done, 0 when off or too small to take it, -1 when it did not fit: the products then try again
+ * when they run) */
 int cu_mmh_reserve(cudaStream_t st, int64_t T, int64_t max_in, int64_t max_weights);
 /* cu_mmh_share_x: split x (T rows of in, xs floats apart) once on st for every cu_mmh product of
  * that x on this host thread, on st or on streams forked from it after this call, until
@@ -94,7 +95,7 @@ int cu_mmh_reserve(cudaStream_t st, int64_t T, int64_t max_in, int64_t max_weigh
  * too few tokens, capturing; the products then split x themselves). */
 int cu_mmh_share_x(const float *x, int T, int in, int64_t xs, cudaStream_t st);
 void cu_mmh_share_clear(void);
-int cu_mmh_share_reserve(cudaStream_t st, int64_t T, int64_t in);    /* its buffer, when a session is set up */
+int cu_mmh_share_reserve(cudaStream_t st, int64_t T, int64_t in);    /* its buffer, at session set-up (as above) */
 void cu_mmh_release(cudaStream_t st);     /* before the stream is destroyed (the device current) */
 /* cu_mmx.cu: the routed experts' prefill products (MoE tiles; IQ2_XXS gate / up, Q2_K down where
  * the wgmma layout takes them or MINKE_CUDA_MMX_Q2K=1) with exact activations on the f16 tensor cores, one fold per 256
