@@ -371,12 +371,9 @@ static size_t atw_cap[32];
 template <int HD> static int atw_ok(int dev) {
     static int ok[32];
     if (!ok[dev]) {
-        cudaFuncAttributes fa;
-        int major = 0, optin = 0;
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+        int optin = 0;
         cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
-        ok[dev] = major == 9 && cudaFuncGetAttributes(&fa, k_attention_wg<HD>) == cudaSuccess && fa.binaryVersion == 90 &&
-                          fa.numRegs >= 64 && optin >= (int)atw_layout<HD>::bytes &&
+        ok[dev] = cu_sm90a_body((const void *)k_attention_wg<HD>, dev) && optin >= (int)atw_layout<HD>::bytes &&
                           cudaFuncSetAttribute(k_attention_wg<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                (int)atw_layout<HD>::bytes) == cudaSuccess
                       ? 1 : -1;

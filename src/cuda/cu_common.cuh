@@ -212,6 +212,20 @@ static inline int cu_dev_first(unsigned *mask) {
 }
 static inline int cu_cur_dev(void) { int d = 0; cudaGetDevice(&d); return d & 31; }
 
+/* A kernel whose body is compiled for sm_90a only (the wgmma kernels; an
+ * empty body elsewhere) runs that body on device dev: compute capability 9
+ * running the sm_90a machine code. A plain sm_90 build, or code compiled at
+ * load time from the compute_80 PTX, has the empty kernel (a few registers). */
+static inline int cu_sm90a_body(const void *kernel, int dev) {
+    cudaFuncAttributes fa;
+    int major = 0;
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    const int ok = major == 9 && cudaFuncGetAttributes(&fa, kernel) == cudaSuccess && fa.binaryVersion == 90 &&
+                   fa.numRegs >= 64;
+    cudaGetLastError();
+    return ok;
+}
+
 /* cp.async (sm_80+) into shared memory: 16 bytes (generic shared pointer) or
  * 4 bytes (shared address), and the commit / wait of groups of them */
 __device__ __forceinline__ void cp_async16(void *smem, const void *gmem) {

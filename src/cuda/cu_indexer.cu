@@ -788,22 +788,12 @@ k_idx_scores_tc(const float *qI, const float *wI, const idx_elem<FMT> *rows, int
 #endif
 }
 
-/* the wgmma form runs here: a compute capability 9 device running sm_90a
- * machine code (a plain sm_90 or PTX build has an empty kernel: its body is
- * compiled for sm_90a only, and an empty kernel uses a handful of registers),
- * and MINKE_CUDA_IDX_WG not 0 (read at each call) */
+/* the wgmma form runs here (cu_sm90a_body) and MINKE_CUDA_IDX_WG is not 0
+ * (read at each call) */
 static int idxt_wg_ok(void) {
     static int ok[32];
     const int d = cu_cur_dev();
-    if (!ok[d]) {
-        cudaFuncAttributes fa;
-        int major = 0;
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, d);
-        ok[d] = major == 9 && cudaFuncGetAttributes(&fa, k_idx_scores_tc<1, CU_KV_F32, true>) == cudaSuccess &&
-                        fa.binaryVersion == 90 && fa.numRegs >= 64
-                    ? 1 : -1;
-        cudaGetLastError();
-    }
+    if (!ok[d]) ok[d] = cu_sm90a_body((const void *)k_idx_scores_tc<1, CU_KV_F32, true>, d) ? 1 : -1;
     return ok[d] > 0 && env_int("MINKE_CUDA_IDX_WG", 1) != 0;
 }
 

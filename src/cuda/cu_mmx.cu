@@ -1709,17 +1709,10 @@ static int mx_wg_ok(int wtype) {
     static int ok[32];
     const int dev = cu_cur_dev();
     if (!ok[dev]) {
-        cudaFuncAttributes fa;
-        int major = 0;
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
         int optin = 0;
         cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
-        /* the body exists only in sm_90a code: a build for plain sm_90, or code compiled at load
-         * time from the compute_80 PTX, has an empty kernel (a few registers against ~180) */
-        ok[dev] = major == 9 && cudaFuncGetAttributes(&fa, k_mmx_wg<CU_TYPE_IQ2R, 1>) == cudaSuccess &&
-                  fa.binaryVersion == 90 && fa.numRegs >= 64 && optin >= mx_wg_smem<1, true>::bytes &&
+        ok[dev] = cu_sm90a_body((const void *)k_mmx_wg<CU_TYPE_IQ2R, 1>, dev) && optin >= mx_wg_smem<1, true>::bytes &&
                   optin >= (mx_tile(CU_TYPE_IQ2R) >= 11 ? mx_ws2_smem::bytes : mx_wg2_smem::bytes) ? 1 : -1;
-        cudaGetLastError();
     }
     return ok[dev] > 0;
 }
