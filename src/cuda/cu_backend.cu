@@ -590,8 +590,10 @@ fail:
  * ~2x the scratch memory (~9 GB at 8192 on Flash). 16384 (an explicit
  * setting may pass the indexer's 1 GiB cap, dev_session_alloc) gave +2.3%
  * more for ~18 GB: not the default. */
-static int session_chunk_wanted(void) {
-    int chunk = getenv("MINKE_CUDA_CHUNK") ? atoi(getenv("MINKE_CUDA_CHUNK")) : 8192;
+static int session_chunk_wanted(int *explicit_chunk) {
+    const char *e = getenv("MINKE_CUDA_CHUNK");
+    if (explicit_chunk) *explicit_chunk = e != NULL;
+    int chunk = e ? atoi(e) : 8192;
     return chunk < 1 ? 1 : chunk;
 }
 
@@ -752,7 +754,7 @@ static int cu_model_init(minke_model *m) {
         g->weight_bytes += cm->weight_bytes;
     }
     if (n > 1 || force) {
-        int chunk = session_chunk_wanted();
+        int chunk = session_chunk_wanted(NULL);
         if (group_comm_init(g, (int)(chunk * (int64_t)c->n_embd > (1 << 26) ? (1 << 26) : chunk * (int64_t)c->n_embd)))
             goto fail;
         g->pool = cu_pool_new(n, devs);
@@ -816,10 +818,11 @@ static void dev_session_reset(minke_model *m, cu_model *cm, cu_session *s) {
     cudaStreamSynchronize(cm->st);
 }
 
-/* *chunk_got: the chunk tried (chunk_want, less under the indexer's cap);
+/* explicit_chunk: chunk_want was set by MINKE_CUDA_CHUNK (the indexer's cap
+ * 4 GiB then); *chunk_got: the chunk tried (chunk_want, less under the cap);
  * *oom: 1 when the attempt failed for want of device memory */
 static cu_session *dev_session_alloc_chunk(minke_model *m, cu_model *cm, int n_ctx, int64_t chunk_want,
-                                           int64_t *chunk_got, int *oom) {
+                                           int explicit_chunk, int64_t *chunk_got, int *oom) {
     const dsv4_config *c = &m->w.cfg;
     int mmh_short = 0;      /* a cu_mmh scratch did not fit (its products would allocate it each prompt) */
     *chunk_got = chunk_want;
@@ -861,7 +864,7 @@ static cu_session *dev_session_alloc_chunk(minke_model *m, cu_model *cm, int n_c
         int64_t icap = n_ctx / 4 + 1;
         int64_t chunk = chunk_want;
         /* an explicit MINKE_CUDA_CHUNK may take a score matrix up to 4 GiB */
-        const int64_t cap = getenv("MINKE_CUDA_CHUNK") ? (4ll << 30) : (1ll << 30);
+        const int64_t cap = explicit_chunk ? (4ll << 30) : (1ll << 30);
         while (chunk > 16 && chunk * icap * 4 > cap) chunk /= 2;
         if (chunk > n_ctx) chunk = n_ctx;
         if (chunk < 1) chunk = 1;
@@ -982,11 +985,12 @@ fail:
  * with half the chunk, down to 4096 tokens (said on stderr: slower prompts,
  * nothing else changes). An explicit MINKE_CUDA_CHUNK is taken or fails. */
 static cu_session *dev_session_alloc(minke_model *m, cu_model *cm, int n_ctx) {
-    int64_t want = session_chunk_wanted(), got = want;
+    int explicit_chunk = 0;
+    int64_t want = session_chunk_wanted(&explicit_chunk), got = want;
     for (;;) {
         int oom = 0;
-        cu_session *s = dev_session_alloc_chunk(m, cm, n_ctx, want, &got, &oom);
-        if (s || !oom || getenv("MINKE_CUDA_CHUNK") || got <= 4096) return s;
+        cu_session *s = dev_session_alloc_chunk(m, cm, n_ctx, want, explicit_chunk, &got, &oom);
+        if (s || !oom || explicit_chunk || got <= 4096) return s;
         fprintf(stderr, "minke: cuda: GPU %d: prompt chunks of %lld tokens (the scratch for %lld did not fit)\n",
                 cm->dev, (long long)(got / 2), (long long)got);
         want = got / 2;
@@ -1720,16 +1724,22 @@ static int group_chunk(minke_model *m, cu_gsession *gs, const int32_t *tokens, i
     return cu_pool_run(g->pool, chunk_rank, &j);
 }
 
+/* The group session's prompt chunk: the smallest of its GPUs' (one may have
+ * taken less where its scratch did not fit, dev_session_alloc); every GPU
+ * runs each batch */
+static int gsession_chunk(const cu_gsession *gs) {
+    int chunk = gs->dev[0]->chunk;
+    for (int r = 1; r < gs->n; r++)
+        if (gs->dev[r]->chunk < chunk) chunk = gs->dev[r]->chunk;
+    return chunk;
+}
+
 static int cu_forward(minke_model *m, void *bs, const int32_t *tokens, int n, int pos0, float *all_logits,
                       float *last_logits) {
     cu_gsession *gs = (cu_gsession *)bs;
     cu_session *s = gs->dev[0];
     int V = (int)m->w.cfg.n_vocab;
-    /* the smallest chunk of the GPUs' sessions (one may have taken less where
-     * its scratch did not fit, dev_session_alloc): every GPU runs each batch */
-    int step = s->chunk;
-    for (int r = 1; r < gs->n; r++)
-        if (gs->dev[r]->chunk < step) step = gs->dev[r]->chunk;
+    int step = gsession_chunk(gs);
     if (all_logits && step > s->logit_rows) step = s->logit_rows;
     for (int i = 0; i < n; i += step) {
         int T = n - i < step ? n - i : step;
@@ -1898,15 +1908,10 @@ extern "C" void cu_kv_row_bytes(minke_model *m, void *bs, int *comp_row, int *in
     *fmt = s->comp_fmt == CU_KV_FP8 ? "FP8 attention rows, FP4 indexer rows" : "f32 rows";
 }
 
-/* The session's prompt chunk: tokens a forward batch at most (the smallest
- * of its GPUs', as cu_forward takes it) */
+/* The session's prompt chunk: tokens a forward batch at most */
 extern "C" int cu_session_chunk(minke_model *m, void *bs) {
     (void)m;
-    const cu_gsession *gs = (const cu_gsession *)bs;
-    int chunk = gs->dev[0]->chunk;
-    for (int r = 1; r < gs->n; r++)
-        if (gs->dev[r]->chunk < chunk) chunk = gs->dev[r]->chunk;
-    return chunk;
+    return gsession_chunk((const cu_gsession *)bs);
 }
 
 static const minke_backend_ops cuda_ops = {

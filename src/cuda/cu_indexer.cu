@@ -561,10 +561,10 @@ __device__ __forceinline__ void idxt_q_load(const float *qI, const float *wI, fl
     pw = threadIdx.x < IDXT_NH ? wI[(int64_t)t * IDXT_NH + threadIdx.x] * wscale : 0.f;
 }
 /* ... converted to bf16 into its slot, the weights stored, and the warp's
- * part of the token's test values (A, min L, max E over its 8 heads) */
-/* WG: the head slots in wgmma's core-matrix layout (8 slots x 8 dims a
- * 128-byte core matrix, the 16 of a slot group along the dims, groups 2048
- * bytes apart), else rows of IDXT_QS for ldmatrix */
+ * part of the token's test values (A, min L, max E over its 8 heads). The
+ * slots: WG, wgmma's core-matrix layout (8 slots x 8 dims a 128-byte core
+ * matrix, the 16 of a slot group along the dims, groups 2048 bytes apart);
+ * else rows of IDXT_QS for ldmatrix */
 template <bool WG>
 __device__ __forceinline__ void idxt_q_store(const float4 (&pf)[8], float pw, __nv_bfloat16 *qs, float *ws,
                                              int (*qstat)[3]) {
