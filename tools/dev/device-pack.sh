@@ -38,3 +38,12 @@ done
 strip -g $S/minke-cuda $S/minke-prev $S/bin/* 2>/dev/null || true
 tar cf - $S | xz -9 > "$O/s6.tar.xz"
 ls -la "$O/s6.tar.xz"
+# The device tool's carry limit (64 MiB) counts the tracked tree too: a minke-prev whose
+# device code differs everywhere (a change to cu_common.cuh) doubles the archive and can
+# pass it; then pack minke-cuda, the test programs the call needs and lib/ without it.
+TREE=$(git -C "$(dirname "$O")" ls-files -z 2>/dev/null | (cd "$(dirname "$O")" && xargs -0 -r du -cb 2>/dev/null) | tail -1 | cut -f1)
+SZ=$(stat -c %s "$O/s6.tar.xz")
+if [ -n "$TREE" ] && [ $((TREE + SZ)) -gt $((60 * 1024 * 1024)) ]; then
+    echo "device-pack: the archive ($SZ bytes) and the tracked tree ($TREE bytes) come near the 64 MiB carry limit;" \
+         "pack without $S/minke-prev (tar of the files the call needs)" >&2
+fi
