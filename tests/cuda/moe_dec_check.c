@@ -10,6 +10,7 @@
  * 12; the default 4) must all give the same bits. --time times both launches on the Flash
  * shape (4096 -> 2048 experts, 6 of 32 selected, a different set every
  * launch so the weights come from memory) alone and in a graph of 43.
+ * --time-ffn times a decode step's FFN half on that shape (timing_ffn).
  * Run on a GPU machine (tests/run-cuda.sh).
  */
 #include <math.h>
@@ -156,10 +157,102 @@ static void timing(int64_t in, int64_t ff, int E, int nsel) {
     moe_dev_free(&t.dv);
 }
 
+/* --time-ffn: a decode step's FFN half on the Flash shape, in a graph of
+ * MOE_TIME_NS layers: the routed gate + up and down (as --time) on one
+ * stream, and the shared expert (the Q8_0R gate + up pair over the same x,
+ * the SwiGLU, the down: 2 x 2048 x 4096 and 4096 x 2048) forked onto a second
+ * stream after the layer's start and joined after the routed down, as the
+ * backend's ffn_layer runs them; then each half alone. The difference
+ * between "both" and "routed" is what the shared expert costs the step
+ * (docs/performance.md, twenty-second session: 9-12 us a layer in the whole
+ * step), measured apart from the rest of it. Weights are constant bytes. */
+static void timing_ffn(void) {
+    const int64_t in = 4096, ff = 2048;
+    const int E = 32, nsel = 6, NS = MOE_TIME_NS;
+    const quant_traits *tg = quant_get(GGML_TYPE_IQ2_XXS), *td = quant_get(GGML_TYPE_Q2_K);
+    const uint64_t rbg = (uint64_t)(in / 256) * tg->bytes, rbd = (uint64_t)(ff / 256) * td->bytes;
+    const uint64_t rbs = (uint64_t)(in / 32) * 34, rbsd = (uint64_t)(ff / 32) * 34;    /* Q8_0R rows */
+    struct moe_time t;
+    CK(moe_time_alloc(&t, 116, in, ff, E, nsel, rbg, rbd, 1));
+    if (!cu_repack_iq2_xxs(t.dv.g, (int64_t)E * ff, in, rbg, 0) || !cu_repack_iq2_xxs(t.dv.u, (int64_t)E * ff, in, rbg, 0)) {
+        printf("skip time ffn: the IQ2 rows do not repack\n");
+        moe_dev_free(&t.dv);
+        return;
+    }
+    uint8_t *sg, *su, *sd;
+    float *sgo, *suo, *smid, *so;
+    CK(cudaMalloc((void **)&sg, ff * rbs)); CK(cudaMalloc((void **)&su, ff * rbs)); CK(cudaMalloc((void **)&sd, in * rbsd));
+    CK(cudaMemset(sg, 0x11, ff * rbs)); CK(cudaMemset(su, 0x12, ff * rbs)); CK(cudaMemset(sd, 0x13, in * rbsd));
+    CK(cudaMalloc((void **)&sgo, sizeof(float) * ff)); CK(cudaMalloc((void **)&suo, sizeof(float) * ff));
+    CK(cudaMalloc((void **)&smid, sizeof(float) * ff)); CK(cudaMalloc((void **)&so, sizeof(float) * in));
+    cudaStream_t st, st2;
+    cudaEvent_t fork, join, a, b;
+    CK(cudaStreamCreate(&st)); CK(cudaStreamCreate(&st2));
+    CK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming)); CK(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
+    CK(cudaEventCreate(&a)); CK(cudaEventCreate(&b));
+    const double bytes_r = 2.0 * nsel * ff * rbg + (double)nsel * in * rbd, bytes_s = 2.0 * ff * rbs + (double)in * rbsd;
+    const char *name[3] = {"routed", "shared", "both"};
+    for (int mode = 0; mode < 3; mode++) {
+        cudaGraph_t gr;
+        cudaGraphExec_t ge;
+        CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+        for (int k = 0; k < NS; k++) {
+            const int *sel = t.dv.sel + k * nsel;
+            cudaStream_t ss = st;
+            if (mode == 2) {
+                CK(cudaEventRecord(fork, st));
+                CK(cudaStreamWaitEvent(st2, fork, 0));
+                ss = st2;
+            }
+            if (mode >= 1) {
+                cu_gemv_args g;
+                memset(&g, 0, sizeof g);
+                g.act_f32 = 1; g.w = sg; g.w2 = su; g.wtype = 108 /* CU_TYPE_Q8_0R */; g.rows = ff; g.in = in; g.row_bytes = rbs;
+                g.act = t.dv.x; g.act_stride = in * 4; g.act_div = 1; g.out = sgo; g.out2 = suo; g.out_stride = ff;
+                g.ntok = 1; g.nt_hint = 1;
+                cu_gemv(&g, 1, ss);
+                cu_swiglu(sgo, suo, NULL, 1, (int)ff, 0.f, smid, ss);
+                memset(&g, 0, sizeof g);
+                g.act_f32 = 1; g.w = sd; g.wtype = 108 /* CU_TYPE_Q8_0R */; g.rows = in; g.in = ff; g.row_bytes = rbsd;
+                g.act = smid; g.act_stride = ff * 4; g.act_div = 1; g.out = so; g.out_stride = in; g.ntok = 1; g.nt_hint = 1;
+                cu_gemv(&g, 1, ss);
+                if (mode == 2) CK(cudaEventRecord(join, st2));
+            }
+            if (mode != 1) {
+                dec_launch(&t, 0, sel, st);
+                dec_launch(&t, 1, sel, st);
+            }
+            if (mode == 2) CK(cudaStreamWaitEvent(st, join, 0));
+        }
+        CK(cudaStreamEndCapture(st, &gr));
+        CK(cudaGraphInstantiate(&ge, gr, 0));
+        CK(cudaGraphLaunch(ge, st));
+        CK(cudaStreamSynchronize(st));
+        float best = 1e30f;
+        for (int rep = 0; rep < 5; rep++) {
+            CK(cudaEventRecord(a, st)); CK(cudaGraphLaunch(ge, st)); CK(cudaEventRecord(b, st));
+            CK(cudaEventSynchronize(b));
+            float ms; CK(cudaEventElapsedTime(&ms, a, b)); if (ms < best) best = ms;
+        }
+        const double by = mode == 0 ? bytes_r : mode == 1 ? bytes_s : bytes_r + bytes_s;
+        printf("time ffn %-6s graph of %d layers: %.2f us a layer (%.0f GB/s)\n", name[mode], NS, best * 1e3 / NS,
+               by / (best * 1e-3 / NS) / 1e9);
+        cudaGraphExecDestroy(ge); cudaGraphDestroy(gr);
+    }
+    cudaEventDestroy(fork); cudaEventDestroy(join); cudaEventDestroy(a); cudaEventDestroy(b);
+    cudaStreamDestroy(st); cudaStreamDestroy(st2);
+    cudaFree(sg); cudaFree(su); cudaFree(sd); cudaFree(sgo); cudaFree(suo); cudaFree(smid); cudaFree(so);
+    moe_dev_free(&t.dv);
+}
+
 int main(int argc, char **argv) {
     int dev = 0;
     if (cudaGetDeviceCount(&dev) != cudaSuccess || dev < 1) { printf("skip moe_dec_check: no CUDA device\n"); return 0; }
     if (cu_tables_init_from_quant()) { printf("FAIL tables\n"); return 1; }
+    if (argc > 1 && !strcmp(argv[1], "--time-ffn")) {
+        timing_ffn();
+        return 0;
+    }
     if (argc > 1 && !strcmp(argv[1], "--time-only")) {     /* for profilers: the default kernels' timing alone */
         cu_moe_mma_set(0);
         timing(4096, 2048, 32, 6);
