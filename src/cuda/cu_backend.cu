@@ -1449,9 +1449,18 @@ static void ffn_layer(fwd *f, int il) {
            (const float *)L->hc_ffn_base.d, (const float *)L->ffn_norm.d, (int)c->hc_sinkhorn_iters, 0, s->x);
     x_rewritten(f);
     tapv(f, "blk.%d.ffn_norm", il, s->x, D);
+    /* MINKE_CUDA_FFN_SH=1 (an experiment, cu_gemv3.h): one token's shared
+     * gate + up inside the routed gate + up's launch, its down after the
+     * routed down on this stream; no side branch */
+    const int shared_in_glu = T == 1 && !f->cm->tp && cu_moe_ffn_sh_enabled() == 1 && f->cm->act_f32 &&
+                              !use_mmq(T) && L->up_exps.row_bytes == L->gate_exps.row_bytes &&
+                              cu_moe_dec_supported(L->gate_exps.type, L->up_exps.type, L->down_exps.type, D, F, K) &&
+                              L->up_shexp.type == L->gate_shexp.type && L->up_shexp.row_bytes == L->gate_shexp.row_bytes &&
+                              cu_moe_dec_glu_sh_supported(L->gate_exps.type, L->gate_shexp.type, L->gate_shexp.d,
+                                                          L->up_shexp.d, L->gate_shexp.row_bytes, D);
     /* the shared expert reads only x: on the side stream while the routed
      * experts run (joined before the post step) */
-    if (f->side) {
+    if (f->side && !shared_in_glu) {
         CK_ASYNC(cudaEventRecord(f->cm->ev_fork, st));
         CK_ASYNC(cudaStreamWaitEvent(f->cm->st2, f->cm->ev_fork, 0));
         f->st = f->cm->st2; f->act = s->act2; f->asplit = s->asplit2;
@@ -1494,8 +1503,12 @@ static void ffn_layer(fwd *f, int il) {
     if (T == 1 && !mmq && f->cm->act_f32 &&
         cu_moe_dec_supported(Wg->type, Wu->type, Wd->type, D, F, K) && Wu->row_bytes == Wg->row_bytes) {
         PROF(f, "moe_gate_up");
-        cu_moe_dec_glu(Wg->type, Wg->d, Wu->d, Wg->row_bytes, Wg->row_bytes * F, F, D, s->x, s->rsel, s->rw, K, clamp,
-                       s->emid, st);
+        if (shared_in_glu)
+            cu_moe_dec_glu_sh(Wg->type, Wg->d, Wu->d, Wg->row_bytes, Wg->row_bytes * F, F, D, s->x, s->rsel, s->rw, K, clamp,
+                              s->emid, L->gate_shexp.d, L->up_shexp.d, L->gate_shexp.row_bytes, f->cm->sfl, s->smid, st);
+        else
+            cu_moe_dec_glu(Wg->type, Wg->d, Wu->d, Wg->row_bytes, Wg->row_bytes * F, F, D, s->x, s->rsel, s->rw, K, clamp,
+                           s->emid, st);
         PROF(f, "moe_down");
         cu_moe_dec_down(Wd->d, Wd->row_bytes, Wd->row_bytes * D, D, F, s->emid, s->rsel, K, s->mo, st);
     } else if (T == 1 && !mmq && f->cm->act_f32 && Wu->row_bytes == Wg->row_bytes &&
@@ -1569,7 +1582,10 @@ static void ffn_layer(fwd *f, int il) {
         group_sum(f, s->mo, (int64_t)T * D);
         tapv(f, "blk.%d.moe_out", il, s->mo, D);
     }
-    if (f->side) {
+    if (shared_in_glu) {
+        PROF(f, "shared");
+        matmul(f, &L->down_shexp, s->smid, f->cm->sfl, D, s->so, D, T);
+    } else if (f->side) {
         CK_ASYNC(cudaStreamWaitEvent(st, f->cm->ev_join, 0));
     } else {
         PROF(f, "shared");
