@@ -397,12 +397,12 @@ struct g3_shx {
     float *out;               /* mid[rows] = swiglu(gate x, up x) */
 };
 
-/* a group's shared units (rows v0 .. v1 - 1 of gate and up): the next unit's
- * codes in flight while this one's dots are made; (dot, scale) of each quarter
- * into shared memory, one named barrier a unit (two slots, as the routed
- * batches), then warp 0 adds them in k_g3_q8's order */
-__device__ __forceinline__ void g3_glu_shared(const g3_shx &sx, float limit, const g3_act &act, int itc, bool has, int nit,
-                                              int gi, int ng, int grp, int q, int lane) {
+/* a group's shared units (rows v0 .. v1 - 1 of gate and up): each lane's
+ * (dot, scale) of its item into shared memory, one named barrier a unit (two
+ * slots, as the routed batches), then warp 0 adds them in k_g3_q8's order
+ * (lanes past the input load a real item: their values are not added) */
+__device__ __forceinline__ void g3_glu_shared(const g3_shx &sx, float limit, const g3_act &act, int itc, int nit, int gi,
+                                              int ng, int grp, int q, int lane) {
     __shared__ float4 spart[2][2][4][32];     /* [group][slot][quarter][lane]: gate dot, scale, up dot, scale */
     const int v0 = (int)((int64_t)sx.rows * gi / ng), v1 = (int)((int64_t)sx.rows * (gi + 1) / ng);
     int slot = 0;
@@ -443,7 +443,6 @@ __device__ __forceinline__ void g3_glu_shared(const g3_shx &sx, float limit, con
         }
         slot ^= 1;
     }
-    (void)has;
 }
 
 template <bool REP, bool SH = false>
@@ -499,7 +498,7 @@ __global__ void __launch_bounds__(256, 2) k_g3_iq2_glu_b(g3_args a, g3_shx sx) {
     const char *tgb = (const char *)(tgrid + lane), *tsb = (const char *)(tsgn + lane);
     if constexpr (SH) {
         if (shared_first) {
-            g3_glu_shared(sx, a.limit, act, itc, has, nit, gi, ng, grp, q, lane);
+            g3_glu_shared(sx, a.limit, act, itc, nit, gi, ng, grp, q, lane);
 #pragma unroll
             for (int k = 0; k < GB_D; k++) load_next(c[k], d[k]);
         }
@@ -545,7 +544,7 @@ __global__ void __launch_bounds__(256, 2) k_g3_iq2_glu_b(g3_args a, g3_shx sx) {
         slot ^= 1;
     }
     if constexpr (SH) {
-        if (grp == 0) g3_glu_shared(sx, a.limit, act, itc, has, nit, gi, ng, grp, q, lane);
+        if (grp == 0) g3_glu_shared(sx, a.limit, act, itc, nit, gi, ng, grp, q, lane);
     }
 }
 
