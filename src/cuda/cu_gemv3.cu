@@ -1215,6 +1215,17 @@ static g3_args g3_glu_args(const void *wg, const void *wu, uint64_t row_bytes, u
     return a;
 }
 
+/* k_g3_iq2_glu_b: as many blocks as fit, or as its units of 4 warps (the
+ * routed experts' rows, and the shared expert's with SH) need */
+template <bool REP, bool SH>
+static void g3_glu_launch(const g3_args &a, const g3_shx &sx, cudaStream_t st) {
+    const size_t smem = (size_t)(256 + 128) * 32 * 4 + g3_items_bytes(a.in);
+    const int64_t units = (int64_t)a.nsel * a.rows + (SH ? sx.rows : 0);
+    g3_smem_attr(k_g3_iq2_glu_b<REP, SH>, smem);
+    const int nb = g3_resident_blocks(k_g3_iq2_glu_b<REP, SH>, 256, smem, units * 4);
+    cu_launch(k_g3_iq2_glu_b<REP, SH>, dim3((unsigned)nb), 256, smem, st, a, sx);
+}
+
 /* MINKE_CUDA_FFN_SH: 1 the shared expert's gate + up inside the routed one (an experiment, off by default) */
 static int ffn_sh_v = -1;
 extern "C" void cu_moe_ffn_sh_set(int v) { ffn_sh_v = v; }
@@ -1237,14 +1248,8 @@ extern "C" void cu_moe_dec_glu_sh(int wtype, const void *wg, const void *wu, uin
     g3_shx sx;
     sx.wg = (const uint8_t *)sg; sx.wu = (const uint8_t *)su; sx.row_bytes = shared_row_bytes; sx.rows = (int)shared_ff;
     sx.out = shared_mid;
-    const size_t smem = (size_t)(256 + 128) * 32 * 4 + g3_items_bytes(in);
-#define G3_GLU_SH(REP) do { \
-        g3_smem_attr(k_g3_iq2_glu_b<REP, true>, smem); \
-        int nb = g3_resident_blocks(k_g3_iq2_glu_b<REP, true>, 256, smem, ((int64_t)nsel * ff + shared_ff) * 4); \
-        cu_launch(k_g3_iq2_glu_b<REP, true>, dim3((unsigned)nb), 256, smem, st, a, sx); \
-    } while (0)
-    if (wtype == CU_TYPE_IQ2R) G3_GLU_SH(true); else G3_GLU_SH(false);
-#undef G3_GLU_SH
+    if (wtype == CU_TYPE_IQ2R) g3_glu_launch<true, true>(a, sx, st);
+    else g3_glu_launch<false, true>(a, sx, st);
 }
 
 extern "C" void cu_moe_dec_glu(int wtype, const void *wg, const void *wu, uint64_t row_bytes, uint64_t expert_bytes,
@@ -1265,14 +1270,8 @@ extern "C" void cu_moe_dec_glu(int wtype, const void *wg, const void *wu, uint64
         cu_launch(k_moe_glu_mma<4>, dim3((unsigned)nb), MM_NW * 32, msm, st, m);
         return;
     }
-    const size_t smem = (size_t)(256 + 128) * 32 * 4 + g3_items_bytes(in);
-#define G3_GLU(REP) do { \
-        g3_smem_attr(k_g3_iq2_glu_b<REP>, smem); \
-        int nb = g3_resident_blocks(k_g3_iq2_glu_b<REP>, 256, smem, (int64_t)nsel * ff * 4); \
-        cu_launch(k_g3_iq2_glu_b<REP>, dim3((unsigned)nb), 256, smem, st, a, g3_shx{}); \
-    } while (0)
-    if (wtype == CU_TYPE_IQ2R) G3_GLU(true); else G3_GLU(false);
-#undef G3_GLU
+    if (wtype == CU_TYPE_IQ2R) g3_glu_launch<true, false>(a, g3_shx{}, st);
+    else g3_glu_launch<false, false>(a, g3_shx{}, st);
 }
 
 /* MINKE_CUDA_DOWN_SR: the down kernel's ring of rows in flight: 4 (default), 8

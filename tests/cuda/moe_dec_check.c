@@ -141,6 +141,17 @@ static int check(int64_t in, int64_t ff, int E, int nsel, int repack, float limi
     return bad;
 }
 
+/* one token's product of Q8_0R rows (and a second matrix w2 into out2, as
+ * the backend's gate + up pair) with f32 activations, as the backend's matmul */
+static void q8r_gemv(const void *w, const void *w2, int64_t rows, int64_t in, uint64_t row_bytes, const float *x, float *out,
+                     float *out2, cudaStream_t st) {
+    cu_gemv_args g;
+    memset(&g, 0, sizeof g);
+    g.act_f32 = 1; g.w = w; g.w2 = w2; g.wtype = 108 /* CU_TYPE_Q8_0R */; g.rows = rows; g.in = in; g.row_bytes = row_bytes;
+    g.act = x; g.act_stride = in * 4; g.act_div = 1; g.out = out; g.out2 = out2; g.out_stride = rows; g.ntok = 1; g.nt_hint = 1;
+    cu_gemv(&g, 1, st);
+}
+
 /* The shared expert's gate + up inside the routed launch (cu_moe_dec_glu_sh,
  * MINKE_CUDA_FFN_SH): on Flash's shape (where the dense pair runs k_g3_q8 with
  * one warp a row) the routed mid must be the bits of cu_moe_dec_glu and the
@@ -184,11 +195,7 @@ static int check_sh(int64_t in, int64_t ff, int E, int nsel, int64_t sff, int re
     if (!cu_moe_dec_glu_sh_supported(wt, 108, sg, su, rbs, in)) { printf("FAIL moe_dec_sh unsupported shape\n"); return 1; }
     /* the unfused path: the routed kernel, the dense pair, the SwiGLU */
     cu_moe_dec_glu(wt, dv.g, dv.u, rbg, rbg * ff, ff, in, dv.x, dv.sel, dv.rw, nsel, limit, dv.mid, 0);
-    cu_gemv_args g;
-    memset(&g, 0, sizeof g);
-    g.act_f32 = 1; g.w = sg; g.w2 = su; g.wtype = 108 /* CU_TYPE_Q8_0R */; g.rows = sff; g.in = in; g.row_bytes = rbs;
-    g.act = dv.x; g.act_stride = in * 4; g.act_div = 1; g.out = sgo; g.out2 = suo; g.out_stride = sff; g.ntok = 1; g.nt_hint = 1;
-    cu_gemv(&g, 1, 0);
+    q8r_gemv(sg, su, sff, in, rbs, dv.x, sgo, suo, 0);
     cu_swiglu(sgo, suo, NULL, 1, (int)sff, limit, smid0, 0);
     /* fused */
     CK(cudaMemset(mid1, 0xFF, sizeof(float) * nsel * ff)); CK(cudaMemset(smid1, 0xFF, sizeof(float) * sff));
@@ -285,25 +292,13 @@ static void timing_ffn(void) {
                 cu_moe_dec_glu_sh(116, m->g, m->u, t.rbg, t.rbg * t.ff, t.ff, t.in, m->x, sel, m->rw, nsel, 0.f, m->mid, sg, su,
                                   rbs, ff, smid, st);
                 dec_launch(&t, 1, sel, st);
-                cu_gemv_args g;
-                memset(&g, 0, sizeof g);
-                g.act_f32 = 1; g.w = sd; g.wtype = 108 /* CU_TYPE_Q8_0R */; g.rows = in; g.in = ff; g.row_bytes = rbsd;
-                g.act = smid; g.act_stride = ff * 4; g.act_div = 1; g.out = so; g.out_stride = in; g.ntok = 1; g.nt_hint = 1;
-                cu_gemv(&g, 1, st);
+                q8r_gemv(sd, NULL, in, ff, rbsd, smid, so, NULL, st);
                 continue;
             }
             if (mode >= 1) {
-                cu_gemv_args g;
-                memset(&g, 0, sizeof g);
-                g.act_f32 = 1; g.w = sg; g.w2 = su; g.wtype = 108 /* CU_TYPE_Q8_0R */; g.rows = ff; g.in = in; g.row_bytes = rbs;
-                g.act = t.dv.x; g.act_stride = in * 4; g.act_div = 1; g.out = sgo; g.out2 = suo; g.out_stride = ff;
-                g.ntok = 1; g.nt_hint = 1;
-                cu_gemv(&g, 1, ss);
+                q8r_gemv(sg, su, ff, in, rbs, t.dv.x, sgo, suo, ss);
                 cu_swiglu(sgo, suo, NULL, 1, (int)ff, 0.f, smid, ss);
-                memset(&g, 0, sizeof g);
-                g.act_f32 = 1; g.w = sd; g.wtype = 108 /* CU_TYPE_Q8_0R */; g.rows = in; g.in = ff; g.row_bytes = rbsd;
-                g.act = smid; g.act_stride = ff * 4; g.act_div = 1; g.out = so; g.out_stride = in; g.ntok = 1; g.nt_hint = 1;
-                cu_gemv(&g, 1, ss);
+                q8r_gemv(sd, NULL, in, ff, rbsd, smid, so, NULL, ss);
                 if (mode == 2) CK(cudaEventRecord(join, st2));
             }
             if (mode != 1) {
