@@ -1449,6 +1449,17 @@ static void ffn_layer(fwd *f, int il) {
            (const float *)L->hc_ffn_base.d, (const float *)L->ffn_norm.d, (int)c->hc_sinkhorn_iters, 0, s->x);
     x_rewritten(f);
     tapv(f, "blk.%d.ffn_norm", il, s->x, D);
+    /* the shared expert reads only x: on the side stream while the routed
+     * experts run (joined before the post step) */
+    if (f->side) {
+        CK_ASYNC(cudaEventRecord(f->cm->ev_fork, st));
+        CK_ASYNC(cudaStreamWaitEvent(f->cm->st2, f->cm->ev_fork, 0));
+        f->st = f->cm->st2; f->act = s->act2; f->asplit = s->asplit2;
+        PROF(f, "shared");
+        shared_expert(f, L, clamp);
+        CK_ASYNC(cudaEventRecord(f->cm->ev_join, f->cm->st2));
+        f->st = st; f->act = s->act; f->asplit = s->asplit;
+    }
     const cu_t *Wg = &L->gate_exps, *Wu = &L->up_exps, *Wd = &L->down_exps;
     /* tensor cores when gate, up and down all have an int8 mma kernel (tiles of 64 pairs) */
     int mmq = 0;
@@ -1459,27 +1470,6 @@ static void ffn_layer(fwd *f, int il) {
         q.wtype = Wg->type; q.in = D; mmq = cu_mmq_supported(&q);
         q.wtype = Wu->type; mmq = mmq && Wu->type == Wg->type && cu_mmq_supported(&q);
         q.wtype = Wd->type; q.in = F; mmq = mmq && cu_mmq_supported(&q);
-    }
-    /* one token with exact activations and IQ2 / Q2_K experts: cu_gemv3.cu's kernels */
-    const int dec_q2 = T == 1 && !mmq && f->cm->act_f32 && cu_moe_dec_supported(Wg->type, Wu->type, Wd->type, D, F, K) &&
-                       Wu->row_bytes == Wg->row_bytes;
-    /* MINKE_CUDA_FFN_SH=1 (an experiment, cu_gemv3.h): there, the shared
-     * gate + up inside the routed gate + up's launch, its down after the
-     * routed down on this stream; no side branch */
-    const int shared_in_glu = dec_q2 && !f->cm->tp && cu_moe_ffn_sh_enabled() == 1 &&
-                              L->up_shexp.type == L->gate_shexp.type && L->up_shexp.row_bytes == L->gate_shexp.row_bytes &&
-                              cu_moe_dec_glu_sh_supported(Wg->type, L->gate_shexp.type, L->gate_shexp.d, L->up_shexp.d,
-                                                          L->gate_shexp.row_bytes, D);
-    /* the shared expert reads only x: on the side stream while the routed
-     * experts run (joined before the post step) */
-    if (f->side && !shared_in_glu) {
-        CK_ASYNC(cudaEventRecord(f->cm->ev_fork, st));
-        CK_ASYNC(cudaStreamWaitEvent(f->cm->st2, f->cm->ev_fork, 0));
-        f->st = f->cm->st2; f->act = s->act2; f->asplit = s->asplit2;
-        PROF(f, "shared");
-        shared_expert(f, L, clamp);
-        CK_ASYNC(cudaEventRecord(f->cm->ev_join, f->cm->st2));
-        f->st = st; f->act = s->act; f->asplit = s->asplit;
     }
     int nt = mmq ? CU_MMQ_TILE : P >= 64 ? 8 : P >= 16 ? 4 : 1;
     PROF(f, "router");
@@ -1501,14 +1491,11 @@ static void ffn_layer(fwd *f, int il) {
     int max_tiles = (P + nt - 1) / nt + (E < P ? E : P);
     /* one token with exact activations: gate, up and SwiGLU in one launch, the
      * down products summed over the experts in another (cu_gemv3.cu) */
-    if (dec_q2) {
+    if (T == 1 && !mmq && f->cm->act_f32 &&
+        cu_moe_dec_supported(Wg->type, Wu->type, Wd->type, D, F, K) && Wu->row_bytes == Wg->row_bytes) {
         PROF(f, "moe_gate_up");
-        if (shared_in_glu)
-            cu_moe_dec_glu_sh(Wg->type, Wg->d, Wu->d, Wg->row_bytes, Wg->row_bytes * F, F, D, s->x, s->rsel, s->rw, K, clamp,
-                              s->emid, L->gate_shexp.d, L->up_shexp.d, L->gate_shexp.row_bytes, f->cm->sfl, s->smid, st);
-        else
-            cu_moe_dec_glu(Wg->type, Wg->d, Wu->d, Wg->row_bytes, Wg->row_bytes * F, F, D, s->x, s->rsel, s->rw, K, clamp,
-                           s->emid, st);
+        cu_moe_dec_glu(Wg->type, Wg->d, Wu->d, Wg->row_bytes, Wg->row_bytes * F, F, D, s->x, s->rsel, s->rw, K, clamp,
+                       s->emid, st);
         PROF(f, "moe_down");
         cu_moe_dec_down(Wd->d, Wd->row_bytes, Wd->row_bytes * D, D, F, s->emid, s->rsel, K, s->mo, st);
     } else if (T == 1 && !mmq && f->cm->act_f32 && Wu->row_bytes == Wg->row_bytes &&
@@ -1582,10 +1569,7 @@ static void ffn_layer(fwd *f, int il) {
         group_sum(f, s->mo, (int64_t)T * D);
         tapv(f, "blk.%d.moe_out", il, s->mo, D);
     }
-    if (shared_in_glu) {
-        PROF(f, "shared");
-        matmul(f, &L->down_shexp, s->smid, f->cm->sfl, D, s->so, D, T);
-    } else if (f->side) {
+    if (f->side) {
         CK_ASYNC(cudaStreamWaitEvent(st, f->cm->ev_join, 0));
     } else {
         PROF(f, "shared");

@@ -377,76 +377,8 @@ __device__ __forceinline__ float g3_xsum16(float (&v)[16], int lane) {
  * bits, 35 us alone against 25 (docs/performance.md, sixth session). */
 #define GB_B 8     /* units a batch: 2 GB_B = 16 values to g3_xsum16 */
 #define GB_D 4
-
-/* SH (MINKE_CUDA_FFN_SH=1, an experiment): the shared expert's gate + up
- * (Q8_0R, rows of the same input) in the same launch, SwiGLU in the
- * epilogue: its 2 x rows units split over the groups as the routed ones are,
- * group 1 of a block taking its shared units first and group 0 last, so that
- * at any time some warps of an SM wait on the shared rows' bytes while the
- * others issue the routed decode (the routed product is bound by its
- * instructions, the shared one by its loads: docs/performance.md, twenty-second
- * session). A lane's item of a shared row is its item of the routed rows; the
- * four quarters' (dot, scale) pairs meet in shared memory and warp 0 adds them
- * in k_g3_q8's order (lane l: items l, l + 32, l + 64, l + 96 by fma from 0,
- * then warp_sum), so the shared mid has the bits of the k_g3_q8 pair and
- * k_swiglu4 (moe_dec_check). */
-struct g3_shx {
-    const uint8_t *wg, *wu;   /* the shared expert's gate and up (Q8_0R) */
-    uint64_t row_bytes;
-    int rows;                 /* its intermediate rows */
-    float *out;               /* mid[rows] = swiglu(gate x, up x) */
-};
-
-/* a group's shared units (rows v0 .. v1 - 1 of gate and up): each lane's
- * (dot, scale) of its item into shared memory, one named barrier a unit (two
- * slots, as the routed batches), then warp 0 adds them in k_g3_q8's order
- * (lanes past the input load a real item: their values are not added) */
-__device__ __forceinline__ void g3_glu_shared(const g3_shx &sx, float limit, const g3_act &act, int itc, int nit, int gi,
-                                              int ng, int grp, int q, int lane) {
-    __shared__ float4 spart[2][2][4][32];     /* [group][slot][quarter][lane]: gate dot, scale, up dot, scale */
-    const int v0 = (int)((int64_t)sx.rows * gi / ng), v1 = (int)((int64_t)sx.rows * (gi + 1) / ng);
-    int slot = 0;
-    for (int v = v0; v < v1; v++) {
-        /* one unit's codes at a time (a ring of two spilled at 128 registers): the
-         * other warps of the SM cover the loads' latency */
-        uint32_t c[2][8];
-        float d[2];
-        g3_q8_load<true>(sx.wg + (int64_t)v * (int64_t)sx.row_bytes, itc, nit, c[0], d[0]);
-        g3_q8_load<true>(sx.wu + (int64_t)v * (int64_t)sx.row_bytes, itc, nit, c[1], d[1]);
-        float r[4];
-#pragma unroll
-        for (int m = 0; m < 2; m++) {
-            int s0 = MX_MAGIC_BITS, s1 = MX_MAGIC_BITS, s2 = MX_MAGIC_BITS;
-#pragma unroll
-            for (int j = 0; j < 8; j++) {
-                s0 = __dp4a((int)c[m][j], g3_word(act, 0, j), s0);
-                s1 = __dp4a((int)c[m][j], g3_word(act, 1, j), s1);
-                s2 = __dp4a((int)c[m][j], g3_word(act, 2, j), s2);
-            }
-            r[2 * m] = mx_combine3(s0, s1, s2);
-            r[2 * m + 1] = d[m] * act.D;
-        }
-        spart[grp][slot][q][lane] = make_float4(r[0], r[1], r[2], r[3]);
-        asm volatile("bar.sync %0, 128;" ::"r"(1 + grp) : "memory");
-        if (q == 0) {
-            float gs = 0.f, us = 0.f;
-#pragma unroll
-            for (int qq = 0; qq < 4; qq++)
-                if (qq * 32 + lane < nit) {
-                    const float4 p = spart[grp][slot][qq][lane];
-                    gs = __fmaf_rn(p.x, p.y, gs);
-                    us = __fmaf_rn(p.z, p.w, us);
-                }
-            gs = warp_sum(gs);
-            us = warp_sum(us);
-            if (lane == 0) sx.out[v] = cu_swiglu1(gs, us, limit);
-        }
-        slot ^= 1;
-    }
-}
-
-template <bool REP, bool SH = false>
-__global__ void __launch_bounds__(256, 2) k_g3_iq2_glu_b(g3_args a, g3_shx sx) {
+template <bool REP>
+__global__ void __launch_bounds__(256, 2) k_g3_iq2_glu_b(g3_args a) {
     extern __shared__ int4 g3_sm[];
     uint32_t *tgrid = (uint32_t *)g3_sm;                 /* 256 x 32 copies */
     uint32_t *tsgn = tgrid + 256 * 32;                    /* 128 x 32 copies */
@@ -482,13 +414,8 @@ __global__ void __launch_bounds__(256, 2) k_g3_iq2_glu_b(g3_args a, g3_shx sx) {
             if (lr == F) { lr = 0; lj++; loff = eoff[lj]; }
         }
     };
-    /* SH: group 1 takes its shared units first, its routed ring after them
-     * (not held in registers through the shared units) */
-    const bool shared_first = SH && grp == 1;
-    if (!shared_first) {
 #pragma unroll
-        for (int k = 0; k < GB_D; k++) load_next(c[k], d[k]);
-    }
+    for (int k = 0; k < GB_D; k++) load_next(c[k], d[k]);
     g3_stage<false, false>(a.x, a.in, sh);
     __syncthreads();
     g3_act act;
@@ -496,13 +423,6 @@ __global__ void __launch_bounds__(256, 2) k_g3_iq2_glu_b(g3_args a, g3_shx sx) {
     else { for (int k = 0; k < 6; k++) act.p[k] = make_int4(0, 0, 0, 0); act.D = 0.f; }
     /* a lane's copies of the tables, addressed in bytes: entry i at i * 128 */
     const char *tgb = (const char *)(tgrid + lane), *tsb = (const char *)(tsgn + lane);
-    if constexpr (SH) {
-        if (shared_first) {
-            g3_glu_shared(sx, a.limit, act, itc, nit, gi, ng, grp, q, lane);
-#pragma unroll
-            for (int k = 0; k < GB_D; k++) load_next(c[k], d[k]);
-        }
-    }
     int slot = 0;
     for (int b = u0; b < u1; b += GB_B) {
         /* no branches inside a batch: units past the range compute from
@@ -542,9 +462,6 @@ __global__ void __launch_bounds__(256, 2) k_g3_iq2_glu_b(g3_args a, g3_shx sx) {
             a.out[e * F + (un - j * F)] = cu_swiglu1(gs, us, a.limit) * (a.rw ? a.rw[e] : 1.f);   /* mid[e][r] */
         }
         slot ^= 1;
-    }
-    if constexpr (SH) {
-        if (grp == 0) g3_glu_shared(sx, a.limit, act, itc, nit, gi, ng, grp, q, lane);
     }
 }
 
@@ -1204,58 +1121,14 @@ static int g3_resident_blocks(K k, int threads, size_t smem, int64_t work_warps)
     return (int)(g < need ? g : need);
 }
 
-/* the routed gate + up's arguments (cu_moe_dec_glu, cu_moe_dec_glu_sh) */
-static g3_args g3_glu_args(const void *wg, const void *wu, uint64_t row_bytes, uint64_t expert_bytes, int64_t ff, int64_t in,
-                           const float *x, const int *sel, const float *rw, int nsel, float limit, float *mid) {
+extern "C" void cu_moe_dec_glu(int wtype, const void *wg, const void *wu, uint64_t row_bytes, uint64_t expert_bytes,
+                               int64_t ff, int64_t in, const float *x, const int *sel, const float *rw, int nsel,
+                               float limit, float *mid, cudaStream_t st) {
     g3_args a;
     memset(&a, 0, sizeof a);
     a.w = (const uint8_t *)wg; a.w2 = (const uint8_t *)wu;
     a.row_bytes = row_bytes; a.expert_bytes = expert_bytes;
     a.rows = (int)ff; a.in = (int)in; a.x = x; a.sel = sel; a.rw = rw; a.nsel = nsel; a.limit = limit; a.out = mid;
-    return a;
-}
-
-/* k_g3_iq2_glu_b: as many blocks as fit, or as its units of 4 warps (the
- * routed experts' rows, and the shared expert's with SH) need */
-template <bool REP, bool SH>
-static void g3_glu_launch(const g3_args &a, const g3_shx &sx, cudaStream_t st) {
-    const size_t smem = (size_t)(256 + 128) * 32 * 4 + g3_items_bytes(a.in);
-    const int64_t units = (int64_t)a.nsel * a.rows + (SH ? sx.rows : 0);
-    g3_smem_attr(k_g3_iq2_glu_b<REP, SH>, smem);
-    const int nb = g3_resident_blocks(k_g3_iq2_glu_b<REP, SH>, 256, smem, units * 4);
-    cu_launch(k_g3_iq2_glu_b<REP, SH>, dim3((unsigned)nb), 256, smem, st, a, sx);
-}
-
-/* MINKE_CUDA_FFN_SH: 1 the shared expert's gate + up inside the routed one (an experiment, off by default) */
-static int ffn_sh_v = -1;
-extern "C" void cu_moe_ffn_sh_set(int v) { ffn_sh_v = v; }
-extern "C" int cu_moe_ffn_sh_enabled(void) {
-    if (ffn_sh_v < 0) { const char *e = getenv("MINKE_CUDA_FFN_SH"); ffn_sh_v = e && *e ? atoi(e) : 0; }
-    return ffn_sh_v;
-}
-
-extern "C" int cu_moe_dec_glu_sh_supported(int wtype, int shared_type, const void *sg, const void *su, uint64_t shared_row_bytes,
-                                           int64_t in) {
-    return (wtype == CU_TYPE_IQ2R || wtype == CU_TYPE_IQ2_XXS) && shared_type == CU_TYPE_Q8_0R &&
-           shared_row_bytes == (uint64_t)(in / 32) * 34 && !(((uintptr_t)sg | (uintptr_t)su | shared_row_bytes) & 15);
-}
-
-extern "C" void cu_moe_dec_glu_sh(int wtype, const void *wg, const void *wu, uint64_t row_bytes, uint64_t expert_bytes,
-                                  int64_t ff, int64_t in, const float *x, const int *sel, const float *rw, int nsel,
-                                  float limit, float *mid, const void *sg, const void *su, uint64_t shared_row_bytes,
-                                  int64_t shared_ff, float *shared_mid, cudaStream_t st) {
-    const g3_args a = g3_glu_args(wg, wu, row_bytes, expert_bytes, ff, in, x, sel, rw, nsel, limit, mid);
-    g3_shx sx;
-    sx.wg = (const uint8_t *)sg; sx.wu = (const uint8_t *)su; sx.row_bytes = shared_row_bytes; sx.rows = (int)shared_ff;
-    sx.out = shared_mid;
-    if (wtype == CU_TYPE_IQ2R) g3_glu_launch<true, true>(a, sx, st);
-    else g3_glu_launch<false, true>(a, sx, st);
-}
-
-extern "C" void cu_moe_dec_glu(int wtype, const void *wg, const void *wu, uint64_t row_bytes, uint64_t expert_bytes,
-                               int64_t ff, int64_t in, const float *x, const int *sel, const float *rw, int nsel,
-                               float limit, float *mid, cudaStream_t st) {
-    const g3_args a = g3_glu_args(wg, wu, row_bytes, expert_bytes, ff, in, x, sel, rw, nsel, limit, mid);
     if (wtype == CU_TYPE_IQ2R && moe_mma_enabled() && in % 256 == 0 && ff % (16 * (MM_NW / MM_KS)) == 0 &&
         !(((uintptr_t)wg | (uintptr_t)wu | row_bytes | expert_bytes) & 15)) {     /* 16-byte aligned rows: the shapes checked on the device */
         mm_args m;
@@ -1270,8 +1143,14 @@ extern "C" void cu_moe_dec_glu(int wtype, const void *wg, const void *wu, uint64
         cu_launch(k_moe_glu_mma<4>, dim3((unsigned)nb), MM_NW * 32, msm, st, m);
         return;
     }
-    if (wtype == CU_TYPE_IQ2R) g3_glu_launch<true, false>(a, g3_shx{}, st);
-    else g3_glu_launch<false, false>(a, g3_shx{}, st);
+    const size_t smem = (size_t)(256 + 128) * 32 * 4 + g3_items_bytes(in);
+#define G3_GLU(REP) do { \
+        g3_smem_attr(k_g3_iq2_glu_b<REP>, smem); \
+        int nb = g3_resident_blocks(k_g3_iq2_glu_b<REP>, 256, smem, (int64_t)nsel * ff * 4); \
+        cu_launch(k_g3_iq2_glu_b<REP>, dim3((unsigned)nb), 256, smem, st, a); \
+    } while (0)
+    if (wtype == CU_TYPE_IQ2R) G3_GLU(true); else G3_GLU(false);
+#undef G3_GLU
 }
 
 /* MINKE_CUDA_DOWN_SR: the down kernel's ring of rows in flight: 4 (default), 8

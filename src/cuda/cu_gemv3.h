@@ -31,19 +31,6 @@ void cu_moe_mma_set(int v);
 void cu_moe_dec_glu(int wtype, const void *wg, const void *wu, uint64_t row_bytes, uint64_t expert_bytes, int64_t ff,
                     int64_t in, const float *x, const int *sel, const float *rw, int nsel, float limit, float *mid,
                     cudaStream_t st);
-/* cu_moe_dec_glu with the shared expert's gate + up (Q8_0R rows of the same
- * input, shared_ff of them) in the same launch: shared_mid[r] = swiglu(gate_r x,
- * up_r x), the bits of the dense pair and cu_swiglu (an experiment:
- * MINKE_CUDA_FFN_SH=1 has the backend use it; cu_moe_ffn_sh_set for the checks,
- * -1: the environment). _supported: the formats and alignment it takes. */
-int cu_moe_ffn_sh_enabled(void);
-void cu_moe_ffn_sh_set(int v);
-int cu_moe_dec_glu_sh_supported(int wtype, int shared_type, const void *sg, const void *su, uint64_t shared_row_bytes,
-                                int64_t in);
-void cu_moe_dec_glu_sh(int wtype, const void *wg, const void *wu, uint64_t row_bytes, uint64_t expert_bytes, int64_t ff,
-                       int64_t in, const float *x, const int *sel, const float *rw, int nsel, float limit, float *mid,
-                       const void *sg, const void *su, uint64_t shared_row_bytes, int64_t shared_ff, float *shared_mid,
-                       cudaStream_t st);
 /* out[rows] = sum over e of down_e mid[e] (Q2_K). Call it after
  * cu_moe_dec_glu with the same sel on the same stream (or with sel written
  * before that): on sm_90 the streamed kernel reads sel before its PDL wait

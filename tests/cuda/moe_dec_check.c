@@ -152,75 +152,6 @@ static void q8r_gemv(const void *w, const void *w2, int64_t rows, int64_t in, ui
     cu_gemv(&g, 1, st);
 }
 
-/* The shared expert's gate + up inside the routed launch (cu_moe_dec_glu_sh,
- * MINKE_CUDA_FFN_SH): on Flash's shape (where the dense pair runs k_g3_q8 with
- * one warp a row) the routed mid must be the bits of cu_moe_dec_glu and the
- * shared mid those of the Q8_0R pair (cu_gemv) and cu_swiglu, on random
- * weights and activations. */
-static int check_sh(int64_t in, int64_t ff, int E, int nsel, int64_t sff, int repack, float limit) {
-    const quant_traits *tg = quant_get(GGML_TYPE_IQ2_XXS), *t8 = quant_get(GGML_TYPE_Q8_0);
-    const uint64_t rbg = (uint64_t)(in / 256) * tg->bytes, rbs = (uint64_t)(in / 32) * t8->bytes;
-    const size_t ng = (size_t)E * ff * rbg, ns = (size_t)sff * rbs;
-    uint8_t *hg = malloc(ng), *hu = malloc(ng), *hsg = malloc(ns), *hsu = malloc(ns), *hd = calloc(256, 1);
-    fill(GGML_TYPE_IQ2_XXS, hg, ng / tg->bytes);
-    fill(GGML_TYPE_IQ2_XXS, hu, ng / tg->bytes);
-    for (int m = 0; m < 2; m++) {          /* Q8_0 blocks: f16 d, then 32 signed codes */
-        uint8_t *h = m ? hsu : hsg;
-        for (size_t b = 0; b < ns / t8->bytes; b++) {
-            uint16_t d = f16_bits(0.001f + 0.002f * fabsf(frand()));
-            memcpy(h + b * t8->bytes, &d, 2);
-            for (int i = 0; i < 32; i++) h[b * t8->bytes + 2 + i] = (uint8_t)urand();
-        }
-    }
-    float *x = malloc(sizeof(float) * in), *rw = malloc(sizeof(float) * nsel);
-    int *sel = malloc(sizeof(int) * nsel);
-    moe_inputs(in, E, nsel, x, sel, rw);
-    struct moe_dev dv;
-    CK(moe_dev_upload(&dv, hg, hu, ng, hd, 256, x, in, rw, sel, nsel, ff));
-    int wt = GGML_TYPE_IQ2_XXS;
-    if (repack) {
-        if (!cu_repack_iq2_xxs(dv.g, (int64_t)E * ff, in, rbg, 0) || !cu_repack_iq2_xxs(dv.u, (int64_t)E * ff, in, rbg, 0)) {
-            printf("FAIL repack refused for in %lld\n", (long long)in); return 1;
-        }
-        wt = 116;   /* CU_TYPE_IQ2R */
-    }
-    uint8_t *sg, *su;
-    float *sgo, *suo, *smid0, *smid1, *mid1;
-    CK(cudaMalloc((void **)&sg, ns)); CK(cudaMalloc((void **)&su, ns));
-    CK(cudaMemcpy(sg, hsg, ns, cudaMemcpyHostToDevice)); CK(cudaMemcpy(su, hsu, ns, cudaMemcpyHostToDevice));
-    CK(cudaMalloc((void **)&sgo, sizeof(float) * sff)); CK(cudaMalloc((void **)&suo, sizeof(float) * sff));
-    CK(cudaMalloc((void **)&smid0, sizeof(float) * sff)); CK(cudaMalloc((void **)&smid1, sizeof(float) * sff));
-    CK(cudaMalloc((void **)&mid1, sizeof(float) * nsel * ff));
-    if (!cu_repack_q8_0(sg, sff, in, rbs, 0) || !cu_repack_q8_0(su, sff, in, rbs, 0)) { printf("FAIL q8_0 repack refused\n"); return 1; }
-    if (!cu_moe_dec_glu_sh_supported(wt, 108, sg, su, rbs, in)) { printf("FAIL moe_dec_sh unsupported shape\n"); return 1; }
-    /* the unfused path: the routed kernel, the dense pair, the SwiGLU */
-    cu_moe_dec_glu(wt, dv.g, dv.u, rbg, rbg * ff, ff, in, dv.x, dv.sel, dv.rw, nsel, limit, dv.mid, 0);
-    q8r_gemv(sg, su, sff, in, rbs, dv.x, sgo, suo, 0);
-    cu_swiglu(sgo, suo, NULL, 1, (int)sff, limit, smid0, 0);
-    /* fused */
-    CK(cudaMemset(mid1, 0xFF, sizeof(float) * nsel * ff)); CK(cudaMemset(smid1, 0xFF, sizeof(float) * sff));
-    cu_moe_dec_glu_sh(wt, dv.g, dv.u, rbg, rbg * ff, ff, in, dv.x, dv.sel, dv.rw, nsel, limit, mid1, sg, su, rbs, sff, smid1, 0);
-    CK(cudaDeviceSynchronize());
-    float *a0 = malloc(sizeof(float) * nsel * ff), *a1 = malloc(sizeof(float) * nsel * ff);
-    float *b0 = malloc(sizeof(float) * sff), *b1 = malloc(sizeof(float) * sff);
-    CK(cudaMemcpy(a0, dv.mid, sizeof(float) * nsel * ff, cudaMemcpyDeviceToHost));
-    CK(cudaMemcpy(a1, mid1, sizeof(float) * nsel * ff, cudaMemcpyDeviceToHost));
-    CK(cudaMemcpy(b0, smid0, sizeof(float) * sff, cudaMemcpyDeviceToHost));
-    CK(cudaMemcpy(b1, smid1, sizeof(float) * sff, cudaMemcpyDeviceToHost));
-    int dr = 0, ds = 0;
-    double smax = 0;
-    for (int64_t i = 0; i < nsel * ff; i++) dr += memcmp(&a0[i], &a1[i], 4) != 0;
-    for (int64_t i = 0; i < sff; i++) { ds += memcmp(&b0[i], &b1[i], 4) != 0; smax = fmax(smax, fabs(b0[i])); }
-    const int bad = dr || ds || !(smax > 0);
-    printf("%s moe_dec_sh in %lld ff %lld sel %d/%d shared %lld %s limit %g: routed mid %d of %lld differ, shared mid %d of %lld"
-           " (max|mid| %.3g)\n", bad ? "FAIL" : "ok", (long long)in, (long long)ff, nsel, E, (long long)sff,
-           repack ? "IQ2R" : "IQ2_XXS", limit, dr, (long long)(nsel * ff), ds, (long long)sff, smax);
-    cudaFree(sg); cudaFree(su); cudaFree(sgo); cudaFree(suo); cudaFree(smid0); cudaFree(smid1); cudaFree(mid1);
-    moe_dev_free(&dv);
-    free(hg); free(hu); free(hsg); free(hsu); free(hd); free(x); free(rw); free(sel); free(a0); free(a1); free(b0); free(b1);
-    return bad;
-}
-
 /* Flash shape timing (moe_ref.h): IQ2R gate + up (type 116), Q2_K down */
 static void dec_launch(const struct moe_time *t, int which, const int *s, cudaStream_t st) {
     const struct moe_dev *m = &t->dv;
@@ -242,8 +173,7 @@ static void timing(int64_t in, int64_t ff, int E, int nsel) {
  * stream, and the shared expert (the Q8_0R gate + up pair over the same x,
  * the SwiGLU, the down: 2 x 2048 x 4096 and 4096 x 2048) forked onto a second
  * stream after the layer's start and joined after the routed down, as the
- * backend's ffn_layer runs them; then each half alone, and the shared gate +
- * up inside the routed launch ("fused", MINKE_CUDA_FFN_SH). The difference
+ * backend's ffn_layer runs them; then each half alone. The difference
  * between "both" and "routed" is what the shared expert costs the step
  * (docs/performance.md, twenty-second session: 9-12 us a layer in the whole
  * step), measured apart from the rest of it. Weights are constant bytes. */
@@ -272,9 +202,8 @@ static void timing_ffn(void) {
     CK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming)); CK(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
     CK(cudaEventCreate(&a)); CK(cudaEventCreate(&b));
     const double bytes_r = 2.0 * nsel * ff * rbg + (double)nsel * in * rbd, bytes_s = 2.0 * ff * rbs + (double)in * rbsd;
-    const char *name[4] = {"routed", "shared", "both", "fused"};
-    for (int mode = 0; mode < 4; mode++) {
-        if (mode == 3 && !cu_moe_dec_glu_sh_supported(116, 108, sg, su, rbs, in)) break;
+    const char *name[3] = {"routed", "shared", "both"};
+    for (int mode = 0; mode < 3; mode++) {
         cudaGraph_t gr;
         cudaGraphExec_t ge;
         CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
@@ -285,15 +214,6 @@ static void timing_ffn(void) {
                 CK(cudaEventRecord(fork, st));
                 CK(cudaStreamWaitEvent(st2, fork, 0));
                 ss = st2;
-            }
-            if (mode == 3) {
-                /* the shared gate + up inside the routed launch (MINKE_CUDA_FFN_SH), both downs after it */
-                const struct moe_dev *m = &t.dv;
-                cu_moe_dec_glu_sh(116, m->g, m->u, t.rbg, t.rbg * t.ff, t.ff, t.in, m->x, sel, m->rw, nsel, 0.f, m->mid, sg, su,
-                                  rbs, ff, smid, st);
-                dec_launch(&t, 1, sel, st);
-                q8r_gemv(sd, NULL, in, ff, rbsd, smid, so, NULL, st);
-                continue;
             }
             if (mode >= 1) {
                 q8r_gemv(sg, su, ff, in, rbs, t.dv.x, sgo, suo, ss);
@@ -317,7 +237,7 @@ static void timing_ffn(void) {
             CK(cudaEventSynchronize(b));
             float ms; CK(cudaEventElapsedTime(&ms, a, b)); if (ms < best) best = ms;
         }
-        const double by = mode == 0 ? bytes_r : mode == 1 ? bytes_s : bytes_r + bytes_s;     /* both, fused: all */
+        const double by = mode == 0 ? bytes_r : mode == 1 ? bytes_s : bytes_r + bytes_s;
         printf("time ffn %-6s graph of %d layers: %.2f us a layer (%.0f GB/s)\n", name[mode], NS, best * 1e3 / NS,
                by / (best * 1e-3 / NS) / 1e9);
         cudaGraphExecDestroy(ge); cudaGraphDestroy(gr);
@@ -364,10 +284,6 @@ int main(int argc, char **argv) {
         }
     }
     cu_moe_mma_set(-1);
-    /* the shared expert inside the routed launch (Flash's shapes: the dense pair on k_g3_q8, one warp a row) */
-    bad += check_sh(4096, 2048, 8, 6, 2048, 1, 0.f);
-    bad += check_sh(4096, 2048, 8, 6, 2048, 1, 7.f);
-    bad += check_sh(4096, 2048, 8, 6, 2048, 0, 0.f);
     printf("moe_dec_check: %s\n", bad ? "FAIL" : "all ok");
     return bad != 0;
 }
