@@ -1059,6 +1059,7 @@ typedef struct fwd {
                        /* what each split buffer holds, so x is split once for all its
                           tensor-core products (as actx holds it quantized for q8) */
     int side;          /* run the compressor/indexer branch on cm->st2 */
+    int beside;        /* matmul: cu_gemv_args.beside */
     int xq_type;       /* activation type s->actx holds for the current x (0: none) */
     int comm_on;       /* run the collectives (cu_group.comm_on) */
     const float *pend_f1, *pend_f2;   /* post step of the previous sub-layer, not yet applied */
@@ -1165,6 +1166,7 @@ static void matmul(fwd *f, const cu_t *W, const float *x, int64_t in, int64_t ro
     g.act = act; g.act_stride = astride; g.act_div = 1;
     g.out = y; g.out_stride = ystride; g.ntok = T;
     g.nt_hint = tile_rows(T);
+    g.beside = f->beside;
     if (use_mmq(T) && mmq_exact(f, &g, x, T, (T + CU_MMQ_TILE - 1) / CU_MMQ_TILE)) return;
     if (use_mmq(T) && cu_mmq(&g, (T + CU_MMQ_TILE - 1) / CU_MMQ_TILE, f->st)) return;
     cu_gemv(&g, (T + g.nt_hint - 1) / g.nt_hint, f->st);
@@ -1427,12 +1429,26 @@ static void attention_layer(fwd *f, int il) {
 }
 
 /* The shared expert on f->st: so = down(swiglu(gate x, up x)). */
+/* MINKE_CUDA_SHDOWN_BESIDE (default 1; 0: the streamed launch as before):
+ * one token's shared down in blocks small enough to share an SM with the
+ * routed down (cu_gemv_args.beside; the same bits). In the decode graph the
+ * down becomes ready as the routed gate + up ends and used to finish ~6 us a
+ * layer after the routed down; decode +0.8-1.3% (docs/performance.md,
+ * twenty-third session). */
+static int shdown_beside(void) {
+    static int v = -1;
+    if (v < 0) { const char *e = getenv("MINKE_CUDA_SHDOWN_BESIDE"); v = e && *e ? atoi(e) : 1; }
+    return v;
+}
+
 static void shared_expert(fwd *f, const cu_layer *L, float clamp) {
     cu_session *s = f->s;
     int T = f->T, D = (int)f->c->n_embd, SF = f->cm->sfl;
     matmul2(f, &L->gate_shexp, &L->up_shexp, s->x, D, SF, s->sg, s->su, SF, T);
     cu_swiglu(s->sg, s->su, NULL, T, SF, clamp, s->smid, f->st);
+    f->beside = T == 1 && f->side && shdown_beside();
     matmul(f, &L->down_shexp, s->smid, SF, D, s->so, D, T);
+    f->beside = 0;
 }
 
 static void ffn_layer(fwd *f, int il) {

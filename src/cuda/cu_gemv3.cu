@@ -747,6 +747,22 @@ static void g3_launch_q8(const g3_args &a, int pairs, cudaStream_t st) {
     cu_launch(k_g3_q8<REP, R, KS, NI>, dim3((unsigned)((a.rows + nwr * R - 1) / (nwr * R)), pairs), 256, smem, st, a);
 }
 
+/* cu_gemv_args.beside: k_g3_q8 in blocks of 4 warps (2 rows a warp), ~13 K
+ * registers and ~7 KB of shared memory a block for 2048 inputs, where the
+ * streamed launch takes 288 threads and ~100 KB a block. In the decode graph
+ * the shared expert's down becomes ready as the routed gate + up ends and
+ * its blocks start only as the routed down (k_g3_q2k_downs, an SM a block)
+ * drains; small blocks finish 4.9 us a layer after it instead of 6.1 (a
+ * kernel trace, tools/dev/ktrace.c; docs/performance.md, twenty-third
+ * session). One row a warp, lane l items l, l + 32, ..., then warp_sum: the
+ * bits of k_g3_q8s and of the default launch (KS = 1). */
+static void g3_launch_q8_beside(const g3_args &a, cudaStream_t st) {
+    constexpr int R = 2, NI = 2, W = 4;
+    const size_t smem = g3_items_bytes(a.in);
+    g3_smem_attr(k_g3_q8<true, R, 1, NI>, smem);
+    cu_launch(k_g3_q8<true, R, 1, NI>, dim3((unsigned)((a.rows + W * R - 1) / (W * R))), W * 32, smem, st, a);
+}
+
 /* The streamed kernels have their bodies on this device: code built for
  * sm_90+ (their bodies are empty in the sm_80 build and its PTX, which a
  * newer GPU without its own code would run) */
@@ -840,6 +856,11 @@ extern "C" int cu_gemv3(const cu_gemv_args *g, cudaStream_t st) {
     a.group_rows = g->group_rows; a.group_floats = g->group_act_bytes / 4;
     a.out = g->out; a.out2 = g->out2; a.accumulate = g->accumulate;
     const int pairs = g->w2 ? 2 : 1;
+    if (g->beside && g->wtype == CU_TYPE_Q8_0R && !g->w2 && !g->group_rows && !((uintptr_t)g->act & 15) &&
+        !(((uintptr_t)g->w | g->row_bytes) & 15)) {
+        g3_launch_q8_beside(a, st);
+        return 1;
+    }
     if (g->wtype == CU_TYPE_Q8_0R && !((uintptr_t)g->act & 15) && !(g->group_rows && (g->group_act_bytes & 15)) &&
         g3_try_q8s(a, pairs, st))
         return 1;

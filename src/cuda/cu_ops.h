@@ -38,6 +38,9 @@ typedef struct cu_gemv_args {
     float *out2;              /*   same activations into out2, in the same launch (gate + up) */
     const unsigned *act_amax; /* cu_mmh: the f32 activations' largest finite |x| (float bits, device), as
                                  the kernel that wrote them found it; NULL: cu_mmh finds it */
+    int beside;               /* one token: a product that runs beside a kernel holding most of each
+                                 SM (the shared expert's down beside the routed down): small blocks
+                                 where cu_gemv3 has them, the same bits */
 } cu_gemv_args;
 
 #ifdef __cplusplus

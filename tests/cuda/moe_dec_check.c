@@ -142,14 +142,53 @@ static int check(int64_t in, int64_t ff, int E, int nsel, int repack, float limi
 }
 
 /* one token's product of Q8_0R rows (and a second matrix w2 into out2, as
- * the backend's gate + up pair) with f32 activations, as the backend's matmul */
+ * the backend's gate + up pair) with f32 activations, as the backend's
+ * matmul; beside: cu_gemv_args.beside (the shared down's small blocks) */
 static void q8r_gemv(const void *w, const void *w2, int64_t rows, int64_t in, uint64_t row_bytes, const float *x, float *out,
-                     float *out2, cudaStream_t st) {
+                     float *out2, int beside, cudaStream_t st) {
     cu_gemv_args g;
     memset(&g, 0, sizeof g);
     g.act_f32 = 1; g.w = w; g.w2 = w2; g.wtype = 108 /* CU_TYPE_Q8_0R */; g.rows = rows; g.in = in; g.row_bytes = row_bytes;
     g.act = x; g.act_stride = in * 4; g.act_div = 1; g.out = out; g.out2 = out2; g.out_stride = rows; g.ntok = 1; g.nt_hint = 1;
+    g.beside = beside;
     cu_gemv(&g, 1, st);
+}
+
+/* The shared down's small-block launch (cu_gemv_args.beside) against the
+ * default one on random Q8_0 rows (repacked) and activations: every output bit
+ * the same. */
+static int check_beside(int64_t rows, int64_t in) {
+    const quant_traits *t8 = quant_get(GGML_TYPE_Q8_0);
+    const uint64_t rb = (uint64_t)(in / 32) * t8->bytes;
+    const size_t n = (size_t)rows * rb;
+    uint8_t *h = malloc(n), *w;
+    float *x = malloc(sizeof(float) * in), *o0 = malloc(sizeof(float) * rows), *o1 = malloc(sizeof(float) * rows);
+    for (size_t b = 0; b < n / t8->bytes; b++) {
+        uint16_t d = f16_bits(0.001f + 0.002f * fabsf(frand()));
+        memcpy(h + b * t8->bytes, &d, 2);
+        for (int i = 0; i < 32; i++) h[b * t8->bytes + 2 + i] = (uint8_t)urand();
+    }
+    for (int64_t i = 0; i < in; i++) x[i] = frand() * (i % 7 == 0 ? 40.f : 1.f);
+    float *dx, *d0, *d1;
+    CK(cudaMalloc((void **)&w, n)); CK(cudaMalloc((void **)&dx, sizeof(float) * in));
+    CK(cudaMalloc((void **)&d0, sizeof(float) * rows)); CK(cudaMalloc((void **)&d1, sizeof(float) * rows));
+    CK(cudaMemcpy(w, h, n, cudaMemcpyHostToDevice)); CK(cudaMemcpy(dx, x, sizeof(float) * in, cudaMemcpyHostToDevice));
+    if (!cu_repack_q8_0(w, rows, in, rb, 0)) { printf("FAIL beside: q8_0 repack refused\n"); return 1; }
+    CK(cudaMemset(d1, 0xFF, sizeof(float) * rows));
+    q8r_gemv(w, NULL, rows, in, rb, dx, d0, NULL, 0, 0);
+    q8r_gemv(w, NULL, rows, in, rb, dx, d1, NULL, 1, 0);
+    CK(cudaDeviceSynchronize());
+    CK(cudaMemcpy(o0, d0, sizeof(float) * rows, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(o1, d1, sizeof(float) * rows, cudaMemcpyDeviceToHost));
+    int diff = 0;
+    double mx = 0;
+    for (int64_t i = 0; i < rows; i++) { diff += memcmp(&o0[i], &o1[i], 4) != 0; mx = fmax(mx, fabs(o0[i])); }
+    const int bad = diff || !(mx > 0);
+    printf("%s beside rows %lld in %lld: %d of %lld outputs differ from the default launch (max|out| %.3g)\n",
+           bad ? "FAIL" : "ok", (long long)rows, (long long)in, diff, (long long)rows, mx);
+    cudaFree(w); cudaFree(dx); cudaFree(d0); cudaFree(d1);
+    free(h); free(x); free(o0); free(o1);
+    return bad;
 }
 
 /* Flash shape timing (moe_ref.h): IQ2R gate + up (type 116), Q2_K down */
@@ -173,7 +212,8 @@ static void timing(int64_t in, int64_t ff, int E, int nsel) {
  * stream, and the shared expert (the Q8_0R gate + up pair over the same x,
  * the SwiGLU, the down: 2 x 2048 x 4096 and 4096 x 2048) forked onto a second
  * stream after the layer's start and joined after the routed down, as the
- * backend's ffn_layer runs them; then each half alone. The difference
+ * backend's ffn_layer runs them; then each half alone, and "both" with the
+ * shared down in small blocks (cu_gemv_args.beside). The difference
  * between "both" and "routed" is what the shared expert costs the step
  * (docs/performance.md, twenty-second session: 9-12 us a layer in the whole
  * step), measured apart from the rest of it. Weights are constant bytes. */
@@ -202,30 +242,30 @@ static void timing_ffn(void) {
     CK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming)); CK(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
     CK(cudaEventCreate(&a)); CK(cudaEventCreate(&b));
     const double bytes_r = 2.0 * nsel * ff * rbg + (double)nsel * in * rbd, bytes_s = 2.0 * ff * rbs + (double)in * rbsd;
-    const char *name[3] = {"routed", "shared", "both"};
-    for (int mode = 0; mode < 3; mode++) {
+    const char *name[4] = {"routed", "shared", "both", "beside"};
+    for (int mode = 0; mode < 4; mode++) {
         cudaGraph_t gr;
         cudaGraphExec_t ge;
         CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
         for (int k = 0; k < NS; k++) {
             const int *sel = t.dv.sel + k * nsel;
             cudaStream_t ss = st;
-            if (mode == 2) {
+            if (mode >= 2) {
                 CK(cudaEventRecord(fork, st));
                 CK(cudaStreamWaitEvent(st2, fork, 0));
                 ss = st2;
             }
             if (mode >= 1) {
-                q8r_gemv(sg, su, ff, in, rbs, t.dv.x, sgo, suo, ss);
+                q8r_gemv(sg, su, ff, in, rbs, t.dv.x, sgo, suo, 0, ss);
                 cu_swiglu(sgo, suo, NULL, 1, (int)ff, 0.f, smid, ss);
-                q8r_gemv(sd, NULL, in, ff, rbsd, smid, so, NULL, ss);
-                if (mode == 2) CK(cudaEventRecord(join, st2));
+                q8r_gemv(sd, NULL, in, ff, rbsd, smid, so, NULL, mode == 3, ss);
+                if (mode >= 2) CK(cudaEventRecord(join, st2));
             }
             if (mode != 1) {
                 dec_launch(&t, 0, sel, st);
                 dec_launch(&t, 1, sel, st);
             }
-            if (mode == 2) CK(cudaStreamWaitEvent(st, join, 0));
+            if (mode >= 2) CK(cudaStreamWaitEvent(st, join, 0));
         }
         CK(cudaStreamEndCapture(st, &gr));
         CK(cudaGraphInstantiate(&ge, gr, 0));
@@ -237,7 +277,7 @@ static void timing_ffn(void) {
             CK(cudaEventSynchronize(b));
             float ms; CK(cudaEventElapsedTime(&ms, a, b)); if (ms < best) best = ms;
         }
-        const double by = mode == 0 ? bytes_r : mode == 1 ? bytes_s : bytes_r + bytes_s;
+        const double by = mode == 0 ? bytes_r : mode == 1 ? bytes_s : bytes_r + bytes_s;     /* both, beside: all */
         printf("time ffn %-6s graph of %d layers: %.2f us a layer (%.0f GB/s)\n", name[mode], NS, best * 1e3 / NS,
                by / (best * 1e-3 / NS) / 1e9);
         cudaGraphExecDestroy(ge); cudaGraphDestroy(gr);
@@ -284,6 +324,9 @@ int main(int argc, char **argv) {
         }
     }
     cu_moe_mma_set(-1);
+    /* the shared down's shape (Flash: 4096 x 2048), and one with a partial last block */
+    bad += check_beside(4096, 2048);
+    bad += check_beside(1000, 512);
     printf("moe_dec_check: %s\n", bad ? "FAIL" : "all ok");
     return bad != 0;
 }
