@@ -17,9 +17,11 @@ awk -F, 'NR > 1 { exp_ctx = 16 * (NR - 1); if ($1 != exp_ctx || $2 != 16 || $3 <
 grep -q '<svg' "$T/b.svg" && grep -q 'polyline' "$T/b.svg" || fail "svg"
 grep -q 'decode' "$T/b.log" || fail "limit report on stderr"
 grep -q 'warm-up prefill 1 of 16 tokens' "$T/b.log" || fail "no warm-up report: $(cat "$T/b.log")"
+# each frontier's decode starts with one untimed step (the state restored after it)
+[ "$(grep -c 'untimed first step [0-9.]* ms' "$T/b.log")" -eq 3 ] || fail "untimed first decode step not reported per frontier: $(cat "$T/b.log")"
 # --warmup 0: no untimed prefill; a negative count is refused
 "$M" bench -m "$T/tiny.gguf" --backend cpu -t 2 --ctx-start 8 --ctx-max 8 -n 1 --warmup 0 2> "$T/w.log" > /dev/null || fail "warmup 0 run"
-if grep -q 'warm-up' "$T/w.log"; then fail "--warmup 0 still warmed up"; fi
+if grep -q 'warm-up\|untimed first step' "$T/w.log"; then fail "--warmup 0 still warmed up"; fi
 if "$M" bench -m "$T/tiny.gguf" --backend cpu --warmup -1 > /dev/null 2>&1; then fail "--warmup -1 accepted"; fi
 # frontier steps by multiplication, clamped to ctx-max
 "$M" bench -m "$T/tiny.gguf" --backend cpu -t 2 --ctx-start 10 --ctx-max 30 --step-mul 2 -n 2 2>/dev/null > "$T/m.csv" || fail "step-mul run"
