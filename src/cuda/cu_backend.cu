@@ -1433,8 +1433,8 @@ static void attention_layer(fwd *f, int il) {
  * one token's shared down in blocks small enough to share an SM with the
  * routed down (cu_gemv_args.beside; the same bits). In the decode graph the
  * down becomes ready as the routed gate + up ends and used to finish ~6 us a
- * layer after the routed down; decode +0.8-1.3% (docs/performance.md,
- * twenty-third session). */
+ * layer after the routed down; decode q2 +1.9%, q4 +3.6%, MXFP4 +2.6%
+ * (docs/performance.md, twenty-third session). */
 static int shdown_beside(void) {
     static int v = -1;
     if (v < 0) { const char *e = getenv("MINKE_CUDA_SHDOWN_BESIDE"); v = e && *e ? atoi(e) : 1; }

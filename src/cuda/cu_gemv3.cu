@@ -752,7 +752,7 @@ static void g3_launch_q8(const g3_args &a, int pairs, cudaStream_t st) {
  * streamed launch takes 288 threads and ~100 KB a block. In the decode graph
  * the shared expert's down becomes ready as the routed gate + up ends and
  * its blocks start only as the routed down (k_g3_q2k_downs, an SM a block)
- * drains; small blocks finish 4.9 us a layer after it instead of 6.1 (a
+ * drains; small blocks finish 5.1 us a layer after it instead of 6.1 (a
  * kernel trace, tools/dev/ktrace.c; docs/performance.md, twenty-third
  * session). One row a warp, lane l items l, l + 32, ..., then warp_sum: the
  * bits of k_g3_q8s and of the default launch (KS = 1). */
