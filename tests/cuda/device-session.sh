@@ -9,7 +9,8 @@
 # (several GPUs: run on nvidia-h200-x2 or larger; MULTI="q2:1 q2:2" picks the runs),
 # ablation (each decode stage left out of the graph in turn: its in-graph cost),
 # long (ctx 65536: prefill of the interval and decode there), ncupf (ncu of the
-# exact prefill's MoE product kernels: PFK="116 10" picks IQ2R / Q2_K), exps
+# exact prefill's MoE product kernels: PFK="116 10" picks IQ2R / Q2_K), trace (the decode
+# graph's kernels as they run, tools/dev/ktrace.c; TCTX the context, TENV settings), exps
 # (idx_check, then A/B benches of a setting against the defaults; EXPS4K /
 # EXPS64K pick the settings at ctx 4096 / 65536), mmx (cu_mmx's block layouts: checks, kernel
 # timings, prompt A/B; MMXT picks the layouts).
@@ -76,6 +77,17 @@ for step in "$@"; do
               ncu -i $OUT/pf$kk.ncu-rep --page source --csv --print-source sass > $OUT/pf$kk-sass.csv 2>&1
               rm -f $OUT/pf$kk.ncu-rep
           done ;;
+    trace) # every kernel of the decode steps with its GPU start / end (CUPTI, graph nodes included):
+          # the step, a CSA layer and the shared down's tail (tools/dev/ktrace_step.py); the CSV comes back xz'd
+          CU=$(ls /usr/local/cuda/targets/x86_64-linux/lib/libcupti.so* /usr/local/cuda*/targets/x86_64-linux/lib/libcupti.so* 2>/dev/null | head -1)
+          if [ -z "$CU" ] || [ ! -f $H/lib/ktrace.so ]; then echo "trace: no libcupti ($CU) or no $H/lib/ktrace.so"; else
+              env ${TENV:-X=1} KTRACE_CUPTI=$CU KTRACE_OUT=/tmp/ktrace.csv LD_PRELOAD=$PWD/$H/lib/ktrace.so timeout 150 $MINKE_BIN bench \
+                  --synthetic flash-q2 --ctx-start ${TCTX:-4096} --ctx-max ${TCTX:-4096} -n 16 > $OUT/trace-bench.log 2>&1
+              python3 tools/dev/ktrace_step.py /tmp/ktrace.csv | head -30
+              python3 tools/dev/ktrace_step.py /tmp/ktrace.csv --tail
+              python3 tools/dev/ktrace_step.py /tmp/ktrace.csv --layer ${TLAYER:-20}
+              xz -9 -T8 < /tmp/ktrace.csv > $OUT/ktrace-${TCTX:-4096}.csv.xz
+          fi ;;
     prof) MINKE_CUDA_PROFILE=1 timeout 200 $MINKE_BIN bench --synthetic flash-q2 --ctx-start 4096 --ctx-max 4096 -n 16 \
               --csv $OUT/prof.csv 2>&1 | tee $OUT/prof.log ;;
     ncu) # every kernel's duration, graphs off (a 4096-token prefill, then NCU_GEN decode steps): tools/ncu_table.py reads it

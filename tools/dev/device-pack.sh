@@ -35,6 +35,9 @@ for l in $(ldd build/s4/minke-cuda | awk '/=>/{print $3}'); do
     *) cp -L "$l" $S/lib/ ;;
     esac
 done
+# the kernel tracer (device-session.sh trace): CUPTI opened at run time, so its headers suffice here
+cc -O2 -fPIC -shared -I/usr/local/cuda/include tools/dev/ktrace.c -o $S/lib/ktrace.so -ldl ||
+    echo "device-pack: no ktrace.so (cupti_activity.h missing?)"
 strip -g $S/minke-cuda $S/minke-prev $S/bin/* 2>/dev/null || true
 tar cf - $S | xz -9 > "$O/s6.tar.xz"
 ls -la "$O/s6.tar.xz"

@@ -19,6 +19,7 @@ import argparse
 import collections
 import csv
 import shutil
+import signal
 import subprocess
 
 
@@ -106,6 +107,7 @@ def tail(step, short):
 
 
 def main():
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)     # quiet under | head
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("trace")
     ap.add_argument("--step", type=int, default=-3)
