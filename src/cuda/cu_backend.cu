@@ -1428,7 +1428,6 @@ static void attention_layer(fwd *f, int il) {
     hc_post(f, s->a, NULL);
 }
 
-/* The shared expert on f->st: so = down(swiglu(gate x, up x)). */
 /* MINKE_CUDA_SHDOWN_BESIDE (default 1; 0: the streamed launch as before):
  * one token's shared down in blocks small enough to share an SM with the
  * routed down (cu_gemv_args.beside; the same bits). In the decode graph the
@@ -1441,6 +1440,7 @@ static int shdown_beside(void) {
     return v;
 }
 
+/* The shared expert on f->st: so = down(swiglu(gate x, up x)). */
 static void shared_expert(fwd *f, const cu_layer *L, float clamp) {
     cu_session *s = f->s;
     int T = f->T, D = (int)f->c->n_embd, SF = f->cm->sfl;
