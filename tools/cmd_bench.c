@@ -287,10 +287,31 @@ static int argmax_skip(const float *x, int n, int skip) {
     return b;
 }
 
+/* MINKE_BENCH_PIPE (an experiment, CUDA, one GPU): 1 decodes each
+ * frontier's greedy steps with the argmax fed back on the device
+ * (cu_bench_greedy_run: every step enqueued, one wait), 2 the same and then
+ * checks its tokens against the step-by-step loop's; 0 (default) steps. */
+static int bench_pipe(void) {
+    const char *e = getenv("MINKE_BENCH_PIPE");
+    return e && *e ? atoi(e) : 0;
+}
+
 /* n greedy steps from token tok at position pos, EOS never chosen: the
- * seconds they took, or -1 with minke_last_error(). */
-static double greedy_steps(minke_model *m, void *bs, int is_cuda, int32_t tok, int pos, int n, float *logits, int V) {
+ * seconds they took, or -1 with minke_last_error(); toks (if not NULL) gets
+ * the n tokens. pipe: cu_bench_greedy_run where it applies. */
+static double greedy_steps(minke_model *m, void *bs, int is_cuda, int32_t tok, int pos, int n, float *logits, int V,
+                           int pipe, int32_t *toks) {
     double t0 = now_s();
+#ifdef MINKE_CUDA
+    if (is_cuda && pipe && n > 0) {
+        int32_t *t = toks ? toks : malloc(sizeof(int32_t) * (size_t)n);
+        int rc = t ? cu_bench_greedy_run(m, bs, tok, pos, n, EOS_ID, t) : -1;
+        if (t != toks) free(t);
+        if (rc < 0) return -1;
+        if (rc == 0) return now_s() - t0;
+        t0 = now_s();     /* it does not apply: step */
+    }
+#endif
     for (int k = 0; k < n; k++) {
         int32_t next;
 #ifdef MINKE_CUDA
@@ -301,9 +322,10 @@ static double greedy_steps(minke_model *m, void *bs, int is_cuda, int32_t tok, i
             if (m->ops->forward(m, bs, &tok, 1, pos + k, NULL, logits) != 0) return -1;
             next = argmax_skip(logits, V, EOS_ID);
         }
+        if (toks) toks[k] = next;
         tok = next;
     }
-    (void)is_cuda;
+    (void)is_cuda; (void)pipe;
     return now_s() - t0;
 }
 
@@ -481,6 +503,7 @@ int cmd_bench(int argc, char **argv) {
     fflush(out);
     row rows[256];
     int nrows = 0, prev = 0, rc = 0;
+    const int pipe = bench_pipe();
     for (int F = ctx_start; nrows < 256; ) {
         int np = F - prev;
         double t0 = now_s();
@@ -500,14 +523,26 @@ int cmd_bench(int argc, char **argv) {
          * first (--warmup > 0) and the state is restored, so every frontier's
          * steps are timed alike (before, the first frontier's included it) */
         if (gen > 0 && warmup > 0) {
-            tfirst = greedy_steps(m, bs, is_cuda, tok, F, 1, logits, V);
+            tfirst = greedy_steps(m, bs, is_cuda, tok, F, 1, logits, V, pipe, NULL);
             if (tfirst < 0 || m->ops->state_load(m, bs, F, snap) != 0) {
                 fprintf(stderr, "minke bench: untimed first decode step failed: %s\n", minke_last_error()); rc = 1; free(snap); break;
             }
         }
-        if (gen > 0) gen_ok = (tg = greedy_steps(m, bs, is_cuda, tok, F, gen, logits, V)) >= 0;
-        if (!gen_ok) { fprintf(stderr, "minke bench: decode failed: %s\n", minke_last_error()); rc = 1; free(snap); break; }
-        if (m->ops->state_load(m, bs, F, snap) != 0) { fprintf(stderr, "minke bench: restore failed: %s\n", minke_last_error()); rc = 1; free(snap); break; }
+        int32_t *ptoks = pipe == 2 && gen > 0 ? malloc(sizeof(int32_t) * 2 * (size_t)gen) : NULL;
+        if (gen > 0) gen_ok = (tg = greedy_steps(m, bs, is_cuda, tok, F, gen, logits, V, pipe, ptoks)) >= 0;
+        if (!gen_ok) { fprintf(stderr, "minke bench: decode failed: %s\n", minke_last_error()); rc = 1; free(snap); free(ptoks); break; }
+        if (m->ops->state_load(m, bs, F, snap) != 0) { fprintf(stderr, "minke bench: restore failed: %s\n", minke_last_error()); rc = 1; free(snap); free(ptoks); break; }
+        if (ptoks) {
+            /* MINKE_BENCH_PIPE=2: the same steps one by one must give the same tokens */
+            int same = greedy_steps(m, bs, is_cuda, tok, F, gen, logits, V, 0, ptoks + gen) >= 0 &&
+                       m->ops->state_load(m, bs, F, snap) == 0;
+            int diff = 0;
+            for (int k = 0; same && k < gen; k++) diff += ptoks[k] != ptoks[gen + k];
+            fprintf(stderr, "minke bench: ctx %d: pipelined greedy tokens %s the step-by-step ones (%d of %d differ)\n", F,
+                    same && !diff ? "equal" : "DIFFER from", diff, gen);
+            free(ptoks);
+            if (!same || diff) { rc = 1; free(snap); break; }
+        }
         /* several GPUs: the same steps without the all-reduces give the compute
          * alone; the rest of the step is communication (and waiting for the
          * slower GPU). Its tokens are wrong, so the state is restored after. */
@@ -515,7 +550,7 @@ int cmd_bench(int argc, char **argv) {
 #ifdef MINKE_CUDA
         if (comm && gen > 0) {
             cu_bench_set_comm(m, bs, 0);
-            gen_ok = (tcomp = greedy_steps(m, bs, is_cuda, tok, F, gen, logits, V)) >= 0;
+            gen_ok = (tcomp = greedy_steps(m, bs, is_cuda, tok, F, gen, logits, V, 0, NULL)) >= 0;
             cu_bench_set_comm(m, bs, 1);
             if (!gen_ok || m->ops->state_load(m, bs, F, snap) != 0) {
                 fprintf(stderr, "minke bench: decode without all-reduces failed: %s\n", minke_last_error()); rc = 1; free(snap); break;

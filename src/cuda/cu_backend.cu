@@ -133,6 +133,7 @@ struct cu_session {
     uint64_t act_bytes;
     int64_t score_stride;
     int *d_argmax;
+    int *d_seq, seq_cap;            /* cu_bench_greedy_run's tokens, a slot a step (grown on use) */
     float *attn_part;               /* split attention partials (small batches) */
     unsigned *o_amax;               /* a batch's largest finite |o| (float bits), from the attention for out_a */
     float *h_logits;                /* pinned, V floats */
@@ -792,7 +793,8 @@ static void dev_session_free(minke_model *m, cu_model *cm, cu_session *s) {
                     s->kvp, s->kvb, s->ca, s->cg, s->ia, s->ig, s->qi, s->wi, s->scores, s->o, s->z, s->a, s->sel,
                     s->nsel, s->rlog, s->rw, s->rsel, s->tpairs, s->tstart, s->tcount, s->texp, s->ntiles, s->eg,
                     s->eu, s->emid, s->eout, s->mo, s->sg, s->su, s->smid, s->so, s->hy, s->logits, s->act, s->d_argmax,
-                    s->attn_part, s->o_amax, s->act2, s->actx, s->asplit, s->asplit2, s->asplit3, s->comp_f32, s->d_kvok};
+                    s->attn_part, s->o_amax, s->act2, s->actx, s->asplit, s->asplit2, s->asplit3, s->comp_f32, s->d_kvok,
+                    s->d_seq};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cudaFree(bufs[i]);
     cudaFreeHost(s->h_pos); cudaFreeHost(s->h_tok); cudaFreeHost(s->h_logits);
     free(s);
@@ -1857,6 +1859,45 @@ extern "C" int cu_bench_greedy(minke_model *m, void *bs, int32_t token, int pos,
     int h = 0;
     if (cudaMemcpy(&h, s->d_argmax, 4, cudaMemcpyDeviceToHost) != cudaSuccess) { minke_set_error("cuda: argmax copy"); return -1; }
     *next = h;
+    return 0;
+}
+
+extern "C" int cu_bench_greedy_run(minke_model *m, void *bs, int32_t token, int pos, int n, int skip, int32_t *out) {
+    cu_gsession *gs = (cu_gsession *)bs;
+    cu_session *s = gs->dev[0];
+    cu_model *cm = GRP(m)->dev[0];
+    if (gs->n != 1 || n < 1 || m->tap || prof_on == 1 || getenv("MINKE_CUDA_NO_GRAPH")) return 1;
+    cudaSetDevice(cm->dev);
+    if (n > s->seq_cap) {
+        /* at least 4096 slots: the untimed first step (n = 1) allocates for the timed run */
+        cudaFree(s->d_seq);
+        s->seq_cap = n > 4096 ? n : 4096;
+        if (cudaMalloc((void **)&s->d_seq, sizeof(int) * (size_t)s->seq_cap) != cudaSuccess) {
+            s->seq_cap = 0; s->d_seq = NULL;
+            minke_set_error("cuda: greedy run: out of device memory");
+            return -1;
+        }
+    }
+    int *d_seq = s->d_seq;
+    /* step 0 as a plain decode: uploads token and position, makes the graph if needed */
+    if (group_chunk(m, gs, &token, 1, pos, NULL, NULL)) return -1;
+    cu_graph *g = NULL;
+    for (int i = 0; i < s->n_graphs; i++)
+        if (s->graphs[i].T == 1 && !s->graphs[i].with_logits) g = &s->graphs[i];
+    if (!g) return 1;
+    cudaStream_t st = cm->st;
+    cu_argmax(s->logits, m->w.cfg.n_vocab, skip, d_seq, st);
+    for (int k = 1; k < n; k++) {
+        /* the graph reads the token and position from s->d_tok / s->d_pos */
+        cu_token_feed(d_seq + k - 1, s->d_tok, s->d_pos, st);
+        if (cudaGraphLaunch(g->exec, st) != cudaSuccess) { minke_set_error("cuda: greedy run: graph launch"); return -1; }
+        cu_argmax(s->logits, m->w.cfg.n_vocab, skip, d_seq + k, st);
+    }
+    if (cudaMemcpyAsync(out, d_seq, sizeof(int) * (size_t)n, cudaMemcpyDeviceToHost, st) != cudaSuccess ||
+        cudaStreamSynchronize(st) != cudaSuccess) {
+        minke_set_error("cuda: greedy run: %s", cudaGetErrorString(cudaGetLastError()));
+        return -1;
+    }
     return 0;
 }
 

@@ -173,6 +173,15 @@ void cu_argmax(const float *x, int64_t n, int skip, int *out, cudaStream_t st) {
     cu_launch(k_argmax_final, 1, 32, 0, st, out);
 }
 
+__global__ void k_token_feed(const int *next, int32_t *tok, int *pos) {
+    cu_pdl_enter();
+    tok[0] = next[0];
+    pos[0] += 1;
+}
+void cu_token_feed(const int *next, int32_t *tok, int *pos, cudaStream_t st) {
+    cu_launch(k_token_feed, 1, 1, 0, st, next, tok, pos);
+}
+
 __device__ __forceinline__ uint32_t hash32(uint64_t x) {
     x ^= x >> 33; x *= 0xff51afd7ed558ccdULL; x ^= x >> 33; x *= 0xc4ceb9fe1a85ec53ULL; x ^= x >> 33;
     return (uint32_t)x;

@@ -272,6 +272,8 @@ void cu_moe_sum(const float *outp, const int *sel, int T, int K, int D, float *m
 
 /* argmax over n floats per row, skipping index `skip` (-1 none) */
 void cu_argmax(const float *x, int64_t n, int skip, int *out, cudaStream_t st);
+/* the next decode step's input on the device: tok[0] = next[0], pos[0] + 1 */
+void cu_token_feed(const int *next, int32_t *tok, int *pos, cudaStream_t st);
 /* deterministic fill of n bytes of synthetic weights for a type (bench) */
 /* byte_off: where dst starts in the whole tensor (a GPU's slice of the experts; a
  * multiple of 4), so the slice holds the values of that part of the whole */
