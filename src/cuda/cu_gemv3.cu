@@ -201,14 +201,15 @@ template <bool REP, int R, int KS, int NI>
 __global__ void __launch_bounds__(256) k_g3_q8(g3_args a) { g3_q8_body<REP, R, KS, NI>(a); }
 
 /* The same products in blocks of 4 warps at most 64 registers a thread
- * (cu_gemv_args.beside = 2, an experiment): an SM's registers are four files
- * of 16 K, one a scheduler, and a warp lives in one of them. Beside the routed
- * down (13 warps at 112 registers: 4 of them in one file, 14,336 registers,
- * 3 in each other) a 102-register warp (3,328) fits no file twice and the
- * first not at all, so a 4-warp block of k_g3_q8 waits for the routed down to
- * drain, as the kernel trace showed (docs/performance.md, twenty-third
- * session); at 64 registers (2,048) every file takes one. KS = 1: the bits of
- * k_g3_q8. */
+ * (cu_gemv_args.beside = 2, an experiment). The hypothesis it tests: an SM's
+ * registers are four files of 16 K, one a scheduler, and a warp lives in one
+ * of them. Beside the routed down (13 warps at 112 registers: 4 of them in
+ * one file, 14,336 registers, 3 in each other) a 102-register warp (3,328)
+ * fits no file twice and the first not at all, so a 4-warp block of k_g3_q8
+ * waits for the routed down to drain, as the kernel trace showed
+ * (docs/performance.md, twenty-third session), although the SM as a whole
+ * has the registers; at 64 registers (2,048) every file takes one. KS = 1:
+ * the bits of k_g3_q8. */
 template <bool REP, int R, int NI>
 __global__ void __launch_bounds__(128, 8) k_g3_q8_small(g3_args a) { g3_q8_body<REP, R, 1, NI>(a); }
 
