@@ -298,15 +298,14 @@ static int bench_pipe(void) {
 
 /* n greedy steps from token tok at position pos, EOS never chosen: the
  * seconds they took, or -1 with minke_last_error(); toks (if not NULL) gets
- * the n tokens. pipe: cu_bench_greedy_run where it applies. */
+ * the n tokens. pipe: cu_bench_greedy_run where it applies (toks then
+ * required: no allocation inside the timed steps). */
 static double greedy_steps(minke_model *m, void *bs, int is_cuda, int32_t tok, int pos, int n, float *logits, int V,
                            int pipe, int32_t *toks) {
     double t0 = now_s();
 #ifdef MINKE_CUDA
-    if (is_cuda && pipe && n > 0) {
-        int32_t *t = toks ? toks : malloc(sizeof(int32_t) * (size_t)n);
-        int rc = t ? cu_bench_greedy_run(m, bs, tok, pos, n, EOS_ID, t) : -1;
-        if (t != toks) free(t);
+    if (is_cuda && pipe && toks && n > 0) {
+        int rc = cu_bench_greedy_run(m, bs, tok, pos, n, EOS_ID, toks);
         if (rc < 0) return -1;
         if (rc == 0) return now_s() - t0;
         t0 = now_s();     /* it does not apply: step */
@@ -518,21 +517,22 @@ int cmd_bench(int argc, char **argv) {
         double tg = 0, tfirst = -1;
         int gen_ok = 1;
         /* the decode rate is the steady state: the session's first decode step
-         * also captures its CUDA graph (~10 ms, once a session), as the first
+         * also captures its CUDA graph (20-27 ms on the H200, once a session), as the first
          * prefill pays the kernels' loading (warm_up); that step runs untimed
          * first (--warmup > 0) and the state is restored, so every frontier's
          * steps are timed alike (before, the first frontier's included it) */
+        /* MINKE_BENCH_PIPE: the pipelined steps' tokens (and with 2 the step-by-step ones after them) */
+        int32_t *ptoks = pipe && gen > 0 ? malloc(sizeof(int32_t) * 2 * (size_t)gen) : NULL;
         if (gen > 0 && warmup > 0) {
-            tfirst = greedy_steps(m, bs, is_cuda, tok, F, 1, logits, V, pipe, NULL);
+            tfirst = greedy_steps(m, bs, is_cuda, tok, F, 1, logits, V, pipe, ptoks);
             if (tfirst < 0 || m->ops->state_load(m, bs, F, snap) != 0) {
-                fprintf(stderr, "minke bench: untimed first decode step failed: %s\n", minke_last_error()); rc = 1; free(snap); break;
+                fprintf(stderr, "minke bench: untimed first decode step failed: %s\n", minke_last_error()); rc = 1; free(snap); free(ptoks); break;
             }
         }
-        int32_t *ptoks = pipe == 2 && gen > 0 ? malloc(sizeof(int32_t) * 2 * (size_t)gen) : NULL;
         if (gen > 0) gen_ok = (tg = greedy_steps(m, bs, is_cuda, tok, F, gen, logits, V, pipe, ptoks)) >= 0;
         if (!gen_ok) { fprintf(stderr, "minke bench: decode failed: %s\n", minke_last_error()); rc = 1; free(snap); free(ptoks); break; }
         if (m->ops->state_load(m, bs, F, snap) != 0) { fprintf(stderr, "minke bench: restore failed: %s\n", minke_last_error()); rc = 1; free(snap); free(ptoks); break; }
-        if (ptoks) {
+        if (ptoks && pipe == 2) {
             /* MINKE_BENCH_PIPE=2: the same steps one by one must give the same tokens */
             int same = greedy_steps(m, bs, is_cuda, tok, F, gen, logits, V, 0, ptoks + gen) >= 0 &&
                        m->ops->state_load(m, bs, F, snap) == 0;
@@ -540,9 +540,9 @@ int cmd_bench(int argc, char **argv) {
             for (int k = 0; same && k < gen; k++) diff += ptoks[k] != ptoks[gen + k];
             fprintf(stderr, "minke bench: ctx %d: pipelined greedy tokens %s the step-by-step ones (%d of %d differ)\n", F,
                     same && !diff ? "equal" : "DIFFER from", diff, gen);
-            free(ptoks);
-            if (!same || diff) { rc = 1; free(snap); break; }
+            if (!same || diff) { rc = 1; free(snap); free(ptoks); break; }
         }
+        free(ptoks);
         /* several GPUs: the same steps without the all-reduces give the compute
          * alone; the rest of the step is communication (and waiting for the
          * slower GPU). Its tokens are wrong, so the state is restored after. */

@@ -1646,6 +1646,13 @@ static void forward_chunk(fwd *f, int all_rows) {
     PROF(f, "end");
 }
 
+/* the session's captured graph for batches of T (with or without all the logits), NULL if none yet */
+static cu_graph *session_graph(cu_session *s, int T, int with_logits) {
+    for (int i = 0; i < s->n_graphs; i++)
+        if (s->graphs[i].T == T && s->graphs[i].with_logits == with_logits) return &s->graphs[i];
+    return NULL;
+}
+
 /* One chunk on one GPU (its thread, its device current). With several GPUs
  * every GPU runs this at once; only rank 0 is given logit buffers and taps. */
 static int run_chunk(minke_model *m, cu_model *cm, cu_session *s, int comm_on, const int32_t *tokens, int T, int pos0,
@@ -1673,9 +1680,7 @@ static int run_chunk(minke_model *m, cu_model *cm, cu_session *s, int comm_on, c
         f.side = !any_taps && prof_on != 1 && !getenv("MINKE_CUDA_NO_SIDE");
         int use_graph = !any_taps && T == 1 && !getenv("MINKE_CUDA_NO_GRAPH") && prof_on != 1;
         if (use_graph) {
-            cu_graph *g = NULL;
-            for (int i = 0; i < s->n_graphs; i++)
-                if (s->graphs[i].T == T && s->graphs[i].with_logits == want_all) g = &s->graphs[i];
+            cu_graph *g = session_graph(s, T, want_all);
             if (!g && s->n_graphs < 4) {
                 cudaGraph_t graph;
                 /* X/X2 swap an even number of times per layer pair, so the captured pointers repeat */
@@ -1883,9 +1888,7 @@ extern "C" int cu_bench_greedy_run(minke_model *m, void *bs, int32_t token, int 
     int *d_seq = s->d_seq;
     /* step 0 as a plain decode: uploads token and position, makes the graph if needed */
     if (group_chunk(m, gs, &token, 1, pos, NULL, NULL)) return -1;
-    cu_graph *g = NULL;
-    for (int i = 0; i < s->n_graphs; i++)
-        if (s->graphs[i].T == 1 && !s->graphs[i].with_logits) g = &s->graphs[i];
+    cu_graph *g = session_graph(s, 1, 0);
     if (!g) return 1;
     cudaStream_t st = cm->st;
     cu_argmax(s->logits, m->w.cfg.n_vocab, skip, d_seq, st);

@@ -772,20 +772,18 @@ static void g3_launch_q8(const g3_args &a, int pairs, cudaStream_t st) {
  * kernel trace, tools/dev/ktrace.c; docs/performance.md, twenty-third
  * session). One row a warp, lane l items l, l + 32, ..., then warp_sum: the
  * bits of k_g3_q8s and of the default launch (KS = 1). */
-static void g3_launch_q8_beside(const g3_args &a, int mode, cudaStream_t st) {
-    constexpr int W = 4;
+template <typename K>
+static void g3_launch_4warps(K k, int rows_per_warp, const g3_args &a, cudaStream_t st) {
+    const int rpb = 4 * rows_per_warp;
     const size_t smem = g3_items_bytes(a.in);
-    if (mode == 2) {
-        /* k_g3_q8_small: a row a warp, two items in flight, at most 64 registers
-         * (60 bytes of spills: fewer bytes in flight cost more beside the down) */
-        constexpr int R = 1, NI = 2;
-        g3_smem_attr(k_g3_q8_small<true, R, NI>, smem);
-        cu_launch(k_g3_q8_small<true, R, NI>, dim3((unsigned)((a.rows + W * R - 1) / (W * R))), W * 32, smem, st, a);
-        return;
-    }
-    constexpr int R = 2, NI = 2;
-    g3_smem_attr(k_g3_q8<true, R, 1, NI>, smem);
-    cu_launch(k_g3_q8<true, R, 1, NI>, dim3((unsigned)((a.rows + W * R - 1) / (W * R))), W * 32, smem, st, a);
+    g3_smem_attr(k, smem);
+    cu_launch(k, dim3((unsigned)((a.rows + rpb - 1) / rpb)), 4 * 32, smem, st, a);
+}
+static void g3_launch_q8_beside(const g3_args &a, int mode, cudaStream_t st) {
+    /* 2: k_g3_q8_small, a row a warp, two items in flight, at most 64 registers
+     * (60 bytes of spills: fewer bytes in flight cost more beside the down) */
+    if (mode == 2) g3_launch_4warps(k_g3_q8_small<true, 1, 2>, 1, a, st);
+    else g3_launch_4warps(k_g3_q8<true, 2, 1, 2>, 2, a, st);
 }
 
 /* The streamed kernels have their bodies on this device: code built for

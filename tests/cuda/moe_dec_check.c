@@ -29,13 +29,14 @@
 /* MINKE_CUDA_MOE_MMA for the IQ2R cases: 1 the tensor-core gate + up, 0 the dp4a one */
 static int mma_mode = 1;
 
-/* random blocks of a type with sane scales: IQ2_XXS d at byte 0, Q2_K d/dmin at 80/82 */
+/* random blocks of a type with sane scales: IQ2_XXS and Q8_0 d at byte 0, Q2_K d/dmin at 80/82 */
 static void fill(int type, uint8_t *p, size_t nblocks) {
     size_t bs = quant_get(type)->bytes;
     for (size_t b = 0; b < nblocks; b++) {
         uint8_t *q = p + b * bs;
         for (size_t i = 0; i < bs; i++) q[i] = (uint8_t)urand();
         if (type == GGML_TYPE_IQ2_XXS) { uint16_t d = f16_bits(0.002f + 0.004f * fabsf(frand())); memcpy(q, &d, 2); }
+        else if (type == GGML_TYPE_Q8_0) { uint16_t d = f16_bits(0.001f + 0.002f * fabsf(frand())); memcpy(q, &d, 2); }
         else { uint16_t d = f16_bits(0.001f + 0.002f * fabsf(frand())), m = f16_bits(0.0005f + 0.001f * fabsf(frand()));
                memcpy(q + 80, &d, 2); memcpy(q + 82, &m, 2); }
     }
@@ -163,11 +164,7 @@ static int check_beside(int64_t rows, int64_t in, int mode) {
     const size_t n = (size_t)rows * rb;
     uint8_t *h = malloc(n), *w;
     float *x = malloc(sizeof(float) * in), *o0 = malloc(sizeof(float) * rows), *o1 = malloc(sizeof(float) * rows);
-    for (size_t b = 0; b < n / t8->bytes; b++) {
-        uint16_t d = f16_bits(0.001f + 0.002f * fabsf(frand()));
-        memcpy(h + b * t8->bytes, &d, 2);
-        for (int i = 0; i < 32; i++) h[b * t8->bytes + 2 + i] = (uint8_t)urand();
-    }
+    fill(GGML_TYPE_Q8_0, h, n / t8->bytes);
     for (int64_t i = 0; i < in; i++) x[i] = frand() * (i % 7 == 0 ? 40.f : 1.f);
     float *dx, *d0, *d1;
     CK(cudaMalloc((void **)&w, n)); CK(cudaMalloc((void **)&dx, sizeof(float) * in));
