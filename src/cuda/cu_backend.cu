@@ -1435,9 +1435,9 @@ static void attention_layer(fwd *f, int il) {
  * routed down (cu_gemv_args.beside; the same bits). In the decode graph the
  * down becomes ready as the routed gate + up ends and used to finish ~6 us a
  * layer after the routed down; decode q2 +1.9%, q4 +3.6%, MXFP4 +2.6%
- * (docs/performance.md, twenty-third session). 2 (an experiment): blocks of
- * at most 64 registers a thread (k_g3_q8_small), which fit each scheduler's
- * register file beside the routed down's warps. */
+ * (docs/performance.md, twenty-third session; blocks of at most 64 registers,
+ * which would fit each scheduler's register file beside the routed down's
+ * warps, were slower: twenty-fourth session). */
 static int shdown_beside(void) {
     static int v = -1;
     if (v < 0) { const char *e = getenv("MINKE_CUDA_SHDOWN_BESIDE"); v = e && *e ? atoi(e) : 1; }
@@ -1450,7 +1450,7 @@ static void shared_expert(fwd *f, const cu_layer *L, float clamp) {
     int T = f->T, D = (int)f->c->n_embd, SF = f->cm->sfl;
     matmul2(f, &L->gate_shexp, &L->up_shexp, s->x, D, SF, s->sg, s->su, SF, T);
     cu_swiglu(s->sg, s->su, NULL, T, SF, clamp, s->smid, f->st);
-    f->beside = T == 1 && f->side ? shdown_beside() : 0;
+    f->beside = T == 1 && f->side && shdown_beside();
     matmul(f, &L->down_shexp, s->smid, SF, D, s->so, D, T);
     f->beside = 0;
 }

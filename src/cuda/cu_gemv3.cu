@@ -200,19 +200,6 @@ __device__ __forceinline__ void g3_q8_body(const g3_args &a) {
 template <bool REP, int R, int KS, int NI>
 __global__ void __launch_bounds__(256) k_g3_q8(g3_args a) { g3_q8_body<REP, R, KS, NI>(a); }
 
-/* The same products in blocks of 4 warps at most 64 registers a thread
- * (cu_gemv_args.beside = 2, an experiment). The hypothesis it tests: an SM's
- * registers are four files of 16 K, one a scheduler, and a warp lives in one
- * of them. Beside the routed down (13 warps at 112 registers: 4 of them in
- * one file, 14,336 registers, 3 in each other) a 102-register warp (3,328)
- * fits no file twice and the first not at all, so a 4-warp block of k_g3_q8
- * waits for the routed down to drain, as the kernel trace showed
- * (docs/performance.md, twenty-third session), although the SM as a whole
- * has the registers; at 64 registers (2,048) every file takes one. KS = 1:
- * the bits of k_g3_q8. */
-template <bool REP, int R, int NI>
-__global__ void __launch_bounds__(128, 8) k_g3_q8_small(g3_args a) { g3_q8_body<REP, R, 1, NI>(a); }
-
 /* Q8_0R streamed through shared memory (sm_90: cu_bulk.cuh). A block takes
  * a contiguous range of rows (in one input group) and streams it in stages
  * of RPS rows (a row, or a few short ones: stages of a few KB, so the first
@@ -770,20 +757,14 @@ static void g3_launch_q8(const g3_args &a, int pairs, cudaStream_t st) {
  * its blocks start only as the routed down (k_g3_q2k_downs, an SM a block)
  * drains; small blocks finish 5.1 us a layer after it instead of 6.1 (a
  * kernel trace, tools/dev/ktrace.c; docs/performance.md, twenty-third
- * session). One row a warp, lane l items l, l + 32, ..., then warp_sum: the
- * bits of k_g3_q8s and of the default launch (KS = 1). */
-template <typename K>
-static void g3_launch_4warps(K k, int rows_per_warp, const g3_args &a, cudaStream_t st) {
-    const int rpb = 4 * rows_per_warp;
+ * session; blocks held to 64 registers were slower: twenty-fourth). A row's
+ * lane l takes items l, l + 32, ..., then warp_sum: the bits of k_g3_q8s and
+ * of the default launch (KS = 1). */
+static void g3_launch_q8_beside(const g3_args &a, cudaStream_t st) {
+    constexpr int R = 2, NI = 2, W = 4;
     const size_t smem = g3_items_bytes(a.in);
-    g3_smem_attr(k, smem);
-    cu_launch(k, dim3((unsigned)((a.rows + rpb - 1) / rpb)), 4 * 32, smem, st, a);
-}
-static void g3_launch_q8_beside(const g3_args &a, int mode, cudaStream_t st) {
-    /* 2: k_g3_q8_small, a row a warp, two items in flight, at most 64 registers
-     * (60 bytes of spills: fewer bytes in flight cost more beside the down) */
-    if (mode == 2) g3_launch_4warps(k_g3_q8_small<true, 1, 2>, 1, a, st);
-    else g3_launch_4warps(k_g3_q8<true, 2, 1, 2>, 2, a, st);
+    g3_smem_attr(k_g3_q8<true, R, 1, NI>, smem);
+    cu_launch(k_g3_q8<true, R, 1, NI>, dim3((unsigned)((a.rows + W * R - 1) / (W * R))), W * 32, smem, st, a);
 }
 
 /* The streamed kernels have their bodies on this device: code built for
@@ -881,7 +862,7 @@ extern "C" int cu_gemv3(const cu_gemv_args *g, cudaStream_t st) {
     const int pairs = g->w2 ? 2 : 1;
     if (g->beside && g->wtype == CU_TYPE_Q8_0R && !g->w2 && !g->group_rows && !((uintptr_t)g->act & 15) &&
         !(((uintptr_t)g->w | g->row_bytes) & 15)) {
-        g3_launch_q8_beside(a, g->beside, st);
+        g3_launch_q8_beside(a, st);
         return 1;
     }
     if (g->wtype == CU_TYPE_Q8_0R && !((uintptr_t)g->act & 15) && !(g->group_rows && (g->group_act_bytes & 15)) &&

@@ -40,7 +40,7 @@ typedef struct cu_gemv_args {
                                  the kernel that wrote them found it; NULL: cu_mmh finds it */
     int beside;               /* one token: a product that runs beside a kernel holding most of each
                                  SM (the shared expert's down beside the routed down): small blocks
-                                 where cu_gemv3 has them (2: at most 64 registers), the same bits */
+                                 where cu_gemv3 has them, the same bits */
 } cu_gemv_args;
 
 #ifdef __cplusplus

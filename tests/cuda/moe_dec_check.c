@@ -155,10 +155,10 @@ static void q8r_gemv(const void *w, const void *w2, int64_t rows, int64_t in, ui
     cu_gemv(&g, 1, st);
 }
 
-/* The shared down's small-block launches (cu_gemv_args.beside = mode: 1
- * k_g3_q8 in 4-warp blocks, 2 k_g3_q8_small) against the default one on
- * random Q8_0 rows (repacked) and activations: every output bit the same. */
-static int check_beside(int64_t rows, int64_t in, int mode) {
+/* The shared down's small-block launch (cu_gemv_args.beside: k_g3_q8 in
+ * 4-warp blocks) against the default one on random Q8_0 rows (repacked) and
+ * activations: every output bit the same. */
+static int check_beside(int64_t rows, int64_t in) {
     const quant_traits *t8 = quant_get(GGML_TYPE_Q8_0);
     const uint64_t rb = (uint64_t)(in / 32) * t8->bytes;
     const size_t n = (size_t)rows * rb;
@@ -173,7 +173,7 @@ static int check_beside(int64_t rows, int64_t in, int mode) {
     if (!cu_repack_q8_0(w, rows, in, rb, 0)) { printf("FAIL beside: q8_0 repack refused\n"); return 1; }
     CK(cudaMemset(d1, 0xFF, sizeof(float) * rows));
     q8r_gemv(w, NULL, rows, in, rb, dx, d0, NULL, 0, 0);
-    q8r_gemv(w, NULL, rows, in, rb, dx, d1, NULL, mode, 0);
+    q8r_gemv(w, NULL, rows, in, rb, dx, d1, NULL, 1, 0);
     CK(cudaDeviceSynchronize());
     CK(cudaMemcpy(o0, d0, sizeof(float) * rows, cudaMemcpyDeviceToHost));
     CK(cudaMemcpy(o1, d1, sizeof(float) * rows, cudaMemcpyDeviceToHost));
@@ -181,8 +181,8 @@ static int check_beside(int64_t rows, int64_t in, int mode) {
     double mx = 0;
     for (int64_t i = 0; i < rows; i++) { diff += memcmp(&o0[i], &o1[i], 4) != 0; mx = fmax(mx, fabs(o0[i])); }
     const int bad = diff || !(mx > 0);
-    printf("%s beside %d rows %lld in %lld: %d of %lld outputs differ from the default launch (max|out| %.3g)\n",
-           bad ? "FAIL" : "ok", mode, (long long)rows, (long long)in, diff, (long long)rows, mx);
+    printf("%s beside rows %lld in %lld: %d of %lld outputs differ from the default launch (max|out| %.3g)\n",
+           bad ? "FAIL" : "ok", (long long)rows, (long long)in, diff, (long long)rows, mx);
     cudaFree(w); cudaFree(dx); cudaFree(d0); cudaFree(d1);
     free(h); free(x); free(o0); free(o1);
     return bad;
@@ -210,8 +210,7 @@ static void timing(int64_t in, int64_t ff, int E, int nsel) {
  * the SwiGLU, the down: 2 x 2048 x 4096 and 4096 x 2048) forked onto a second
  * stream after the layer's start and joined after the routed down, as the
  * backend's ffn_layer runs them; then each half alone, and "both" with the
- * shared down in small blocks (cu_gemv_args.beside 1: "beside", 2: "small",
- * at most 64 registers). The difference
+ * shared down in small blocks (cu_gemv_args.beside: "beside"). The difference
  * between "both" and "routed" is what the shared expert costs the step
  * (docs/performance.md, twenty-second session: 9-12 us a layer in the whole
  * step), measured apart from the rest of it. Weights are constant bytes. */
@@ -240,8 +239,8 @@ static void timing_ffn(void) {
     CK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming)); CK(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
     CK(cudaEventCreate(&a)); CK(cudaEventCreate(&b));
     const double bytes_r = 2.0 * nsel * ff * rbg + (double)nsel * in * rbd, bytes_s = 2.0 * ff * rbs + (double)in * rbsd;
-    const char *name[5] = {"routed", "shared", "both", "beside", "small"};
-    for (int mode = 0; mode < 5; mode++) {
+    const char *name[4] = {"routed", "shared", "both", "beside"};
+    for (int mode = 0; mode < 4; mode++) {
         cudaGraph_t gr;
         cudaGraphExec_t ge;
         CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
@@ -256,7 +255,7 @@ static void timing_ffn(void) {
             if (mode >= 1) {
                 q8r_gemv(sg, su, ff, in, rbs, t.dv.x, sgo, suo, 0, ss);
                 cu_swiglu(sgo, suo, NULL, 1, (int)ff, 0.f, smid, ss);
-                q8r_gemv(sd, NULL, in, ff, rbsd, smid, so, NULL, mode >= 3 ? mode - 2 : 0, ss);
+                q8r_gemv(sd, NULL, in, ff, rbsd, smid, so, NULL, mode == 3, ss);
                 if (mode >= 2) CK(cudaEventRecord(join, st2));
             }
             if (mode != 1) {
@@ -275,7 +274,7 @@ static void timing_ffn(void) {
             CK(cudaEventSynchronize(b));
             float ms; CK(cudaEventElapsedTime(&ms, a, b)); if (ms < best) best = ms;
         }
-        const double by = mode == 0 ? bytes_r : mode == 1 ? bytes_s : bytes_r + bytes_s;     /* both, beside, small: all */
+        const double by = mode == 0 ? bytes_r : mode == 1 ? bytes_s : bytes_r + bytes_s;     /* both, beside: all */
         printf("time ffn %-6s graph of %d layers: %.2f us a layer (%.0f GB/s)\n", name[mode], NS, best * 1e3 / NS,
                by / (best * 1e-3 / NS) / 1e9);
         cudaGraphExecDestroy(ge); cudaGraphDestroy(gr);
@@ -323,10 +322,8 @@ int main(int argc, char **argv) {
     }
     cu_moe_mma_set(-1);
     /* the shared down's shape (Flash: 4096 x 2048), and one with a partial last block */
-    for (int mode = 1; mode <= 2; mode++) {
-        bad += check_beside(4096, 2048, mode);
-        bad += check_beside(1000, 512, mode);
-    }
+    bad += check_beside(4096, 2048);
+    bad += check_beside(1000, 512);
     printf("moe_dec_check: %s\n", bad ? "FAIL" : "all ok");
     return bad != 0;
 }
