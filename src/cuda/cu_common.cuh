@@ -248,7 +248,28 @@ __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_gr
  * small kernels of a decode step overlaps the previous kernel. The wait comes
  * before any memory access, so a kernel's completion still implies its
  * predecessors' completion. */
+/* Grids of fewer than CU_PDL_EARLY_MIN_BLOCKS blocks do not trigger: their
+ * dependents launch as they exit. Measured (tools/dev/chainbench.cu, H200):
+ * a one-block kernel that triggers at its start costs ~2.1 us more a link of
+ * a chain of such kernels than one that does not (two blocks ~0.5 us, eight
+ * ~0.1). In the decode step (its one-block norm, routing, compressor and KV
+ * kernels, the shared expert's two-block SwiGLU) +0.35% at ctx 4096. */
+#ifndef CU_PDL_EARLY_MIN_BLOCKS
+#define CU_PDL_EARLY_MIN_BLOCKS 3
+#endif
 __device__ __forceinline__ void cu_pdl_enter() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    if (gridDim.x * gridDim.y * gridDim.z >= CU_PDL_EARLY_MIN_BLOCKS)
+        asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+/* cu_pdl_enter that lets the next kernel launch whatever this grid's size:
+ * the indexer's one-block top-k, whose successor (the attention) measured
+ * better launched early (decode +0.6% at 4096, +1.1% at 65536 over the rule
+ * above; the routing likewise measured -0.5%: docs/performance.md,
+ * twenty-fourth session). */
+__device__ __forceinline__ void cu_pdl_enter_early() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");

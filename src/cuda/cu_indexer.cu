@@ -966,7 +966,7 @@ __global__ void __launch_bounds__(TOPK_THREADS) k_idx_topk(const float *scores, 
 #define TK_CACHE 32768
 __global__ void __launch_bounds__(TOPK_THREADS) k_idx_topk_r(const float *scores, int64_t sstride, int topk,
                                                             const int *pos0p, int *sel, int *nsel, int cache) {
-    cu_pdl_enter();
+    cu_pdl_enter_early();
     extern __shared__ uint32_t keys[];
     __shared__ int hist[2048];
     __shared__ int wsa[32], wsb[32];
