@@ -98,6 +98,18 @@ int minke_prefill(minke_session *s, const int32_t *tokens, int n, float *all_log
 int minke_decode(minke_session *s, int32_t token);  /* = prefill of one token */
 const float *minke_logits(const minke_session *s);  /* n_vocab floats, NULL before the first token */
 
+/* The next token from the session's last logits, as the sampler
+ * (src/engine/sample.h) picks it from minke_logits(): the same token and the
+ * same draw of its generator; force_greedy: the argmax for this token. After
+ * a one-token minke_decode on a backend that keeps the logits on the device
+ * (CUDA) only the argmax and the candidates above the min-p floor come back
+ * (copying the vocabulary's logits and scanning them on the host cost ~8% of
+ * a decode step on an H200); settings that need the whole distribution
+ * (top_k, top_p < 1, min_p 0) fetch it. -1 with minke_last_error() when there
+ * are no logits or the device failed. */
+struct sampler;
+int32_t minke_sample(minke_session *s, struct sampler *sp, int force_greedy);
+
 /* In-memory snapshots (copy of the whole live state, including last logits). */
 minke_snapshot *minke_snapshot_take(const minke_session *s);
 int minke_snapshot_restore(minke_session *s, const minke_snapshot *snap);

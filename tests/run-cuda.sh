@@ -37,7 +37,7 @@ fi
 nvidia-smi -L
 
 if [ "${CUDA_TEST_PART:-all}" != model ]; then
-for k in gemv_check mmq_exact mmf16_check mmh_check mmx_check hc_check attn_check idx_check argmax_check moe_dec_check moes_check kvfmt_check nccl_check; do
+for k in gemv_check mmq_exact mmf16_check mmh_check mmx_check hc_check attn_check idx_check argmax_check sample_check moe_dec_check moes_check kvfmt_check nccl_check; do
     [ -x "$B/tests/cuda/$k" ] || continue
     if "$B/tests/cuda/$k" ${GEMV_TIME:+--time} > "$T/$k.log" 2>&1; then ok $k; else bad $k; fi
     grep -E '^(FAIL|time)' "$T/$k.log"
@@ -196,6 +196,20 @@ for v in "on decode" "on chunk37" "off decode"; do
             >> "$T/$name.log" 2>&1; then bad "$name"; tail -5 "$T/$name.log"; continue; fi
     V=$(( $(wc -c < "$O") / 4 / NTOK ))
     if "$B/tests/cuda/cmp_f32" "$A" "$O" "$V" 0 --argmax --label "$name"; then ok "$name"; else bad "$name"; fi
+done
+
+# chat and serve's decode (minke_decode, minke_sample): the logits stay on the device and only the
+# sampler's candidates come back (cu_sample.cu); the same seed must sample the same tokens as
+# every step's logits fetched and sampled on the host (bench --sample, with and without --host-logits)
+for sims in on off; do
+    "$M" bench -m "$T/tiny-q2.gguf" --backend cuda --sims $sims --ctx-start 40 --ctx-max 120 --step-incr 40 -n 24 \
+        --sample > /dev/null 2> "$T/sample-dev-$sims.log" &&
+    "$M" bench -m "$T/tiny-q2.gguf" --backend cuda --sims $sims --ctx-start 40 --ctx-max 120 --step-incr 40 -n 24 \
+        --sample --host-logits > /dev/null 2> "$T/sample-host-$sims.log" &&
+    H1=$(grep -o 'tokens hash [0-9a-f]*' "$T/sample-dev-$sims.log" | tr '\n' ' ') &&
+    H2=$(grep -o 'tokens hash [0-9a-f]*' "$T/sample-host-$sims.log" | tr '\n' ' ') &&
+    [ "$(echo "$H1" | wc -w)" -eq 9 ] && [ "$H1" = "$H2" ] && ok "sample-device-$sims" ||
+        { bad "sample-device-$sims"; echo "device: $H1 host: $H2"; tail -2 "$T/sample-dev-$sims.log"; }
 done
 
 # ds4 numerics (--act q8) on q2: held to the noise bound of the CPU's q8-vs-exact difference

@@ -23,6 +23,19 @@ grep -q 'warm-up prefill 1 of 16 tokens' "$T/b.log" || fail "no warm-up report: 
 "$M" bench -m "$T/tiny.gguf" --backend cpu -t 2 --ctx-start 8 --ctx-max 8 -n 1 --warmup 0 2> "$T/w.log" > /dev/null || fail "warmup 0 run"
 if grep -q 'warm-up\|untimed first step' "$T/w.log"; then fail "--warmup 0 still warmed up"; fi
 if "$M" bench -m "$T/tiny.gguf" --backend cpu --warmup -1 > /dev/null 2>&1; then fail "--warmup -1 accepted"; fi
+# --host-logits (the engine's decode path; on the CPU the logits are the host's already) runs
+"$M" bench -m "$T/tiny.gguf" --backend cpu -t 2 --ctx-start 8 --ctx-max 8 -n 2 --host-logits 2> /dev/null > "$T/h.csv" ||
+    fail "host-logits run"
+[ "$(wc -l < "$T/h.csv")" -eq 2 ] || fail "host-logits csv: $(cat "$T/h.csv")"
+# --sample: the engine's decode (minke_sample) at each frontier, its rate and the hash of its tokens;
+# with --host-logits the same seed samples the same tokens from the fetched logits
+"$M" bench -m "$T/tiny.gguf" --backend cpu -t 2 --ctx-start 8 --ctx-max 16 --step-incr 8 -n 6 --sample 2> "$T/s1.log" > /dev/null ||
+    fail "sample run"
+"$M" bench -m "$T/tiny.gguf" --backend cpu -t 2 --ctx-start 8 --ctx-max 16 --step-incr 8 -n 6 --sample --host-logits \
+    2> "$T/s2.log" > /dev/null || fail "sample host-logits run"
+H1=$(grep -o 'sampled through the engine at temperature [0-9.]* [0-9.]* tok/s (tokens hash [0-9a-f]*' "$T/s1.log" | sed 's/.*hash //' | tr '\n' ' ')
+H2=$(grep -o 'tokens hash [0-9a-f]*' "$T/s2.log" | sed 's/.*hash //' | tr '\n' ' ')
+[ "$(echo "$H1" | wc -w)" -eq 2 ] && [ "$H1" = "$H2" ] || fail "sampled tokens: '$H1' against '$H2'"
 # frontier steps by multiplication, clamped to ctx-max
 "$M" bench -m "$T/tiny.gguf" --backend cpu -t 2 --ctx-start 10 --ctx-max 30 --step-mul 2 -n 2 2>/dev/null > "$T/m.csv" || fail "step-mul run"
 [ "$(cut -d, -f1 "$T/m.csv" | tr '\n' ' ')" = "ctx_tokens 10 20 30 " ] || fail "step-mul frontiers: $(cat "$T/m.csv")"

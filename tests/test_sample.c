@@ -1,8 +1,10 @@
 /* test_sample.c: the sampler (serving.md §3): greedy is the argmax, a seed
  * reproduces a sequence, top_k=1 is greedy, sampled frequencies follow the
  * softmax of logits/T (chi-square), top-p and min-p never pick the excluded
- * tail and renormalise the rest, non-finite logits are never chosen, and a
- * full 129,280-token vocabulary samples fast.
+ * tail and renormalise the rest, non-finite logits are never chosen, a
+ * full 129,280-token vocabulary samples fast, and sampling from the
+ * candidates a device sends back (sampler_cands_plan / sampler_sample_cands)
+ * picks the very tokens, with the same draws, as sampling from all logits.
  */
 #include <math.h>
 #include <stdio.h>
@@ -280,6 +282,57 @@ static void test_speed(void) {
     free(l);
 }
 
+/* The candidates a backend would send for plan 2: finite logits >= lmax +
+ * floor_off, increasing ids. Against sampler_sample on the same logits with
+ * a sampler of the same seed: every draw the same token. Logits: random,
+ * sharp (a few candidates) and flat (thousands), with ties, NaN and +-inf. */
+static void test_candidates(void) {
+    enum { V = 20000, DRAWS = 200 };
+    float *l = malloc(sizeof *l * V), *cv = malloc(sizeof *cv * V);
+    int32_t *ci = malloc(sizeof *ci * V);
+    const float temps[] = {1.0f, 0.6f, 1.7f, 0.0f}, minps[] = {0.05f, 0.2f, 0.001f, 0.0f};
+    int plans[3] = {0, 0, 0}, same = 1, maxn = 0;
+    for (int shape = 0; shape < 3; shape++)
+        for (int ti = 0; ti < 4; ti++)
+            for (int mi = 0; mi < 4; mi++) {
+                const float spread = shape == 0 ? 8.0f : shape == 1 ? 40.0f : 0.5f;
+                for (int i = 0; i < V; i++) l[i] = (test_randf() * 2 - 1) * spread;
+                l[17] = l[9000] = 3.0f * spread;                        /* a tie for the best */
+                l[5] = NAN; l[6] = INFINITY; l[7] = -INFINITY;
+                for (int i = 100; i < 140; i++) l[i] = l[9000] - 0.01f * (float)(i - 100);   /* near the top */
+                sampler_params p = params(temps[ti], 1.0f, minps[mi], 0, 1234 + shape * 16 + ti * 4 + mi);
+                sampler *a = sampler_new(&p), *b = sampler_new(&p);
+                float off = 0;
+                const int plan = sampler_cands_plan(b, 0, &off);
+                plans[plan]++;
+                const int32_t amax = sampler_argmax(l, V);
+                int n = 0;
+                if (plan == 2)
+                    for (int i = 0; i < V; i++)
+                        if (isfinite(l[i]) && l[i] >= l[amax] + off) { ci[n] = i; cv[n] = l[i]; n++; }
+                if (n > maxn) maxn = n;
+                for (int d = 0; d < DRAWS && plan; d++) {
+                    const int32_t ta = sampler_sample(a, l, V, 0);
+                    const int32_t tb = sampler_sample_cands(b, ci, cv, n, amax, l[amax], 0);
+                    if (ta != tb) same = 0;
+                }
+                /* force_greedy: plan 1 whatever the settings */
+                if (sampler_cands_plan(b, 1, &off) != 1 || sampler_sample_cands(b, ci, cv, n, amax, l[amax], 1) != amax)
+                    same = 0;
+                sampler_free(a); sampler_free(b);
+            }
+    CHECK(same, "sampling from the candidates picks the same tokens as from all logits");
+    CHECK(plans[1] == 12 && plans[2] == 27 && plans[0] == 9, "plans: %d greedy (T 0), %d candidates, %d whole (min_p 0)",
+          plans[1], plans[2], plans[0]);
+    CHECK(maxn > 1000, "a flat distribution gives many candidates (%d)", maxn);
+    /* no finite logit: token 0, as sampler_sample */
+    sampler_params p = params(1.0f, 1.0f, 0.05f, 0, 5);
+    sampler *c = sampler_new(&p);
+    CHECK(sampler_sample_cands(c, ci, cv, 0, -1, 0.0f, 0) == 0, "no finite logit: token 0");
+    sampler_free(c);
+    free(l); free(cv); free(ci);
+}
+
 int main(void) {
     test_rand_seed(99);
     test_defaults();
@@ -289,5 +342,6 @@ int main(void) {
     test_large_nucleus();
     test_tail_exclusion();
     test_speed();
+    test_candidates();
     return test_finish("test_sample");
 }

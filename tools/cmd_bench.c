@@ -23,6 +23,7 @@
 #include "cli.h"
 #include "minke.h"
 #include "engine/backend.h"
+#include "engine/sample.h"
 #include "quant/quant.h"
 #ifdef MINKE_CUDA
 #include "cuda/cu_backend.h"
@@ -64,6 +65,15 @@ static void usage(FILE *f) {
             "  --gpus N|all         cuda: GPUs in one process (routed experts split by id); each\n"
             "                       frontier also times the decode without the all-reduces and\n"
             "                       prints compute and communication per step\n"
+            "  --host-logits        decode as minke_decode does for chat and serve: every step's\n"
+            "                       logits copied to the host and the argmax taken there (default:\n"
+            "                       the device's argmax, only the token copied back)\n"
+            "  --sample             also decode each frontier as chat and serve do, through the\n"
+            "                       engine (minke_decode, minke_sample; the default sampler\n"
+            "                       settings, seed 1) on a second session: its rate and a hash\n"
+            "                       of its tokens (with --host-logits: every step's logits\n"
+            "                       fetched and sampled on the host, the same tokens)\n"
+            "  --temp T             the --sample decode's temperature (default 1; 0: greedy)\n"
             "  -t, --threads N      CPU threads\n");
 }
 
@@ -281,6 +291,47 @@ static void write_svg(const char *path, const row *r, int n, const char *title) 
     fclose(f);
 }
 
+static int host_logits;     /* --host-logits */
+static int sample_tokens;   /* --sample */
+static float sample_temp = SAMPLER_DEFAULT_TEMPERATURE;     /* --temp */
+
+/* --sample: n tokens decoded after the session's first F tokens as chat does
+ * (one untimed step first: the graph capture); rate and FNV-1a hash of the
+ * sampled tokens. host: minke_logits + sampler_sample (the logits fetched). */
+static int engine_steps(minke_session *es, const int32_t *tokens, int F, int n, int V, int host, double *tps,
+                        uint32_t *hash) {
+    sampler_params sp = sampler_params_default();
+    sp.seed = 1;
+    sp.temperature = sample_temp;
+    sampler *smp = sampler_new(&sp);
+    if (!smp) return -1;
+    minke_session_reset(es);
+    int rc = -1;
+    uint32_t h = 2166136261u;
+    double t0 = 0;
+    if (minke_prefill(es, tokens, F, NULL) != 0) goto out;
+    for (int k = -1; k < n; k++) {
+        if (k == 0) t0 = now_s();
+        int32_t t;
+        if (host) {
+            const float *l = minke_logits(es);
+            t = l ? sampler_sample(smp, l, V, 0) : -1;
+        } else {
+            t = minke_sample(es, smp, 0);
+        }
+        if (t < 0) goto out;
+        if (k >= 0)
+            for (int b = 0; b < 4; b++) { h ^= (uint32_t)t >> (8 * b) & 0xffu; h *= 16777619u; }
+        if (minke_decode(es, t) != 0) goto out;
+    }
+    *tps = n / (now_s() - t0);
+    *hash = h;
+    rc = 0;
+out:
+    sampler_free(smp);
+    return rc;
+}
+
 static int argmax_skip(const float *x, int n, int skip) {
     int b = skip == 0 ? 1 : 0;
     for (int i = 0; i < n; i++) if (i != skip && x[i] > x[b]) b = i;
@@ -303,6 +354,7 @@ static int bench_pipe(void) {
 static double greedy_steps(minke_model *m, void *bs, int is_cuda, int32_t tok, int pos, int n, float *logits, int V,
                            int pipe, int32_t *toks) {
     double t0 = now_s();
+    if (host_logits) is_cuda = 0;     /* the engine's path: ops->forward with the last logits */
 #ifdef MINKE_CUDA
     if (is_cuda && pipe && toks && n > 0) {
         int rc = cu_bench_greedy_run(m, bs, tok, pos, n, EOS_ID, toks);
@@ -406,6 +458,9 @@ int cmd_bench(int argc, char **argv) {
             else if (!strcmp(v, "q8")) mp.act = MINKE_ACT_Q8;
             else { fprintf(stderr, "minke bench: --act takes exact or q8, not '%s'\n", v); return 2; }
         }
+        else if (!strcmp(a, "--host-logits")) host_logits = 1;
+        else if (!strcmp(a, "--sample")) sample_tokens = 1;
+        else if (!strcmp(a, "--temp")) { NEED(); sample_temp = (float)atof(v); }
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { NEED(); mp.n_threads = atoi(v); }
         else if (!strcmp(a, "--gpus")) {
             NEED();
@@ -503,6 +558,11 @@ int cmd_bench(int argc, char **argv) {
     row rows[256];
     int nrows = 0, prev = 0, rc = 0;
     const int pipe = bench_pipe();
+    minke_session *es = NULL;     /* --sample */
+    if (sample_tokens && gen > 0 && !(es = minke_session_create(m, ctx_alloc))) {
+        fprintf(stderr, "minke bench: --sample: %s\n", minke_last_error());
+        return 1;
+    }
     for (int F = ctx_start; nrows < 256; ) {
         int np = F - prev;
         double t0 = now_s();
@@ -558,6 +618,11 @@ int cmd_bench(int argc, char **argv) {
         }
 #endif
         free(snap);
+        double tsam = 0;
+        uint32_t hsam = 0;
+        if (es && engine_steps(es, tokens, F, gen, V, host_logits, &tsam, &hsam) != 0) {
+            fprintf(stderr, "minke bench: --sample: %s\n", minke_last_error()); rc = 1; break;
+        }
         row *r = &rows[nrows++];
         r->ctx = F; r->ptok = np; r->ptps = np / tp; r->gtok = gen; r->gtps = gen > 0 ? gen / tg : 0; r->kv = kvb;
         fprintf(out, "%d,%d,%.2f,%d,%.2f,%llu\n", F, np, r->ptps, gen, r->gtps, (unsigned long long)kvb);
@@ -567,11 +632,13 @@ int cmd_bench(int argc, char **argv) {
         fprintf(stderr, "  ctx %6d: prefill %8.1f tok/s = %5.1f%% of %.0f TFLOP/s (%.1f GFLOP/token)", F, r->ptps,
                 100.0 * r->ptps * pf / (TC_BF16_TFLOPS * 1e12), TC_BF16_TFLOPS, pf / 1e9);
         if (gen > 0) {
-            fprintf(stderr, "; decode %7.2f tok/s", r->gtps);
+            fprintf(stderr, "; decode %7.2f tok/s%s", r->gtps, host_logits && is_cuda ? " (logits to the host)" : "");
             if (bw > 0)
                 fprintf(stderr, " = %5.1f%% of the bandwidth limit (%.2f GB weights + %.3f GB KV per token at %.0f GB/s)",
                         100.0 * r->gtps * (wbytes + kvr) / (bw * 1e9), wbytes / 1e9, kvr / 1e9, bw);
             if (tfirst >= 0) fprintf(stderr, "; untimed first step %.1f ms", tfirst * 1e3);
+            if (es) fprintf(stderr, "; sampled through the engine%s at temperature %g %.2f tok/s (tokens hash %08x)",
+                            host_logits ? " from host logits" : "", sample_temp, tsam, hsam);
             if (tcomp > 0) {
                 double step = tg / gen * 1e3, cmp = tcomp / gen * 1e3;
                 fprintf(stderr, "; per step %.3f ms = compute %.3f ms + communication %.3f ms (%.1f%%)", step, cmp,
@@ -592,6 +659,7 @@ int cmd_bench(int argc, char **argv) {
     }
     if (out != stdout) fclose(out);
     m->ops->session_free(m, bs);
+    minke_session_free(es);
     free(lay); free(logits); free(tokens);
     if (synthetic) { m->ops->model_free(m); free(m); }
     else minke_model_close(m);

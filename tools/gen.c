@@ -505,8 +505,12 @@ int convo_turn(convo *c, const char *user_text, FILE *out, turn_stats *st) {
             st->hit_limit = 1;
             break;
         }
-        const float *lg = minke_logits(c->sess);
-        int32_t t = sampler_sample(smp, lg, c->n_vocab, dsml_in_structure(cs));
+        int32_t t = minke_sample(c->sess, smp, dsml_in_structure(cs));
+        if (t < 0) {
+            fprintf(stderr, "\nminke: %s\n", minke_last_error());
+            st->hit_limit = 1;
+            break;
+        }
         gen++;
         size_t k = tok_stream_feed_token(&ts, c->tok, t, buf);
         if (k) chat_stream_feed(cs, buf, k);

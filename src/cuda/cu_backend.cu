@@ -137,6 +137,7 @@ struct cu_session {
     float *attn_part;               /* split attention partials (small batches) */
     unsigned *o_amax;               /* a batch's largest finite |o| (float bits), from the attention for out_a */
     float *h_logits;                /* pinned, V floats */
+    int *d_cands, *h_cands;         /* sample_cands: cu_sample_cands_bytes(CU_CANDS_MAX), device / pinned */
     cu_graph graphs[4];
     int n_graphs;
 };
@@ -794,9 +795,9 @@ static void dev_session_free(minke_model *m, cu_model *cm, cu_session *s) {
                     s->nsel, s->rlog, s->rw, s->rsel, s->tpairs, s->tstart, s->tcount, s->texp, s->ntiles, s->eg,
                     s->eu, s->emid, s->eout, s->mo, s->sg, s->su, s->smid, s->so, s->hy, s->logits, s->act, s->d_argmax,
                     s->attn_part, s->o_amax, s->act2, s->actx, s->asplit, s->asplit2, s->asplit3, s->comp_f32, s->d_kvok,
-                    s->d_seq};
+                    s->d_seq, s->d_cands};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cudaFree(bufs[i]);
-    cudaFreeHost(s->h_pos); cudaFreeHost(s->h_tok); cudaFreeHost(s->h_logits);
+    cudaFreeHost(s->h_pos); cudaFreeHost(s->h_tok); cudaFreeHost(s->h_logits); cudaFreeHost(s->h_cands);
     free(s);
 }
 
@@ -910,6 +911,8 @@ static cu_session *dev_session_alloc_chunk(minke_model *m, cu_model *cm, int n_c
     CK(cudaMallocHost(&s->h_pos, 4 * sizeof(int)));
     CK(cudaMallocHost(&s->h_tok, T * 4));
     CK(cudaMallocHost(&s->h_logits, V * 4));
+    CK(cudaMallocHost(&s->h_cands, cu_sample_cands_bytes(CU_CANDS_MAX)));
+    AL(s->d_cands, cu_sample_cands_bytes(CU_CANDS_MAX));
     AL(s->X, T * c->hc_dim * 4); AL(s->X2, T * c->hc_dim * 4); AL(s->x, T * D * 4);
     AL(s->post, T * 8 * 4); AL(s->comb, T * 64 * 4); AL(s->partial, T * 16 * 32 * 4); AL(s->psq, T * 16 * 8);
     AL(s->hc_cnt, T * 4);
@@ -1976,9 +1979,52 @@ extern "C" int cu_session_chunk(minke_model *m, void *bs) {
     return gsession_chunk((const cu_gsession *)bs);
 }
 
+/* engine/backend.h logits_fetch: the last one-token forward's logits (on
+ * the first GPU, which runs the output head) to the host */
+static int cu_logits_fetch(minke_model *m, void *bs, float *out) {
+    cu_session *s = ((cu_gsession *)bs)->dev[0];
+    cu_model *cm = GRP(m)->dev[0];
+    const int V = (int)m->w.cfg.n_vocab;
+    cudaSetDevice(cm->dev);
+    if (cudaMemcpyAsync(s->h_logits, s->logits, sizeof(float) * V, cudaMemcpyDeviceToHost, cm->st) != cudaSuccess ||
+        cudaStreamSynchronize(cm->st) != cudaSuccess) {
+        minke_set_error("cuda: logits copy: %s", cudaGetErrorString(cudaGetLastError()));
+        return -1;
+    }
+    memcpy(out, s->h_logits, sizeof(float) * V);
+    return 0;
+}
+
+/* engine/backend.h sample_cands (cu_sample.cu): one launch and one copy of
+ * 16 + 8 cap bytes instead of the vocabulary's logits */
+static int cu_sample_cands_op(minke_model *m, void *bs, float floor_off, int cap, int32_t *amax, float *lmax, int32_t *ids,
+                              float *vals) {
+    cu_session *s = ((cu_gsession *)bs)->dev[0];
+    cu_model *cm = GRP(m)->dev[0];
+    const int c = cap < CU_CANDS_MAX ? (cap > 0 ? cap : 0) : CU_CANDS_MAX;
+    cudaSetDevice(cm->dev);
+    cu_sample_cands(s->logits, (int)m->w.cfg.n_vocab, floor_off, c, s->d_cands, cm->st);
+    if (cudaMemcpyAsync(s->h_cands, s->d_cands, cu_sample_cands_bytes(c), cudaMemcpyDeviceToHost, cm->st) != cudaSuccess ||
+        cudaStreamSynchronize(cm->st) != cudaSuccess) {
+        minke_set_error("cuda: sampling candidates: %s", cudaGetErrorString(cudaGetLastError()));
+        return -1;
+    }
+    const int n = s->h_cands[0];
+    *amax = s->h_cands[1];
+    memcpy(lmax, &s->h_cands[2], 4);
+    const int k = n < c ? n : c;
+    memcpy(ids, s->h_cands + 4, sizeof(int32_t) * (size_t)k);
+    memcpy(vals, s->h_cands + 4 + c, sizeof(float) * (size_t)k);
+    /* more than this device's buffer holds: more than the caller's cap too */
+    return n > c && n <= cap ? cap + 1 : n;
+}
+
 static const minke_backend_ops cuda_ops = {
     "cuda", cu_model_init, cu_model_free, cu_session_alloc, cu_session_free, cu_session_reset, cu_session_bytes,
     cu_forward, cu_state_save, cu_state_load,
+    NULL, NULL, NULL,           /* MTP: CPU only */
+    NULL, NULL, NULL,           /* frontier */
+    cu_logits_fetch, cu_sample_cands_op,
 };
 
 extern "C" const minke_backend_ops *minke_backend_cuda(void) { return &cuda_ops; }

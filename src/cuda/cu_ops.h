@@ -272,6 +272,13 @@ void cu_moe_sum(const float *outp, const int *sel, int T, int K, int D, float *m
 
 /* argmax over n floats per row, skipping index `skip` (-1 none) */
 void cu_argmax(const float *x, int64_t n, int skip, int *out, cudaStream_t st);
+/* the sampler's view of one row of n logits (cu_sample.cu, engine/backend.h
+ * sample_cands) into out (cu_sample_cands_bytes(cap)): count, argmax, its
+ * value (float bits), 0; then cap ids and cap values of the finite logits >=
+ * max + floor_off in increasing id order (count may exceed cap) */
+#define CU_CANDS_MAX 1024     /* the most candidates a session's buffers hold */
+size_t cu_sample_cands_bytes(int cap);
+void cu_sample_cands(const float *logits, int n, float floor_off, int cap, int *out, cudaStream_t st);
 /* the next decode step's input on the device: tok[0] = next[0], pos[0] + 1 */
 void cu_token_feed(const int *next, int32_t *tok, int *pos, cudaStream_t st);
 /* deterministic fill of n bytes of synthetic weights for a type (bench) */

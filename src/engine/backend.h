@@ -124,6 +124,18 @@ struct minke_backend_ops {
     uint64_t (*frontier_bytes)(minke_model *m, void *bs);
     void (*frontier_save)(minke_model *m, void *bs, void *dst);
     void (*frontier_load)(minke_model *m, void *bs, const void *src);
+    /* Logits kept on the device (optional, both or neither). forward() may
+     * then be given last_logits = NULL for one token (n == 1, no taps): the
+     * logits stay where they were computed until logits_fetch copies them
+     * (n_vocab floats) or sample_cands reads them there: the argmax over the
+     * finite logits (the lowest id on ties; -1 when none) into *amax and its
+     * value into *lmax, and the finite logits >= lmax + floor_off in
+     * increasing id order into ids / vals (at most cap; cap 0: the argmax
+     * only). sample_cands returns how many there are (more than cap when they
+     * did not fit), or -1 with the error set; logits_fetch 0 or -1. */
+    int (*logits_fetch)(minke_model *m, void *bs, float *out);
+    int (*sample_cands)(minke_model *m, void *bs, float floor_off, int cap, int32_t *amax, float *lmax, int32_t *ids,
+                        float *vals);
 };
 
 /* Where one layer's parts lie in the payload: absolute byte offsets from the

@@ -25,7 +25,10 @@ struct minke_session {
     void *bs;
     int n_ctx, pos, chunk;
     int has_logits;
+    int logits_dev;        /* the last logits are still on the backend's device (s->logits stale) */
     float *logits;
+    int32_t *cand_ids;     /* minke_sample: the candidates a device sends back */
+    float *cand_vals;
     uint8_t *frontier;     /* speculative verification: backend frontier + logits (lazy) */
     uint64_t frontier_bytes;
 };
@@ -216,6 +219,8 @@ void minke_session_free(minke_session *s) {
     if (!s) return;
     s->m->ops->session_free(s->m, s->bs);
     free(s->logits);
+    free(s->cand_ids);
+    free(s->cand_vals);
     free(s->frontier);
     free(s);
 }
@@ -229,6 +234,15 @@ void minke_session_reset(minke_session *s) {
     s->m->ops->session_reset(s->m, s->bs);
     s->pos = 0;
     s->has_logits = 0;
+    s->logits_dev = 0;
+}
+
+/* The last logits into s->logits if the backend still holds them. */
+static int logits_sync(minke_session *s) {
+    if (!s->logits_dev) return 0;
+    if (s->m->ops->logits_fetch(s->m, s->bs, s->logits) != 0) return -1;
+    s->logits_dev = 0;
+    return 0;
 }
 
 void minke_session_set_chunk(minke_session *s, int chunk) {
@@ -250,10 +264,14 @@ int minke_prefill(minke_session *s, const int32_t *tokens, int n, float *all_log
         return -1;
     }
     int chunk = s->chunk > 0 ? s->chunk : n;
+    /* one token: the logits may stay on the device (minke_logits and
+     * minke_sample fetch what they need) */
+    const int lazy = n == 1 && !all_logits && !s->m->tap && s->m->ops->logits_fetch && s->m->ops->sample_cands;
     for (int i = 0; i < n; i += chunk) {
         int len = n - i < chunk ? n - i : chunk;
+        s->logits_dev = 0;
         if (s->m->ops->forward(s->m, s->bs, tokens + i, len, s->pos,
-                               all_logits ? all_logits + (size_t)i * V : NULL, s->logits) != 0) {
+                               all_logits ? all_logits + (size_t)i * V : NULL, lazy ? NULL : s->logits) != 0) {
             char msg[1024];
             snprintf(msg, sizeof msg, "%s", g_err);
             minke_session_reset(s);
@@ -262,13 +280,46 @@ int minke_prefill(minke_session *s, const int32_t *tokens, int n, float *all_log
         }
         s->pos += len;
         s->has_logits = 1;
+        s->logits_dev = lazy;
     }
     return 0;
 }
 
 int minke_decode(minke_session *s, int32_t token) { return minke_prefill(s, &token, 1, NULL); }
 
-const float *minke_logits(const minke_session *s) { return s && s->has_logits ? s->logits : NULL; }
+const float *minke_logits(const minke_session *s) {
+    if (!s || !s->has_logits) return NULL;
+    /* fetching the device's copy changes no observable state */
+    return logits_sync((minke_session *)s) == 0 ? s->logits : NULL;
+}
+
+/* Candidates a device sends back before the whole vocabulary is fetched
+ * instead (a flat distribution); ~8 KB a step. */
+#define SAMPLE_CANDS_CAP 1024
+
+int32_t minke_sample(minke_session *s, struct sampler *sp, int force_greedy) {
+    if (!s || !sp) { minke_set_error("no session or sampler"); return -1; }
+    if (!s->has_logits) { minke_set_error("no logits to sample from (nothing decoded yet)"); return -1; }
+    if (s->logits_dev) {
+        float off = 0, lmax = 0;
+        int32_t amax = -1;
+        const int plan = sampler_cands_plan(sp, force_greedy, &off);
+        if (plan && !s->cand_ids) {
+            s->cand_ids = malloc(sizeof(int32_t) * SAMPLE_CANDS_CAP);
+            s->cand_vals = malloc(sizeof(float) * SAMPLE_CANDS_CAP);
+            if (!s->cand_ids || !s->cand_vals) { minke_set_error("out of memory"); return -1; }
+        }
+        if (plan) {
+            const int cap = plan == 1 ? 0 : SAMPLE_CANDS_CAP;
+            int n = s->m->ops->sample_cands(s->m, s->bs, off, cap, &amax, &lmax, s->cand_ids, s->cand_vals);
+            if (n < 0) return -1;
+            if (n <= cap) return sampler_sample_cands(sp, s->cand_ids, s->cand_vals, n, amax, lmax, force_greedy);
+        }
+    }
+    const float *l = minke_logits(s);
+    if (!l) return -1;
+    return sampler_sample(sp, l, (int)s->m->w.cfg.n_vocab, force_greedy);
+}
 
 /* ---- serialisation ---- */
 #define SER_MAGIC 0x53454b4dU  /* "MKES" little-endian */
@@ -311,6 +362,7 @@ int minke_session_serialize(const minke_session *s, void *buf, uint64_t len) {
     uint64_t need = minke_session_serial_bytes(s);
     if (len < need) { minke_set_error("buffer of %llu bytes is too small (%llu needed)",
                                       (unsigned long long)len, (unsigned long long)need); return -1; }
+    if (logits_sync((minke_session *)s) != 0) return -1;
     ser_header h = {SER_MAGIC, SER_VERSION, s->m->identity, (uint32_t)s->n_ctx, (uint32_t)s->pos,
                     s->m->w.cfg.n_vocab, (uint32_t)s->has_logits, payload_bytes(s->m, s->pos), 0};
     uint8_t *p = buf;
@@ -354,6 +406,7 @@ static int load_state(minke_session *s, const void *buf, uint64_t len, int stric
     }
     s->pos = (int)h.pos;
     s->has_logits = (int)h.has_logits;
+    s->logits_dev = 0;
     return 0;
 }
 
@@ -422,6 +475,7 @@ int minke_spec_verify_greedy(minke_session *s, const int32_t *seq, int n_seq, in
             s->frontier_bytes = s->frontier ? fb : 0;
             if (!s->frontier) { minke_set_error("out of memory"); goto out; }
         }
+        if (logits_sync(s) != 0) goto out;
         ops->frontier_save(s->m, s->bs, s->frontier);
         memcpy(s->frontier + fb, s->logits, (size_t)V * 4);
     } else if (!(snap = minke_snapshot_take(s))) {
@@ -439,6 +493,7 @@ int minke_spec_verify_greedy(minke_session *s, const int32_t *seq, int n_seq, in
             memcpy(s->logits, s->frontier + s->frontier_bytes, (size_t)V * 4);
             s->pos = pos0;
             s->has_logits = had_logits;
+            s->logits_dev = 0;
         }
         if (minke_prefill(s, seq, a + 1, NULL) != 0) goto out;
     }

@@ -278,36 +278,72 @@ static int nucleus_by_buckets(sampler *s, const float *l, int32_t *idx, int m, f
     return nucleus_prefix(l, idx, a, e, lmax, inv_t, min_p, top_p, total, cum, s->w);
 }
 
+static int is_greedy(const sampler_params *p, int force_greedy) {
+    return force_greedy || p->greedy || p->temperature <= 0.0f || p->top_k == 1;
+}
+
+/* With min_p > 0 only logits >= lmax + T*ln(min_p) can be chosen (their
+ * weight relative to the best is >= min_p). One function for the full scan
+ * and the candidate one, so both round it alike. */
+static float __attribute__((noinline)) min_p_floor(const sampler_params *p, float lmax) {
+    return p->min_p > 0.0f ? lmax + p->temperature * logf(p->min_p) : -INFINITY;
+}
+
+/* The fast path (top_k 0, top_p 1): over the logits vals[0..n) of token ids
+ * ids[0..n) (NULL: ids 0..n-1) in increasing id order, the candidates and
+ * their weights relative to the best token, then one draw. */
+static int32_t sample_fast(sampler *s, const int32_t *ids, const float *vals, int n, int32_t amax, float lmax) {
+    const sampler_params *p = &s->p;
+    const float inv_t = 1.0f / p->temperature;
+    const float floor_logit = min_p_floor(p, lmax);
+    if (reserve(s, 1024)) return amax;
+    int m = 0;
+    for (int i = 0; i < n; i++) {
+        float v = vals[i];
+        if (!(v >= floor_logit) || !isfinite(v)) continue;
+        float w = expf((v - lmax) * inv_t);
+        if (w < p->min_p) continue;
+        if (m == s->cap && reserve(s, s->cap * 2)) break;
+        s->idx[m] = ids ? ids[i] : i;
+        s->w[m] = w;
+        m++;
+    }
+    return m ? draw(s, s->idx, s->w, m) : amax;
+}
+
+int sampler_cands_plan(const sampler *s, int force_greedy, float *floor_off) {
+    const sampler_params *p = &s->p;
+    if (is_greedy(p, force_greedy)) return 1;
+    if (p->top_k != 0 || p->top_p < 1.0f || !(p->min_p > 0.0f)) return 0;
+    /* below the floor by a margin: the set is a superset of what min_p_floor
+     * admits whatever the rounding; sample_fast applies the exact test */
+    const float off = p->temperature * logf(p->min_p);
+    *floor_off = off - (fabsf(off) * 1e-3f + 1e-3f);
+    if (!isfinite(*floor_off)) return 0;
+    return 2;
+}
+
+int32_t sampler_sample_cands(sampler *s, const int32_t *ids, const float *vals, int n, int32_t amax, float lmax,
+                             int force_greedy) {
+    if (amax < 0) return 0;
+    if (is_greedy(&s->p, force_greedy)) return amax;
+    return sample_fast(s, ids, vals, n, amax, lmax);
+}
+
 int32_t sampler_sample(sampler *s, const float *logits, int n_vocab, int force_greedy) {
     if (n_vocab <= 0) return -1;
     const sampler_params *p = &s->p;
     int32_t amax = sampler_argmax(logits, n_vocab);
     if (amax < 0) return 0;
-    if (force_greedy || p->greedy || p->temperature <= 0.0f || p->top_k == 1) return amax;
+    if (is_greedy(p, force_greedy)) return amax;
     const float lmax = logits[amax];
     const float inv_t = 1.0f / p->temperature;
 
-    /* Candidates: with min_p > 0 only logits >= lmax + T*ln(min_p) can be chosen
-     * (their weight relative to the best is >= min_p); skip the rest early. */
-    float floor_logit = -INFINITY;
-    if (p->min_p > 0.0f) floor_logit = lmax + p->temperature * logf(p->min_p);
+    /* Candidates: only logits >= the min-p floor can be chosen; skip the rest early. */
+    float floor_logit = min_p_floor(p, lmax);
 
-    if (p->top_k == 0 && p->top_p >= 1.0f) {
-        /* fast path: one pass, weights relative to the best token */
-        if (reserve(s, 1024)) return amax;
-        int n = 0;
-        for (int i = 0; i < n_vocab; i++) {
-            float v = logits[i];
-            if (!(v >= floor_logit) || !isfinite(v)) continue;
-            float w = expf((v - lmax) * inv_t);
-            if (w < p->min_p) continue;
-            if (n == s->cap && reserve(s, s->cap * 2)) break;
-            s->idx[n] = i;
-            s->w[n] = w;
-            n++;
-        }
-        return n ? draw(s, s->idx, s->w, n) : amax;
-    }
+    /* fast path: one pass, weights relative to the best token */
+    if (p->top_k == 0 && p->top_p >= 1.0f) return sample_fast(s, NULL, logits, n_vocab, amax, lmax);
 
     /* general path: the kept set (top-k or all finite) and its normaliser,
      * then the prefix in logit order bounded by min-p and top-p */

@@ -46,6 +46,20 @@ void sampler_seed(sampler *s, uint64_t seed);
  * dsml_in_structure). Returns -1 only when n_vocab <= 0. */
 int32_t sampler_sample(sampler *s, const float *logits, int n_vocab, int force_greedy);
 
+/* Sampling from candidates instead of the whole vocabulary (a backend that
+ * keeps the logits on the device sends back only these; engine.c
+ * minke_sample). sampler_cands_plan: 1 when the choice is the argmax (greedy
+ * settings or force_greedy), 2 when the finite logits >= lmax + *floor_off
+ * (with their ids in increasing order, and the argmax) decide it, 0 when the
+ * whole vocabulary is needed (top_k, top_p < 1, min_p 0). With plan 2,
+ * sampler_sample_cands over those candidates returns what sampler_sample over
+ * all the logits returns, with the same draw from the generator; amax is the
+ * argmax (first on ties) over the finite logits (-1 when none), lmax its
+ * value. */
+int sampler_cands_plan(const sampler *s, int force_greedy, float *floor_off);
+int32_t sampler_sample_cands(sampler *s, const int32_t *ids, const float *vals, int n, int32_t amax, float lmax,
+                             int force_greedy);
+
 /* The argmax (first on ties) over finite logits; -1 when none. */
 int32_t sampler_argmax(const float *logits, int n_vocab);
 

@@ -567,7 +567,6 @@ static void run_job(job *j) {
     gen_ctx g = {.j = j, .stream = r->stream};
     if (r->api != API_COMPLETIONS) g.cs = chat_stream_new(r->think == THINK_NONE ? "chat" : r->think == THINK_MAX ? "max" : "thinking", on_chat_event, &g);
     int32_t eos = engine_eos();
-    int n_vocab = engine_n_vocab();
     int max_new = r->max_tokens;
     if (max_new > cfg->ctx - n_live) max_new = cfg->ctx - n_live;
     size_t fed = 0;
@@ -592,10 +591,9 @@ static void run_job(job *j) {
             pending = -1;
             if (!(g.cs && chat_stream_in_tool_block(g.cs))) maybe_continued_save();
         }
-        const float *logits = minke_logits(g_sess);
-        if (!logits) { snprintf(res->error, sizeof res->error, "no logits"); fin = FINISH_ERROR; break; }
         int greedy = r->has_tools && g.cs && dsml_in_structure(g.cs);
-        int32_t tok = sampler_sample(smp, logits, n_vocab, greedy);
+        int32_t tok = minke_sample(g_sess, smp, greedy);
+        if (tok < 0) { snprintf(res->error, sizeof res->error, "sampling failed: %s", minke_last_error()); fin = FINISH_ERROR; break; }
         if (script) tok = res->completion_tokens < n_script ? script[res->completion_tokens] : eos;
         if (tok == eos) { fin = FINISH_STOP; break; }
         res->completion_tokens++;
