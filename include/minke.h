@@ -96,7 +96,12 @@ void minke_session_set_chunk(minke_session *s, int chunk); /* prefill chunk, 0 =
  * context overflow (pos + n > n_ctx). On error the session is unchanged. */
 int minke_prefill(minke_session *s, const int32_t *tokens, int n, float *all_logits);
 int minke_decode(minke_session *s, int32_t token);  /* = prefill of one token */
-const float *minke_logits(const minke_session *s);  /* n_vocab floats, NULL before the first token */
+/* n_vocab floats; NULL before the first token, or (error set) when a device
+ * that kept them fails to copy them (a one-token decode on CUDA leaves the
+ * logits on the device until they are asked for) */
+const float *minke_logits(const minke_session *s);
+/* whether the session has last logits (nothing is fetched) */
+int minke_session_has_logits(const minke_session *s);
 
 /* The next token from the session's last logits, as the sampler
  * (src/engine/sample.h) picks it from minke_logits(): the same token and the

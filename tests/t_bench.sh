@@ -36,6 +36,8 @@ if "$M" bench -m "$T/tiny.gguf" --backend cpu --warmup -1 > /dev/null 2>&1; then
 H1=$(grep -o 'sampled through the engine at temperature [0-9.]* [0-9.]* tok/s (tokens hash [0-9a-f]*' "$T/s1.log" | sed 's/.*hash //' | tr '\n' ' ')
 H2=$(grep -o 'tokens hash [0-9a-f]*' "$T/s2.log" | sed 's/.*hash //' | tr '\n' ' ')
 [ "$(echo "$H1" | wc -w)" -eq 2 ] && [ "$H1" = "$H2" ] || fail "sampled tokens: '$H1' against '$H2'"
+if "$M" bench -m "$T/tiny.gguf" --backend cpu --temp 0 > /dev/null 2>&1; then fail "--temp without --sample accepted"; fi
+if "$M" bench -m "$T/tiny.gguf" --backend cpu --sample --temp x > /dev/null 2>&1; then fail "--temp x accepted"; fi
 # frontier steps by multiplication, clamped to ctx-max
 "$M" bench -m "$T/tiny.gguf" --backend cpu -t 2 --ctx-start 10 --ctx-max 30 --step-mul 2 -n 2 2>/dev/null > "$T/m.csv" || fail "step-mul run"
 [ "$(cut -d, -f1 "$T/m.csv" | tr '\n' ' ')" = "ctx_tokens 10 20 30 " ] || fail "step-mul frontiers: $(cat "$T/m.csv")"

@@ -65,7 +65,7 @@ static void usage(FILE *f) {
             "  --gpus N|all         cuda: GPUs in one process (routed experts split by id); each\n"
             "                       frontier also times the decode without the all-reduces and\n"
             "                       prints compute and communication per step\n"
-            "  --host-logits        decode as minke_decode does for chat and serve: every step's\n"
+            "  --host-logits        decode as chat and serve did before minke_sample: every step's\n"
             "                       logits copied to the host and the argmax taken there (default:\n"
             "                       the device's argmax, only the token copied back)\n"
             "  --sample             also decode each frontier as chat and serve do, through the\n"
@@ -294,6 +294,7 @@ static void write_svg(const char *path, const row *r, int n, const char *title) 
 static int host_logits;     /* --host-logits */
 static int sample_tokens;   /* --sample */
 static float sample_temp = SAMPLER_DEFAULT_TEMPERATURE;     /* --temp */
+static int temp_given;
 
 /* --sample: n tokens decoded after the session's first F tokens as chat does
  * (one untimed step first: the graph capture); rate and FNV-1a hash of the
@@ -460,7 +461,13 @@ int cmd_bench(int argc, char **argv) {
         }
         else if (!strcmp(a, "--host-logits")) host_logits = 1;
         else if (!strcmp(a, "--sample")) sample_tokens = 1;
-        else if (!strcmp(a, "--temp")) { NEED(); sample_temp = (float)atof(v); }
+        else if (!strcmp(a, "--temp")) {
+            NEED();
+            char *end = NULL;
+            sample_temp = strtof(v, &end);
+            if (!end || *end || !(sample_temp >= 0.0f)) { fprintf(stderr, "minke bench: --temp needs a number >= 0\n"); return 2; }
+            temp_given = 1;
+        }
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { NEED(); mp.n_threads = atoi(v); }
         else if (!strcmp(a, "--gpus")) {
             NEED();
@@ -476,6 +483,7 @@ int cmd_bench(int argc, char **argv) {
                 "warmup >= 0\n");
         return 2;
     }
+    if (temp_given && !sample_tokens) { fprintf(stderr, "minke bench: --temp applies to --sample only\n"); return 2; }
     if (!ctx_alloc) ctx_alloc = ctx_max + gen + 1;
 
     double t_load = now_s();

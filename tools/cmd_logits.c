@@ -191,8 +191,9 @@ int cmd_logits(int argc, char **argv) {
             if (part == 1 && !(s = restore_session(m, s, n_ctx > 0 ? n_ctx : T))) { ok = 0; break; }
             if (decode) {
                 for (int i = i0; i < i1 && ok; i++) {
-                    if (minke_decode(s, tokens[i]) != 0) ok = 0;
-                    else memcpy(logits + (size_t)i * V, minke_logits(s), sizeof(float) * V);
+                    const float *l = minke_decode(s, tokens[i]) == 0 ? minke_logits(s) : NULL;
+                    if (!l) ok = 0;
+                    else memcpy(logits + (size_t)i * V, l, sizeof(float) * V);
                 }
             } else {
                 minke_session_set_chunk(s, chunk);

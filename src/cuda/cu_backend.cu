@@ -913,6 +913,7 @@ static cu_session *dev_session_alloc_chunk(minke_model *m, cu_model *cm, int n_c
     CK(cudaMallocHost(&s->h_logits, V * 4));
     CK(cudaMallocHost(&s->h_cands, cu_sample_cands_bytes(CU_CANDS_MAX)));
     AL(s->d_cands, cu_sample_cands_bytes(CU_CANDS_MAX));
+    CK(cudaMemset(s->d_cands, 0, cu_sample_cands_bytes(CU_CANDS_MAX)));
     AL(s->X, T * c->hc_dim * 4); AL(s->X2, T * c->hc_dim * 4); AL(s->x, T * D * 4);
     AL(s->post, T * 8 * 4); AL(s->comb, T * 64 * 4); AL(s->partial, T * 16 * 32 * 4); AL(s->psq, T * 16 * 8);
     AL(s->hc_cnt, T * 4);
@@ -2004,7 +2005,8 @@ static int cu_sample_cands_op(minke_model *m, void *bs, float floor_off, int cap
     const int c = cap < CU_CANDS_MAX ? (cap > 0 ? cap : 0) : CU_CANDS_MAX;
     cudaSetDevice(cm->dev);
     cu_sample_cands(s->logits, (int)m->w.cfg.n_vocab, floor_off, c, s->d_cands, cm->st);
-    if (cudaMemcpyAsync(s->h_cands, s->d_cands, cu_sample_cands_bytes(c), cudaMemcpyDeviceToHost, cm->st) != cudaSuccess ||
+    if (cudaPeekAtLastError() != cudaSuccess ||
+        cudaMemcpyAsync(s->h_cands, s->d_cands, cu_sample_cands_bytes(c), cudaMemcpyDeviceToHost, cm->st) != cudaSuccess ||
         cudaStreamSynchronize(cm->st) != cudaSuccess) {
         minke_set_error("cuda: sampling candidates: %s", cudaGetErrorString(cudaGetLastError()));
         return -1;

@@ -287,6 +287,8 @@ int minke_prefill(minke_session *s, const int32_t *tokens, int n, float *all_log
 
 int minke_decode(minke_session *s, int32_t token) { return minke_prefill(s, &token, 1, NULL); }
 
+int minke_session_has_logits(const minke_session *s) { return s && s->has_logits; }
+
 const float *minke_logits(const minke_session *s) {
     if (!s || !s->has_logits) return NULL;
     /* fetching the device's copy changes no observable state */
@@ -304,7 +306,9 @@ int32_t minke_sample(minke_session *s, struct sampler *sp, int force_greedy) {
         float off = 0, lmax = 0;
         int32_t amax = -1;
         const int plan = sampler_cands_plan(sp, force_greedy, &off);
-        if (plan && !s->cand_ids) {
+        if (plan && !(s->cand_ids && s->cand_vals)) {
+            free(s->cand_ids);
+            free(s->cand_vals);
             s->cand_ids = malloc(sizeof(int32_t) * SAMPLE_CANDS_CAP);
             s->cand_vals = malloc(sizeof(float) * SAMPLE_CANDS_CAP);
             if (!s->cand_ids || !s->cand_vals) { minke_set_error("out of memory"); return -1; }

@@ -150,7 +150,7 @@ static void maybe_continued_save(void) {
 static int32_t *plan_prompt(gen_request *r, int *n_eff, int *n_cached, const char **source) {
     /* 1. live tokens are a prefix of the request tokens */
     if (n_live > 0 && n_live <= r->n_tokens && !memcmp(live_tok, r->tokens, (size_t)n_live * sizeof *live_tok) &&
-        (n_live < r->n_tokens || minke_logits(g_sess))) {
+        (n_live < r->n_tokens || minke_session_has_logits(g_sess))) {
         *n_cached = n_live;
         *n_eff = r->n_tokens;
         *source = "memory-token";
@@ -160,7 +160,7 @@ static int32_t *plan_prompt(gen_request *r, int *n_eff, int *n_cached, const cha
     }
     /* 2. live text is a byte prefix of the rendered prompt */
     if (n_live > 0 && live_text.n <= r->prompt_len && !memcmp(live_text.p, r->prompt_text, live_text.n) &&
-        (live_text.n < r->prompt_len || minke_logits(g_sess))) {
+        (live_text.n < r->prompt_len || minke_session_has_logits(g_sess))) {
         int n_suf = 0;
         int32_t *suf = engine_tokenize(r->prompt_text + live_text.n, r->prompt_len - live_text.n, &n_suf);
         if (suf && n_suf >= 0 && n_live + n_suf < server_cfg()->ctx) {
@@ -245,7 +245,7 @@ static int32_t *plan_prompt(gen_request *r, int *n_eff, int *n_cached, const cha
             int n_suf = 0;
             int32_t *suf = engine_tokenize(r->prompt_text + klen, r->prompt_len - klen, &n_suf);
             int n_all = n_live + n_tail + n_suf;
-            if (suf && n_suf >= 0 && n_all < server_cfg()->ctx && (n_all > n_live || minke_logits(g_sess))) {
+            if (suf && n_suf >= 0 && n_all < server_cfg()->ctx && (n_all > n_live || minke_session_has_logits(g_sess))) {
                 int32_t *all = malloc((size_t)n_all * sizeof *all + 1);
                 memcpy(all, live_tok, (size_t)n_live * sizeof *all);
                 memcpy(all + n_live, tail, (size_t)n_tail * sizeof *all);

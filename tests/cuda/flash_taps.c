@@ -98,14 +98,18 @@ static int run_backend(minke_backend be, const void *img, uint64_t img_size, int
     minke_set_tap(m, NULL, NULL); /* decode steps untapped: full-speed paths (graphs, fused HC) */
     double t2 = now_s();
     printf("  %-4s prefill %3d   %8.2f s\n", bname, n_prompt, t2 - t1);
-    memcpy(r->logits, minke_logits(s), sizeof(float) * (size_t)V);
+    const float *l0 = minke_logits(s);
+    if (!l0) { fprintf(stderr, "flash_taps: logits on %s: %s\n", bname, minke_last_error()); goto out; }
+    memcpy(r->logits, l0, sizeof(float) * (size_t)V);
     for (int k = 0; k < n_decode; k++) {
         if (choose) decoded[k] = argmax(r->logits + (size_t)k * V, V);
         if (minke_decode(s, decoded[k]) != 0) {
             fprintf(stderr, "flash_taps: decode on %s: %s\n", bname, minke_last_error());
             goto out;
         }
-        memcpy(r->logits + (size_t)(k + 1) * V, minke_logits(s), sizeof(float) * (size_t)V);
+        const float *lk = minke_logits(s);
+        if (!lk) { fprintf(stderr, "flash_taps: logits on %s: %s\n", bname, minke_last_error()); goto out; }
+        memcpy(r->logits + (size_t)(k + 1) * V, lk, sizeof(float) * (size_t)V);
     }
     double t3 = now_s();
     printf("  %-4s decode %3d    %8.2f s (%.1f tok/s)\n", bname, n_decode, t3 - t2,
