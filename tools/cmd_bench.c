@@ -339,31 +339,11 @@ static int argmax_skip(const float *x, int n, int skip) {
     return b;
 }
 
-/* MINKE_BENCH_PIPE (an experiment, CUDA, one GPU): 1 decodes each
- * frontier's greedy steps with the argmax fed back on the device
- * (cu_bench_greedy_run: every step enqueued, one wait), 2 the same and then
- * checks its tokens against the step-by-step loop's; 0 (default) steps. */
-static int bench_pipe(void) {
-    const char *e = getenv("MINKE_BENCH_PIPE");
-    return e && *e ? atoi(e) : 0;
-}
-
 /* n greedy steps from token tok at position pos, EOS never chosen: the
- * seconds they took, or -1 with minke_last_error(); toks (if not NULL) gets
- * the n tokens. pipe: cu_bench_greedy_run where it applies (toks then
- * required: no allocation inside the timed steps). */
-static double greedy_steps(minke_model *m, void *bs, int is_cuda, int32_t tok, int pos, int n, float *logits, int V,
-                           int pipe, int32_t *toks) {
+ * seconds they took, or -1 with minke_last_error(). */
+static double greedy_steps(minke_model *m, void *bs, int is_cuda, int32_t tok, int pos, int n, float *logits, int V) {
     double t0 = now_s();
-    if (host_logits) is_cuda = 0;     /* the engine's path: ops->forward with the last logits */
-#ifdef MINKE_CUDA
-    if (is_cuda && pipe && toks && n > 0) {
-        int rc = cu_bench_greedy_run(m, bs, tok, pos, n, EOS_ID, toks);
-        if (rc < 0) return -1;
-        if (rc == 0) return now_s() - t0;
-        t0 = now_s();     /* it does not apply: step */
-    }
-#endif
+    if (host_logits) is_cuda = 0;     /* the old engine path: ops->forward with the last logits */
     for (int k = 0; k < n; k++) {
         int32_t next;
 #ifdef MINKE_CUDA
@@ -374,10 +354,9 @@ static double greedy_steps(minke_model *m, void *bs, int is_cuda, int32_t tok, i
             if (m->ops->forward(m, bs, &tok, 1, pos + k, NULL, logits) != 0) return -1;
             next = argmax_skip(logits, V, EOS_ID);
         }
-        if (toks) toks[k] = next;
         tok = next;
     }
-    (void)is_cuda; (void)pipe;
+    (void)is_cuda;
     return now_s() - t0;
 }
 
@@ -565,7 +544,6 @@ int cmd_bench(int argc, char **argv) {
     fflush(out);
     row rows[256];
     int nrows = 0, prev = 0, rc = 0;
-    const int pipe = bench_pipe();
     minke_session *es = NULL;     /* --sample */
     if (sample_tokens && gen > 0 && !(es = minke_session_create(m, ctx_alloc))) {
         fprintf(stderr, "minke bench: --sample: %s\n", minke_last_error());
@@ -589,28 +567,15 @@ int cmd_bench(int argc, char **argv) {
          * prefill pays the kernels' loading (warm_up); that step runs untimed
          * first (--warmup > 0) and the state is restored, so every frontier's
          * steps are timed alike (before, the first frontier's included it) */
-        /* MINKE_BENCH_PIPE: the pipelined steps' tokens (and with 2 the step-by-step ones after them) */
-        int32_t *ptoks = pipe && gen > 0 ? malloc(sizeof(int32_t) * 2 * (size_t)gen) : NULL;
         if (gen > 0 && warmup > 0) {
-            tfirst = greedy_steps(m, bs, is_cuda, tok, F, 1, logits, V, pipe, ptoks);
+            tfirst = greedy_steps(m, bs, is_cuda, tok, F, 1, logits, V);
             if (tfirst < 0 || m->ops->state_load(m, bs, F, snap) != 0) {
-                fprintf(stderr, "minke bench: untimed first decode step failed: %s\n", minke_last_error()); rc = 1; free(snap); free(ptoks); break;
+                fprintf(stderr, "minke bench: untimed first decode step failed: %s\n", minke_last_error()); rc = 1; free(snap); break;
             }
         }
-        if (gen > 0) gen_ok = (tg = greedy_steps(m, bs, is_cuda, tok, F, gen, logits, V, pipe, ptoks)) >= 0;
-        if (!gen_ok) { fprintf(stderr, "minke bench: decode failed: %s\n", minke_last_error()); rc = 1; free(snap); free(ptoks); break; }
-        if (m->ops->state_load(m, bs, F, snap) != 0) { fprintf(stderr, "minke bench: restore failed: %s\n", minke_last_error()); rc = 1; free(snap); free(ptoks); break; }
-        if (ptoks && pipe == 2) {
-            /* MINKE_BENCH_PIPE=2: the same steps one by one must give the same tokens */
-            int same = greedy_steps(m, bs, is_cuda, tok, F, gen, logits, V, 0, ptoks + gen) >= 0 &&
-                       m->ops->state_load(m, bs, F, snap) == 0;
-            int diff = 0;
-            for (int k = 0; same && k < gen; k++) diff += ptoks[k] != ptoks[gen + k];
-            fprintf(stderr, "minke bench: ctx %d: pipelined greedy tokens %s the step-by-step ones (%d of %d differ)\n", F,
-                    same && !diff ? "equal" : "DIFFER from", diff, gen);
-            if (!same || diff) { rc = 1; free(snap); free(ptoks); break; }
-        }
-        free(ptoks);
+        if (gen > 0) gen_ok = (tg = greedy_steps(m, bs, is_cuda, tok, F, gen, logits, V)) >= 0;
+        if (!gen_ok) { fprintf(stderr, "minke bench: decode failed: %s\n", minke_last_error()); rc = 1; free(snap); break; }
+        if (m->ops->state_load(m, bs, F, snap) != 0) { fprintf(stderr, "minke bench: restore failed: %s\n", minke_last_error()); rc = 1; free(snap); break; }
         /* several GPUs: the same steps without the all-reduces give the compute
          * alone; the rest of the step is communication (and waiting for the
          * slower GPU). Its tokens are wrong, so the state is restored after. */
@@ -618,7 +583,7 @@ int cmd_bench(int argc, char **argv) {
 #ifdef MINKE_CUDA
         if (comm && gen > 0) {
             cu_bench_set_comm(m, bs, 0);
-            gen_ok = (tcomp = greedy_steps(m, bs, is_cuda, tok, F, gen, logits, V, 0, NULL)) >= 0;
+            gen_ok = (tcomp = greedy_steps(m, bs, is_cuda, tok, F, gen, logits, V)) >= 0;
             cu_bench_set_comm(m, bs, 1);
             if (!gen_ok || m->ops->state_load(m, bs, F, snap) != 0) {
                 fprintf(stderr, "minke bench: decode without all-reduces failed: %s\n", minke_last_error()); rc = 1; free(snap); break;

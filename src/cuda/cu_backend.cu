@@ -133,7 +133,6 @@ struct cu_session {
     uint64_t act_bytes;
     int64_t score_stride;
     int *d_argmax;
-    int *d_seq, seq_cap;            /* cu_bench_greedy_run's tokens, a slot a step (grown on use) */
     float *attn_part;               /* split attention partials (small batches) */
     unsigned *o_amax;               /* a batch's largest finite |o| (float bits), from the attention for out_a */
     float *h_logits;                /* pinned, V floats */
@@ -795,7 +794,7 @@ static void dev_session_free(minke_model *m, cu_model *cm, cu_session *s) {
                     s->nsel, s->rlog, s->rw, s->rsel, s->tpairs, s->tstart, s->tcount, s->texp, s->ntiles, s->eg,
                     s->eu, s->emid, s->eout, s->mo, s->sg, s->su, s->smid, s->so, s->hy, s->logits, s->act, s->d_argmax,
                     s->attn_part, s->o_amax, s->act2, s->actx, s->asplit, s->asplit2, s->asplit3, s->comp_f32, s->d_kvok,
-                    s->d_seq, s->d_cands};
+                    s->d_cands};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cudaFree(bufs[i]);
     cudaFreeHost(s->h_pos); cudaFreeHost(s->h_tok); cudaFreeHost(s->h_logits); cudaFreeHost(s->h_cands);
     free(s);
@@ -1657,6 +1656,19 @@ static cu_graph *session_graph(cu_session *s, int T, int with_logits) {
     return NULL;
 }
 
+/* The last forward's logits (V floats, first row of s->logits) to the host
+ * through the session's pinned buffer: run_chunk's last_logits and the
+ * engine's on-demand fetch (cu_logits_fetch). */
+static int logits_to_host(cu_session *s, int V, float *out, cudaStream_t st) {
+    if (cudaMemcpyAsync(s->h_logits, s->logits, sizeof(float) * V, cudaMemcpyDeviceToHost, st) != cudaSuccess ||
+        cudaStreamSynchronize(st) != cudaSuccess) {
+        minke_set_error("cuda: logits copy: %s", cudaGetErrorString(cudaGetLastError()));
+        return -1;
+    }
+    memcpy(out, s->h_logits, sizeof(float) * V);
+    return 0;
+}
+
 /* One chunk on one GPU (its thread, its device current). With several GPUs
  * every GPU runs this at once; only rank 0 is given logit buffers and taps. */
 static int run_chunk(minke_model *m, cu_model *cm, cu_session *s, int comm_on, const int32_t *tokens, int T, int pos0,
@@ -1709,9 +1721,7 @@ static int run_chunk(minke_model *m, cu_model *cm, cu_session *s, int comm_on, c
         CK(cudaStreamSynchronize(st));
         memcpy(last_logits, all_logits + (size_t)(T - 1) * V, sizeof(float) * V);
     } else if (last_logits) {
-        CK(cudaMemcpyAsync(s->h_logits, s->logits, sizeof(float) * V, cudaMemcpyDeviceToHost, st));
-        CK(cudaStreamSynchronize(st));
-        memcpy(last_logits, s->h_logits, sizeof(float) * V);
+        if (logits_to_host(s, V, last_logits, st)) return -1;
     } else {
         CK(cudaStreamSynchronize(st));
     }
@@ -1873,43 +1883,6 @@ extern "C" int cu_bench_greedy(minke_model *m, void *bs, int32_t token, int pos,
     return 0;
 }
 
-extern "C" int cu_bench_greedy_run(minke_model *m, void *bs, int32_t token, int pos, int n, int skip, int32_t *out) {
-    cu_gsession *gs = (cu_gsession *)bs;
-    cu_session *s = gs->dev[0];
-    cu_model *cm = GRP(m)->dev[0];
-    if (gs->n != 1 || n < 1 || m->tap || prof_on == 1 || getenv("MINKE_CUDA_NO_GRAPH")) return 1;
-    cudaSetDevice(cm->dev);
-    if (n > s->seq_cap) {
-        /* at least 4096 slots: the untimed first step (n = 1) allocates for the timed run */
-        cudaFree(s->d_seq);
-        s->seq_cap = n > 4096 ? n : 4096;
-        if (cudaMalloc((void **)&s->d_seq, sizeof(int) * (size_t)s->seq_cap) != cudaSuccess) {
-            s->seq_cap = 0; s->d_seq = NULL;
-            minke_set_error("cuda: greedy run: out of device memory");
-            return -1;
-        }
-    }
-    int *d_seq = s->d_seq;
-    /* step 0 as a plain decode: uploads token and position, makes the graph if needed */
-    if (group_chunk(m, gs, &token, 1, pos, NULL, NULL)) return -1;
-    cu_graph *g = session_graph(s, 1, 0);
-    if (!g) return 1;
-    cudaStream_t st = cm->st;
-    cu_argmax(s->logits, m->w.cfg.n_vocab, skip, d_seq, st);
-    for (int k = 1; k < n; k++) {
-        /* the graph reads the token and position from s->d_tok / s->d_pos */
-        cu_token_feed(d_seq + k - 1, s->d_tok, s->d_pos, st);
-        if (cudaGraphLaunch(g->exec, st) != cudaSuccess) { minke_set_error("cuda: greedy run: graph launch"); return -1; }
-        cu_argmax(s->logits, m->w.cfg.n_vocab, skip, d_seq + k, st);
-    }
-    if (cudaMemcpyAsync(out, d_seq, sizeof(int) * (size_t)n, cudaMemcpyDeviceToHost, st) != cudaSuccess ||
-        cudaStreamSynchronize(st) != cudaSuccess) {
-        minke_set_error("cuda: greedy run: %s", cudaGetErrorString(cudaGetLastError()));
-        return -1;
-    }
-    return 0;
-}
-
 extern "C" int cu_device_info(char *buf, size_t n, double *bw_gbs) {
     cudaDeviceProp p;
     if (cudaGetDeviceProperties(&p, 0) != cudaSuccess) return -1;
@@ -1983,17 +1956,9 @@ extern "C" int cu_session_chunk(minke_model *m, void *bs) {
 /* engine/backend.h logits_fetch: the last one-token forward's logits (on
  * the first GPU, which runs the output head) to the host */
 static int cu_logits_fetch(minke_model *m, void *bs, float *out) {
-    cu_session *s = ((cu_gsession *)bs)->dev[0];
     cu_model *cm = GRP(m)->dev[0];
-    const int V = (int)m->w.cfg.n_vocab;
     cudaSetDevice(cm->dev);
-    if (cudaMemcpyAsync(s->h_logits, s->logits, sizeof(float) * V, cudaMemcpyDeviceToHost, cm->st) != cudaSuccess ||
-        cudaStreamSynchronize(cm->st) != cudaSuccess) {
-        minke_set_error("cuda: logits copy: %s", cudaGetErrorString(cudaGetLastError()));
-        return -1;
-    }
-    memcpy(out, s->h_logits, sizeof(float) * V);
-    return 0;
+    return logits_to_host(((cu_gsession *)bs)->dev[0], (int)m->w.cfg.n_vocab, out, cm->st);
 }
 
 /* engine/backend.h sample_cands (cu_sample.cu): one launch and one copy of

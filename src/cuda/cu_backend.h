@@ -20,13 +20,6 @@ typedef struct cu_session cu_session;
 /* Decode `token` at position pos and return the argmax of the logits,
  * skipping token id `skip` (-1: none). 0 or -1 with minke_last_error(). */
 int cu_bench_greedy(struct minke_model *m, void *bs, int32_t token, int pos, int skip, int32_t *next);
-/* n greedy steps from `token` at pos (skip never chosen), each step's argmax
- * fed to the next on the device (cu_token_feed), so the host enqueues every
- * step and waits once: no host round trip between the steps' graphs. out:
- * the n tokens, the same as n cu_bench_greedy calls give. One GPU and the
- * decode graph only: 1 where it does not apply (the caller steps instead),
- * 0, or -1 with minke_last_error(). */
-int cu_bench_greedy_run(struct minke_model *m, void *bs, int32_t token, int pos, int n, int skip, int32_t *out);
 /* "NVIDIA H200, sm_90, 132 SMs, 139.8 GiB"; *bw_gbs (if not NULL) gets a measured
  * device-to-device copy rate in GB/s counting read + write bytes. */
 int cu_device_info(char *buf, size_t n, double *bw_gbs);

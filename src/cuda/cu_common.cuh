@@ -239,6 +239,12 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
 
+/* An argmax reduction's step: (v, i) replaces (bv, bi) when larger, or
+ * equal at a lower index (cu_argmax, cu_sample_cands) */
+__device__ __forceinline__ void cu_argmax_take(float &bv, int &bi, float v, int i) {
+    if (v > bv || (v == bv && i < bi)) { bv = v; bi = i; }
+}
+
 /* Programmatic dependent launch (MINKE_CUDA_PDL, default on): every kernel of
  * the backend starts with cu_pdl_enter(): wait until the grids it depends on
  * have completed and their writes are visible (a no-op when it was launched

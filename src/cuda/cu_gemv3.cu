@@ -119,7 +119,7 @@ __device__ __forceinline__ void g3_q8_load(const uint8_t *row, int it, int nit, 
  * NI are requested before cu_pdl_enter() (weights are never written in a
  * step), and each slot is refilled with the item NI steps on once used. */
 template <bool REP, int R, int KS, int NI>
-__device__ __forceinline__ void g3_q8_body(const g3_args &a) {
+__global__ void __launch_bounds__(256) k_g3_q8(g3_args a) {
     extern __shared__ int4 g3_sm[];
     int *sh = (int *)g3_sm;
     __shared__ float sred[KS > 1 ? 8 * R : 1];
@@ -196,9 +196,6 @@ __device__ __forceinline__ void g3_q8_body(const g3_args &a) {
             }
     }
 }
-
-template <bool REP, int R, int KS, int NI>
-__global__ void __launch_bounds__(256) k_g3_q8(g3_args a) { g3_q8_body<REP, R, KS, NI>(a); }
 
 /* Q8_0R streamed through shared memory (sm_90: cu_bulk.cuh). A block takes
  * a contiguous range of rows (in one input group) and streams it in stages

@@ -127,10 +127,6 @@ void cu_add(const float *a, const float *b, float *y, int64_t n, cudaStream_t st
 __device__ float am_part_v[AM_BLOCKS];
 __device__ int am_part_i[AM_BLOCKS];
 
-__device__ __forceinline__ void am_take(float &bv, int &bi, float v, int i) {
-    if (v > bv || (v == bv && i < bi)) { bv = v; bi = i; }
-}
-
 __global__ void __launch_bounds__(256) k_argmax_part(const float *x, int64_t n, int skip) {
     cu_pdl_enter();
     __shared__ float sv[8];
@@ -143,16 +139,16 @@ __global__ void __launch_bounds__(256) k_argmax_part(const float *x, int64_t n, 
 #pragma unroll
         for (int k = 0; k < 4; k++) { int64_t i = i0 + k * 256; v[k] = i < hi && i != skip ? x[i] : -INFINITY; }
 #pragma unroll
-        for (int k = 0; k < 4; k++) { int64_t i = i0 + k * 256; if (i < hi && i != skip) am_take(best, idx, v[k], (int)i); }
+        for (int k = 0; k < 4; k++) { int64_t i = i0 + k * 256; if (i < hi && i != skip) cu_argmax_take(best, idx, v[k], (int)i); }
     }
     for (int o = 16; o > 0; o >>= 1) {
         float ov = __shfl_down_sync(0xffffffffu, best, o); int oi = __shfl_down_sync(0xffffffffu, idx, o);
-        am_take(best, idx, ov, oi);
+        cu_argmax_take(best, idx, ov, oi);
     }
     if ((threadIdx.x & 31) == 0) { sv[threadIdx.x >> 5] = best; si[threadIdx.x >> 5] = idx; }
     __syncthreads();
     if (threadIdx.x == 0) {
-        for (int w = 1; w < 8; w++) am_take(best, idx, sv[w], si[w]);
+        for (int w = 1; w < 8; w++) cu_argmax_take(best, idx, sv[w], si[w]);
         am_part_v[blockIdx.x] = best; am_part_i[blockIdx.x] = idx;
     }
 }
@@ -160,10 +156,10 @@ __global__ void __launch_bounds__(256) k_argmax_part(const float *x, int64_t n, 
 __global__ void k_argmax_final(int *out) {
     cu_pdl_enter();
     float best = -INFINITY; int idx = 0x7fffffff;
-    for (int b = threadIdx.x; b < AM_BLOCKS; b += 32) am_take(best, idx, am_part_v[b], am_part_i[b]);
+    for (int b = threadIdx.x; b < AM_BLOCKS; b += 32) cu_argmax_take(best, idx, am_part_v[b], am_part_i[b]);
     for (int o = 16; o > 0; o >>= 1) {
         float ov = __shfl_down_sync(0xffffffffu, best, o); int oi = __shfl_down_sync(0xffffffffu, idx, o);
-        am_take(best, idx, ov, oi);
+        cu_argmax_take(best, idx, ov, oi);
     }
     if (threadIdx.x == 0) *out = idx;
 }
@@ -171,15 +167,6 @@ __global__ void k_argmax_final(int *out) {
 void cu_argmax(const float *x, int64_t n, int skip, int *out, cudaStream_t st) {
     cu_launch(k_argmax_part, AM_BLOCKS, 256, 0, st, x, n, skip);
     cu_launch(k_argmax_final, 1, 32, 0, st, out);
-}
-
-__global__ void k_token_feed(const int *next, int32_t *tok, int *pos) {
-    cu_pdl_enter();
-    tok[0] = next[0];
-    pos[0] += 1;
-}
-void cu_token_feed(const int *next, int32_t *tok, int *pos, cudaStream_t st) {
-    cu_launch(k_token_feed, 1, 1, 0, st, next, tok, pos);
 }
 
 __device__ __forceinline__ uint32_t hash32(uint64_t x) {

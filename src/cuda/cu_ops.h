@@ -279,8 +279,6 @@ void cu_argmax(const float *x, int64_t n, int skip, int *out, cudaStream_t st);
 #define CU_CANDS_MAX 1024     /* the most candidates a session's buffers hold */
 size_t cu_sample_cands_bytes(int cap);
 void cu_sample_cands(const float *logits, int n, float floor_off, int cap, int *out, cudaStream_t st);
-/* the next decode step's input on the device: tok[0] = next[0], pos[0] + 1 */
-void cu_token_feed(const int *next, int32_t *tok, int *pos, cudaStream_t st);
 /* deterministic fill of n bytes of synthetic weights for a type (bench) */
 /* byte_off: where dst starts in the whole tensor (a GPU's slice of the experts; a
  * multiple of 4), so the slice holds the values of that part of the whole */

@@ -18,10 +18,6 @@
 
 #define SC_THREADS 1024
 
-__device__ __forceinline__ void sc_take(float &bv, int &bi, float v, int i) {
-    if (v > bv || (v == bv && i < bi)) { bv = v; bi = i; }
-}
-
 /* out: int count, int amax, float lmax, int (unused); then cap ids, then cap values */
 __global__ void __launch_bounds__(SC_THREADS) k_sample_cands(const float *x, int n, float floor_off, int cap, int *out) {
     cu_pdl_enter();
@@ -32,12 +28,12 @@ __global__ void __launch_bounds__(SC_THREADS) k_sample_cands(const float *x, int
     int bi = INT_MAX;
     for (int i = tid; i < n; i += SC_THREADS) {
         const float v = x[i];
-        if (isfinite(v)) sc_take(bv, bi, v, i);
+        if (isfinite(v)) cu_argmax_take(bv, bi, v, i);
     }
     for (int o = 16; o > 0; o >>= 1) {
         const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
         const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-        sc_take(bv, bi, ov, oi);
+        cu_argmax_take(bv, bi, ov, oi);
     }
     if (lane == 0) { sv[w] = bv; si[w] = bi; }
     __syncthreads();
@@ -45,7 +41,7 @@ __global__ void __launch_bounds__(SC_THREADS) k_sample_cands(const float *x, int
     for (int o = 16; o > 0; o >>= 1) {
         const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
         const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-        sc_take(bv, bi, ov, oi);
+        cu_argmax_take(bv, bi, ov, oi);
     }
     const int amax = bi == INT_MAX ? -1 : bi;
     if (amax < 0 || cap == 0) {
