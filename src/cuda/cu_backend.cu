@@ -1242,25 +1242,39 @@ static void hc_post(fwd *f, const float *f1, const float *f2) {
 
 /* The HC pre step over rows t0 .. t0+n-1 of the batch (a pending post step
  * first): x = the mixed (and, with norm_w, RMS-normed) input of the
- * sub-layer; post/comb for its post step unless head. */
-static void hc_pre(fwd *f, int t0, int n, const cu_t *fn, int nmix, const float *scale, const float *base,
-                   const float *norm_w, int iters, int head, float *x) {
+ * sub-layer; post/comb for its post step unless head. Returns 1 when it left
+ * comb's Sinkhorn (sk_defer) to hc_sinkhorn_side on a joined side stream. */
+static int hc_pre(fwd *f, int t0, int n, const cu_t *fn, int nmix, const float *scale, const float *base,
+                  const float *norm_w, int iters, int head, float *x, int sk_defer = 0) {
     cu_session *s = f->s;
     const dsv4_config *c = f->c;
     int D = (int)c->n_embd, nhc = (int)c->n_hc;
     int64_t off = (int64_t)t0 * c->hc_dim;
     if (hc_fused(f)) {
         const float *f1 = f->pend_f1, *f2 = f->pend_f2;
-        cu_hc_pre_fused(s->X + off, f1 ? f1 + (int64_t)t0 * D : NULL, f2 ? f2 + (int64_t)t0 * D : NULL,
-                        s->post + t0 * nhc, s->comb + t0 * nhc * nhc, s->X2 + off, n, D, nhc, fn->d, fn->type,
-                        nmix, scale, base, norm_w, iters, c->hc_eps, c->rms_eps, head, s->partial, s->psq,
-                        s->hc_cnt, x, s->post, s->comb, f->st);
+        int deferred = cu_hc_pre_fused(s->X + off, f1 ? f1 + (int64_t)t0 * D : NULL, f2 ? f2 + (int64_t)t0 * D : NULL,
+                                       s->post + t0 * nhc, s->comb + t0 * nhc * nhc, s->X2 + off, n, D, nhc, fn->d,
+                                       fn->type, nmix, scale, base, norm_w, iters, c->hc_eps, c->rms_eps, head,
+                                       s->partial, s->psq, s->hc_cnt, x, s->post, s->comb, sk_defer && t0 == 0, f->st);
         if (f1) { float *t = s->X; s->X = s->X2; s->X2 = t; }
         f->pend_f1 = f->pend_f2 = NULL;
-        return;
+        return deferred;
     }
     cu_hc_pre(s->X + off, n, D, nhc, fn->d, fn->type, nmix, scale, base, norm_w, iters, c->hc_eps, c->rms_eps, head,
               s->partial, s->psq, x, s->post, s->comb, f->st);
+    return 0;
+}
+/* MINKE_CUDA_SK_DEFER (default 1; 0: in the step): the attention's Sinkhorn
+ * on the kv branch. The FFN's stays in its step: on the shared expert's
+ * branch it cost 1.2% (docs/performance.md, twenty-fifth session). */
+static int sk_defer_on(void) {
+    static int v = -1;
+    if (v < 0) { const char *e = getenv("MINKE_CUDA_SK_DEFER"); v = e && *e ? atoi(e) != 0 : 1; }
+    return v;
+}
+/* st joins the main stream before the next pre step reads comb */
+static void hc_sinkhorn_side(fwd *f, int pending, cudaStream_t st) {
+    if (pending) cu_hc_sinkhorn(f->s->comb, f->T, (int)f->c->n_hc, (int)f->c->hc_sinkhorn_iters, f->c->hc_eps, st);
 }
 
 static void attention_layer(fwd *f, int il) {
@@ -1277,9 +1291,14 @@ static void attention_layer(fwd *f, int il) {
     const float *rope = ratio ? f->cm->rope_comp : f->cm->rope_main;
     int sims = f->m->params.sims;
 
+    /* the kv row reads only x: a third branch while the q path runs (exact
+     * activations only: with q8 activations x's quantization is shared); it
+     * also takes the step's deferred Sinkhorn */
+    int kv_side = f->side && f->cm->act_f32;
     PROF(f, "hc_pre");
-    hc_pre(f, 0, T, &L->hc_attn_fn, (int)c->hc_mix, (const float *)L->hc_attn_scale.d,
-           (const float *)L->hc_attn_base.d, (const float *)L->attn_norm.d, (int)c->hc_sinkhorn_iters, 0, s->x);
+    int sk_pend = hc_pre(f, 0, T, &L->hc_attn_fn, (int)c->hc_mix, (const float *)L->hc_attn_scale.d,
+                         (const float *)L->hc_attn_base.d, (const float *)L->attn_norm.d, (int)c->hc_sinkhorn_iters, 0,
+                         s->x, kv_side && sk_defer_on());
     x_rewritten(f);
     tapv(f, "blk.%d.attn_norm", il, s->x, D);
     int ihd = (int)c->indexer_head_dim, nih = (int)c->indexer_n_head;
@@ -1313,14 +1332,12 @@ static void attention_layer(fwd *f, int il) {
         CK_ASYNC(cudaEventRecord(f->cm->ev_join, f->cm->st2));
         f->st = st; f->act = s->act; f->asplit = s->asplit;
     }
-    /* the kv row reads only x: a third branch while the q path runs (exact
-     * activations only: with q8 activations x's quantization is shared) */
-    int kv_side = f->side && f->cm->act_f32;
     int ring_done = 0;
     if (kv_side) {
         CK_ASYNC(cudaEventRecord(f->cm->ev_fork3, st));
         CK_ASYNC(cudaStreamWaitEvent(f->cm->st3, f->cm->ev_fork3, 0));
         f->st = f->cm->st3; f->asplit = s->asplit3;
+        hc_sinkhorn_side(f, sk_pend, f->cm->st3);
         PROF(f, "kv");
         matmul(f, &L->kv, s->x, D, Dh, s->kvp, Dh, T);
         /* one token: its ring slot holds position pos - W, which its attention
@@ -1883,44 +1900,11 @@ extern "C" int cu_bench_greedy(minke_model *m, void *bs, int32_t token, int pos,
     return 0;
 }
 
-extern "C" int cu_device_info(char *buf, size_t n, double *bw_gbs) {
-    cudaDeviceProp p;
-    if (cudaGetDeviceProperties(&p, 0) != cudaSuccess) return -1;
-    snprintf(buf, n, "%s, sm_%d%d, %d SMs, %.1f GiB", p.name, p.major, p.minor, p.multiProcessorCount,
-             p.totalGlobalMem / 1073741824.0);
-    if (bw_gbs) {
-        /* measured device-to-device copy bandwidth (read + write) */
-        size_t bytes = 1ull << 30;
-        void *a = NULL, *b = NULL;
-        *bw_gbs = 0;
-        if (cudaMalloc(&a, bytes) == cudaSuccess && cudaMalloc(&b, bytes) == cudaSuccess) {
-            cudaEvent_t e0, e1;
-            cudaEventCreate(&e0); cudaEventCreate(&e1);
-            cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice);
-            cudaEventRecord(e0);
-            for (int i = 0; i < 10; i++) cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice);
-            cudaEventRecord(e1);
-            cudaEventSynchronize(e1);
-            float ms = 0;
-            cudaEventElapsedTime(&ms, e0, e1);
-            *bw_gbs = 10.0 * 2 * bytes / (ms * 1e-3) / 1e9;
-            cudaEventDestroy(e0); cudaEventDestroy(e1);
-        }
-        cudaFree(a); cudaFree(b);
-    }
-    return 0;
-}
-
 extern "C" uint64_t cu_model_weight_bytes(minke_model *m) { return GRP(m) ? GRP(m)->weight_bytes : 0; }
 
 extern "C" int cu_model_gpus(minke_model *m) { return GRP(m) ? GRP(m)->n : 0; }
 
 extern "C" int cu_model_has_comm(minke_model *m) { return GRP(m) && GRP(m)->dev[0]->comm; }
-
-extern "C" int cu_gpu_count(void) {
-    int n = 0;
-    return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
-}
 
 /* Collectives on or off (bench: a step without them is the compute alone;
  * its results are wrong with several GPUs, so the bench restores the state

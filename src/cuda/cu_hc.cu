@@ -1131,7 +1131,9 @@ k_hc_pre_fused2(const float *X, const float *f1, const float *f2, const float *p
  *    (bar 1), computes the mixes, publishes the pre weights (bar 2), then
  *    post and Sinkhorn (nhc = 4 unrolled: the four shuffles of a sum issue
  *    together, the sum in the CPU's sequential order; the longest path of
- *    the step, ~40 dependent shuffle+divide rounds). Warps 0..7 are v1's
+ *    the step, ~40 dependent shuffle+divide rounds, so with sk_defer the
+ *    warp leaves the logits in comb and k_hc_sinkhorn finishes them on a
+ *    side stream: the next kernel waits for x only). Warps 0..7 are v1's
  *    finishing block of 256 (thread j: d = j, j+256, ...), the RMS tree
  *    taken by every warp from shared memory instead of one warp and a
  *    second barrier.
@@ -1194,7 +1196,7 @@ __global__ void __launch_bounds__(HC3_THREADS)
 k_hc_pre_fused3(const float *X, const float *f1, const float *f2, const float *post_in, const float *comb_in,
                 float *Xout, int D, const void *fn, int fntype, int nmix, int rpb, const float *scale,
                 const float *base, const float *norm_w, int iters, float hc_eps, float rms_eps, int head,
-                float *partial, double *psq, int *cnt, float *xout, float *post_out, float *comb_out) {
+                float *partial, double *psq, int *cnt, float *xout, float *post_out, float *comb_out, int sk_defer) {
     __shared__ __align__(16) float xs[HC3_XPT * HC3_XT];   /* this split's input: chunk floats */
     __shared__ double shd[8];
     __shared__ float s_wpre[NHC];
@@ -1384,7 +1386,11 @@ k_hc_pre_fused3(const float *X, const float *f1, const float *f2, const float *p
         float mcomb = __shfl_sync(0xffffffffu, mixv, (2 * NHC + lane) & 31);
         float v = lane < NHC * NHC ? mcomb * sc2 + bcomb : 0.f;
         if (lane < NHC) post_out[t * NHC + lane] = 2.0f * sigmoid_stable(mpost * sc1 + bpost);
-        hc3_sinkhorn<NHC>(v, iters, hc_eps, lane, comb_out + t * NHC * NHC);
+        if (sk_defer) {
+            if (lane < NHC * NHC) comb_out[t * NHC * NHC + lane] = v;     /* for k_hc_sinkhorn */
+        } else {
+            hc3_sinkhorn<NHC>(v, iters, hc_eps, lane, comb_out + t * NHC * NHC);
+        }
         return;
     }
 
@@ -1503,28 +1509,47 @@ int cu_hc_fused_ok(int D, int nhc, int nmix) {
     return nmix <= HC_MAXMIX && nhc <= 8 && (D * nhc) % HC_SPLIT == 0 && (D * nhc / HC_SPLIT) * 4 <= 48 * 1024;
 }
 
-void cu_hc_pre_fused(const float *X, const float *f1, const float *f2, const float *post_in, const float *comb_in,
-                     float *Xout, int T, int D, int nhc, const void *fn, int fntype, int nmix, const float *scale,
-                     const float *base, const float *norm_w, int iters, float hc_eps, float rms_eps, int head,
-                     float *part, double *psq, int *cnt, float *x, float *post, float *comb, cudaStream_t st) {
+/* The deferred Sinkhorn: a warp per token, hc3_sinkhorn on the logits the
+ * step left in comb (lanes past nhc^2 take 0, as in the step) */
+__global__ void __launch_bounds__(32) k_hc_sinkhorn(float *comb, int iters, float hc_eps) {
+    cu_pdl_enter();
+    const int t = blockIdx.x, lane = threadIdx.x;
+    float *c = comb + t * HC3_NHC * HC3_NHC;
+    const float v = lane < HC3_NHC * HC3_NHC ? c[lane] : 0.f;
+    __syncwarp();
+    hc3_sinkhorn<HC3_NHC>(v, iters, hc_eps, lane, c);
+}
+
+extern "C" void cu_hc_sinkhorn(float *comb, int T, int nhc, int iters, float hc_eps, cudaStream_t st) {
+    if (nhc != HC3_NHC || T < 1) return;     /* cu_hc_pre_fused defers only for this nhc */
+    cu_launch(k_hc_sinkhorn, dim3(T), 32, 0, st, comb, iters, hc_eps);
+}
+
+int cu_hc_pre_fused(const float *X, const float *f1, const float *f2, const float *post_in, const float *comb_in,
+                    float *Xout, int T, int D, int nhc, const void *fn, int fntype, int nmix, const float *scale,
+                    const float *base, const float *norm_w, int iters, float hc_eps, float rms_eps, int head,
+                    float *part, double *psq, int *cnt, float *x, float *post, float *comb, int sk_defer,
+                    cudaStream_t st) {
     int ver = hc_version();
     if ((ver == 0 || ver == 3) && hc3_ok(D, nhc, nmix, head)) {
         int rpb = hc3_rows_per_block(nmix), ng = (nmix + rpb - 1) / rpb;
+        const int defer = sk_defer && !head && nhc == HC3_NHC;
         cu_launch(k_hc_pre_fused3<HC3_NHC>, dim3(HC_SPLIT * ng, T), HC3_THREADS, 0, st, X, f1, f2, post_in, comb_in,
                   Xout, D, fn, fntype, nmix, rpb, scale, base, norm_w, iters, hc_eps, rms_eps, head, part, psq, cnt,
-                  x, post, comb);
-        return;
+                  x, post, comb, defer);
+        return defer;
     }
     if (ver != 1 && hc2_ok(D, nhc, nmix)) {
         size_t shm2 = sizeof(float) * (size_t)(D * nhc / HC_SPLIT + D);
         cu_launch(k_hc_pre_fused2, dim3(HC_SPLIT, T), HC2_THREADS, shm2, st, X, f1, f2, post_in, comb_in, Xout, D, nhc,
                   fn, fntype, nmix, scale, base, norm_w, iters, hc_eps, rms_eps, head, part, psq, cnt, x, post, comb);
-        return;
+        return 0;
     }
     int threads = 32 * (nmix > 8 ? nmix : 8);
     size_t shm = sizeof(float) * (size_t)(D * nhc / HC_SPLIT);
     cu_launch(k_hc_pre_fused, dim3(HC_SPLIT, T), threads, shm, st, X, f1, f2, post_in, comb_in, Xout, D, nhc, fn,
               fntype, nmix, scale, base, norm_w, iters, hc_eps, rms_eps, head, part, psq, cnt, x, post, comb);
+    return 0;
 }
 
 

@@ -175,10 +175,19 @@ void cu_hc_pre(const float *X, int T, int D, int nhc, const void *fn, int fntype
  * zero before the first call (each call leaves them zero). cu_hc_fused_ok: shapes it takes. */
 int cu_hc_fused_enabled(void);
 int cu_hc_fused_ok(int D, int nhc, int nmix);
-void cu_hc_pre_fused(const float *X, const float *f1, const float *f2, const float *post_in, const float *comb_in,
-                     float *Xout, int T, int D, int nhc, const void *fn, int fntype, int nmix, const float *scale,
-                     const float *base, const float *norm_w, int iters, float hc_eps, float rms_eps, int head,
-                     float *partial, double *psq, int *cnt, float *x, float *post, float *comb, cudaStream_t st);
+/* sk_defer (not head): the step may leave comb's Sinkhorn to cu_hc_sinkhorn, writing the
+ * raw combination logits into comb instead; it returns 1 when it did (then cu_hc_sinkhorn
+ * must run on comb before anything reads it), 0 when comb holds the result. */
+int cu_hc_pre_fused(const float *X, const float *f1, const float *f2, const float *post_in, const float *comb_in,
+                    float *Xout, int T, int D, int nhc, const void *fn, int fntype, int nmix, const float *scale,
+                    const float *base, const float *norm_w, int iters, float hc_eps, float rms_eps, int head,
+                    float *partial, double *psq, int *cnt, float *x, float *post, float *comb, int sk_defer,
+                    cudaStream_t st);
+/* The deferred Sinkhorn of cu_hc_pre_fused, in place on T tokens' nhc x nhc logits (the same
+ * arithmetic and bits as inside the step). Why: in the step it is the last block's longest
+ * path, which the next kernel waits for although only the next post step reads comb; a
+ * side stream runs it beside the sub-layer instead. */
+void cu_hc_sinkhorn(float *comb, int T, int nhc, int iters, float hc_eps, cudaStream_t st);
 /* programmatic dependent launch between the backend's kernels (MINKE_CUDA_PDL=0: off) */
 int cu_pdl_enabled(void);
 void cu_hc_post(const float *X, const float *f1, const float *f2, const float *post, const float *comb,

@@ -219,7 +219,22 @@ static void hc_launch(hc_case *c) {
     cu_hc_pre_fused(c->dX, c->use_f1 ? c->df1 : NULL, c->use_f1 && c->use_f2 ? c->df2 : NULL, c->dpost, c->dcomb,
                     c->dXout, c->T, c->D, c->nhc, fn, c->fntype, c->nmix, c->dscale, c->dbase,
                     c->use_norm ? c->dnorm : NULL, c->iters, c->hc_eps, c->rms_eps, c->head, c->dpart, c->dpsq,
-                    c->dcnt, c->dx, c->dpost, c->dcomb, 0);
+                    c->dcnt, c->dx, c->dpost, c->dcomb, 0, 0);
+}
+/* the same with comb's Sinkhorn deferred to cu_hc_sinkhorn (on another stream, as the
+ * engine runs it, joined by an event); returns what cu_hc_pre_fused said */
+static int hc_launch_deferred(hc_case *c, cudaStream_t side, cudaEvent_t ev) {
+    int d = cu_hc_pre_fused(c->dX, c->use_f1 ? c->df1 : NULL, c->use_f1 && c->use_f2 ? c->df2 : NULL, c->dpost,
+                            c->dcomb, c->dXout, c->T, c->D, c->nhc, c->dfn, c->fntype, c->nmix, c->dscale, c->dbase,
+                            c->use_norm ? c->dnorm : NULL, c->iters, c->hc_eps, c->rms_eps, c->head, c->dpart,
+                            c->dpsq, c->dcnt, c->dx, c->dpost, c->dcomb, 1, 0);
+    if (d) {
+        CK(cudaEventRecord(ev, 0));
+        CK(cudaStreamWaitEvent(side, ev, 0));
+        cu_hc_sinkhorn(c->dcomb, c->T, c->nhc, c->iters, c->hc_eps, side);
+        CK(cudaStreamSynchronize(side));
+    }
+    return d;
 }
 static void hc_launch_v(void *p) { hc_launch((hc_case *)p); }
 /* the unfused form: cu_hc_post into Xout, then cu_hc_pre on it */
@@ -452,6 +467,30 @@ static int hc_run(int T, int D, int nhc, int nmix, int head, int fntype, int use
         }
         hc_out_free(&o3[0]);
         hc_out_free(&o3[1]);
+    }
+    /* v3 with the Sinkhorn deferred (the engine's decode with side streams): every
+     * result bit as v3's; only v3 defers, and never for the head */
+    if (ran[2] == 3) {
+        cudaStream_t side;
+        cudaEvent_t ev;
+        CK(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
+        CK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+        cu_hc_use_version(3);
+        cu_hc3_set_blocks(0);
+        hc_reset(&c);
+        int d = hc_launch_deferred(&c, side, ev);
+        hc_out od = hc_fetch(&c);
+        if (d != !head) {
+            printf("FAIL %s: cu_hc_pre_fused deferred %d (want %d)\n", what, d, !head);
+            ntbad = 1;
+        }
+        if (!hc_bits(&c, &od, &o[2])) {
+            printf("FAIL %s: the deferred Sinkhorn differs from v3's in-step one\n", what);
+            ntbad = 1;
+        }
+        hc_out_free(&od);
+        cudaStreamDestroy(side);
+        cudaEventDestroy(ev);
     }
     /* the default twice: the ticket counters must come back to zero and the result repeat */
     cu_hc_use_version(0);
