@@ -1264,9 +1264,11 @@ static int hc_pre(fwd *f, int t0, int n, const cu_t *fn, int nmix, const float *
               s->partial, s->psq, x, s->post, s->comb, f->st);
     return 0;
 }
-/* MINKE_CUDA_SK_DEFER (default 1; 0: in the step): the attention's Sinkhorn
- * on the kv branch. The FFN's stays in its step: on the shared expert's
- * branch it cost 1.2% (docs/performance.md, twenty-fifth session). */
+/* MINKE_CUDA_SK_DEFER (default 1; 0: in the step): the HC steps' Sinkhorn on
+ * the kv stream, the attention's in its kv branch, the FFN's beside the
+ * routed experts (that stream is idle then; on the shared expert's branch it
+ * cost 1.2%: docs/performance.md, twenty-fifth session), joined with the
+ * shared expert. */
 static int sk_defer_on(void) {
     static int v = -1;
     if (v < 0) { const char *e = getenv("MINKE_CUDA_SK_DEFER"); v = e && *e ? atoi(e) != 0 : 1; }
@@ -1485,8 +1487,16 @@ static void ffn_layer(fwd *f, int il) {
     float clamp = c->swiglu_clamp[il];
 
     PROF(f, "hc_pre");
-    hc_pre(f, 0, T, &L->hc_ffn_fn, (int)c->hc_mix, (const float *)L->hc_ffn_scale.d,
-           (const float *)L->hc_ffn_base.d, (const float *)L->ffn_norm.d, (int)c->hc_sinkhorn_iters, 0, s->x);
+    const int sk_side = f->side && f->cm->act_f32 && sk_defer_on();
+    int sk_pend = hc_pre(f, 0, T, &L->hc_ffn_fn, (int)c->hc_mix, (const float *)L->hc_ffn_scale.d,
+                         (const float *)L->hc_ffn_base.d, (const float *)L->ffn_norm.d, (int)c->hc_sinkhorn_iters, 0,
+                         s->x, sk_side);
+    if (sk_pend) {
+        CK_ASYNC(cudaEventRecord(f->cm->ev_fork3, st));
+        CK_ASYNC(cudaStreamWaitEvent(f->cm->st3, f->cm->ev_fork3, 0));
+        hc_sinkhorn_side(f, sk_pend, f->cm->st3);
+        CK_ASYNC(cudaEventRecord(f->cm->ev_join3, f->cm->st3));
+    }
     x_rewritten(f);
     tapv(f, "blk.%d.ffn_norm", il, s->x, D);
     /* the shared expert reads only x: on the side stream while the routed
@@ -1611,6 +1621,7 @@ static void ffn_layer(fwd *f, int il) {
     }
     if (f->side) {
         CK_ASYNC(cudaStreamWaitEvent(st, f->cm->ev_join, 0));
+        if (sk_pend) CK_ASYNC(cudaStreamWaitEvent(st, f->cm->ev_join3, 0));
     } else {
         PROF(f, "shared");
         shared_expert(f, L, clamp);
