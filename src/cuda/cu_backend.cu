@@ -1255,7 +1255,8 @@ static int hc_pre(fwd *f, int t0, int n, const cu_t *fn, int nmix, const float *
         int deferred = cu_hc_pre_fused(s->X + off, f1 ? f1 + (int64_t)t0 * D : NULL, f2 ? f2 + (int64_t)t0 * D : NULL,
                                        s->post + t0 * nhc, s->comb + t0 * nhc * nhc, s->X2 + off, n, D, nhc, fn->d,
                                        fn->type, nmix, scale, base, norm_w, iters, c->hc_eps, c->rms_eps, head,
-                                       s->partial, s->psq, s->hc_cnt, x, s->post, s->comb, sk_defer && t0 == 0, f->st);
+                                       s->partial, s->psq, s->hc_cnt, x, s->post, s->comb, sk_defer && t0 == 0 && n == f->T,
+                                       f->st);
         if (f1) { float *t = s->X; s->X = s->X2; s->X2 = t; }
         f->pend_f1 = f->pend_f2 = NULL;
         return deferred;
@@ -1274,9 +1275,14 @@ static int sk_defer_on(void) {
     if (v < 0) { const char *e = getenv("MINKE_CUDA_SK_DEFER"); v = e && *e ? atoi(e) != 0 : 1; }
     return v;
 }
-/* st joins the main stream before the next pre step reads comb */
+/* st joins the main stream before the next pre step reads comb; its own
+ * stage name for MINKE_CUDA_SKIP, the caller's stage left as it was */
 static void hc_sinkhorn_side(fwd *f, int pending, cudaStream_t st) {
-    if (pending) cu_hc_sinkhorn(f->s->comb, f->T, (int)f->c->n_hc, (int)f->c->hc_sinkhorn_iters, f->c->hc_eps, st);
+    if (!pending) return;
+    const int keep = cu_skip_launch;
+    cu_skip_launch = skip_list && f->T == 1 && skip_matches("hc_sinkhorn");
+    cu_hc_sinkhorn(f->s->comb, f->T, (int)f->c->n_hc, (int)f->c->hc_sinkhorn_iters, f->c->hc_eps, st);
+    cu_skip_launch = keep;
 }
 
 static void attention_layer(fwd *f, int il) {
