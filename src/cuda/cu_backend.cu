@@ -1275,6 +1275,10 @@ static int sk_defer_on(void) {
     if (v < 0) { const char *e = getenv("MINKE_CUDA_SK_DEFER"); v = e && *e ? atoi(e) != 0 : 1; }
     return v;
 }
+/* The kv row reads only x: a third stream (st3) runs it while the q path
+ * runs (exact activations only: with q8 activations x's quantization is
+ * shared); it also takes the HC steps' deferred Sinkhorns. */
+static int kv_stream(const fwd *f) { return f->side && f->cm->act_f32; }
 /* st joins the main stream before the next pre step reads comb; its own
  * stage name for MINKE_CUDA_SKIP, the caller's stage left as it was */
 static void hc_sinkhorn_side(fwd *f, int pending, cudaStream_t st) {
@@ -1299,10 +1303,7 @@ static void attention_layer(fwd *f, int il) {
     const float *rope = ratio ? f->cm->rope_comp : f->cm->rope_main;
     int sims = f->m->params.sims;
 
-    /* the kv row reads only x: a third branch while the q path runs (exact
-     * activations only: with q8 activations x's quantization is shared); it
-     * also takes the step's deferred Sinkhorn */
-    int kv_side = f->side && f->cm->act_f32;
+    const int kv_side = kv_stream(f);
     PROF(f, "hc_pre");
     int sk_pend = hc_pre(f, 0, T, &L->hc_attn_fn, (int)c->hc_mix, (const float *)L->hc_attn_scale.d,
                          (const float *)L->hc_attn_base.d, (const float *)L->attn_norm.d, (int)c->hc_sinkhorn_iters, 0,
@@ -1493,10 +1494,9 @@ static void ffn_layer(fwd *f, int il) {
     float clamp = c->swiglu_clamp[il];
 
     PROF(f, "hc_pre");
-    const int sk_side = f->side && f->cm->act_f32 && sk_defer_on();
     int sk_pend = hc_pre(f, 0, T, &L->hc_ffn_fn, (int)c->hc_mix, (const float *)L->hc_ffn_scale.d,
                          (const float *)L->hc_ffn_base.d, (const float *)L->ffn_norm.d, (int)c->hc_sinkhorn_iters, 0,
-                         s->x, sk_side);
+                         s->x, kv_stream(f) && sk_defer_on());
     if (sk_pend) {
         CK_ASYNC(cudaEventRecord(f->cm->ev_fork3, st));
         CK_ASYNC(cudaStreamWaitEvent(f->cm->st3, f->cm->ev_fork3, 0));

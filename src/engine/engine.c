@@ -27,8 +27,8 @@ struct minke_session {
     int has_logits;
     int logits_dev;        /* the last logits are still on the backend's device (s->logits stale) */
     float *logits;
-    int32_t *cand_ids;     /* minke_sample: the candidates a device sends back */
-    float *cand_vals;
+    int32_t *cand_ids;     /* minke_sample: the candidates a device sends back (one allocation, */
+    float *cand_vals;      /*   the values after the ids) */
     uint8_t *frontier;     /* speculative verification: backend frontier + logits (lazy) */
     uint64_t frontier_bytes;
 };
@@ -220,7 +220,6 @@ void minke_session_free(minke_session *s) {
     s->m->ops->session_free(s->m, s->bs);
     free(s->logits);
     free(s->cand_ids);
-    free(s->cand_vals);
     free(s->frontier);
     free(s);
 }
@@ -306,12 +305,12 @@ int32_t minke_sample(minke_session *s, struct sampler *sp, int force_greedy) {
         float off = 0, lmax = 0;
         int32_t amax = -1;
         const int plan = sampler_cands_plan(sp, force_greedy, &off);
-        if (plan && !(s->cand_ids && s->cand_vals)) {
-            free(s->cand_ids);
-            free(s->cand_vals);
-            s->cand_ids = malloc(sizeof(int32_t) * SAMPLE_CANDS_CAP);
-            s->cand_vals = malloc(sizeof(float) * SAMPLE_CANDS_CAP);
-            if (!s->cand_ids || !s->cand_vals) { minke_set_error("out of memory"); return -1; }
+        if (plan && !s->cand_ids) {
+            if (!(s->cand_ids = malloc((sizeof(int32_t) + sizeof(float)) * SAMPLE_CANDS_CAP))) {
+                minke_set_error("out of memory");
+                return -1;
+            }
+            s->cand_vals = (float *)(s->cand_ids + SAMPLE_CANDS_CAP);
         }
         if (plan) {
             const int cap = plan == 1 ? 0 : SAMPLE_CANDS_CAP;

@@ -209,25 +209,24 @@ static void hc_reset(hc_case *c) {
     CK(cudaMemset(c->dx, 0x7F, sizeof(float) * T * D));
     CK(cudaMemset(c->dcnt, 0, sizeof(int) * T));
 }
-/* post_in/comb_in and post/comb are the same buffers, as in the engine */
-static void hc_launch(hc_case *c) {
+/* post_in/comb_in and post/comb are the same buffers, as in the engine;
+ * returns what cu_hc_pre_fused says of sk_defer */
+static int hc_launch_sk(hc_case *c, int sk_defer) {
     const void *fn = c->dfn;
     if (c->cold) {
         fn = c->dfn_cold + (size_t)c->cold_next * c->fn_bytes;
         c->cold_next = (c->cold_next + 1) % c->ncold;
     }
-    cu_hc_pre_fused(c->dX, c->use_f1 ? c->df1 : NULL, c->use_f1 && c->use_f2 ? c->df2 : NULL, c->dpost, c->dcomb,
-                    c->dXout, c->T, c->D, c->nhc, fn, c->fntype, c->nmix, c->dscale, c->dbase,
-                    c->use_norm ? c->dnorm : NULL, c->iters, c->hc_eps, c->rms_eps, c->head, c->dpart, c->dpsq,
-                    c->dcnt, c->dx, c->dpost, c->dcomb, 0, 0);
+    return cu_hc_pre_fused(c->dX, c->use_f1 ? c->df1 : NULL, c->use_f1 && c->use_f2 ? c->df2 : NULL, c->dpost,
+                           c->dcomb, c->dXout, c->T, c->D, c->nhc, fn, c->fntype, c->nmix, c->dscale, c->dbase,
+                           c->use_norm ? c->dnorm : NULL, c->iters, c->hc_eps, c->rms_eps, c->head, c->dpart, c->dpsq,
+                           c->dcnt, c->dx, c->dpost, c->dcomb, sk_defer, 0);
 }
+static void hc_launch(hc_case *c) { hc_launch_sk(c, 0); }
 /* the same with comb's Sinkhorn deferred to cu_hc_sinkhorn (on another stream, as the
  * engine runs it, joined by an event); returns what cu_hc_pre_fused said */
 static int hc_launch_deferred(hc_case *c, cudaStream_t side, cudaEvent_t ev) {
-    int d = cu_hc_pre_fused(c->dX, c->use_f1 ? c->df1 : NULL, c->use_f1 && c->use_f2 ? c->df2 : NULL, c->dpost,
-                            c->dcomb, c->dXout, c->T, c->D, c->nhc, c->dfn, c->fntype, c->nmix, c->dscale, c->dbase,
-                            c->use_norm ? c->dnorm : NULL, c->iters, c->hc_eps, c->rms_eps, c->head, c->dpart,
-                            c->dpsq, c->dcnt, c->dx, c->dpost, c->dcomb, 1, 0);
+    int d = hc_launch_sk(c, 1);
     if (d) {
         CK(cudaEventRecord(ev, 0));
         CK(cudaStreamWaitEvent(side, ev, 0));
