@@ -302,6 +302,25 @@ for model in f32 q2; do
     done
 done
 
+# a 2048-wide synthetic model: its IQ2R expert rows (528 bytes) take the
+# decode's tensor-core gate + up (cu_gemv3.cu k_moe_glu_mma, the default on
+# sm_90), which the tiny-a rows (66 bytes) never reach; one token at a time
+# against the CPU, with it (1, the default: 8 warps; 2: 16) and without (0: dp4a)
+"$M" mkmodel --preset small --dim 2048 --layers 3 --n-experts 8 --experts-used 6 --expert-ff 512 --vocab 1024 \
+    --seed 26 -o "$T/mid.gguf" --no-progress > "$T/mid-mk.log" 2>&1 || bad mkmodel-mid
+head -c 192 "$TOK" > "$T/tok48.i32"
+if "$M" logits -m "$T/mid.gguf" --tokens "$T/tok48.i32" --out "$T/cpu-mid.f32" --backend cpu > "$T/cpu-mid.log" 2>&1; then
+    for mm in 1 2 0; do
+        name="mid2048-decode-moe-mma$mm"
+        if MINKE_CUDA_MOE_MMA=$mm "$M" logits -m "$T/mid.gguf" --tokens "$T/tok48.i32" --out "$T/$name.f32" --backend cuda \
+            --decode > "$T/$name.log" 2>&1 &&
+           "$B/tests/cuda/cmp_f32" "$T/cpu-mid.f32" "$T/$name.f32" 1024 1e-3 --argmax --label "$name"; then ok "$name"
+        else bad "$name"; tail -3 "$T/$name.log"; fi
+    done
+else
+    bad cpu-logits-mid; tail -3 "$T/cpu-mid.log"
+fi
+
 if [ -z "${CUDA_TEST_QUICK:-}" ] && command -v compute-sanitizer >/dev/null 2>&1; then
     head -c 160 "$TOK" > "$T/tok40.i32"
     if compute-sanitizer --tool memcheck --error-exitcode 99 --print-limit 20 \

@@ -25,8 +25,9 @@
  *                 default since the seventh session: blocks of up to 32 rows,
  *                 about one an SM, so a block's split of the input serves
  *                 many rows; MINKE_CUDA_G3=1 gives them back to k_gemvf);
- *   k_moe_glu_mma k_g3_iq2_glu_b's work on the int8 tensor cores (an
- *                 experiment, MINKE_CUDA_MOE_MMA=1: no faster, see there);
+ *   k_moe_glu_mma k_g3_iq2_glu_b's work on the int8 tensor cores, the
+ *                 weights streamed (sm_90, rows of 16-byte multiples: the
+ *                 default there since the twenty-sixth session; see there);
  *   k_g3_q8s, k_g3_q2k_downs  k_g3_q8's and k_g3_q2k_down's products with
  *                 the weights streamed into shared memory by bulk copies
  *                 (sm_90, cu_bulk.cuh), the same arithmetic and order (the
@@ -902,74 +903,75 @@ extern "C" int cu_gemv3(const cu_gemv_args *g, cudaStream_t st) {
 }
 
 /* ------------------------------------------------------------------ */
-/* IQ2R gate + up of the selected experts on the int8 tensor cores: an
- * experiment, off by default (MINKE_CUDA_MOE_MMA=1 turns it on).
+/* IQ2R gate + up of the selected experts on the int8 tensor cores, the
+ * weights streamed into shared memory (sm_90; MINKE_CUDA_MOE_MMA below).
  *
- * The idea: the first dp4a kernel issued ~6.3 instructions a weight (ncu, fifth
- * session: 57% of issue slots busy, DRAM at 16%); its dp4a are 12% of them,
- * the rest is table indexing, the per-unit quarter sums and barriers. Here
- * one mma.sync m16n8k32 takes 16 rows x one 32-weight group with the
- * activation's three int8 pieces as three of its eight columns (as
- * cu_gemvq8.cu): lane (g, t) decodes grid index t of the group for rows g and
- * g + 8 (its 8 weights are the mma's k slots 4t..4t+3 and 16+4t..16+4t+3, and
- * the activation pieces of elements 8t..8t+7 are put there too), so each grid
- * index is decoded once. The group's 4-bit scale multiplies the integer dots
- * (IMAD by 2 ls + 1) and the activations carry one scale D per 256 (the
- * super-block, BLK pieces), so float work is once per 4 groups. A block of 8
- * warps takes a 16-row tile of one selected expert (gate and up together);
- * its warps split the row's 4-group steps and add their sums in warp order,
- * then the SwiGLU and the router weight. Integers exact, float order fixed.
- * What the H200 showed: 29% fewer instructions (13.9 M against 19.6 M) but
- * the same time alone (36.2 against 35.7 us: latency-bound, 3.7 warps a
- * scheduler at 128 registers, 0.85 eligible), 45.8 against 47.3 us for a
- * gate+up, down pair in a graph of 43, and no measurable change in the
- * decode step (docs/performance.md, fifth session). moe_dec_check holds both
- * within 3e-5 of max|mid| of the double reference. */
-#define MM_NW 8
-#define MM_SB 4           /* 32-weight groups a step */
-#define MM_IW 24          /* words of a group's activation pieces (3 x 8) */
-#define MM_KS 8           /* warps a tile */
+ * Why: k_g3_iq2_glu_b issues ~4.2 thread instructions a weight (ncu,
+ * twenty-fifth session: 54% of issue slots, DRAM 23%): 6 dp4a and ~12
+ * instructions of table decoding a grid index (8 weights), and ~35 a unit row
+ * (the three pieces' fold, scales, loads, the transposed sums). Here a lane
+ * decodes its grid index once into an mma fragment: mma.sync m16n8k32 takes
+ * 16 rows x one 32-weight group, the activation's three int8 pieces as three
+ * of its eight columns, lane (g, t) holding grid index t of the group for
+ * rows g and g + 8 (its k slots 4t..4t+3 and 16+4t..16+4t+3 are elements
+ * 8t..8t+7, and the activation pieces are staged in that order), so the
+ * pieces cost nothing extra and the per-row work is once a super-block. The
+ * fifth session's version of this (registers holding the codes, shuffles to
+ * hand them round) was latency-bound at 128 registers; here a copy warp
+ * streams whole 16-row tiles of gate and up (bulk copies, a ring of stages)
+ * and the computing warps read them from shared memory. ncu (one launch,
+ * Flash shape): 8.7 M warp instructions against 13.1 M for dp4a, ~34 an mma
+ * in the loop (2 x 12 decoding, the mma, 4 IMAD scalings); 21.6 us against
+ * 23.8. Still issue / latency bound (43% of issue slots, 2 warps a scheduler).
+ *
+ * Work split: a stage is one tile (16 rows of one owned slot's gate and the
+ * same rows of its up), tiles go to blocks in turn; within a tile warp w
+ * takes super-blocks (256 inputs) w, w + NW, ...: 8 groups, each an mma
+ * whose int32 results take the group's 4-bit scale (2 ls + 1) as an integer
+ * multiplier, then per super-block one float fold (d and the activation's
+ * scale). The 4 lanes of a row add in order (t0 + t1) + (t2 + t3); the
+ * warps leave their sums of every tile in shared memory and meet once, after
+ * the block's last tile, where a thread a row adds them in warp order and
+ * applies the SwiGLU and the router weight. Integers exact, float
+ * order fixed (moe_dec_check: within 3e-5 of max|mid| of the double
+ * reference, as the dp4a kernel). */
+#define MM_IW 32          /* words of a group's activation pieces (3 x 8) and 8 zero words (the mma's other columns) */
+#define MM_MAXST 8
 
 struct mm_args {
     const uint8_t *wg, *wu;
     uint64_t row_bytes, expert_bytes;
-    int F, in;
+    int F, in, nst, rs;            /* rs: a row's stride in a stage (row_bytes padded: 16 x odd) */
     const float *x; const int *sel; const float *rw; int nsel; float limit;
     float *mid;
 };
 
-/* a lane's step: group t of the step's 4 for rows g and g + 8 of gate and up
- * (the 4 lanes of a row load its 32 bytes; mm_dec's callers pass group j
- * around by shuffles), and the rows' block scales */
-struct mm_step { uint2 c[2][2]; uint32_t d[2][2]; };
-
-__device__ __forceinline__ void mm_load(mm_step &s, const uint8_t *const (&rp)[2][2], int q0, int nb, int t) {
-    const int off = (q0 >> 3) * 64 + ((q0 & 7) + t) * 8;
-#pragma unroll
-    for (int m = 0; m < 2; m++)
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            s.c[m][h] = ldw_v2(rp[m][h] + off);
-            s.d[m][h] = ldw_u16(rp[m][h] + (int64_t)nb * 64 + 2 * (q0 >> 3));
-        }
-}
-
 /* grid index t of a group (w0: the 4 indices, w1: 4 x 7 sign bits and the scale)
- * as 8 signed codes (lo: elements 8t..8t+3, hi: 8t+4..8t+7); f = 2 ls + 1 */
-__device__ __forceinline__ void mm_dec(uint32_t w0, uint32_t w1, uint32_t bsel, int sh, const uint32_t *tg, const uint32_t *ts,
+ * as 8 signed codes (lo: elements 8t..8t+3, hi: 8t+4..8t+7); f = 2 ls + 1.
+ * tga: the shared address of the lane's copy of grid entry 0 (entry i at
+ * i x 128, the sign table 32 KB on); the tables start 16 KB-aligned, so the
+ * sign entry's address is an OR: w1 rotated by rot = 7 - 7t puts sign group t
+ * at bits 7..13. Each step is one instruction (ncu showed the compiler's
+ * index arithmetic from array subscripts at twice that). */
+__device__ __forceinline__ void mm_dec(uint32_t w0, uint32_t w1, uint32_t bsel, uint32_t rot, uint32_t tga,
                                        uint32_t &lo, uint32_t &hi, int &f) {
-    const uint32_t sel = tg[__byte_perm(w0, 0, bsel) << 5] | ts[((w1 >> sh) & 127u) << 5];
-    lo = __byte_perm(G3_POS, G3_NEG, sel);
-    hi = __byte_perm(G3_POS, G3_NEG, sel >> 16);
+    const uint32_t ga = g3_prmt(w0, 0u, bsel) * 128u + tga;
+    const uint32_t sa = (__funnelshift_l(w1, w1, rot) & 0x3f80u) | tga;
+    uint32_t gs, ss;
+    asm("ld.shared.u32 %0, [%1];" : "=r"(gs) : "r"(ga));
+    asm("ld.shared.u32 %0, [%1+32768];" : "=r"(ss) : "r"(sa));
+    const uint32_t sel = gs | ss;
+    lo = g3_prmt(G3_POS, G3_NEG, sel);
+    hi = g3_prmt(G3_POS, G3_NEG, sel >> 16);
     f = (int)((w1 >> 27) | 1u);
 }
 
 /* the activation as pieces, one scale per 256 (word li of piece p of group q at
- * pw[q * MM_IW + 8 p + li], D of super-block b at dsc[b]): 8 threads a
- * super-block, thread li reading float4 li of each of its 8 groups */
-__device__ __forceinline__ void mm_stage(const float *x, int nit, int *pw, float *dsc) {
-    const int li = threadIdx.x & 7, ngrp = blockDim.x >> 3, nblk = nit >> 3;
-    for (int b = threadIdx.x >> 3; b - (int)(threadIdx.x >> 3) < nblk; b += ngrp) {
+ * pw[q * MM_IW + 8 p + li], D of super-block b at dsc[b]): threads tid of
+ * nthr, 8 a super-block, thread li reading float4 li of each of its 8 groups */
+__device__ __forceinline__ void mm_stage(const float *x, int nit, int *pw, float *dsc, int tid, int nthr) {
+    const int li = tid & 7, ngrp = nthr >> 3, nblk = nit >> 3;
+    for (int b = tid >> 3; b - (tid >> 3) < nblk; b += ngrp) {
         const bool in = b < nblk;     /* the loop is uniform per warp (the shuffles) */
         float4 v[8];
         float m = 0.f;
@@ -987,141 +989,193 @@ __device__ __forceinline__ void mm_stage(const float *x, int nit, int *pw, float
             mx_split4<3>(v[i], idv, pc);
             if (in) {
                 int *d = pw + (b * 8 + i) * MM_IW;
-                d[li] = pc[0]; d[8 + li] = pc[1]; d[16 + li] = pc[2];
+                d[li] = pc[0]; d[8 + li] = pc[1]; d[16 + li] = pc[2]; d[24 + li] = 0;
             }
         }
         if (in && li == 0) dsc[b] = m * (1.f / 32512.f);
     }
 }
 
-template <int RING>
-__global__ void __launch_bounds__(MM_NW * 32, 2) k_moe_glu_mma(mm_args a) {
+/* shared memory before the ring: the tables' lane copies, the pieces, the scales */
+__host__ __device__ static inline size_t mm_fixed_bytes(int64_t in) {
+    return ((size_t)(256 + 128) * 32 * 4 + (size_t)(in / 32) * MM_IW * 4 + (size_t)(in / 256) * 4 + 127) & ~(size_t)127;
+}
+#define MM_ALIGN 16384     /* the tables' alignment (mm_dec); the launch adds it to the shared memory */
+
+template <int NW>
+__global__ void __launch_bounds__((NW + 1) * 32, 1) k_moe_glu_mma(mm_args a) {
+#if CU_BULK_ARCH
     extern __shared__ int4 mm_sm[];
-    uint32_t *tgrid = (uint32_t *)mm_sm;                 /* 256 x 32 copies */
+    uint32_t *tgrid = (uint32_t *)((uint8_t *)mm_sm + ((0u - bulk_saddr(mm_sm)) & (MM_ALIGN - 1)));  /* 256 x 32 copies */
     uint32_t *tsgn = tgrid + 256 * 32;                    /* 128 x 32 copies */
+    const int nit = a.in >> 5, nb = a.in >> 8;
     int *pw = (int *)(tsgn + 128 * 32);                   /* the activation's pieces */
-    float *dsc = (float *)(pw + (a.in >> 5) * MM_IW);
-    __shared__ float red[MM_NW][2][16];
-    constexpr int KS = MM_KS, TPB = MM_NW / KS;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int tw = warp / KS, ks = warp - tw * KS;
-    g3_tables_copy(tgrid);
-    cu_pdl_enter();
-    uint32_t own;
-    const int nown = g3_owned(a.sel, a.nsel, own);
-    /* the selected experts once (rows_of runs for every row group) */
-    __shared__ int ssel[16];
-    if (threadIdx.x < a.nsel && threadIdx.x < 16) ssel[threadIdx.x] = a.sel[threadIdx.x];
-    const int nit = a.in >> 5, nb = a.in >> 8, nsteps = nit / MM_SB;
-    const int nmine = (nsteps - ks + KS - 1) / KS;
-    const int rgs = a.F / (TPB * 16), nrg = nown * rgs;
-    const uint32_t bsel = 0x4440u | (uint32_t)t;
-    const int sh = 7 * t;
-    const float w0 = t == 0 ? 256.f : t == 1 ? 1.f / 256.f : 0.f, w1 = t == 0 ? 1.f : 0.f;
-    const uint32_t *tg = tgrid + lane, *ts = tsgn + lane;
-    mm_step ring[RING];
-    const uint8_t *rp[2][2];
-    /* row group rg: selected slot rg / rgs, rows from (rg % rgs) TPB 16 */
-    auto rows_of = [&](int rg) {
-        const int e = (int)(own >> (4 * (rg / rgs))) & 15;
-        const int r = (rg % rgs) * TPB * 16 + tw * 16 + g;
-        const int64_t off = (int64_t)ssel[e] * (int64_t)a.expert_bytes;
-        rp[0][0] = a.wg + off + (int64_t)r * (int64_t)a.row_bytes; rp[0][1] = rp[0][0] + 8 * (int64_t)a.row_bytes;
-        rp[1][0] = a.wu + off + (int64_t)r * (int64_t)a.row_bytes; rp[1][1] = rp[1][0] + 8 * (int64_t)a.row_bytes;
-        return e;
-    };
-    int loaded = -1;
-    __syncthreads();     /* ssel */
-    if ((int)blockIdx.x < nrg) {
-        rows_of(blockIdx.x);
-#pragma unroll
-        for (int d = 0; d < RING; d++)
-            if (d < nmine) mm_load(ring[d], rp, (ks + d * KS) * MM_SB, nb, t);
-        loaded = blockIdx.x;
+    float *dsc = (float *)(pw + nit * MM_IW);
+    uint8_t *stg = (uint8_t *)tgrid + mm_fixed_bytes(a.in);
+    float *red = (float *)(stg + (size_t)a.nst * 32 * a.rs);   /* [block's tile][warp][gate, up][row] */
+    __shared__ uint64_t full[MM_MAXST], empty[MM_MAXST];
+    __shared__ int oslot[16];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    if (threadIdx.x == 0) {
+        for (int i = 0; i < a.nst; i++) { mbar_init(&full[i], 1); mbar_init(&empty[i], NW); }
+        mbar_init_fence();
     }
-    mm_stage(a.x, nit, pw, dsc);
+    g3_tables_copy(tgrid);
+    cu_pdl_enter();     /* the selection and x come from the kernels before */
+    if (threadIdx.x == 0) {
+        int n = 0;
+        for (int k = 0; k < a.nsel && k < 16; k++)
+            if (a.sel[k] >= 0) oslot[n++] = k;
+        oslot[15] = n;      /* at most 8 slots: 15 is free */
+    }
     __syncthreads();
-    for (int rg = blockIdx.x; rg < nrg; rg += gridDim.x) {
-        const int e = rows_of(rg);
-        if (loaded != rg) {
-#pragma unroll
-            for (int d = 0; d < RING; d++)
-                if (d < nmine) mm_load(ring[d], rp, (ks + d * KS) * MM_SB, nb, t);
+    const int F = a.F, tpe = F >> 4, ntiles = oslot[15] * tpe;
+    const int ns = (int)blockIdx.x < ntiles ? (ntiles - 1 - (int)blockIdx.x) / (int)gridDim.x + 1 : 0;
+    const size_t sbytes = 32 * (size_t)a.rs;              /* a stage: 16 gate rows, then 16 up rows */
+    if (warp == NW) {
+        /* the copy warp: lane l copies row l & 15 of gate (l < 16) or up */
+        for (int s = 0; s < ns; s++) {
+            const int b = s % a.nst, tile = blockIdx.x + s * gridDim.x, j = tile / tpe, r0 = (tile - j * tpe) * 16;
+            if (s >= a.nst) mbar_wait(&empty[b], (uint32_t)((s / a.nst) - 1) & 1u);
+            const int64_t off = (int64_t)a.sel[oslot[j]] * (int64_t)a.expert_bytes + (int64_t)(r0 + (lane & 15)) * (int64_t)a.row_bytes;
+            if (lane == 0) mbar_arrive_tx(&full[b], 32u * (uint32_t)a.row_bytes);
+            __syncwarp();
+            bulk_g2s(stg + b * sbytes + (size_t)lane * a.rs, (lane < 16 ? a.wg : a.wu) + off, (uint32_t)a.row_bytes, &full[b]);
         }
+        return;
+    }
+    mm_stage(a.x, nit, pw, dsc, threadIdx.x, NW * 32);
+    asm volatile("bar.sync 1, %0;" ::"n"(NW * 32) : "memory");
+    const int g = lane >> 2, t = lane & 3;
+    const uint32_t bsel = 0x4440u | (uint32_t)t, rot = (7u - 7u * (uint32_t)t) & 31u;
+    const uint32_t tga = bulk_saddr(tgrid) + 4u * (uint32_t)lane;
+    /* the lane's B fragment words: piece g (columns 3..7: the zero words) */
+    const int *pwl = pw + 8 * (g < 3 ? g : 3) + 2 * t;
+    /* the pieces' weights: lane t = 0 holds columns 0, 1 (pieces 0, 1), t = 1 column 2 */
+    const float w0 = t == 0 ? 256.f : t == 1 ? 1.f / 256.f : 0.f, w1 = t == 0 ? 1.f : 0.f;
+    for (int s = 0; s < ns; s++) {
+        const int b = s % a.nst;
+        mbar_wait(&full[b], (uint32_t)(s / a.nst) & 1u);
+        /* the lane's rows g and g + 8 of gate (m 0) and up (m 1) in the stage */
+        const uint8_t *rw0[2][2];
+#pragma unroll
+        for (int m = 0; m < 2; m++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) rw0[m][h] = stg + b * sbytes + (size_t)(16 * m + g + 8 * h) * a.rs;
         float acc[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
-        for (int i = 0; i < nmine; i += RING) {
+        for (int q = warp; q < nb; q += NW) {
+            int ia[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
+            const int *pq = pwl + q * 8 * MM_IW;
 #pragma unroll
-            for (int d = 0; d < RING; d++)
-                if (i + d < nmine) {
-                    const int q0 = (ks + (i + d) * KS) * MM_SB;
-                    int ia[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
+            for (int jj = 0; jj < 8; jj += 2) {
+                int2 bx[2];
 #pragma unroll
-                    for (int j = 0; j < MM_SB; j++) {
-                        int2 b = make_int2(0, 0);
-                        if (g < 3) b = *(const int2 *)(pw + (q0 + j) * MM_IW + 8 * g + 2 * t);
+                for (int u = 0; u < 2; u++) bx[u] = *(const int2 *)(pq + (jj + u) * MM_IW);
 #pragma unroll
-                        for (int m = 0; m < 2; m++) {
-                            const int src = (lane & ~3) | j;
-                            const uint32_t x0 = __shfl_sync(0xffffffffu, ring[d].c[m][0].x, src);
-                            const uint32_t y0 = __shfl_sync(0xffffffffu, ring[d].c[m][0].y, src);
-                            const uint32_t x1 = __shfl_sync(0xffffffffu, ring[d].c[m][1].x, src);
-                            const uint32_t y1 = __shfl_sync(0xffffffffu, ring[d].c[m][1].y, src);
-                            uint32_t lo0, hi0, lo1, hi1;
-                            int f0, f1, c[4];
-                            mm_dec(x0, y0, bsel, sh, tg, ts, lo0, hi0, f0);
-                            mm_dec(x1, y1, bsel, sh, tg, ts, lo1, hi1, f1);
-                            mx_mma_s8(c, lo0, lo1, hi0, hi1, b.x, b.y, 0);
-                            ia[m][0] += c[0] * f0; ia[m][1] += c[1] * f0;
-                            ia[m][2] += c[2] * f1; ia[m][3] += c[3] * f1;
-                        }
+                for (int m = 0; m < 2; m++) {
+                    const uint4 wa = *(const uint4 *)(rw0[m][0] + q * 64 + jj * 8);
+                    const uint4 wb = *(const uint4 *)(rw0[m][1] + q * 64 + jj * 8);
+#pragma unroll
+                    for (int u = 0; u < 2; u++) {
+                        uint32_t lo0, hi0, lo1, hi1;
+                        int f0, f1, c[4];
+                        mm_dec(u ? wa.z : wa.x, u ? wa.w : wa.y, bsel, rot, tga, lo0, hi0, f0);
+                        mm_dec(u ? wb.z : wb.x, u ? wb.w : wb.y, bsel, rot, tga, lo1, hi1, f1);
+                        mx_mma_s8(c, (int)lo0, (int)lo1, (int)hi0, (int)hi1, bx[u].x, bx[u].y, 0);
+                        ia[m][0] += c[0] * f0; ia[m][1] += c[1] * f0;
+                        ia[m][2] += c[2] * f1; ia[m][3] += c[3] * f1;
                     }
-                    /* dg = d (0.5 + ls) / 4 = d (2 ls + 1) / 8; x = D (pieces) */
-                    const float D = dsc[q0 >> 3] * 0.125f;
+                }
+            }
+            /* dg = d (0.5 + ls) / 4 = d (2 ls + 1) / 8; x = D (pieces) */
+            const float D = dsc[q] * 0.125f;
 #pragma unroll
-                    for (int m = 0; m < 2; m++)
+            for (int m = 0; m < 2; m++)
 #pragma unroll
-                        for (int h = 0; h < 2; h++) {
-                            const float v = __fmaf_rn((float)ia[m][2 * h], w0, (float)ia[m][2 * h + 1] * w1);
-                            acc[m][h] = __fmaf_rn(v, cu_h2f((uint16_t)ring[d].d[m][h]) * D, acc[m][h]);
-                        }
-                    if (i + d + RING < nmine) mm_load(ring[d], rp, (ks + (i + d + RING) * KS) * MM_SB, nb, t);
+                for (int h = 0; h < 2; h++) {
+                    const float d = cu_h2f(*(const uint16_t *)(rw0[m][h] + nb * 64 + 2 * q));
+                    const float v = __fmaf_rn((float)ia[m][2 * h], w0, (float)ia[m][2 * h + 1] * w1);
+                    acc[m][h] = __fmaf_rn(v, d * D, acc[m][h]);
                 }
         }
-        const int r0 = (rg % rgs) * TPB * 16;
-        loaded = -1;
-        if (rg + (int)gridDim.x < nrg) {
-            rows_of(rg + gridDim.x);
-#pragma unroll
-            for (int d = 0; d < RING; d++)
-                if (d < nmine) mm_load(ring[d], rp, (ks + d * KS) * MM_SB, nb, t);
-            loaded = rg + gridDim.x;
-        }
-        /* the four lanes of a row: (t0 + t1) + (t2 + t3); then the KS warps in order */
+        __syncwarp();
+        if (lane == 0) mbar_arrive(&empty[b]);
 #pragma unroll
         for (int m = 0; m < 2; m++)
 #pragma unroll
             for (int h = 0; h < 2; h++) {
                 float v = acc[m][h] + __shfl_xor_sync(0xffffffffu, acc[m][h], 1);
                 v += __shfl_xor_sync(0xffffffffu, v, 2);
-                if (t == 0) red[warp][m][g + 8 * h] = v;
+                if (t == 0) red[((s * NW + warp) * 2 + m) * 16 + g + 8 * h] = v;
             }
-        __syncthreads();
-        if (threadIdx.x < TPB * 16) {
-            const int tt = threadIdx.x >> 4, rr = threadIdx.x & 15;
-            float gs = 0.f, us = 0.f;
-#pragma unroll
-            for (int k = 0; k < KS; k++) { gs += red[tt * KS + k][0][rr]; us += red[tt * KS + k][1][rr]; }
-            a.mid[e * a.F + r0 + tt * 16 + rr] = cu_swiglu1(gs, us, a.limit) * (a.rw ? a.rw[e] : 1.f);
-        }
-        __syncthreads();     /* red is written again by the next row group */
     }
+    /* the warps' sums meet once, after the block's last tile (no barrier a tile) */
+    asm volatile("bar.sync 1, %0;" ::"n"(NW * 32) : "memory");
+    for (int i = threadIdx.x; i < ns * 16; i += NW * 32) {
+        const int s = i >> 4, r = i & 15, tile = blockIdx.x + s * gridDim.x, j = tile / tpe, r0 = (tile - j * tpe) * 16;
+        float gs = 0.f, us = 0.f;
+        for (int k = 0; k < NW; k++) { gs += red[((s * NW + k) * 2) * 16 + r]; us += red[((s * NW + k) * 2 + 1) * 16 + r]; }
+        const int e = oslot[j];
+        a.mid[e * F + r0 + r] = cu_swiglu1(gs, us, a.limit) * (a.rw ? a.rw[e] : 1.f);
+    }
+#endif
 }
 
+/* MINKE_CUDA_MOE_MMA: 1 (default) k_moe_glu_mma with 8 computing warps where
+ * it applies, 2 with 16, 0 the dp4a kernel; MINKE_CUDA_MOE_MMA_ST: the ring's
+ * stages (default 3; at most what fits). On the H200 (docs/performance.md,
+ * twenty-sixth session): decode at ctx 4096 177.6 tok/s with 3 stages, 176-178
+ * with 2, 174-176 with 4 (the whole share of an SM: the shared expert's
+ * blocks on the other stream then wait for the SM), 173-174 with dp4a. */
+#define MM_ST 3
 static int mm_on = -1;
 extern "C" void cu_moe_mma_set(int v) { mm_on = v; }
 static int moe_mma_enabled(void) {
-    if (mm_on < 0) { const char *e = getenv("MINKE_CUDA_MOE_MMA"); mm_on = e && *e ? atoi(e) : 0; }
+    if (mm_on < 0) { const char *e = getenv("MINKE_CUDA_MOE_MMA"); mm_on = e && *e ? atoi(e) : 1; }
     return mm_on;
+}
+
+/* k_moe_glu_mma where it applies (sm_90 code on this device, 16-byte rows,
+ * 16-row tiles, a ring of at least 2 stages); 0: the caller takes dp4a */
+template <int NW>
+static int mm_launch_nw(const g3_args &g, cudaStream_t st) {
+    static size_t avail = 0;
+    if (!avail) {
+        int optin = 0;
+        cudaFuncAttributes fa;
+        if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, cu_cur_dev()) != cudaSuccess ||
+            cudaFuncGetAttributes(&fa, k_moe_glu_mma<NW>) != cudaSuccess)
+            return 0;
+        avail = (size_t)optin > fa.sharedSizeBytes ? (size_t)optin - fa.sharedSizeBytes : 1;
+    }
+    mm_args m;
+    memset(&m, 0, sizeof m);
+    m.wg = g.w; m.wu = g.w2; m.row_bytes = g.row_bytes; m.expert_bytes = g.expert_bytes;
+    m.F = g.rows; m.in = g.in; m.x = g.x; m.sel = g.sel; m.rw = g.rw; m.nsel = g.nsel; m.limit = g.limit; m.mid = g.out;
+    /* a row's stride: row_bytes up to an odd multiple of 16, so the 8 rows a
+     * warp reads at once start 16 x odd bytes apart: no bank conflicts */
+    m.rs = (int)(((g.row_bytes / 16) | 1) * 16);
+    static int stmax = -1;
+    if (stmax < 0) { const char *e = getenv("MINKE_CUDA_MOE_MMA_ST"); stmax = e && atoi(e) >= 2 ? atoi(e) : MM_ST; }
+    const int64_t ntiles = (int64_t)g.nsel * g.rows / 16;
+    const int nb = (int)(ntiles < cu_num_sms() ? ntiles : cu_num_sms());
+    /* the warps' sums of the block's tiles (at most ceil(ntiles / nb) of them) */
+    const size_t redb = (size_t)((ntiles + nb - 1) / nb) * NW * 32 * 4;
+    const size_t fixed = MM_ALIGN + mm_fixed_bytes(g.in) + redb, sbytes = 32 * (size_t)m.rs;
+    int nst = avail > fixed ? (int)((avail - fixed) / sbytes) : 0;
+    if (nst > stmax) nst = stmax;
+    if (nst < 2) return 0;
+    m.nst = nst;
+    const size_t smem = fixed + (size_t)nst * sbytes;
+    g3_smem_attr(k_moe_glu_mma<NW>, smem);
+    cu_launch(k_moe_glu_mma<NW>, dim3((unsigned)nb), (NW + 1) * 32, smem, st, m);
+    return 1;
+}
+static int mm_launch(const g3_args &g, cudaStream_t st) {
+    if (!g3_bulk_ok() || g.rows % 16 || g.in % 256 || (g.row_bytes & 15) || (g.expert_bytes & 15) ||
+        (((uintptr_t)g.w | (uintptr_t)g.w2) & 15))
+        return 0;
+    return moe_mma_enabled() == 2 ? mm_launch_nw<16>(g, st) : mm_launch_nw<8>(g, st);
 }
 
 /* MoE decode of one token (cu_gemv3.h). */
@@ -1151,20 +1205,7 @@ extern "C" void cu_moe_dec_glu(int wtype, const void *wg, const void *wu, uint64
     a.w = (const uint8_t *)wg; a.w2 = (const uint8_t *)wu;
     a.row_bytes = row_bytes; a.expert_bytes = expert_bytes;
     a.rows = (int)ff; a.in = (int)in; a.x = x; a.sel = sel; a.rw = rw; a.nsel = nsel; a.limit = limit; a.out = mid;
-    if (wtype == CU_TYPE_IQ2R && moe_mma_enabled() && in % 256 == 0 && ff % (16 * (MM_NW / MM_KS)) == 0 &&
-        !(((uintptr_t)wg | (uintptr_t)wu | row_bytes | expert_bytes) & 15)) {     /* 16-byte aligned rows: the shapes checked on the device */
-        mm_args m;
-        memset(&m, 0, sizeof m);
-        m.wg = (const uint8_t *)wg; m.wu = (const uint8_t *)wu; m.row_bytes = row_bytes; m.expert_bytes = expert_bytes;
-        m.F = (int)ff; m.in = (int)in; m.x = x; m.sel = sel; m.rw = rw; m.nsel = nsel; m.limit = limit; m.mid = mid;
-        const size_t msm = (size_t)(256 + 128) * 32 * 4 + (size_t)(in / 32) * MM_IW * 4 + (size_t)(in / 256) * 4;
-        g3_smem_attr(k_moe_glu_mma<4>, msm);
-        /* row groups: nsel x ff / 16 (fewer when this GPU owns fewer slots: the rest return) */
-        int64_t nrg = (int64_t)nsel * ff / (16 * (MM_NW / MM_KS));
-        int nb = g3_resident_blocks(k_moe_glu_mma<4>, MM_NW * 32, msm, nrg * MM_NW);
-        cu_launch(k_moe_glu_mma<4>, dim3((unsigned)nb), MM_NW * 32, msm, st, m);
-        return;
-    }
+    if (wtype == CU_TYPE_IQ2R && moe_mma_enabled() && mm_launch(a, st)) return;
     const size_t smem = (size_t)(256 + 128) * 32 * 4 + g3_items_bytes(in);
 #define G3_GLU(REP) do { \
         g3_smem_attr(k_g3_iq2_glu_b<REP>, smem); \

@@ -25,8 +25,8 @@ int cu_gemv3(const cu_gemv_args *g, cudaStream_t st);
 /* The routed experts of one token: 1 when these formats and shapes have the kernels below. */
 int cu_moe_dec_supported(int gate_type, int up_type, int down_type, int64_t in, int64_t ff, int nsel);
 /* mid[e][ff] = swiglu(gate_e x, up_e x) * rw[e] for the nsel experts sel[] (limit: the clamp).
- * IQ2R on the tensor cores with MINKE_CUDA_MOE_MMA=1 (an experiment, off by default; cu_moe_mma_set
- * for the checks; -1: the environment). */
+ * IQ2R with 16-byte rows on sm_90 goes to the tensor cores (MINKE_CUDA_MOE_MMA: 1 default, 2 sixteen
+ * warps, 0 the dp4a kernel; cu_moe_mma_set for the checks; -1: the environment). */
 void cu_moe_mma_set(int v);
 void cu_moe_dec_glu(int wtype, const void *wg, const void *wu, uint64_t row_bytes, uint64_t expert_bytes, int64_t ff,
                     int64_t in, const float *x, const int *sel, const float *rw, int nsel, float limit, float *mid,

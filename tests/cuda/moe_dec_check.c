@@ -1,6 +1,7 @@
 /* moe_dec_check.c: the one-token MoE kernels of cu_gemv3.cu (gate + up +
  * SwiGLU on IQ2_XXS, as stored and repacked: on dp4a, and repacked on the
- * tensor cores (MINKE_CUDA_MOE_MMA), then the Q2_K down summed over
+ * tensor cores (MINKE_CUDA_MOE_MMA=1, the default, and 2: the streamed mma kernel
+ * with 8 or 16 computing warps), then the Q2_K down summed over
  * the selected experts) against a double reference built from src/quant's
  * dequantization of the same random weights: mid within 3e-5 of max|mid|,
  * the output within 3e-5 of max|out| (the activations are split into 24-bit
@@ -26,7 +27,7 @@
 
 #define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("FAIL cuda %s: %s\n", #x, cudaGetErrorString(e_)); exit(1); } } while (0)
 
-/* MINKE_CUDA_MOE_MMA for the IQ2R cases: 1 the tensor-core gate + up, 0 the dp4a one */
+/* MINKE_CUDA_MOE_MMA for the IQ2R cases: 1 (2) the tensor-core gate + up with 8 (16) warps, 0 the dp4a one */
 static int mma_mode = 1;
 
 /* random blocks of a type with sane scales: IQ2_XXS and Q8_0 d at byte 0, Q2_K d/dmin at 80/82 */
@@ -106,7 +107,7 @@ static int check(int64_t in, int64_t ff, int E, int nsel, int repack, float limi
     const double omax = moe_ref_down(td, hd, rbd, sel, NULL, nsel, in, ff, midf, gout, &od, row);
     int bad = srbad || !(md <= 3e-5 * mmax) || !(od <= 3e-5 * omax) || !(mmax > 0) || !(omax > 0);
     printf("%s moe_dec in %lld ff %lld sel %d/%d %s%s limit %g: mid max|diff| %.3g of %.3g, out %.3g of %.3g\n", bad ? "FAIL" : "ok",
-           (long long)in, (long long)ff, nsel, E, repack ? "IQ2R" : "IQ2_XXS", repack && mma_mode ? " mma" : "", limit, md, mmax,
+           (long long)in, (long long)ff, nsel, E, repack ? "IQ2R" : "IQ2_XXS", repack && mma_mode ? (mma_mode == 2 ? " mma16" : " mma8") : "", limit, md, mmax,
            od, omax);
     /* one GPU of two (expert parallel): the slots of experts >= E/2 belong to
      * the other GPU (sel -1). The owned slots' mid must be the same bits as
@@ -294,15 +295,16 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (argc > 1 && !strcmp(argv[1], "--time-only")) {     /* for profilers: the default kernels' timing alone */
-        cu_moe_mma_set(0);
         timing(4096, 2048, 32, 6);
         return 0;
     }
     int bad = 0;
     bad += check(256, 256, 16, 6, 0, 0.f);
     bad += check(4096, 2048, 8, 6, 0, 7.f);
-    /* repacked: the tensor-core gate + up, then the dp4a one */
-    for (int mm = 1; mm >= 0; mm--) {
+    /* repacked: the tensor-core gate + up (8, 16 computing warps), then the dp4a one */
+    static const int mms[3] = {1, 2, 0};
+    for (int mi = 0; mi < 3; mi++) {
+        const int mm = mms[mi];
         mma_mode = mm;
         cu_moe_mma_set(mm);
         bad += check(1024, 512, 8, 6, 1, 0.f);     /* 264-byte rows: the dp4a kernel either way */
