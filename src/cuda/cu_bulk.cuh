@@ -61,6 +61,13 @@ __device__ __forceinline__ void bulk_g2s(void *dst, const void *src, uint32_t by
                  : "memory");
 }
 
+/* the same with the default L2 policy: data every block reads (a table) */
+__device__ __forceinline__ void bulk_g2s_keep(void *dst, const void *src, uint32_t bytes, uint64_t *bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                 ::"r"(bulk_saddr(dst)), "l"(src), "r"(bytes), "r"(bulk_saddr(bar))
+                 : "memory");
+}
+
 /* A ring of nst stage buffers: full[i] completes when stage i's copies have
  * landed (one producer arrival + the bytes), empty[i] when its consumer
  * warp has released it (one arrival). Thread 0 initialises; the caller

@@ -49,6 +49,9 @@
  * decodes with; see k_g3_iq2_glu_b) */
 __device__ uint32_t g3_tsel[256];
 __device__ uint32_t g3_ssel[128];
+/* both, 32 copies of each entry (entry e, copy l at e * 32 + l): what the
+ * kernels keep in shared memory, for k_moe_glu_mma's one bulk copy */
+__device__ __align__(16) uint32_t g3_texp[(256 + 128) * 32];
 
 #define G3_MAXIN 16384
 #define G3_DENSE_MIN 2048     /* dense: the least rows and inputs with MINKE_CUDA_G3=2 */
@@ -84,6 +87,10 @@ extern "C" int cu_gemv3_tables_init(const uint64_t *grid) {
         for (int j = 0; j < 8; j++) ssel[i] |= ((S >> j) & 1u) << (4 * j + 2);
     }
     if (cudaMemcpyToSymbol(g3_tsel, tsel, sizeof tsel) != cudaSuccess) return -1;
+    static uint32_t texp[(256 + 128) * 32];
+    for (int e = 0; e < 256 + 128; e++)
+        for (int l = 0; l < 32; l++) texp[e * 32 + l] = e < 256 ? tsel[e] : ssel[e - 256];
+    if (cudaMemcpyToSymbol(g3_texp, texp, sizeof texp) != cudaSuccess) return -1;
     return cudaMemcpyToSymbol(g3_ssel, ssel, sizeof ssel) == cudaSuccess ? 0 : -1;
 }
 
@@ -1013,31 +1020,45 @@ __global__ void __launch_bounds__((NW + 1) * 32, 1) k_moe_glu_mma(mm_args a) {
     float *dsc = (float *)(pw + nit * MM_IW);
     uint8_t *stg = (uint8_t *)tgrid + mm_fixed_bytes(a.in);
     float *red = (float *)(stg + (size_t)a.nst * 32 * a.rs);   /* [block's tile][warp][gate, up][row] */
-    __shared__ uint64_t full[MM_MAXST], empty[MM_MAXST];
-    __shared__ int oslot[16];
+    __shared__ uint64_t full[MM_MAXST], empty[MM_MAXST], tbar;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     if (threadIdx.x == 0) {
         for (int i = 0; i < a.nst; i++) { mbar_init(&full[i], 1); mbar_init(&empty[i], NW); }
+        mbar_init(&tbar, 1);
         mbar_init_fence();
     }
-    g3_tables_copy(tgrid);
-    cu_pdl_enter();     /* the selection and x come from the kernels before */
-    if (threadIdx.x == 0) {
-        int n = 0;
-        for (int k = 0; k < a.nsel && k < 16; k++)
-            if (a.sel[k] >= 0) oslot[n++] = k;
-        oslot[15] = n;      /* at most 8 slots: 15 is free */
-    }
     __syncthreads();
-    const int F = a.F, tpe = F >> 4, ntiles = oslot[15] * tpe;
-    const int ns = (int)blockIdx.x < ntiles ? (ntiles - 1 - (int)blockIdx.x) / (int)gridDim.x + 1 : 0;
+    /* the tables' lane copies as one bulk copy (constant: before the PDL wait,
+     * waited for only before the first decode) */
+    if (warp == NW && lane == 0) {
+        mbar_arrive_tx(&tbar, (uint32_t)sizeof g3_texp);
+        bulk_g2s_keep(tgrid, g3_texp, (uint32_t)sizeof g3_texp, &tbar);
+    }
+    cu_pdl_enter();     /* the selection and x come from the kernels before */
+    /* the owned slots (sel >= 0; nsel <= 8) as a mask: every warp reads them
+     * itself (the computing warps after staging x, so the loads overlap) */
+    const int sk = lane < a.nsel ? a.sel[lane] : -1;
+    uint32_t omask = 0;
+    auto slot_of = [&](int j) {     /* the j-th owned slot */
+        uint32_t m = omask;
+        for (int i = 0; i < j; i++) m &= m - 1;
+        return __ffs(m) - 1;
+    };
+    const int F = a.F, tpe = F >> 4;
     const size_t sbytes = 32 * (size_t)a.rs;              /* a stage: 16 gate rows, then 16 up rows */
+    auto tiles_of_block = [&]() {
+        omask = __ballot_sync(0xffffffffu, sk >= 0);
+        const int ntiles = __popc(omask) * tpe;
+        return (int)blockIdx.x < ntiles ? (ntiles - 1 - (int)blockIdx.x) / (int)gridDim.x + 1 : 0;
+    };
     if (warp == NW) {
+        const int ns = tiles_of_block();
         /* the copy warp: lane l copies row l & 15 of gate (l < 16) or up */
         for (int s = 0; s < ns; s++) {
             const int b = s % a.nst, tile = blockIdx.x + s * gridDim.x, j = tile / tpe, r0 = (tile - j * tpe) * 16;
+            const int ex = __shfl_sync(0xffffffffu, sk, slot_of(j));
             if (s >= a.nst) mbar_wait(&empty[b], (uint32_t)((s / a.nst) - 1) & 1u);
-            const int64_t off = (int64_t)a.sel[oslot[j]] * (int64_t)a.expert_bytes + (int64_t)(r0 + (lane & 15)) * (int64_t)a.row_bytes;
+            const int64_t off = (int64_t)ex * (int64_t)a.expert_bytes + (int64_t)(r0 + (lane & 15)) * (int64_t)a.row_bytes;
             if (lane == 0) mbar_arrive_tx(&full[b], 32u * (uint32_t)a.row_bytes);
             __syncwarp();
             bulk_g2s(stg + b * sbytes + (size_t)lane * a.rs, (lane < 16 ? a.wg : a.wu) + off, (uint32_t)a.row_bytes, &full[b]);
@@ -1045,7 +1066,9 @@ __global__ void __launch_bounds__((NW + 1) * 32, 1) k_moe_glu_mma(mm_args a) {
         return;
     }
     mm_stage(a.x, nit, pw, dsc, threadIdx.x, NW * 32);
+    const int ns = tiles_of_block();
     asm volatile("bar.sync 1, %0;" ::"n"(NW * 32) : "memory");
+    mbar_wait(&tbar, 0);
     const int g = lane >> 2, t = lane & 3;
     const uint32_t bsel = 0x4440u | (uint32_t)t, rot = (7u - 7u * (uint32_t)t) & 31u;
     const uint32_t tga = bulk_saddr(tgrid) + 4u * (uint32_t)lane;
@@ -1115,7 +1138,7 @@ __global__ void __launch_bounds__((NW + 1) * 32, 1) k_moe_glu_mma(mm_args a) {
         const int s = i >> 4, r = i & 15, tile = blockIdx.x + s * gridDim.x, j = tile / tpe, r0 = (tile - j * tpe) * 16;
         float gs = 0.f, us = 0.f;
         for (int k = 0; k < NW; k++) { gs += red[((s * NW + k) * 2) * 16 + r]; us += red[((s * NW + k) * 2 + 1) * 16 + r]; }
-        const int e = oslot[j];
+        const int e = slot_of(j);
         a.mid[e * F + r0 + r] = cu_swiglu1(gs, us, a.limit) * (a.rw ? a.rw[e] : 1.f);
     }
 #endif
