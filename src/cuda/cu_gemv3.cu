@@ -1071,6 +1071,9 @@ __global__ void __launch_bounds__((NW + 1) * 32, 1) k_moe_glu_mma(mm_args a) {
     mbar_wait(&tbar, 0);
     const int g = lane >> 2, t = lane & 3;
     const uint32_t bsel = 0x4440u | (uint32_t)t, rot = (7u - 7u * (uint32_t)t) & 31u;
+    /* mm_dec's table loads are plain asm (no memory clobber): their addresses
+     * come from stage words read after the waits, which keeps them after
+     * the table's wait too (a review's note: keep it so if mm_dec changes) */
     const uint32_t tga = bulk_saddr(tgrid) + 4u * (uint32_t)lane;
     /* the lane's B fragment words: piece g (columns 3..7: the zero words) */
     const int *pwl = pw + 8 * (g < 3 ? g : 3) + 2 * t;
@@ -1180,6 +1183,7 @@ static int mm_launch_nw(const g3_args &g, cudaStream_t st) {
     m.rs = (int)(((g.row_bytes / 16) | 1) * 16);
     static int stmax = -1;
     if (stmax < 0) { const char *e = getenv("MINKE_CUDA_MOE_MMA_ST"); stmax = e && atoi(e) >= 2 ? atoi(e) : MM_ST; }
+    if (stmax > MM_MAXST) stmax = MM_MAXST;     /* the kernel's barrier arrays */
     const int64_t ntiles = (int64_t)g.nsel * g.rows / 16;
     const int nb = (int)(ntiles < cu_num_sms() ? ntiles : cu_num_sms());
     /* the warps' sums of the block's tiles (at most ceil(ntiles / nb) of them) */
@@ -1195,7 +1199,8 @@ static int mm_launch_nw(const g3_args &g, cudaStream_t st) {
     return 1;
 }
 static int mm_launch(const g3_args &g, cudaStream_t st) {
-    if (!g3_bulk_ok() || g.rows % 16 || g.in % 256 || (g.row_bytes & 15) || (g.expert_bytes & 15) ||
+    if (!g3_bulk_ok() || g.rows < 16 || g.rows % 16 || g.in % 256 || g.nsel < 1 || g.nsel > 32 || (g.row_bytes & 15) ||
+        (g.expert_bytes & 15) ||
         (((uintptr_t)g.w | (uintptr_t)g.w2) & 15))
         return 0;
     return moe_mma_enabled() == 2 ? mm_launch_nw<16>(g, st) : mm_launch_nw<8>(g, st);
