@@ -4,7 +4,8 @@
 # build/s6, as tools/dev/device-pack.sh packs them: minke-cuda, bin/ =
 # tests/cuda/*, and the shared libraries the device image lacks in lib/). Steps are chosen by arguments: tests, quick,
 # (quick1 / quick2: its kernel checks / the rest, one device call each), bench,
-# benchoff (the same bench with the tensor-core prefill off), prof,
+# benchoff (the same bench with the tensor-core prefill off), prof, ncuk (one
+# kernel's ncu details and SASS mix: KERN=regex, tools/dev/sass_mix.py),
 # variants (the 4096-token prompt bench per env setting), mmqocc, multi
 # (several GPUs: run on nvidia-h200-x2 or larger; MULTI="q2:1 q2:2" picks the runs),
 # ablation (each decode stage left out of the graph in turn: its in-graph cost),
@@ -90,6 +91,18 @@ for step in "$@"; do
           fi ;;
     prof) MINKE_CUDA_PROFILE=1 timeout 200 $MINKE_BIN bench --synthetic flash-q2 --ctx-start 4096 --ctx-max 4096 -n 16 \
               --csv $OUT/prof.csv 2>&1 | tee $OUT/prof.log ;;
+    ncuk) # one kernel under ncu --set full, graphs off (KERN: a name regex; KSKIP launches skipped, default 50;
+          # KENV: settings; KCTX: the context): the details and SASS pages, and tools/dev/sass_mix.py's
+          # summary (KPER: the units, e.g. weights a launch, for its /unit column)
+          env $KENV MINKE_CUDA_NO_GRAPH=1 timeout ${NCU_TIMEOUT:-300} ncu --clock-control none --set full --import-source no \
+              -k "regex:${KERN:?KERN: a kernel name regex}" --launch-skip ${KSKIP:-50} --launch-count 1 -f -o /tmp/ncuk \
+              $MINKE_BIN bench --synthetic flash-q2 --ctx-start ${KCTX:-4096} --ctx-max ${KCTX:-4096} -n 2 --warmup 0 \
+              > $OUT/ncuk.log 2>&1; echo "ncu rc=$?"
+          ncu -i /tmp/ncuk.ncu-rep --page details > $OUT/ncuk-details.txt 2>&1
+          ncu -i /tmp/ncuk.ncu-rep --page source --csv --print-source sass > $OUT/ncuk-sass.csv 2>&1
+          grep -E "Duration|Issue Slots Busy|Registers Per|Achieved Occupancy|Warp Cycles Per Issued|DRAM Throughput" \
+              $OUT/ncuk-details.txt
+          python3 tools/dev/sass_mix.py $OUT/ncuk-sass.csv ${KPER:+--per $KPER} ;;
     ncu) # every kernel's duration, graphs off (a 4096-token prefill, then NCU_GEN decode steps): tools/ncu_table.py reads it
           MINKE_CUDA_NO_GRAPH=1 timeout ${NCU_TIMEOUT:-400} ncu --clock-control none --metrics gpu__time_duration.sum --csv \
               --log-file $OUT/ncu.csv $MINKE_BIN bench --synthetic flash-q2 --ctx-start ${NCU_CTX:-4096} --ctx-max ${NCU_CTX:-4096} \
