@@ -945,14 +945,6 @@ extern "C" int cu_gemv3(const cu_gemv_args *g, cudaStream_t st) {
 #define MM_IW 32          /* words of a group's activation pieces (3 x 8) and 8 zero words (the mma's other columns) */
 #define MM_MAXST 8
 
-struct mm_args {
-    const uint8_t *wg, *wu;
-    uint64_t row_bytes, expert_bytes;
-    int F, in, nst, rs;            /* rs: a row's stride in a stage (row_bytes padded: 16 x odd) */
-    const float *x; const int *sel; const float *rw; int nsel; float limit;
-    float *mid;
-};
-
 /* grid index t of a group (w0: the 4 indices, w1: 4 x 7 sign bits and the scale)
  * as 8 signed codes (lo: elements 8t..8t+3, hi: 8t+4..8t+7); f = 2 ls + 1.
  * tga: the shared address of the lane's copy of grid entry 0 (entry i at
@@ -1009,8 +1001,10 @@ __host__ __device__ static inline size_t mm_fixed_bytes(int64_t in) {
 }
 #define MM_ALIGN 16384     /* the tables' alignment (mm_dec); the launch adds it to the shared memory */
 
+/* a: g3_args of the gate (w) and up (w2) matrices, F = a.rows; nst: the
+ * ring's stages; rs: a row's stride in a stage (row_bytes padded: 16 x odd) */
 template <int NW>
-__global__ void __launch_bounds__((NW + 1) * 32, 1) k_moe_glu_mma(mm_args a) {
+__global__ void __launch_bounds__((NW + 1) * 32, 1) k_moe_glu_mma(g3_args a, int nst, int rs) {
 #if CU_BULK_ARCH
     extern __shared__ int4 mm_sm[];
     uint32_t *tgrid = (uint32_t *)((uint8_t *)mm_sm + ((0u - bulk_saddr(mm_sm)) & (MM_ALIGN - 1)));  /* 256 x 32 copies */
@@ -1019,11 +1013,11 @@ __global__ void __launch_bounds__((NW + 1) * 32, 1) k_moe_glu_mma(mm_args a) {
     int *pw = (int *)(tsgn + 128 * 32);                   /* the activation's pieces */
     float *dsc = (float *)(pw + nit * MM_IW);
     uint8_t *stg = (uint8_t *)tgrid + mm_fixed_bytes(a.in);
-    float *red = (float *)(stg + (size_t)a.nst * 32 * a.rs);   /* [block's tile][warp][gate, up][row] */
+    float *red = (float *)(stg + (size_t)nst * 32 * rs);   /* [block's tile][warp][gate, up][row] */
     __shared__ uint64_t full[MM_MAXST], empty[MM_MAXST], tbar;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     if (threadIdx.x == 0) {
-        for (int i = 0; i < a.nst; i++) { mbar_init(&full[i], 1); mbar_init(&empty[i], NW); }
+        for (int i = 0; i < nst; i++) { mbar_init(&full[i], 1); mbar_init(&empty[i], NW); }
         mbar_init(&tbar, 1);
         mbar_init_fence();
     }
@@ -1044,8 +1038,14 @@ __global__ void __launch_bounds__((NW + 1) * 32, 1) k_moe_glu_mma(mm_args a) {
         for (int i = 0; i < j; i++) m &= m - 1;
         return __ffs(m) - 1;
     };
-    const int F = a.F, tpe = F >> 4;
-    const size_t sbytes = 32 * (size_t)a.rs;              /* a stage: 16 gate rows, then 16 up rows */
+    const int F = a.rows, tpe = F >> 4;
+    const size_t sbytes = 32 * (size_t)rs;                /* a stage: 16 gate rows, then 16 up rows */
+    /* the block's s-th tile: owned slot j, rows r0 .. r0 + 15 */
+    auto tile_of = [&](int s, int &j, int &r0) {
+        const int tile = blockIdx.x + s * gridDim.x;
+        j = tile / tpe;
+        r0 = (tile - j * tpe) * 16;
+    };
     auto tiles_of_block = [&]() {
         omask = __ballot_sync(0xffffffffu, sk >= 0);
         const int ntiles = __popc(omask) * tpe;
@@ -1055,13 +1055,15 @@ __global__ void __launch_bounds__((NW + 1) * 32, 1) k_moe_glu_mma(mm_args a) {
         const int ns = tiles_of_block();
         /* the copy warp: lane l copies row l & 15 of gate (l < 16) or up */
         for (int s = 0; s < ns; s++) {
-            const int b = s % a.nst, tile = blockIdx.x + s * gridDim.x, j = tile / tpe, r0 = (tile - j * tpe) * 16;
+            const int b = s % nst;
+            int j, r0;
+            tile_of(s, j, r0);
             const int ex = __shfl_sync(0xffffffffu, sk, slot_of(j));
-            if (s >= a.nst) mbar_wait(&empty[b], (uint32_t)((s / a.nst) - 1) & 1u);
+            if (s >= nst) mbar_wait(&empty[b], (uint32_t)((s / nst) - 1) & 1u);
             const int64_t off = (int64_t)ex * (int64_t)a.expert_bytes + (int64_t)(r0 + (lane & 15)) * (int64_t)a.row_bytes;
             if (lane == 0) mbar_arrive_tx(&full[b], 32u * (uint32_t)a.row_bytes);
             __syncwarp();
-            bulk_g2s(stg + b * sbytes + (size_t)lane * a.rs, (lane < 16 ? a.wg : a.wu) + off, (uint32_t)a.row_bytes, &full[b]);
+            bulk_g2s(stg + b * sbytes + (size_t)lane * rs, (lane < 16 ? a.w : a.w2) + off, (uint32_t)a.row_bytes, &full[b]);
         }
         return;
     }
@@ -1080,14 +1082,14 @@ __global__ void __launch_bounds__((NW + 1) * 32, 1) k_moe_glu_mma(mm_args a) {
     /* the pieces' weights: lane t = 0 holds columns 0, 1 (pieces 0, 1), t = 1 column 2 */
     const float w0 = t == 0 ? 256.f : t == 1 ? 1.f / 256.f : 0.f, w1 = t == 0 ? 1.f : 0.f;
     for (int s = 0; s < ns; s++) {
-        const int b = s % a.nst;
-        mbar_wait(&full[b], (uint32_t)(s / a.nst) & 1u);
+        const int b = s % nst;
+        mbar_wait(&full[b], (uint32_t)(s / nst) & 1u);
         /* the lane's rows g and g + 8 of gate (m 0) and up (m 1) in the stage */
         const uint8_t *rw0[2][2];
 #pragma unroll
         for (int m = 0; m < 2; m++)
 #pragma unroll
-            for (int h = 0; h < 2; h++) rw0[m][h] = stg + b * sbytes + (size_t)(16 * m + g + 8 * h) * a.rs;
+            for (int h = 0; h < 2; h++) rw0[m][h] = stg + b * sbytes + (size_t)(16 * m + g + 8 * h) * rs;
         float acc[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
         for (int q = warp; q < nb; q += NW) {
             int ia[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
@@ -1138,11 +1140,13 @@ __global__ void __launch_bounds__((NW + 1) * 32, 1) k_moe_glu_mma(mm_args a) {
     /* the warps' sums meet once, after the block's last tile (no barrier a tile) */
     asm volatile("bar.sync 1, %0;" ::"n"(NW * 32) : "memory");
     for (int i = threadIdx.x; i < ns * 16; i += NW * 32) {
-        const int s = i >> 4, r = i & 15, tile = blockIdx.x + s * gridDim.x, j = tile / tpe, r0 = (tile - j * tpe) * 16;
+        const int s = i >> 4, r = i & 15;
+        int j, r0;
+        tile_of(s, j, r0);
         float gs = 0.f, us = 0.f;
         for (int k = 0; k < NW; k++) { gs += red[((s * NW + k) * 2) * 16 + r]; us += red[((s * NW + k) * 2 + 1) * 16 + r]; }
         const int e = slot_of(j);
-        a.mid[e * F + r0 + r] = cu_swiglu1(gs, us, a.limit) * (a.rw ? a.rw[e] : 1.f);
+        a.out[e * F + r0 + r] = cu_swiglu1(gs, us, a.limit) * (a.rw ? a.rw[e] : 1.f);
     }
 #endif
 }
@@ -1174,13 +1178,9 @@ static int mm_launch_nw(const g3_args &g, cudaStream_t st) {
             return 0;
         avail = (size_t)optin > fa.sharedSizeBytes ? (size_t)optin - fa.sharedSizeBytes : 1;
     }
-    mm_args m;
-    memset(&m, 0, sizeof m);
-    m.wg = g.w; m.wu = g.w2; m.row_bytes = g.row_bytes; m.expert_bytes = g.expert_bytes;
-    m.F = g.rows; m.in = g.in; m.x = g.x; m.sel = g.sel; m.rw = g.rw; m.nsel = g.nsel; m.limit = g.limit; m.mid = g.out;
     /* a row's stride: row_bytes up to an odd multiple of 16, so the 8 rows a
      * warp reads at once start 16 x odd bytes apart: no bank conflicts */
-    m.rs = (int)(((g.row_bytes / 16) | 1) * 16);
+    const int rs = (int)(((g.row_bytes / 16) | 1) * 16);
     static int stmax = -1;
     if (stmax < 0) { const char *e = getenv("MINKE_CUDA_MOE_MMA_ST"); stmax = e && atoi(e) >= 2 ? atoi(e) : MM_ST; }
     if (stmax > MM_MAXST) stmax = MM_MAXST;     /* the kernel's barrier arrays */
@@ -1188,14 +1188,13 @@ static int mm_launch_nw(const g3_args &g, cudaStream_t st) {
     const int nb = (int)(ntiles < cu_num_sms() ? ntiles : cu_num_sms());
     /* the warps' sums of the block's tiles (at most ceil(ntiles / nb) of them) */
     const size_t redb = (size_t)((ntiles + nb - 1) / nb) * NW * 32 * 4;
-    const size_t fixed = MM_ALIGN + mm_fixed_bytes(g.in) + redb, sbytes = 32 * (size_t)m.rs;
+    const size_t fixed = MM_ALIGN + mm_fixed_bytes(g.in) + redb, sbytes = 32 * (size_t)rs;
     int nst = avail > fixed ? (int)((avail - fixed) / sbytes) : 0;
     if (nst > stmax) nst = stmax;
     if (nst < 2) return 0;
-    m.nst = nst;
     const size_t smem = fixed + (size_t)nst * sbytes;
     g3_smem_attr(k_moe_glu_mma<NW>, smem);
-    cu_launch(k_moe_glu_mma<NW>, dim3((unsigned)nb), (NW + 1) * 32, smem, st, m);
+    cu_launch(k_moe_glu_mma<NW>, dim3((unsigned)nb), (NW + 1) * 32, smem, st, g, nst, rs);
     return 1;
 }
 static int mm_launch(const g3_args &g, cudaStream_t st) {
