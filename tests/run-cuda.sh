@@ -42,11 +42,12 @@ for k in gemv_check mmq_exact mmf16_check mmh_check mmx_check hc_check attn_chec
     if "$B/tests/cuda/$k" ${GEMV_TIME:+--time} > "$T/$k.log" 2>&1; then ok $k; else bad $k; fi
     grep -E '^(FAIL|time)' "$T/$k.log"
 done
-# the decode attention's FP8 8-head instance with its two-blocks-a-SM request everywhere (cu_attn.cu,
-# ADEC_MINB; one token takes the uncapped one by default)
+# the decode attention with one row group a block (MINKE_CUDA_ATT_RG=1), and its FP8 8-head instance
+# with the two-blocks-a-SM request everywhere (cu_attn.cu, ADEC_MINB; one token takes the uncapped one)
 if [ -x "$B/tests/cuda/attn_check" ]; then
-    if MINKE_CUDA_ATT_MINB=1 "$B/tests/cuda/attn_check" > "$T/attn_minb1.log" 2>&1; then ok attn_check-minb1; else bad attn_check-minb1; fi
-    grep -E '^FAIL' "$T/attn_minb1.log"
+    if MINKE_CUDA_ATT_RG=1 "$B/tests/cuda/attn_check" > "$T/attn_rg1.log" 2>&1; then ok attn_check-rg1; else bad attn_check-rg1; fi
+    if MINKE_CUDA_ATT_RG=1 MINKE_CUDA_ATT_MINB=1 "$B/tests/cuda/attn_check" > "$T/attn_minb1.log" 2>&1; then ok attn_check-minb1; else bad attn_check-minb1; fi
+    grep -E '^FAIL' "$T/attn_rg1.log" "$T/attn_minb1.log"
 fi
 
 # the indexer's tensor-core scores on mma.sync (the wgmma form is the default on sm_90a; elsewhere both are mma.sync)

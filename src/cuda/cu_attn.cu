@@ -390,6 +390,15 @@ __global__ void k_attn_combine(const float *part, const float *sinks, int nh, in
  * k_attn_dec_combine; MINKE_CUDA_OLD_KERNELS bit 4 keeps k_attention +
  * k_attn_combine).
  *
+ * Row groups (RG = 2, the default for 8 heads a block; MINKE_CUDA_ATT_RG=1
+ * for one): a block has RG x HPB warps, warp w taking head w % HPB and the
+ * staged chunk's 4-row steps w / HPB, w / HPB + RG, ...; at the end group 0
+ * merges the others' (M, L, acc) in order (M = max, each side rescaled by
+ * exp(M_g - M)). Twice the warps an SM hide the loop's latencies (one block
+ * an SM: 128 blocks of 16 warps at 128 registers, no spills); measured on
+ * the H200 (docs/performance.md, twenty-seventh session): attention +
+ * combine 21.5 -> 19.0 us alone, decode +1.2% at ctx 4096 and 65536.
+ *
  * Splits: a token's n rows (window, then compressed or selected) are cut into
  * S = clamp(min(ceil(n / min_rows), fill), 1, nsplit) contiguous ranges,
  * split sp taking rows [n sp / S, n (sp + 1) / S) (min_rows:
@@ -496,8 +505,8 @@ __device__ __forceinline__ void adec_rope_apply(float (&y)[4], const float (&cs)
  * against 162.3-163.9 (twelfth session). MINKE_CUDA_ATT_MINB=1 keeps the
  * capped instance everywhere (A/B). */
 #define ADEC_MINB(HPB, FMT) ((FMT) == CU_KV_FP8 && (HPB) == 8 ? 2 : 0)
-template <int HPB, int FMT, int MINB = ADEC_MINB(HPB, FMT)>
-__global__ void __launch_bounds__(HPB * 32, MINB)
+template <int HPB, int FMT, int MINB = ADEC_MINB(HPB, FMT), int RG = 1>
+__global__ void __launch_bounds__(HPB * RG * 32, MINB)
 k_attn_dec(const float *q, const float *kv_batch, const float *ring, const void *comp, const int *sel,
            const int *nsel, int topk, int nh, int hd, int W, int ratio, float scale, const int *pos0p,
            int nsplit, int min_rows, int fill, float *part, int nrot) {
@@ -505,7 +514,9 @@ k_attn_dec(const float *q, const float *kv_batch, const float *ring, const void 
     extern __shared__ __align__(16) float srow[];     /* ADEC_NST x ADEC_CH rows of hd */
     int t = blockIdx.y, sp = blockIdx.z, T = gridDim.y;
     int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-    int h = blockIdx.x * HPB + w;
+    constexpr int NWB = HPB * RG;      /* warps a block: RG row groups of HPB heads */
+    const int rg = w / HPB;            /* this warp's row group: the chunk's 4-row steps rg, rg + RG, ... */
+    int h = blockIdx.x * HPB + (w - rg * HPB);
     int pos0 = *pos0p, qp = pos0 + t;
     int nraw = qp + 1 < W ? qp + 1 : W;
     int n = attn_nrows(t, pos0 + t, W, ratio, nsel);
@@ -530,7 +541,7 @@ k_attn_dec(const float *q, const float *kv_batch, const float *ring, const void 
                 cp_async16(dst + r * hd + 4 * col, row + 4 * col);
             }
             if (FMT == CU_KV_FP8)
-                for (int r = nf + w; r < nr; r += HPB) {
+                for (int r = nf + w; r < nr; r += NWB) {
                     const uint8_t *row = (const uint8_t *)att_row<FMT>(base + r, nraw, qp, pos0, W, hd, nrot, ratio,
                                                                        kv_batch, ring, comp, sel_t);
                     uint8_t *pk = adec_pk_slot(dst + r * hd, hd, pk_stride);
@@ -556,14 +567,14 @@ k_attn_dec(const float *q, const float *kv_batch, const float *ring, const void 
         if (FMT == CU_KV_FP8) {     /* this warp's compressed rows of chunk c, as issue() assigned them */
             int base = i0 + c * ADEC_CH, nr = min(ADEC_CH, i1 - base);
             float *dst = srow + (c % ADEC_NST) * ADEC_CH * hd;
-            for (int r = adec_nwin(base, nr, nraw) + w; r < nr; r += HPB)
+            for (int r = adec_nwin(base, nr, nraw) + w; r < nr; r += NWB)
                 adec_unpack_fp8(dst + r * hd, hd, nrot, pk_stride, lane);
         }
         __syncthreads();
         const float *buf = srow + (c % ADEC_NST) * ADEC_CH * hd;
         int nr = min(ADEC_CH, i1 - (i0 + c * ADEC_CH));
         if (h < nh)
-            for (int r = 0; r < nr; r += 4) {
+            for (int r = 4 * rg; r < nr; r += 4 * RG) {
                 float4 rv[4][ADEC_V4];
                 float sc[4];
 #pragma unroll
@@ -608,6 +619,36 @@ k_attn_dec(const float *q, const float *kv_batch, const float *ring, const void 
         __syncthreads();
     }
     cp_async_wait<0>();
+    if constexpr (RG > 1) {
+        /* the row groups' (M, L, acc) of a head meet in shared memory (the
+         * staging buffers, free after the loop's last barrier): group 0
+         * takes groups 1 .. RG - 1 in order, each with its own rescale */
+        float *pm = srow + (size_t)(w - HPB) * (hd + 4);     /* groups >= 1: [w - HPB][acc hd, M, L, pad] */
+        if (rg > 0 && h < nh) {
+#pragma unroll
+            for (int k = 0; k < ADEC_V4; k++)
+                if (k < nv) ((float4 *)pm)[k * 32 + lane] = acc[k];
+            if (lane == 0) { pm[hd] = M; pm[hd + 1] = L; }
+        }
+        __syncthreads();
+        if (rg > 0) return;
+#pragma unroll
+        for (int g = 1; g < RG; g++) {
+            const float *po = srow + (size_t)(w + (g - 1) * HPB) * (hd + 4);
+            const float Mo = po[hd], Lo = po[hd + 1], Mn = fmaxf(M, Mo);
+            /* -inf on both sides (no rows yet): the factors would be NaN */
+            const float f0 = M == -INFINITY ? 0.f : expf(M - Mn), f1 = Mo == -INFINITY ? 0.f : expf(Mo - Mn);
+            L = L * f0 + Lo * f1;
+#pragma unroll
+            for (int k = 0; k < ADEC_V4; k++)
+                if (k < nv) {
+                    const float4 o = ((const float4 *)po)[k * 32 + lane];
+                    acc[k].x = acc[k].x * f0 + o.x * f1; acc[k].y = acc[k].y * f0 + o.y * f1;
+                    acc[k].z = acc[k].z * f0 + o.z * f1; acc[k].w = acc[k].w * f0 + o.w * f1;
+                }
+            M = Mn;
+        }
+    }
     if (h >= nh) return;
     int64_t rec = ((int64_t)t * nh + h) * nsplit + sp;
     float4 *pa = (float4 *)(part + rec * hd);
@@ -872,10 +913,15 @@ static void attention_f32(const float *q, const float *kv_batch, const float *ri
         static int minb_env = -2;
         if (minb_env == -2) { const char *e = getenv("MINKE_CUDA_ATT_MINB"); minb_env = e && *e ? atoi(e) : 0; }
         const bool uncapped = minb_env == 0 && (int64_t)((nh + hpb - 1) / hpb) * T * nsplit <= nsm;
-        auto kdec = hpb == 8 ? (fp8 ? (uncapped ? k_attn_dec<8, CU_KV_FP8, 0> : k_attn_dec<8, CU_KV_FP8>)
-                                    : k_attn_dec<8, CU_KV_F32>)
+        /* two row groups of 8 warps where a block has 8 heads (see k_attn_dec; MINKE_CUDA_ATT_RG=1: one) */
+        static int rg_env = -1;
+        if (rg_env < 0) { const char *e = getenv("MINKE_CUDA_ATT_RG"); rg_env = e && atoi(e) == 1 ? 1 : 2; }
+        const int rg = hpb == 8 ? rg_env : 1;
+        auto kdec = hpb == 8 ? (rg == 2 ? (fp8 ? k_attn_dec<8, CU_KV_FP8, 1, 2> : k_attn_dec<8, CU_KV_F32, 1, 2>)
+                                        : fp8 ? (uncapped ? k_attn_dec<8, CU_KV_FP8, 0> : k_attn_dec<8, CU_KV_FP8>)
+                                              : k_attn_dec<8, CU_KV_F32>)
                              : (fp8 ? k_attn_dec<4, CU_KV_FP8> : k_attn_dec<4, CU_KV_F32>);
-        cu_launch(kdec, dim3((nh + hpb - 1) / hpb, T, nsplit), hpb * 32, smem, st, q, kv_batch, ring, comp, sel,
+        cu_launch(kdec, dim3((nh + hpb - 1) / hpb, T, nsplit), hpb * 32 * rg, smem, st, q, kv_batch, ring, comp, sel,
                   nsel, topk, nh, hd, W, ratio, scale, pos0p, nsplit, min_rows, fill, part, nrot);
         cu_launch(k_attn_dec_combine, dim3(nh, T), 128, 0, st, part, sinks, nsel, nh, hd, W, ratio, nsplit, min_rows, fill,
                   nrot, inv_freq, pos0p, o);
@@ -917,5 +963,7 @@ void cu_attn_init(void) {
     cudaFuncSetAttribute(k_attn_dec<8, CU_KV_FP8>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     cudaFuncSetAttribute(k_attn_dec<8, CU_KV_FP8, 0>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     cudaFuncSetAttribute(k_attn_dec<4, CU_KV_FP8>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    cudaFuncSetAttribute(k_attn_dec<8, CU_KV_F32, 1, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    cudaFuncSetAttribute(k_attn_dec<8, CU_KV_FP8, 1, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
 }
 
