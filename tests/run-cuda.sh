@@ -47,7 +47,12 @@ done
 if [ -x "$B/tests/cuda/attn_check" ]; then
     if MINKE_CUDA_ATT_RG=1 "$B/tests/cuda/attn_check" > "$T/attn_rg1.log" 2>&1; then ok attn_check-rg1; else bad attn_check-rg1; fi
     if MINKE_CUDA_ATT_RG=1 MINKE_CUDA_ATT_MINB=1 "$B/tests/cuda/attn_check" > "$T/attn_minb1.log" 2>&1; then ok attn_check-minb1; else bad attn_check-minb1; fi
-    grep -E '^FAIL' "$T/attn_rg1.log" "$T/attn_minb1.log"
+    # other shapes (heads not a multiple of 8, hd 128-384, T up to 4, splits of one row), 8 heads a block
+    for rg in 2 1; do
+        if MINKE_CUDA_ATT_HPB=8 MINKE_CUDA_ATT_MIN_ROWS=1 MINKE_CUDA_ATT_RG=$rg "$B/tests/cuda/attn_check" --shapes \
+            > "$T/attn_shapes$rg.log" 2>&1; then ok attn_check-shapes-rg$rg; else bad attn_check-shapes-rg$rg; fi
+    done
+    grep -hE '^FAIL' "$T/attn_rg1.log" "$T/attn_minb1.log" "$T/attn_shapes2.log" "$T/attn_shapes1.log"
 fi
 
 # the indexer's tensor-core scores on mma.sync (the wgmma form is the default on sm_90a; elsewhere both are mma.sync)

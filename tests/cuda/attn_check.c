@@ -31,6 +31,7 @@
  * unpacks a batch's packed rows first, kvfmt_check checks the unpack).
  * Prints one ok/FAIL line per check; exit 1 on any FAIL.
  *   attn_check            the checks
+ *   attn_check --shapes   only the split decode on other shapes (check_attention_shape)
  *   attn_check --time     also median kernel times, old vs new (cudaEvent
  *                         pairs around each of 200 launches, and the mean of
  *                         200 back-to-back launches)
@@ -838,16 +839,99 @@ static void check_attention(int T, int ratio, int ncomp_rows) {
     cudaFree(c.sel); cudaFree(c.nsel); cudaFree(c.pos); cudaFree(c.o); cudaFree(c.part); cudaFree(c.comp8);
 }
 
+/* Other shapes of the split decode (window rows only, ratio 0), against a
+ * double reference: heads not a multiple of 8 (the last block's padded
+ * warps), hd 128 / 256, 3 and 4 tokens, and positions whose splits hold 1-4
+ * rows (a row group with no rows). `attn_check --shapes` runs only these;
+ * run-cuda.sh runs it with MINKE_CUDA_ATT_HPB=8 MINKE_CUDA_ATT_MIN_ROWS=1
+ * (8 heads a block, a split per row), with one and two row groups. */
+static void check_attention_shape(int nh, int hd, int T, int pos0) {
+    const int nrot = 64, W = WIN;
+    const size_t nq = (size_t)T * nh * hd;
+    float *hq = malloc(sizeof(float) * nq), *hkvb = malloc(sizeof(float) * T * hd), *hring = malloc(sizeof(float) * W * hd);
+    float *hs = malloc(sizeof(float) * nh), inv[32], *o = malloc(sizeof(float) * nq);
+    fill(hq, nq, 3.0f); fill(hkvb, (int64_t)T * hd, 1.0f); fill(hring, (int64_t)W * hd, 1.0f); fill(hs, nh, 2.0f);
+    for (int k = 0; k < nrot / 2; k++) inv[k] = powf(160000.0f, -2.0f * k / nrot);
+    float *dq = dup_to_dev(hq, sizeof(float) * nq), *dkvb = dup_to_dev(hkvb, sizeof(float) * T * hd);
+    float *dring = dup_to_dev(hring, sizeof(float) * W * hd), *ds = dup_to_dev(hs, sizeof(float) * nh);
+    float *dinv = dup_to_dev(inv, sizeof inv), *dout = dmalloc(sizeof(float) * nq);
+    float *dpart = dmalloc(sizeof(float) * (size_t)cu_attention_part_floats(T, nh, hd, 16));
+    int *dpos = dmalloc(sizeof(int));
+    set_pos(dpos, pos0);
+    CK(cudaMemset(dout, 0xff, sizeof(float) * nq));
+    cu_attention(dq, dkvb, dring, NULL, CU_KV_F32, NULL, NULL, TOPK, ds, T, nh, hd, W, 0, nrot, dinv,
+                 1.0f / sqrtf((float)hd), dpos, pos0, -1.f, dout, NULL, dpart, 16, 1, st);
+    CK(cudaGetLastError());
+    to_host(o, dout, sizeof(float) * nq);
+    double md = 0, rmax = 0;
+    double *ref = malloc(sizeof(double) * hd), *sc = malloc(sizeof(double) * (W + T));
+    for (int t = 0; t < T; t++) {
+        const int qp = pos0 + t, nraw = qp + 1 < W ? qp + 1 : W;
+        for (int h = 0; h < nh; h++) {
+            const float *qv = hq + ((size_t)t * nh + h) * hd;
+            double M = hs[h];
+            for (int i = 0; i < nraw; i++) {
+                const int j = qp - nraw + 1 + i;
+                const float *r = j >= pos0 ? hkvb + (size_t)(j - pos0) * hd : hring + (size_t)(j % W) * hd;
+                double d = 0;
+                for (int k = 0; k < hd; k++) d += (double)qv[k] * r[k];
+                sc[i] = d / sqrt((double)hd);
+                if (sc[i] > M) M = sc[i];
+            }
+            double den = exp(hs[h] - M);
+            for (int k = 0; k < hd; k++) ref[k] = 0;
+            for (int i = 0; i < nraw; i++) {
+                const int j = qp - nraw + 1 + i;
+                const float *r = j >= pos0 ? hkvb + (size_t)(j - pos0) * hd : hring + (size_t)(j % W) * hd;
+                const double p = exp(sc[i] - M);
+                den += p;
+                for (int k = 0; k < hd; k++) ref[k] += p * r[k];
+            }
+            for (int k = 0; k < hd; k++) ref[k] /= den;
+            for (int k = 0; k < nrot / 2; k++) {
+                const float ang = (float)qp * inv[k];
+                const double c = (float)cos((double)ang), sn = -(float)sin((double)ang);
+                const double x0 = ref[hd - nrot + 2 * k], x1 = ref[hd - nrot + 2 * k + 1];
+                ref[hd - nrot + 2 * k] = x0 * c - x1 * sn;
+                ref[hd - nrot + 2 * k + 1] = x0 * sn + x1 * c;
+            }
+            for (int k = 0; k < hd; k++) {
+                const double d = fabs(o[((size_t)t * nh + h) * hd + k] - ref[k]);
+                if (!(d <= md)) md = d;
+                if (fabs(ref[k]) > rmax) rmax = fabs(ref[k]);
+            }
+        }
+    }
+    char what[160];
+    snprintf(what, sizeof what, "attention shape nh=%d hd=%d T=%d pos0=%d (window rows only): max|o-ref|/max|ref| %.2e", nh,
+             hd, T, pos0, md / rmax);
+    report(md / rmax < 2e-5, what);
+    free(hq); free(hkvb); free(hring); free(hs); free(o); free(ref); free(sc);
+    cudaFree(dq); cudaFree(dkvb); cudaFree(dring); cudaFree(ds); cudaFree(dinv); cudaFree(dout); cudaFree(dpart);
+    cudaFree(dpos);
+}
+
 int main(int argc, char **argv) {
+    int shapes = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--time")) do_time = 1;
-        else { fprintf(stderr, "usage: attn_check [--time]\n"); return 2; }
+        else if (!strcmp(argv[i], "--shapes")) shapes = 1;
+        else { fprintf(stderr, "usage: attn_check [--time | --shapes]\n"); return 2; }
     }
     int ndev = 0;
     if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1) { printf("FAIL no CUDA device\n"); return 1; }
     cu_ops_init();
     CK(cudaStreamCreate(&st));     /* blocking: ordered with the cudaMemcpy / cudaMemset of the checks */
     setvbuf(stdout, NULL, _IOLBF, 0);
+    if (shapes) {
+        static const int cases[][4] = {{12, 128, 1, 0}, {12, 128, 1, 3}, {12, 128, 3, 2}, {16, 256, 4, 5},
+                                       {8, 128, 1, 200}, {20, 384, 2, 130}, {64, 512, 1, 4}, {64, 512, 4, 300}};
+        for (int k = 0; k < (int)(sizeof cases / sizeof cases[0]); k++)
+            check_attention_shape(cases[k][0], cases[k][1], cases[k][2], cases[k][3]);
+        CK(cudaDeviceSynchronize());
+        printf("%s: %d failure(s)\n", fails ? "FAIL" : "ok", fails);
+        return fails ? 1 : 0;
+    }
     for (int T = 1; T <= 2; T++) {
         check_indexer(T, 1024);
         check_indexer(T, 16384);
