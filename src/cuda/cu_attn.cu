@@ -405,7 +405,7 @@ __global__ void k_attn_combine(const float *part, const float *sinks, int nh, in
  * MINKE_CUDA_ATT_MIN_ROWS, default 16; fill = SMs / (head groups x T), so
  * the splits grow with the rows until every SM has a block, x
  * MINKE_CUDA_ATT_FILL; nsplit: the caller's partial buffer). Block (head group, token,
- * split): HPB warps, one head each, stage the split's rows in shared memory
+ * split): HPB warps (x RG row groups, above), one head each, stage the split's rows in shared memory
  * (cp.async, ADEC_NST stages of ADEC_CH rows) so a row is read from L2 once
  * per head group, not once per head. Each warp runs k_attention_heads' online
  * softmax over its split's rows in order, 4 rows per step, and stores the
