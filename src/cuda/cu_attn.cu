@@ -623,8 +623,9 @@ k_attn_dec(const float *q, const float *kv_batch, const float *ring, const void 
         /* the row groups' (M, L, acc) of a head meet in shared memory (the
          * staging buffers, free after the loop's last barrier): group 0
          * takes groups 1 .. RG - 1 in order, each with its own rescale */
-        float *pm = srow + (size_t)(w - HPB) * (hd + 4);     /* groups >= 1: [w - HPB][acc hd, M, L, pad] */
+        /* group g >= 1's warp w writes slot w - HPB: [acc hd, M, L, pad] */
         if (rg > 0 && h < nh) {
+            float *pm = srow + (size_t)(w - HPB) * (hd + 4);
 #pragma unroll
             for (int k = 0; k < ADEC_V4; k++)
                 if (k < nv) ((float4 *)pm)[k * 32 + lane] = acc[k];
@@ -917,10 +918,11 @@ static void attention_f32(const float *q, const float *kv_batch, const float *ri
         static int rg_env = -1;
         if (rg_env < 0) { const char *e = getenv("MINKE_CUDA_ATT_RG"); rg_env = e && atoi(e) == 1 ? 1 : 2; }
         const int rg = hpb == 8 ? rg_env : 1;
-        auto kdec = hpb == 8 ? (rg == 2 ? (fp8 ? k_attn_dec<8, CU_KV_FP8, 1, 2> : k_attn_dec<8, CU_KV_F32, 1, 2>)
-                                        : fp8 ? (uncapped ? k_attn_dec<8, CU_KV_FP8, 0> : k_attn_dec<8, CU_KV_FP8>)
-                                              : k_attn_dec<8, CU_KV_F32>)
-                             : (fp8 ? k_attn_dec<4, CU_KV_FP8> : k_attn_dec<4, CU_KV_F32>);
+        auto kdec = hpb == 4    ? (fp8 ? k_attn_dec<4, CU_KV_FP8> : k_attn_dec<4, CU_KV_F32>)
+                    : rg == 2   ? (fp8 ? k_attn_dec<8, CU_KV_FP8, 1, 2> : k_attn_dec<8, CU_KV_F32, 1, 2>)
+                    : !fp8      ? k_attn_dec<8, CU_KV_F32>
+                    : uncapped  ? k_attn_dec<8, CU_KV_FP8, 0>
+                                : k_attn_dec<8, CU_KV_FP8>;
         cu_launch(kdec, dim3((nh + hpb - 1) / hpb, T, nsplit), hpb * 32 * rg, smem, st, q, kv_batch, ring, comp, sel,
                   nsel, topk, nh, hd, W, ratio, scale, pos0p, nsplit, min_rows, fill, part, nrot);
         cu_launch(k_attn_dec_combine, dim3(nh, T), 128, 0, st, part, sinks, nsel, nh, hd, W, ratio, nsplit, min_rows, fill,
