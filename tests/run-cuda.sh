@@ -327,6 +327,22 @@ else
     bad cpu-logits-mid; tail -3 "$T/cpu-mid.log"
 fi
 
+# a Flash-shaped model (4 layers: sliding, CSA, HCA; 8 small experts): its one-token
+# out_a and out_b take their inputs as items split by the attention's combine and
+# by out_a (cu_gemv_args.xitems, MINKE_CUDA_G3_ITEMS=1, the default), which the
+# smaller models' products never reach; every logit bit as with the products
+# splitting their inputs themselves (=0)
+"$M" mkmodel --preset flash --layers 4 --n-experts 8 --experts-used 6 --expert-ff 512 --vocab 1024 --hash-layers 1 \
+    --seed 28 -o "$T/flash4.gguf" --no-progress > "$T/flash4-mk.log" 2>&1 || bad mkmodel-flash4
+for it in 1 0; do
+    MINKE_CUDA_G3_ITEMS=$it "$M" logits -m "$T/flash4.gguf" --tokens "$T/tok48.i32" --out "$T/flash4-items$it.f32" \
+        --backend cuda --decode > "$T/flash4-items$it.log" 2>&1 || { bad "flash4-decode-items$it"; tail -3 "$T/flash4-items$it.log"; }
+done
+if "$B/tests/cuda/cmp_f32" "$T/flash4-items0.f32" "$T/flash4-items1.f32" 1024 0 --argmax --label flash4-decode-items-same-bits; then
+    ok flash4-decode-items-same-bits
+else bad flash4-decode-items-same-bits; fi
+rm -f "$T/flash4.gguf"
+
 if [ -z "${CUDA_TEST_QUICK:-}" ] && command -v compute-sanitizer >/dev/null 2>&1; then
     head -c 160 "$TOK" > "$T/tok40.i32"
     if compute-sanitizer --tool memcheck --error-exitcode 99 --print-limit 20 \

@@ -25,6 +25,7 @@
 #include "cuda/cu_ops.h"
 #include "cuda/cu_dec.h"
 #include "cuda/cu_kvrow.cuh"
+#include "cuda/cu_g3.cuh"
 
 static int dec_old_mask = -2;     /* -2: not read yet */
 void cu_dec_old_set(int mask) { dec_old_mask = mask; }
@@ -666,7 +667,8 @@ k_attn_dec(const float *q, const float *kv_batch, const float *ring, const void 
 #define ACMB_PRE 16
 __global__ void __launch_bounds__(128)
 k_attn_dec_combine(const float *part, const float *sinks, const int *nsel, int nh, int hd, int W, int ratio,
-                   int nsplit, int min_rows, int fill, int nrot, const float *inv_freq, const int *pos0p, float *o) {
+                   int nsplit, int min_rows, int fill, int nrot, const float *inv_freq, const int *pos0p, float *o,
+                   int *o_items) {
     __shared__ float fac[ADEC_MAXS];
     __shared__ float inv_sh;
     int h = blockIdx.x, t = blockIdx.y, T = gridDim.y, lane = threadIdx.x & 31;
@@ -730,7 +732,11 @@ k_attn_dec_combine(const float *part, const float *sinks, const int *nsel, int n
     }
     float y[4] = {v.x * inv, v.y * inv, v.z * inv, v.w * inv};
     if (rot) adec_rope_apply(y, cs, sn);
-    *(float4 *)(o + ((int64_t)t * nh + h) * hd + d0) = make_float4(y[0], y[1], y[2], y[3]);
+    const float4 yv = make_float4(y[0], y[1], y[2], y[3]);
+    const int64_t oi = ((int64_t)t * nh + h) * hd + d0;
+    *(float4 *)(o + oi) = yv;
+    /* o as out_a's input items too (hd a multiple of 32: an item's 8 lanes are all here) */
+    if (o_items) g3_item_store(o_items + (oi >> 5) * G3_IW, yv, g3_item_amax(yv, 0xffu << (lane & 24)), lane & 7);
 }
 
 /* Prefill attention: block (group of 8 heads, token), warp = head. All heads
@@ -879,16 +885,17 @@ static int att_tc_min(void) {
     return min_t;
 }
 
-/* the f32 kernels: prefill 8 heads a block, split decode + combine, the generic one */
-static void attention_f32(const float *q, const float *kv_batch, const float *ring, const void *comp, bool fp8,
+/* the f32 kernels: prefill 8 heads a block, split decode + combine, the generic one;
+ * 1 when the split decode's combine stored o's items too (o_items) */
+static int attention_f32(const float *q, const float *kv_batch, const float *ring, const void *comp, bool fp8,
                           const int *sel, const int *nsel, int topk, const float *sinks, int T, int nh, int hd, int W,
                           int ratio, int nrot, const float *inv_freq, float scale, const int *pos0p, float *o,
-                          float *part, int nsplit, cudaStream_t st) {
+                          float *part, int nsplit, int *o_items, cudaStream_t st) {
     if (!fp8 && nsplit == 1 && hd <= 512 && hd % 128 == 0 && att_heads_mode()) {
         cu_launch(k_attention_heads,
             dim3((nh + ATH_HEADS - 1) / ATH_HEADS, T), ATH_HEADS * 32, 0, st,
             q, kv_batch, ring, comp, sel, nsel, topk, sinks, nh, hd, W, ratio, nrot, inv_freq, scale, pos0p, o);
-        return;
+        return 0;
     }
     if (nsplit > 1 && hd % 128 == 0 && hd <= 512 && nrot % 4 == 0 && nrot <= hd && !cu_dec_old(CU_OLD_ATTENTION)) {
         static int min_rows = -1, hpb_env = -1, fill_mult = 1, nsm = 0;
@@ -926,19 +933,20 @@ static void attention_f32(const float *q, const float *kv_batch, const float *ri
         cu_launch(kdec, dim3((nh + hpb - 1) / hpb, T, nsplit), hpb * 32 * rg, smem, st, q, kv_batch, ring, comp, sel,
                   nsel, topk, nh, hd, W, ratio, scale, pos0p, nsplit, min_rows, fill, part, nrot);
         cu_launch(k_attn_dec_combine, dim3(nh, T), 128, 0, st, part, sinks, nsel, nh, hd, W, ratio, nsplit, min_rows, fill,
-                  nrot, inv_freq, pos0p, o);
-        return;
+                  nrot, inv_freq, pos0p, o, o_items);
+        return 1;
     }
     cu_launch(fp8 ? k_attention<CU_KV_FP8> : k_attention<CU_KV_F32>, dim3(nh, T, nsplit), ATT_WARPS * 32, 0, st,
               q, kv_batch, ring, comp, sel, nsel, topk, sinks, nh, hd, W, ratio, nrot, inv_freq, scale, pos0p, o, nsplit, part);
     if (nsplit > 1)
         cu_launch(k_attn_combine, dim3(nh, T), 128, 0, st, part, sinks, nh, hd, nsplit, nrot, inv_freq, pos0p, o);
+    return 0;
 }
 
-void cu_attention(const float *q, const float *kv_batch, const float *ring, const void *comp, int comp_fmt,
-                  const int *sel, const int *nsel, int topk, const float *sinks, int T, int nh, int hd,
-                  int W, int ratio, int nrot, const float *inv_freq, float scale, const int *pos0p, int pos0,
-                  float qeps, float *o, unsigned *o_amax, float *part, int nsplit, int tc, cudaStream_t st) {
+int cu_attention(const float *q, const float *kv_batch, const float *ring, const void *comp, int comp_fmt,
+                 const int *sel, const int *nsel, int topk, const float *sinks, int T, int nh, int hd,
+                 int W, int ratio, int nrot, const float *inv_freq, float scale, const int *pos0p, int pos0,
+                 float qeps, float *o, unsigned *o_amax, float *part, int nsplit, int tc, int *o_items, cudaStream_t st) {
     const bool fp8 = comp_fmt == CU_KV_FP8;
     if (o_amax) cudaMemsetAsync(o_amax, 0, 4, st);
     if (!part || nsplit < 1) nsplit = 1;
@@ -948,12 +956,13 @@ void cu_attention(const float *q, const float *kv_batch, const float *ring, cons
     if (!fp8 && nsplit == 1 && T >= att_tc_min() && (att_tc_mode() == 2 || (tc && att_tc_mode() == 1)) &&
         cu_attention_tc(q, kv_batch, ring, (const float *)comp, sel, nsel, topk, sinks, T, nh, hd, W, ratio, nrot,
                         inv_freq, scale, pos0p, pos0, qeps, o, o_amax, st))
-        return;     /* o's amax included */
+        return 0;     /* o's amax included */
     /* the other kernels read q normed */
     if (qeps >= 0.f) cu_qhead_norm_rope((float *)q, T, nh, hd, nrot, inv_freq, pos0p, qeps, st);
-    attention_f32(q, kv_batch, ring, comp, fp8, sel, nsel, topk, sinks, T, nh, hd, W, ratio, nrot, inv_freq, scale, pos0p,
-                  o, part, nsplit, st);
+    const int items = attention_f32(q, kv_batch, ring, comp, fp8, sel, nsel, topk, sinks, T, nh, hd, W, ratio, nrot,
+                                    inv_freq, scale, pos0p, o, part, nsplit, o_items, st);
     if (o_amax) cu_amax_f32(o, T, nh * hd, (int64_t)nh * hd, o_amax, st);
+    return items;
 }
 
 int64_t cu_attention_part_floats(int T, int nh, int hd, int nsplit) { return (int64_t)T * nh * nsplit * (hd + 2); }

@@ -135,6 +135,7 @@ struct cu_session {
     int *d_argmax;
     float *attn_part;               /* split attention partials (small batches) */
     unsigned *o_amax;               /* a batch's largest finite |o| (float bits), from the attention for out_a */
+    int *o_items, *z_items;         /* one token's o and z as split items (cu_gemv_args.xitems) */
     float *h_logits;                /* pinned, V floats */
     int *d_cands, *h_cands;         /* sample_cands: cu_sample_cands_bytes(CU_CANDS_MAX), device / pinned */
     cu_graph graphs[4];
@@ -793,7 +794,7 @@ static void dev_session_free(minke_model *m, cu_model *cm, cu_session *s) {
                     s->kvp, s->kvb, s->ca, s->cg, s->ia, s->ig, s->qi, s->wi, s->scores, s->o, s->z, s->a, s->sel,
                     s->nsel, s->rlog, s->rw, s->rsel, s->tpairs, s->tstart, s->tcount, s->texp, s->ntiles, s->eg,
                     s->eu, s->emid, s->eout, s->mo, s->sg, s->su, s->smid, s->so, s->hy, s->logits, s->act, s->d_argmax,
-                    s->attn_part, s->o_amax, s->act2, s->actx, s->asplit, s->asplit2, s->asplit3, s->comp_f32, s->d_kvok,
+                    s->attn_part, s->o_amax, s->o_items, s->z_items, s->act2, s->actx, s->asplit, s->asplit2, s->asplit3, s->comp_f32, s->d_kvok,
                     s->d_cands};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cudaFree(bufs[i]);
     cudaFreeHost(s->h_pos); cudaFreeHost(s->h_tok); cudaFreeHost(s->h_logits); cudaFreeHost(s->h_cands);
@@ -976,6 +977,8 @@ static cu_session *dev_session_alloc_chunk(minke_model *m, cu_model *cm, int n_c
     AL(s->d_argmax, 4);
     AL(s->attn_part, (int64_t)ATT_SPLIT_MAX_T * c->n_head * ATT_SPLIT * (Dh + 2) * 4);
     AL(s->o_amax, 4);
+    AL(s->o_items, cu_gemv3_items_bytes(c->q_dim));
+    AL(s->z_items, cu_gemv3_items_bytes(c->o_dim));
 #undef AL
     dev_session_reset(m, cm, s);
     return s;
@@ -1159,7 +1162,7 @@ static int down_from_glu(fwd *f, const cu_gemv_args *g, float clamp, int64_t P, 
 
 /* y[T][rows] = W . x[T][in] with the activation quantized as the CPU does. */
 static void matmul(fwd *f, const cu_t *W, const float *x, int64_t in, int64_t rows, float *y, int64_t ystride,
-                   int T, int64_t row0 = 0) {
+                   int T, int64_t row0 = 0, const int *xitems = NULL) {
     int64_t astride;
     int f32;
     const void *act = act_rows(f, W->type, x, in, T, &astride, &f32);
@@ -1172,6 +1175,7 @@ static void matmul(fwd *f, const cu_t *W, const float *x, int64_t in, int64_t ro
     g.out = y; g.out_stride = ystride; g.ntok = T;
     g.nt_hint = tile_rows(T);
     g.beside = f->beside;
+    g.xitems = f32 ? xitems : NULL;      /* x as split items (one token; cu_gemv_args.xitems) */
     if (use_mmq(T) && mmq_exact(f, &g, x, T, (T + CU_MMQ_TILE - 1) / CU_MMQ_TILE)) return;
     if (use_mmq(T) && cu_mmq(&g, (T + CU_MMQ_TILE - 1) / CU_MMQ_TILE, f->st)) return;
     cu_gemv(&g, (T + g.nt_hint - 1) / g.nt_hint, f->st);
@@ -1417,10 +1421,14 @@ static void attention_layer(fwd *f, int il) {
         comp_rows = s->comp_f32;
         comp_fmt = CU_KV_F32;
     }
-    cu_attention(s->q, s->kvb, lc->ring, comp_rows, comp_fmt, ratio == 4 ? s->sel : NULL, s->nsel, (int)c->indexer_top_k,
-                 (const float *)L->sinks.d + f->cm->h0, T, H, Dh, W, ratio, nrot, rope, c->attn_scale, s->d_pos,
-                 f->pos0_host, qfuse ? c->rms_eps : -1.f, s->o, want_amax ? s->o_amax : NULL,
-                 s->attn_part, T <= ATT_SPLIT_MAX_T ? ATT_SPLIT : 1, L->q_b.type != CU_TYPE_F32, st);
+    /* one token: o, then out_a's output z, also as split items for the next product (the same bits) */
+    const int items = T == 1 && f->cm->act_f32 && cu_gemv3_items_enabled();
+    const int o_items = cu_attention(s->q, s->kvb, lc->ring, comp_rows, comp_fmt, ratio == 4 ? s->sel : NULL, s->nsel,
+                                     (int)c->indexer_top_k, (const float *)L->sinks.d + f->cm->h0, T, H, Dh, W, ratio, nrot,
+                                     rope, c->attn_scale, s->d_pos, f->pos0_host, qfuse ? c->rms_eps : -1.f, s->o,
+                                     want_amax ? s->o_amax : NULL, s->attn_part, T <= ATT_SPLIT_MAX_T ? ATT_SPLIT : 1,
+                                     L->q_b.type != CU_TYPE_F32, items ? s->o_items : NULL, st);
+    int z_items = 0;
     if (!ring_done) cu_raw_store(s->kvb, T, Dh, W, s->d_pos, lc->ring, st);
     tapv(f, "blk.%d.attn_o", il, s->o, (int64_t)H * Dh);
     PROF(f, "out_a");
@@ -1446,13 +1454,17 @@ static void attention_layer(fwd *f, int il) {
         g.act = act; g.act_stride = astride; g.act_div = 1; g.out = s->z; g.out_stride = odim; g.ntok = T;
         g.group_rows = ol; g.group_act_bytes = gbytes;
         g.act_amax = want_amax && f32 ? s->o_amax : NULL;     /* found by the attention as it stored o */
+        if (items) {
+            g.xitems = o_items ? s->o_items : NULL;
+            g.oitems = s->z_items; g.oitems_done = &z_items;
+        }
         g.nt_hint = tile_rows(T);
         int ntl = (T + CU_MMQ_TILE - 1) / CU_MMQ_TILE;
         if (!use_mmq(T) || (!mmq_exact(f, &g, s->o, T, ntl) && !cu_mmq(&g, ntl, st)))
             cu_gemv(&g, (T + g.nt_hint - 1) / g.nt_hint, st);
     }
     PROF(f, "out_b");
-    matmul(f, &L->out_b, s->z, odim, D, s->a, D, T);
+    matmul(f, &L->out_b, s->z, odim, D, s->a, D, T, 0, z_items ? s->z_items : NULL);
     if (f->cm->tp) group_sum(f, s->a, (int64_t)T * D);
     tapv(f, "blk.%d.attn_out", il, s->a, D);
     PROF(f, "hc_post");

@@ -27,6 +27,47 @@ __host__ __device__ __forceinline__ size_t g3_down_part_bytes(int ne, int rows_p
     return ((size_t)rows_pb * ne * 4 + 127) & ~(size_t)127;
 }
 
+/* One item's amax (32 elements, a float4 in each of 8 aligned lanes; mask:
+ * at least those lanes) in each of its lanes */
+__device__ __forceinline__ float g3_item_amax(float4 v, unsigned mask) {
+    float m = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+#pragma unroll
+    for (int o = 1; o < 8; o <<= 1) m = fmaxf(m, __shfl_xor_sync(mask, m, o));
+    return m;
+}
+
+/* Lane li's words of an item with one scale (g3_stage without BLK / SUMS)
+ * from its float4 and the item's amax m, at d (G3_IW ints) */
+__device__ __forceinline__ void g3_item_store(int *d, float4 v, float m, int li) {
+    int pc[3];
+    mx_split4<3>(v, mx_inv_scale<3>(m), pc);
+    d[li] = pc[0]; d[8 + li] = pc[1]; d[16 + li] = pc[2];
+    if (li == 0) d[24] = __float_as_int(m * (1.f / 32512.f));
+}
+
+/* Items split ahead: a one-token product whose input's writer also stored
+ * it as items (g3_item_amax + g3_item_store: the bits g3_stage gives, see
+ * cu_gemv_args.xitems) copies nit of them into shared memory instead of
+ * splitting the f32 input itself, threads tid of nthr. Why (twenty-eighth
+ * session, docs/performance.md): each of out_a's 256 blocks split all 4096
+ * inputs of its group and each of out_b's all 8192, ~40% of those kernels'
+ * instructions, after their PDL wait and before their first product. */
+__device__ __forceinline__ void g3_items_copy(const int *xi, int nit, int *sh, int tid, int nthr) {
+    const int4 *s = (const int4 *)xi;
+    int4 *d = (int4 *)sh;
+    const int n = nit * (G3_IW / 4);
+    /* 8 loads in flight a thread before the stores (one L2 round trip for out_b's 28 KB) */
+    for (int i0 = tid; i0 < n; i0 += 8 * nthr) {
+        int4 v[8];
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            if (i0 + k * nthr < n) v[k] = __ldg(s + i0 + k * nthr);
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            if (i0 + k * nthr < n) d[i0 + k * nthr] = v[k];
+    }
+}
+
 /* Stage n f32 activations (n a multiple of 32; BLK: of 256) into shared
  * items, split into 3 pieces. Threads work in aligned groups of 8 lanes, a
  * group per block of 8 items: lane li takes float4 li of each item, so an
@@ -56,12 +97,7 @@ __device__ __forceinline__ void g3_stage(const float *x, int n, int *sh, int nth
 #pragma unroll
         for (int i = 0; i < 8; i++) {
             const int it = b * 8 + i;
-            float m = ma;
-            if (!BLK) {
-                m = fmaxf(fmaxf(fabsf(v[i].x), fabsf(v[i].y)), fmaxf(fabsf(v[i].z), fabsf(v[i].w)));
-#pragma unroll
-                for (int o = 1; o < 8; o <<= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-            }
+            const float m = BLK ? ma : g3_item_amax(v[i], 0xffffffffu);
             int pc[3];
             mx_split4<3>(v[i], mx_inv_scale<3>(m), pc);
             float hs = 0.f;

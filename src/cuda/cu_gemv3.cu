@@ -103,6 +103,8 @@ struct g3_args {
     float *out, *out2;
     int accumulate;
     const int *sel; const float *rw; int nsel; float limit;   /* MoE */
+    const int *xi;                  /* dense, one token: x split ahead (cu_gemv_args.xitems) */
+    int *oi;                        /* k_g3_q8 with KS = 1: out's rows also stored as items (cu_gemv_args.oitems) */
 };
 
 /* ------------------------------------------------------------------ */
@@ -151,7 +153,9 @@ __global__ void __launch_bounds__(256) k_g3_q8(g3_args a) {
             for (int rr = 0; rr < R; rr++) g3_q8_load<REP>(row[rr], it0 + k * S, nit, q[k][rr], d[k][rr]);
         }
     cu_pdl_enter();
-    g3_stage<false, false>(a.x + (a.group_rows ? (rb / a.group_rows) * a.group_floats : 0), a.in, sh);
+    const int64_t grp = a.group_rows ? rb / a.group_rows : 0;
+    if (a.xi) g3_items_copy(a.xi + grp * (a.group_floats >> 5) * G3_IW, nit, sh, threadIdx.x, blockDim.x);
+    else g3_stage<false, false>(a.x + grp * a.group_floats, a.in, sh);
     __syncthreads();
     float acc[R];
 #pragma unroll
@@ -202,6 +206,23 @@ __global__ void __launch_bounds__(256) k_g3_q8(g3_args a) {
                 float *o = out + r0 + rr;
                 if (a.accumulate) *o += acc[rr]; else *o = acc[rr];
             }
+    }
+    if constexpr (KS == 1) {
+        /* the block's rows (whole items: the launcher sets oi only then) as
+         * the next product's input items, lane li of 8 taking float4 li */
+        __shared__ __align__(16) float orow[8 * R];
+        if (a.oi) {
+            if (lane == 0) {
+#pragma unroll
+                for (int rr = 0; rr < R; rr++) orow[wr * R + rr] = acc[rr];
+            }
+            __syncthreads();
+            if ((int)threadIdx.x < nwr * R / 4) {
+                const float4 v = *(const float4 *)(orow + 4 * threadIdx.x);
+                const float m = g3_item_amax(v, 0xffu << (lane & 24));
+                g3_item_store(a.oi + ((rb >> 5) + (threadIdx.x >> 3)) * G3_IW, v, m, lane & 7);
+            }
+        }
     }
 }
 
@@ -742,6 +763,12 @@ __global__ void __launch_bounds__((G3DS_NG * NE + 1) * 32, 1) k_g3_q2k_downs(g3_
 /* host launchers */
 
 static size_t g3_items_bytes(int64_t n) { return (size_t)(n / 32) * G3_IW * 4; }
+extern "C" size_t cu_gemv3_items_bytes(int64_t n) { return g3_items_bytes(n); }
+extern "C" int cu_gemv3_items_enabled(void) {
+    static int on = -1;
+    if (on < 0) { const char *e = getenv("MINKE_CUDA_G3_ITEMS"); on = e && *e ? atoi(e) != 0 : 1; }
+    return on;
+}
 
 template <typename K>
 static void g3_smem_attr(K k, size_t smem) {
@@ -869,8 +896,11 @@ extern "C" int cu_gemv3(const cu_gemv_args *g, cudaStream_t st) {
     a.group_rows = g->group_rows; a.group_floats = g->group_act_bytes / 4;
     a.out = g->out; a.out2 = g->out2; a.accumulate = g->accumulate;
     const int pairs = g->w2 ? 2 : 1;
+    /* x split ahead: k_g3_q8 takes it (every group's items whole), the streamed kernel splits x itself */
+    const int *xi = g->xitems && !(a.group_rows && (a.group_floats & 31)) ? g->xitems : NULL;
     if (g->beside && g->wtype == CU_TYPE_Q8_0R && !g->w2 && !g->group_rows && !((uintptr_t)g->act & 15) &&
         !(((uintptr_t)g->w | g->row_bytes) & 15)) {
+        a.xi = xi;
         g3_launch_q8_beside(a, st);
         return 1;
     }
@@ -902,8 +932,16 @@ extern "C" int cu_gemv3(const cu_gemv_args *g, cudaStream_t st) {
     auto blocks = [&](int64_t rpb) { return blocks1(rpb) * pairs; };
     auto fits = [&](int64_t rpb) { return !gr || gr % rpb == 0; };
 #define G3_Q8(R, KS) do { if (rep) g3_launch_q8<true, R, KS>(a, pairs, st); else g3_launch_q8<false, R, KS>(a, pairs, st); } while (0)
+    a.xi = xi;
     if (fits(8) && blocks1(8) >= want) {
-        if (fits(32) && blocks(32) >= want) G3_Q8(4, 1);
+        if (fits(32) && blocks(32) >= want) {
+            /* blocks of 32 rows: out's items whole in a block, so it can store them (cu_gemv_args.oitems) */
+            if (g->oitems && g->oitems_done && !g->w2 && !g->accumulate && g->rows % 32 == 0) {
+                a.oi = g->oitems;
+                *g->oitems_done = 1;
+            }
+            G3_Q8(4, 1);
+        }
         else if (fits(16) && blocks(16) >= want) G3_Q8(2, 1);
         else G3_Q8(1, 1);
     } else if (fits(4) && blocks1(4) >= want) G3_Q8(1, 2);

@@ -22,6 +22,11 @@ void cu_gemv3s_set(int v);
 int cu_gemv3_tables_init(const uint64_t *grid);
 /* Dense Q8_0 / Q8_0R at ntok = 1 with act_f32 (cu_gemv tries it first); 0 when it does not apply. */
 int cu_gemv3(const cu_gemv_args *g, cudaStream_t st);
+/* bytes of n inputs as split items (cu_gemv_args.xitems / oitems; n a multiple of 32) */
+size_t cu_gemv3_items_bytes(int64_t n);
+/* MINKE_CUDA_G3_ITEMS: 1 (default) out_a and out_b of a decode token take their inputs as
+ * items split by the kernels that wrote them, 0 split them themselves (the same bits) */
+int cu_gemv3_items_enabled(void);
 /* The routed experts of one token: 1 when these formats and shapes have the kernels below. */
 int cu_moe_dec_supported(int gate_type, int up_type, int down_type, int64_t in, int64_t ff, int nsel);
 /* mid[e][ff] = swiglu(gate_e x, up_e x) * rw[e] for the nsel experts sel[] (limit: the clamp).

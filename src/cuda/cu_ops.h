@@ -41,6 +41,13 @@ typedef struct cu_gemv_args {
     int beside;               /* one token: a product that runs beside a kernel holding most of each
                                  SM (the shared expert's down beside the routed down): small blocks
                                  where cu_gemv3 has them, the same bits */
+    const int *xitems;        /* one token, act_f32: act also as split items (cu_g3.cuh: G3_IW ints
+                                 per 32 inputs, item i for inputs 32 i ..), stored by act's writer
+                                 (the attention's combine, an oitems product); the dp4a kernel then
+                                 copies them instead of splitting act (the same bits); NULL: none */
+    int *oitems;              /* one token: where the product's kernel can (cu_gemv3: blocks of 32
+                                 whole rows), out's rows also stored as items for the next product */
+    int *oitems_done;         /*   host flag, set to 1 when the launch stores oitems */
 } cu_gemv_args;
 
 #ifdef __cplusplus
@@ -238,11 +245,14 @@ void cu_idx_topk(const float *scores, int64_t score_stride, int T, int topk, con
  * way for rows holding the FP8 simulation's values. kv_batch and ring: f32.
  * The decode kernels (nsplit > 1) read FP8 rows as they are; batches of FP8
  * rows with nsplit 1 take the generic k_attention, so the backend unpacks a
- * prefill batch's rows to f32 first (cu_kvrows_unpack) for the tensor cores. */
-void cu_attention(const float *q, const float *kv_batch, const float *ring, const void *comp, int comp_fmt,
-                  const int *sel, const int *nsel, int topk, const float *sinks, int T, int nh, int hd,
-                  int W, int ratio, int nrot, const float *inv_freq, float scale, const int *pos0p, int pos0,
-                  float qeps, float *o, unsigned *o_amax, float *part, int nsplit, int tc, cudaStream_t st);
+ * prefill batch's rows to f32 first (cu_kvrows_unpack) for the tensor cores.
+ * o_items (NULL: not wanted): where the split decode runs, o also stored as the next
+ * product's input items (cu_gemv_args.xitems; T x nh x hd / 32 items); returns 1 when
+ * it did, else 0. */
+int cu_attention(const float *q, const float *kv_batch, const float *ring, const void *comp, int comp_fmt,
+                 const int *sel, const int *nsel, int topk, const float *sinks, int T, int nh, int hd,
+                 int W, int ratio, int nrot, const float *inv_freq, float scale, const int *pos0p, int pos0,
+                 float qeps, float *o, unsigned *o_amax, float *part, int nsplit, int tc, int *o_items, cudaStream_t st);
 /* the tensor-core prefill attention (cu_attn_tc.cu; f32 rows); 0 when hd is not one it takes.
  * pos0: *pos0p as the host knows it (the wgmma kernel converts the rows up to pos0 + T to f16
  * first), or -1 where the host does not know it (the mma.sync kernels then). qeps >= 0: q is

@@ -44,7 +44,9 @@
 
 #include "cuda/cu_ops.h"
 #include "cuda/cu_dec.h"
+#include "cuda/cu_gemv3.h"
 #include "cpu/numerics.h"
+#include "quant/quant.h"
 
 #define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("FAIL cuda %s: %s (line %d)\n", #x, cudaGetErrorString(e_), __LINE__); exit(1); } } while (0)
 
@@ -388,7 +390,7 @@ static void l_att(void *a) {
     att_ctx *c = a;
     cu_attention(c->q, c->kvb, c->ring, c->fmt == CU_KV_FP8 ? c->comp8 : c->comp, c->fmt, c->ratio == 4 ? c->sel : NULL,
                  c->nsel, TOPK, c->sinks, c->T, NH, HD, WIN, c->ratio, NROT, c->inv_freq, 1.0f / sqrtf((float)HD), c->pos,
-                 c->pos0, -1.f, c->o, c->amax, c->part, c->nsplit, 1, st);
+                 c->pos0, -1.f, c->o, c->amax, c->part, c->nsplit, 1, NULL, st);
 }
 
 /* ---- compressed rows stored as FP8 (issue #6) ----
@@ -803,6 +805,44 @@ static void check_attention(int T, int ratio, int ncomp_rows) {
         snprintf(what, sizeof what, "attention o amax ratio=%d T=%d nsplit=16: from cu_attention == from o (%d)", ratio, T, got == hb);
         report(got == hb, what);
     }
+    {   /* o also stored as split items by the combine (cu_attention's o_items): out_a's
+         * product over token 0's o from them gives the bits it gives splitting o itself
+         * (the dp4a kernel, 8 groups of 64 rows, each over 8 heads' 4096 inputs) */
+        const int64_t in = (int64_t)NH * HD / 8, rows = 8 * 64;
+        const uint64_t rb = quant_row_bytes(GGML_TYPE_Q8_0, in);
+        int *items = dmalloc(cu_gemv3_items_bytes((int64_t)T * NH * HD));
+        void *w = dmalloc(rb * rows);
+        float *ya = dmalloc(rows * 4), *yb = dmalloc(rows * 4);
+        cu_synth_fill(w, GGML_TYPE_Q8_0, rows * in, 77 + T, 0.05f, 0, 0);
+        int stored = 0, bad = 0;
+        if (cu_repack_q8_0(w, rows, in, rb, st)) {
+            c.nsplit = 16;
+            stored = cu_attention(c.q, c.kvb, c.ring, c.comp, CU_KV_F32, ratio == 4 ? c.sel : NULL, c.nsel, TOPK, c.sinks, T,
+                                  NH, HD, WIN, ratio, NROT, c.inv_freq, 1.0f / sqrtf((float)HD), c.pos, c.pos0, -1.f, c.o,
+                                  NULL, c.part, 16, 1, items, st);
+            cu_gemv3_set(3);
+            cu_gemv3s_set(0);
+            for (int k = 0; k < 2; k++) {
+                cu_gemv_args g;
+                memset(&g, 0, sizeof g);
+                g.w = w; g.wtype = 108; g.rows = rows; g.in = in; g.row_bytes = rb; g.act = c.o; g.act_f32 = 1;
+                g.act_stride = in * 4; g.act_div = 1; g.out = k ? yb : ya; g.out_stride = rows; g.ntok = 1; g.nt_hint = 1;
+                g.group_rows = 64; g.group_act_bytes = in * 4;
+                g.xitems = k ? items : NULL;
+                cu_gemv(&g, 1, st);
+            }
+            cu_gemv3_set(-1);
+            cu_gemv3s_set(-1);
+            float *ha = malloc(rows * 4), *hb = malloc(rows * 4);
+            to_host(ha, ya, rows * 4); to_host(hb, yb, rows * 4);
+            for (int64_t r = 0; r < rows; r++) bad += memcmp(&ha[r], &hb[r], 4) != 0 || ha[r] == 0.f;
+            free(ha); free(hb);
+        }
+        snprintf(what, sizeof what, "attention o items ratio=%d T=%d: stored %d, out_a from them: %d of %d outputs differ or 0",
+                 ratio, T, stored, bad, (int)rows);
+        report(stored == 1 && bad == 0, what);
+        cudaFree(items); cudaFree(w); cudaFree(ya); cudaFree(yb);
+    }
     if (T == 1)
         for (int vi = 0; vi < 4; vi++) {
             c.nsplit = splits[vi];
@@ -860,7 +900,7 @@ static void check_attention_shape(int nh, int hd, int T, int pos0) {
     set_pos(dpos, pos0);
     CK(cudaMemset(dout, 0xff, sizeof(float) * nq));
     cu_attention(dq, dkvb, dring, NULL, CU_KV_F32, NULL, NULL, TOPK, ds, T, nh, hd, W, 0, nrot, dinv,
-                 1.0f / sqrtf((float)hd), dpos, pos0, -1.f, dout, NULL, dpart, 16, 1, st);
+                 1.0f / sqrtf((float)hd), dpos, pos0, -1.f, dout, NULL, dpart, 16, 1, NULL, st);
     CK(cudaGetLastError());
     to_host(o, dout, sizeof(float) * nq);
     double md = 0, rmax = 0;

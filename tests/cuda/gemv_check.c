@@ -584,6 +584,87 @@ static void time_f32(int type, int64_t rows, int64_t in, int E, int paired, int 
     cudaFree(pool); cudaFree(dx); cudaFree(dq); cudaFree(dy); cudaFree(dy2); cudaFree(dsel); cudaFree(dt);
 }
 
+/* Inputs split ahead (cu_gemv_args.xitems / oitems, twenty-eighth session): a
+ * one-token Q8_0R product with blocks of 32 rows stores its output as items,
+ * and the next product given them must give the bits it gives splitting the
+ * f32 input itself; grouped (out_a) and plain (out_b) inputs. Shapes as in
+ * decode: P0 8192 x 256 (its items: x), P1 8 groups of 1024 rows over 1024
+ * inputs each (x's 8192: out_a's layout), P2 1024 x 8192 over P1's output. */
+static int g3_items_run(const void *w, uint64_t rb, int64_t rows, int64_t in, int64_t grows, const float *x,
+                        const int *xi, float *y, int *yi, int want_yi, const char *what) {
+    cu_gemv_args g;
+    memset(&g, 0, sizeof g);
+    int done = 0;
+    g.w = w; g.wtype = 108; g.rows = rows; g.in = in; g.row_bytes = rb; g.act = x; g.act_f32 = 1;
+    g.act_stride = in * 4; g.act_div = 1; g.out = y; g.out_stride = rows; g.ntok = 1; g.nt_hint = 1;
+    if (grows) { g.group_rows = grows; g.group_act_bytes = in * 4; }
+    g.xitems = xi; g.oitems = yi; g.oitems_done = yi ? &done : NULL;
+    cu_gemv(&g, 1, 0);
+    CK(cudaDeviceSynchronize());
+    if (want_yi && !done) { printf("FAIL g3 items %s: the product did not store its output's items\n", what); return 1; }
+    return 0;
+}
+static int check_g3_items(void) {
+    const int64_t R0 = 8192, I0 = 256, G = 8, GR = 1024, I1 = 1024, R2 = 1024, I2 = 8192;
+    const int64_t n0 = R0 * I0, n1 = G * GR * I1, n2 = R2 * I2;
+    const uint64_t rb0 = quant_row_bytes(GGML_TYPE_Q8_0, I0), rb1 = quant_row_bytes(GGML_TYPE_Q8_0, I1),
+                   rb2 = quant_row_bytes(GGML_TYPE_Q8_0, I2);
+    void *w0, *w1, *w2;
+    float *x, *y0, *y1a, *y1b, *y2a, *y2b;
+    int *i0, *i1a, *i1b;
+    CK(cudaMalloc(&w0, rb0 * R0)); CK(cudaMalloc(&w1, rb1 * G * GR)); CK(cudaMalloc(&w2, rb2 * R2));
+    CK(cudaMalloc((void **)&x, I0 * 4)); CK(cudaMalloc((void **)&y0, R0 * 4));
+    CK(cudaMalloc((void **)&y1a, G * GR * 4)); CK(cudaMalloc((void **)&y1b, G * GR * 4));
+    CK(cudaMalloc((void **)&y2a, R2 * 4)); CK(cudaMalloc((void **)&y2b, R2 * 4));
+    CK(cudaMalloc((void **)&i0, cu_gemv3_items_bytes(R0)));
+    CK(cudaMalloc((void **)&i1a, cu_gemv3_items_bytes(G * GR))); CK(cudaMalloc((void **)&i1b, cu_gemv3_items_bytes(G * GR)));
+    cu_synth_fill(w0, GGML_TYPE_Q8_0, n0, 901, 0.05f, 0, 0);
+    cu_synth_fill(w1, GGML_TYPE_Q8_0, n1, 902, 0.05f, 0, 0);
+    cu_synth_fill(w2, GGML_TYPE_Q8_0, n2, 903, 0.05f, 0, 0);
+    cu_synth_fill(x, GGML_TYPE_F32, I0, 904, 1.0f, 0, 0);
+    int fail = 0;
+    if (!cu_repack_q8_0(w0, R0, I0, rb0, 0) || !cu_repack_q8_0(w1, G * GR, I1, rb1, 0) || !cu_repack_q8_0(w2, R2, I2, rb2, 0)) {
+        printf("skip g3 items: no Q8_0R repack\n");
+        goto out;
+    }
+    cu_gemv3_set(3);     /* the dp4a kernel for these shapes, not the streamed one */
+    cu_gemv3s_set(0);
+    fail |= g3_items_run(w0, rb0, R0, I0, 0, x, NULL, y0, i0, 1, "P0");
+    /* P1 from x's f32 (storing its items) and from x's items (storing again): outputs and items equal */
+    fail |= g3_items_run(w1, rb1, G * GR, I1, GR, y0, NULL, y1a, i1a, 1, "P1");
+    fail |= g3_items_run(w1, rb1, G * GR, I1, GR, y0, i0, y1b, i1b, 1, "P1 items");
+    /* P2 from P1's f32 and from its items */
+    fail |= g3_items_run(w2, rb2, R2, I2, 0, y1a, NULL, y2a, NULL, 0, "P2");
+    fail |= g3_items_run(w2, rb2, R2, I2, 0, y1a, i1b, y2b, NULL, 0, "P2 items");
+    if (!fail) {
+        float *h1a = (float *)malloc(G * GR * 4), *h1b = (float *)malloc(G * GR * 4), *h2a = (float *)malloc(R2 * 4),
+              *h2b = (float *)malloc(R2 * 4);
+        size_t ib = cu_gemv3_items_bytes(G * GR);
+        int *hia = (int *)malloc(ib), *hib = (int *)malloc(ib);
+        CK(cudaMemcpy(h1a, y1a, G * GR * 4, cudaMemcpyDeviceToHost)); CK(cudaMemcpy(h1b, y1b, G * GR * 4, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(h2a, y2a, R2 * 4, cudaMemcpyDeviceToHost)); CK(cudaMemcpy(h2b, y2b, R2 * 4, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(hia, i1a, ib, cudaMemcpyDeviceToHost)); CK(cudaMemcpy(hib, i1b, ib, cudaMemcpyDeviceToHost));
+        int d1 = 0, d2 = 0, di = 0, nz = 0;
+        for (int64_t r = 0; r < G * GR; r++) { d1 += memcmp(&h1a[r], &h1b[r], 4) != 0; nz += h1a[r] != 0.f; }
+        for (int64_t r = 0; r < R2; r++) d2 += memcmp(&h2a[r], &h2b[r], 4) != 0;
+        for (int64_t it = 0; it < G * GR / 32; it++) di += memcmp(hia + it * 28, hib + it * 28, 25 * 4) != 0;  /* pieces and scale */
+        if (d1 || d2 || di || nz < G * GR / 2) {
+            printf("FAIL g3 items: P1 %d of %lld outputs differ, P2 %d of %lld, items %d (nonzero P1 outputs %d)\n", d1,
+                   (long long)(G * GR), d2, (long long)R2, di, nz);
+            fail = 1;
+        } else
+            printf("ok   g3 items: out_a / out_b shapes from split-ahead inputs, every output bit equal (P1 %lld, P2 %lld)\n",
+                   (long long)(G * GR), (long long)R2);
+        free(h1a); free(h1b); free(h2a); free(h2b); free(hia); free(hib);
+    }
+    cu_gemv3_set(-1);
+    cu_gemv3s_set(-1);
+out:
+    cudaFree(w0); cudaFree(w1); cudaFree(w2); cudaFree(x); cudaFree(y0); cudaFree(y1a); cudaFree(y1b); cudaFree(y2a);
+    cudaFree(y2b); cudaFree(i0); cudaFree(i1a); cudaFree(i1b);
+    return fail;
+}
+
 static int check_f32_all(int timing) {
     int types[] = {GGML_TYPE_Q8_0, GGML_TYPE_IQ2_XXS, GGML_TYPE_Q2_K, GGML_TYPE_Q4_K, GGML_TYPE_MXFP4};
     int fail = 0;
@@ -900,7 +981,7 @@ static int check_attention(int nh, int hd, int W, int ratio, int T, int pos0, in
     }
     float scale = 1.0f / sqrtf((float)hd);
     cu_attention(dq, dkv, dring, dcomp, CU_KV_F32, dsel, dnsel, topk, dsinks, T, nh, hd, W, ratio, nrot, dfreq, scale,
-                 dpos, pos0, -1.f, dref, NULL, NULL, 1, 0, 0);
+                 dpos, pos0, -1.f, dref, NULL, NULL, 1, 0, NULL, 0);
     int ran = cu_attention_tc(dq, dkv, dring, dcomp, dsel, dnsel, topk, dsinks, T, nh, hd, W, ratio, nrot,
                               dfreq, scale, dpos, pos0, -1.f, dtc, NULL, 0);
     CK(cudaDeviceSynchronize());
@@ -952,7 +1033,7 @@ static int check_attention(int nh, int hd, int W, int ratio, int T, int pos0, in
             cudaEventRecord(e0, 0);
             for (int i = 0; i < 3; i++) {
                 if (k) cu_attention_tc(dq, dkv, dring, dcomp, dsel, dnsel, topk, dsinks, T, nh, hd, W, ratio, nrot, dfreq, scale, dpos, pos0, -1.f, dtc, NULL, 0);
-                else cu_attention(dq, dkv, dring, dcomp, CU_KV_F32, dsel, dnsel, topk, dsinks, T, nh, hd, W, ratio, nrot, dfreq, scale, dpos, pos0, -1.f, dref, NULL, NULL, 1, 0, 0);
+                else cu_attention(dq, dkv, dring, dcomp, CU_KV_F32, dsel, dnsel, topk, dsinks, T, nh, hd, W, ratio, nrot, dfreq, scale, dpos, pos0, -1.f, dref, NULL, NULL, 1, 0, NULL, 0);
             }
             cudaEventRecord(e1, 0);
             cudaEventSynchronize(e1);
@@ -984,6 +1065,7 @@ int main(int argc, char **argv) {
         fail |= check_type(types[i], 77, 4096, 9, timing);
     }
     fail |= check_f32_all(timing);
+    fail |= check_g3_items();
     fail |= check_h_all();
     if (timing) time_h_all();
     int mq_types[] = {GGML_TYPE_Q8_0, GGML_TYPE_IQ2_XXS, GGML_TYPE_Q2_K};
