@@ -135,7 +135,8 @@ struct cu_session {
     int *d_argmax;
     float *attn_part;               /* split attention partials (small batches) */
     unsigned *o_amax;               /* a batch's largest finite |o| (float bits), from the attention for out_a */
-    int *o_items, *z_items;         /* one token's o and z as split items (cu_gemv_args.xitems) */
+    int *o_items, *z_items;         /* one token's o, z and the shared SwiGLU as split items */
+    int *smid_items;                /*   (cu_gemv_args.xitems) */
     float *h_logits;                /* pinned, V floats */
     int *d_cands, *h_cands;         /* sample_cands: cu_sample_cands_bytes(CU_CANDS_MAX), device / pinned */
     cu_graph graphs[4];
@@ -794,7 +795,7 @@ static void dev_session_free(minke_model *m, cu_model *cm, cu_session *s) {
                     s->kvp, s->kvb, s->ca, s->cg, s->ia, s->ig, s->qi, s->wi, s->scores, s->o, s->z, s->a, s->sel,
                     s->nsel, s->rlog, s->rw, s->rsel, s->tpairs, s->tstart, s->tcount, s->texp, s->ntiles, s->eg,
                     s->eu, s->emid, s->eout, s->mo, s->sg, s->su, s->smid, s->so, s->hy, s->logits, s->act, s->d_argmax,
-                    s->attn_part, s->o_amax, s->o_items, s->z_items, s->act2, s->actx, s->asplit, s->asplit2, s->asplit3, s->comp_f32, s->d_kvok,
+                    s->attn_part, s->o_amax, s->o_items, s->z_items, s->smid_items, s->act2, s->actx, s->asplit, s->asplit2, s->asplit3, s->comp_f32, s->d_kvok,
                     s->d_cands};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cudaFree(bufs[i]);
     cudaFreeHost(s->h_pos); cudaFreeHost(s->h_tok); cudaFreeHost(s->h_logits); cudaFreeHost(s->h_cands);
@@ -979,6 +980,7 @@ static cu_session *dev_session_alloc_chunk(minke_model *m, cu_model *cm, int n_c
     AL(s->o_amax, 4);
     AL(s->o_items, cu_gemv3_items_bytes(c->q_dim));
     AL(s->z_items, cu_gemv3_items_bytes(c->o_dim));
+    AL(s->smid_items, cu_gemv3_items_bytes(c->shexp_ff));
 #undef AL
     dev_session_reset(m, cm, s);
     return s;
@@ -1490,9 +1492,14 @@ static void shared_expert(fwd *f, const cu_layer *L, float clamp) {
     cu_session *s = f->s;
     int T = f->T, D = (int)f->c->n_embd, SF = f->cm->sfl;
     matmul2(f, &L->gate_shexp, &L->up_shexp, s->x, D, SF, s->sg, s->su, SF, T);
-    cu_swiglu(s->sg, s->su, NULL, T, SF, clamp, s->smid, f->st);
+    /* one token: the SwiGLU also as the down's input items (cu_gemv_args.xitems) */
+    int items = 0;
+    if (T == 1 && f->cm->act_f32 && cu_gemv3_items_enabled())
+        items = cu_swiglu_items(s->sg, s->su, SF, clamp, s->smid, s->smid_items, f->st);
+    else
+        cu_swiglu(s->sg, s->su, NULL, T, SF, clamp, s->smid, f->st);
     f->beside = T == 1 && f->side && shdown_beside();
-    matmul(f, &L->down_shexp, s->smid, SF, D, s->so, D, T);
+    matmul(f, &L->down_shexp, s->smid, SF, D, s->so, D, T, 0, items ? s->smid_items : NULL);
     f->beside = 0;
 }
 

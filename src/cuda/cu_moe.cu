@@ -16,6 +16,7 @@
 #include "cuda/cu_common.cuh"
 #include "cuda/cu_numerics.cuh"
 #include "cuda/cu_ops.h"
+#include "cuda/cu_g3.cuh"
 
 /* ------------------------------------------------------------------ */
 /* router and MoE (spec §11)                                           */
@@ -252,8 +253,10 @@ __global__ void k_swiglu(const float *g, const float *u, const float *w, int F, 
     if (w) s *= w[p];
     mid[(int64_t)p * F + i] = s;
 }
-/* The same per element, four elements per thread (float4 loads and store). */
-__global__ void k_swiglu4(const float4 *g, const float4 *u, const float *w, int F4, float limit, float4 *mid) {
+/* The same per element, four elements per thread (float4 loads and store);
+ * items (one row, F a multiple of 32): mid also as the next product's input
+ * items (cu_gemv_args.xitems), 8 consecutive threads an item. */
+__global__ void k_swiglu4(const float4 *g, const float4 *u, const float *w, int F4, float limit, float4 *mid, int *items) {
     cu_pdl_enter();
     int p = blockIdx.y;
     int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -266,6 +269,7 @@ __global__ void k_swiglu4(const float4 *g, const float4 *u, const float *w, int 
     s.w = cu_swiglu1(gv.w, uv.w, limit);
     if (w) { float wp = w[p]; s.x *= wp; s.y *= wp; s.z *= wp; s.w *= wp; }
     mid[(int64_t)p * F4 + i] = s;
+    if (items) g3_item_store(items + (i >> 3) * G3_IW, s, g3_item_amax(s, 0xffu << (threadIdx.x & 24)), i & 7);
 }
 static int aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 
@@ -274,10 +278,21 @@ void cu_swiglu(const float *g, const float *u, const float *w, int P, int F, flo
     if (!moe_use_v1() && F % 4 == 0 && aligned16(g) && aligned16(u) && aligned16(mid)) {
         int F4 = F / 4, bs = F4 < 256 ? (F4 + 31) / 32 * 32 : 256;
         cu_launch(k_swiglu4, dim3((F4 + bs - 1) / bs, P), bs, 0, st, (const float4 *)g, (const float4 *)u, w, F4, limit,
-                  (float4 *)mid);
+                  (float4 *)mid, (int *)NULL);
         return;
     }
     cu_launch(k_swiglu, dim3((F + 255) / 256, P), 256, 0, st, g, u, w, F, limit, mid);
+}
+
+int cu_swiglu_items(const float *g, const float *u, int F, float limit, float *mid, int *items, cudaStream_t st) {
+    if (moe_use_v1() || F % 32 || !aligned16(g) || !aligned16(u) || !aligned16(mid) || !aligned16(items)) {
+        cu_swiglu(g, u, NULL, 1, F, limit, mid, st);
+        return 0;
+    }
+    const int F4 = F / 4, bs = F4 < 256 ? (F4 + 31) / 32 * 32 : 256;
+    cu_launch(k_swiglu4, dim3((F4 + bs - 1) / bs, 1), bs, 0, st, (const float4 *)g, (const float4 *)u, (const float *)NULL,
+              F4, limit, (float4 *)mid, items);
+    return 1;
 }
 
 __global__ void k_moe_sum(const float *outp, const int *sel, int K, int D, float *m) {

@@ -286,6 +286,10 @@ void cu_moe_tiles(const int *sel, int P, int E, int nt, int *pairs, int *tstart,
                   int *ntiles, cudaStream_t st);
 void cu_swiglu(const float *g, const float *u, const float *w, int P, int F, float limit, float *mid,
                cudaStream_t st);
+/* one row (no weight): mid = swiglu(g, u), and mid also as the next product's input items
+ * (cu_gemv_args.xitems; F / 32 of them) where F is a multiple of 32; returns 1 when it
+ * stored them (else only mid, as cu_swiglu) */
+int cu_swiglu_items(const float *g, const float *u, int F, float limit, float *mid, int *items, cudaStream_t st);
 /* m[t] = sum over k of outp[t K + k], k in order, skipping pairs with sel < 0 (sel NULL: none) */
 void cu_moe_sum(const float *outp, const int *sel, int T, int K, int D, float *m, cudaStream_t st);
 
