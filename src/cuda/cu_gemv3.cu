@@ -25,6 +25,9 @@
  *                 default since the seventh session: blocks of up to 32 rows,
  *                 about one an SM, so a block's split of the input serves
  *                 many rows; MINKE_CUDA_G3=1 gives them back to k_gemvf);
+ *                 an input its writer already split (cu_gemv_args.xitems) is
+ *                 copied instead, and blocks of 32 rows can store their
+ *                 output split for the next product (oitems);
  *   k_moe_glu_mma k_g3_iq2_glu_b's work on the int8 tensor cores, the
  *                 weights streamed (sm_90, rows of 16-byte multiples: the
  *                 default there since the twenty-sixth session; see there);
