@@ -934,7 +934,7 @@ static int attention_f32(const float *q, const float *kv_batch, const float *rin
                   nsel, topk, nh, hd, W, ratio, scale, pos0p, nsplit, min_rows, fill, part, nrot);
         cu_launch(k_attn_dec_combine, dim3(nh, T), 128, 0, st, part, sinks, nsel, nh, hd, W, ratio, nsplit, min_rows, fill,
                   nrot, inv_freq, pos0p, o, o_items);
-        return 1;
+        return o_items != nullptr;
     }
     cu_launch(fp8 ? k_attention<CU_KV_FP8> : k_attention<CU_KV_F32>, dim3(nh, T, nsplit), ATT_WARPS * 32, 0, st,
               q, kv_batch, ring, comp, sel, nsel, topk, sinks, nh, hd, W, ratio, nrot, inv_freq, scale, pos0p, o, nsplit, part);

@@ -210,9 +210,12 @@ __global__ void __launch_bounds__(256) k_g3_q8(g3_args a) {
                 if (a.accumulate) *o += acc[rr]; else *o = acc[rr];
             }
     }
-    if constexpr (KS == 1) {
-        /* the block's rows (whole items: the launcher sets oi only then) as
-         * the next product's input items, lane li of 8 taking float4 li */
+    if constexpr (KS == 1 && R == 4) {
+        /* the block's 32 rows (one whole item: the launcher sets oi only for
+         * this instance, 8 warps) as the next product's input item, lane li
+         * of 8 taking float4 li; compiled only here, so that the other
+         * instances (out_b's, the shared down's small blocks) keep their
+         * registers */
         __shared__ __align__(16) float orow[8 * R];
         if (a.oi) {
             if (lane == 0) {

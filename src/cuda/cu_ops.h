@@ -42,9 +42,12 @@ typedef struct cu_gemv_args {
                                  SM (the shared expert's down beside the routed down): small blocks
                                  where cu_gemv3 has them, the same bits */
     const int *xitems;        /* one token, act_f32: act also as split items (cu_g3.cuh: G3_IW ints
-                                 per 32 inputs, item i for inputs 32 i ..), stored by act's writer
-                                 (the attention's combine, an oitems product); the dp4a kernel then
-                                 copies them instead of splitting act (the same bits); NULL: none */
+                                 per 32 inputs, item i for inputs 32 i ..; words 0-24, the pieces and
+                                 the scale, as g3_stage without BLK / SUMS: 25-27 are not written),
+                                 stored by act's writer (the attention's combine, an oitems product,
+                                 cu_swiglu_items); the dp4a kernel then copies them instead of
+                                 splitting act (the same bits); a kernel that does not take them
+                                 reads act; NULL: none */
     int *oitems;              /* one token: where the product's kernel can (cu_gemv3: blocks of 32
                                  whole rows), out's rows also stored as items for the next product */
     int *oitems_done;         /*   host flag, set to 1 when the launch stores oitems */

@@ -836,6 +836,24 @@ static void check_attention(int T, int ratio, int ncomp_rows) {
             float *ha = malloc(rows * 4), *hb = malloc(rows * 4);
             to_host(ha, ya, rows * 4); to_host(hb, yb, rows * 4);
             for (int64_t r = 0; r < rows; r++) bad += memcmp(&ha[r], &hb[r], 4) != 0 || ha[r] == 0.f;
+            /* a negative control: group 0's first item with its scale zeroed must change group 0's rows */
+            CK(cudaMemset(items + 24, 0, 4));
+            {
+                cu_gemv_args g;
+                memset(&g, 0, sizeof g);
+                g.w = w; g.wtype = 108; g.rows = rows; g.in = in; g.row_bytes = rb; g.act = c.o; g.act_f32 = 1;
+                g.act_stride = in * 4; g.act_div = 1; g.out = yb; g.out_stride = rows; g.ntok = 1; g.nt_hint = 1;
+                g.group_rows = 64; g.group_act_bytes = in * 4; g.xitems = items;
+                cu_gemv3_set(3);
+                cu_gemv3s_set(0);
+                cu_gemv(&g, 1, st);
+                cu_gemv3_set(-1);
+                cu_gemv3s_set(-1);
+            }
+            to_host(hb, yb, rows * 4);
+            int changed = 0;
+            for (int64_t r = 0; r < 64; r++) changed += memcmp(&ha[r], &hb[r], 4) != 0;
+            bad += changed < 32;
             free(ha); free(hb);
         }
         snprintf(what, sizeof what, "attention o items ratio=%d T=%d: stored %d, out_a from them: %d of %d outputs differ or 0",

@@ -648,13 +648,20 @@ static int check_g3_items(void) {
         for (int64_t r = 0; r < G * GR; r++) { d1 += memcmp(&h1a[r], &h1b[r], 4) != 0; nz += h1a[r] != 0.f; }
         for (int64_t r = 0; r < R2; r++) d2 += memcmp(&h2a[r], &h2b[r], 4) != 0;
         for (int64_t it = 0; it < G * GR / 32; it++) di += memcmp(hia + it * 28, hib + it * 28, 25 * 4) != 0;  /* pieces and scale */
+        /* a negative control: item 0's scale zeroed, P2 from the items must change (they are read) */
+        int dn = 0;
+        CK(cudaMemset(i1b + 24, 0, 4));
+        fail |= g3_items_run(w2, rb2, R2, I2, 0, y1a, i1b, y2b, NULL, 0, "P2 corrupted items");
+        CK(cudaMemcpy(h2b, y2b, R2 * 4, cudaMemcpyDeviceToHost));
+        for (int64_t r = 0; r < R2; r++) dn += memcmp(&h2a[r], &h2b[r], 4) != 0;
+        if (dn < R2 / 2) { printf("FAIL g3 items: P2 from a corrupted item changed only %d of %lld outputs\n", dn, (long long)R2); fail = 1; }
         if (d1 || d2 || di || nz < G * GR / 2) {
             printf("FAIL g3 items: P1 %d of %lld outputs differ, P2 %d of %lld, items %d (nonzero P1 outputs %d)\n", d1,
                    (long long)(G * GR), d2, (long long)R2, di, nz);
             fail = 1;
         } else
-            printf("ok   g3 items: out_a / out_b shapes from split-ahead inputs, every output bit equal (P1 %lld, P2 %lld)\n",
-                   (long long)(G * GR), (long long)R2);
+            printf("ok   g3 items: out_a / out_b shapes from split-ahead inputs, every output bit equal (P1 %lld, P2 %lld;"
+                   " a corrupted item changes %d)\n", (long long)(G * GR), (long long)R2, dn);
         free(h1a); free(h1b); free(h2a); free(h2b); free(hia); free(hib);
     }
     cu_gemv3_set(-1);
