@@ -795,8 +795,8 @@ static void dev_session_free(minke_model *m, cu_model *cm, cu_session *s) {
                     s->kvp, s->kvb, s->ca, s->cg, s->ia, s->ig, s->qi, s->wi, s->scores, s->o, s->z, s->a, s->sel,
                     s->nsel, s->rlog, s->rw, s->rsel, s->tpairs, s->tstart, s->tcount, s->texp, s->ntiles, s->eg,
                     s->eu, s->emid, s->eout, s->mo, s->sg, s->su, s->smid, s->so, s->hy, s->logits, s->act, s->d_argmax,
-                    s->attn_part, s->o_amax, s->o_items, s->z_items, s->smid_items, s->act2, s->actx, s->asplit, s->asplit2, s->asplit3, s->comp_f32, s->d_kvok,
-                    s->d_cands};
+                    s->attn_part, s->o_amax, s->o_items, s->z_items, s->smid_items, s->act2, s->actx, s->asplit,
+                    s->asplit2, s->asplit3, s->comp_f32, s->d_kvok, s->d_cands};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cudaFree(bufs[i]);
     cudaFreeHost(s->h_pos); cudaFreeHost(s->h_tok); cudaFreeHost(s->h_logits); cudaFreeHost(s->h_cands);
     free(s);
