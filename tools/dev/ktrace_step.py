@@ -5,6 +5,7 @@ one decode step of the captured graph as it ran on the GPU.
     python3 tools/dev/ktrace_step.py trace.csv                 # the step summary and kernel totals
     python3 tools/dev/ktrace_step.py trace.csv --layer 20      # a layer's kernels in start order
     python3 tools/dev/ktrace_step.py trace.csv --tail          # the shared expert's down against the routed down
+    python3 tools/dev/ktrace_step.py trace.csv --chain         # what each kernel adds to a layer, averaged by layer kind
 
 A step is the run of graph kernels from one launch of the graph's first node
 to the next (--step picks which, from the end: -3 by default, past the warm-up).
@@ -106,6 +107,34 @@ def tail(step, short):
           f"({total / len(routed) / 1e3:.1f} a layer)")
 
 
+def chain(steps_, short):
+    """Per layer kind (CSA: an indexer top-k; HCA: compressor kernels without
+    one; window only), the mean of what each kernel's end added to the layer's
+    latest end so far (positive parts only), over the layers of the steps."""
+    kinds = collections.defaultdict(lambda: collections.defaultdict(float))
+    nlay = collections.Counter()
+    for step in steps_:
+        hc = [i for i, r in enumerate(step) if "hc_pre" in short(r["name"])]
+        for n in range(0, len(hc) - 2, 2):
+            seg = step[hc[n]:hc[n + 2]]
+            names = [short(r["name"]) for r in seg]
+            kind = "CSA" if any("idx_topk" in x for x in names) else "HCA" if any("comp_" in x for x in names) else "window"
+            nlay[kind] += 1
+            prev = None
+            for r, nm in zip(seg, names):
+                if prev is not None and r["e"] > prev:
+                    kinds[kind][nm] += (r["e"] - prev) / 1e3
+                prev = r["e"] if prev is None else max(prev, r["e"])
+    for kind in ("CSA", "HCA", "window"):
+        if not nlay[kind]:
+            continue
+        tot = sum(kinds[kind].values()) / nlay[kind]
+        print(f"{kind}: {nlay[kind]} layers, {tot:.1f} us a layer from HC step to HC step; what each kernel adds (us a layer):")
+        for nm, v in sorted(kinds[kind].items(), key=lambda x: -x[1]):
+            if v / nlay[kind] >= 0.05:
+                print(f"  {nm[:58]:58s} {v / nlay[kind]:7.2f}")
+
+
 def main():
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)     # quiet under | head
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -113,6 +142,8 @@ def main():
     ap.add_argument("--step", type=int, default=-3)
     ap.add_argument("--layer", type=int)
     ap.add_argument("--tail", action="store_true")
+    ap.add_argument("--chain", action="store_true", help="mean adds per layer kind over the last --nsteps steps")
+    ap.add_argument("--nsteps", type=int, default=4)
     a = ap.parse_args()
     rows = load(a.trace)
     if not rows:
@@ -120,7 +151,9 @@ def main():
     st = steps(rows)
     step = st[a.step]
     short = demangler(r["name"] for r in step)
-    if a.layer is not None:
+    if a.chain:
+        chain(st[-a.nsteps - 2:-2] if len(st) > a.nsteps + 2 else st, short)
+    elif a.layer is not None:
         layer(step, short, a.layer)
     elif a.tail:
         tail(step, short)
