@@ -36,13 +36,19 @@ __device__ __forceinline__ float g3_item_amax(float4 v, unsigned mask) {
     return m;
 }
 
+/* Lane li's words of an item at d (G3_IW ints): its three pieces pc, and
+ * lane 0 the scale from the amax m (what g3_stage stores, and its callers) */
+__device__ __forceinline__ void g3_item_words(int *d, const int (&pc)[3], float m, int li) {
+    d[li] = pc[0]; d[8 + li] = pc[1]; d[16 + li] = pc[2];
+    if (li == 0) d[24] = __float_as_int(m * (1.f / 32512.f));
+}
+
 /* Lane li's words of an item with one scale (g3_stage without BLK / SUMS)
  * from its float4 and the item's amax m, at d (G3_IW ints) */
 __device__ __forceinline__ void g3_item_store(int *d, float4 v, float m, int li) {
     int pc[3];
     mx_split4<3>(v, mx_inv_scale<3>(m), pc);
-    d[li] = pc[0]; d[8 + li] = pc[1]; d[16 + li] = pc[2];
-    if (li == 0) d[24] = __float_as_int(m * (1.f / 32512.f));
+    g3_item_words(d, pc, m, li);
 }
 
 /* Items split ahead: a one-token product whose input's writer also stored
@@ -108,8 +114,7 @@ __device__ __forceinline__ void g3_stage(const float *x, int n, int *sh, int nth
             }
             if (b < nblk && it < nit) {
                 int *d = sh + it * G3_IW;
-                d[li] = pc[0]; d[8 + li] = pc[1]; d[16 + li] = pc[2];
-                if (li == 0) d[24] = __float_as_int(m * (1.f / 32512.f));
+                g3_item_words(d, pc, m, li);
                 if (SUMS && (li & 3) == 0) d[25 + (li >> 2)] = __float_as_int(hs);
             }
         }

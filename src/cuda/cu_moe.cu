@@ -273,26 +273,26 @@ __global__ void k_swiglu4(const float4 *g, const float4 *u, const float *w, int 
 }
 static int aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 
+/* k_swiglu4 where it applies (F a multiple of 4, 16-byte rows); 0 otherwise */
+static int swiglu4_launch(const float *g, const float *u, const float *w, int P, int F, float limit, float *mid,
+                          int *items, cudaStream_t st) {
+    if (moe_use_v1() || F % 4 || !aligned16(g) || !aligned16(u) || !aligned16(mid)) return 0;
+    const int F4 = F / 4, bs = F4 < 256 ? (F4 + 31) / 32 * 32 : 256;
+    cu_launch(k_swiglu4, dim3((F4 + bs - 1) / bs, P), bs, 0, st, (const float4 *)g, (const float4 *)u, w, F4, limit,
+              (float4 *)mid, items);
+    return 1;
+}
+
 void cu_swiglu(const float *g, const float *u, const float *w, int P, int F, float limit, float *mid,
                cudaStream_t st) {
-    if (!moe_use_v1() && F % 4 == 0 && aligned16(g) && aligned16(u) && aligned16(mid)) {
-        int F4 = F / 4, bs = F4 < 256 ? (F4 + 31) / 32 * 32 : 256;
-        cu_launch(k_swiglu4, dim3((F4 + bs - 1) / bs, P), bs, 0, st, (const float4 *)g, (const float4 *)u, w, F4, limit,
-                  (float4 *)mid, (int *)NULL);
-        return;
-    }
+    if (swiglu4_launch(g, u, w, P, F, limit, mid, NULL, st)) return;
     cu_launch(k_swiglu, dim3((F + 255) / 256, P), 256, 0, st, g, u, w, F, limit, mid);
 }
 
 int cu_swiglu_items(const float *g, const float *u, int F, float limit, float *mid, int *items, cudaStream_t st) {
-    if (moe_use_v1() || F % 32 || !aligned16(g) || !aligned16(u) || !aligned16(mid) || !aligned16(items)) {
-        cu_swiglu(g, u, NULL, 1, F, limit, mid, st);
-        return 0;
-    }
-    const int F4 = F / 4, bs = F4 < 256 ? (F4 + 31) / 32 * 32 : 256;
-    cu_launch(k_swiglu4, dim3((F4 + bs - 1) / bs, 1), bs, 0, st, (const float4 *)g, (const float4 *)u, (const float *)NULL,
-              F4, limit, (float4 *)mid, items);
-    return 1;
+    if (F % 32 == 0 && aligned16(items) && swiglu4_launch(g, u, NULL, 1, F, limit, mid, items, st)) return 1;
+    cu_swiglu(g, u, NULL, 1, F, limit, mid, st);
+    return 0;
 }
 
 __global__ void k_moe_sum(const float *outp, const int *sel, int K, int D, float *m) {
