@@ -33,40 +33,61 @@ __device__ __forceinline__ void comp_cand(int p, int col, int pos0, const float 
 }
 
 #define COMP_EMIT_MAXT 512
-__global__ void __launch_bounds__(COMP_EMIT_MAXT) k_comp_emit(const float *a, const float *s, int T, const void *ape, int apetype, int m, int d,
+#define COMP_EMIT_MAXROT 64
+
+__global__ void __launch_bounds__(COMP_EMIT_MAXT, 1) k_comp_emit(const float *a, const float *s, int T, const void *ape, int apetype, int m, int d,
                             const float *Skv, const float *Ssc, const float *norm_w, float eps, int nrot,
                             const float *inv_freq, const int *pos0p, int sims, int is_index, int f16round,
                             void *rows, int fmt) {
-    cu_pdl_enter();
     extern __shared__ float sh[];        /* d floats + 128 doubles */
     __shared__ double shd[33];
-    int pos0 = *pos0p;
-    int first = pos0 / m, last = (pos0 + T) / m;   /* windows first .. last-1 emit in this batch */
-    int w = first + blockIdx.x;
+    /* the window's RoPE angles before the PDL wait (cu_rope_early): thread k
+     * of the tail's nrot / 2 pairs, the (double) sincos d_rope_tail_sh took
+     * on the critical path after the pooling */
+    const int pos0 = *pos0p;
+    const int first = pos0 / m, last = (pos0 + T) / m;   /* windows first .. last-1 emit in this batch */
+    const int w = first + blockIdx.x;
+    __shared__ float r_cs[2][COMP_EMIT_MAXROT];
+    const bool early = nrot / 2 <= COMP_EMIT_MAXROT && nrot / 2 <= (int)blockDim.x;   /* else d_rope_tail_sh */
+    if (early && w < last && (int)threadIdx.x < nrot / 2) {
+        const float ang = (float)(w * m) * inv_freq[threadIdx.x];
+        double sd, cd;
+        sincos((double)ang, &sd, &cd);
+        r_cs[0][threadIdx.x] = (float)cd; r_cs[1][threadIdx.x] = (float)sd;
+    }
+    cu_pdl_enter();
     if (w >= last) return;
     int c = m == 4 ? 2 : 1, Wd = c * d;
     double ss = 0.0;
     for (int j = threadIdx.x; j < d; j += blockDim.x) {
         float mx = -INFINITY;
+        if (m == 4) {
+            /* ratio 4: the 8 candidates (the previous window's 4 on the first
+             * half of the columns, this window's 4 on the second) loaded at
+             * once, then the two passes of the other ratios over them in the
+             * same order (the same bits) */
+            float cv[8], cs[8];
+#pragma unroll
+            for (int r = 0; r < 4; r++) {
+                cv[r] = 0.f; cs[r] = -INFINITY;
+                if (w > 0) comp_cand((w - 1) * 4 + r, j, pos0, a, s, ape, apetype, m, Wd, Skv, Ssc, &cv[r], &cs[r]);
+                comp_cand(w * 4 + r, d + j, pos0, a, s, ape, apetype, m, Wd, Skv, Ssc, &cv[4 + r], &cs[4 + r]);
+            }
+#pragma unroll
+            for (int r = 0; r < 8; r++) if (cs[r] > mx) mx = cs[r];
+            float num = 0.f, den = 0.f;
+#pragma unroll
+            for (int r = 0; r < 8; r++)
+                if (cs[r] > -5e29f) { float e = expf(cs[r] - mx); num += e * cv[r]; den += e; }
+            float pooled = (mx <= -5e29f || den == 0.f) ? 0.f : num / den;
+            sh[j] = pooled;
+            ss += (double)pooled * pooled;
+            continue;
+        }
         /* two passes over the candidates: max, then the weighted sum */
         for (int pass = 0; pass < 2; pass++) {
             float num = 0.f, den = 0.f;
-            if (m == 4) {
-                for (int r = 0; r < 4; r++) {
-                    int p = (w - 1) * 4 + r;
-                    float v = 0.f, sc = -INFINITY;
-                    if (w > 0) comp_cand(p, j, pos0, a, s, ape, apetype, m, Wd, Skv, Ssc, &v, &sc);
-                    if (pass == 0) { if (sc > mx) mx = sc; }
-                    else if (sc > -5e29f) { float e = expf(sc - mx); num += e * v; den += e; }
-                }
-                for (int r = 0; r < 4; r++) {
-                    int p = w * 4 + r;
-                    float v, sc;
-                    comp_cand(p, d + j, pos0, a, s, ape, apetype, m, Wd, Skv, Ssc, &v, &sc);
-                    if (pass == 0) { if (sc > mx) mx = sc; }
-                    else if (sc > -5e29f) { float e = expf(sc - mx); num += e * v; den += e; }
-                }
-            } else {
+            {
 #pragma unroll 4
                 for (int r = 0; r < m; r++) {
                     int p = w * m + r;
@@ -87,7 +108,15 @@ __global__ void __launch_bounds__(COMP_EMIT_MAXT) k_comp_emit(const float *a, co
     float r = (float)(1.0 / sqrt(ss / d + (double)eps));
     for (int j = threadIdx.x; j < d; j += blockDim.x) sh[j] = sh[j] * r * norm_w[j];
     __syncthreads();
-    d_rope_tail_sh(sh, d, nrot, inv_freq, w * m, 0);
+    if (!early) {
+        d_rope_tail_sh(sh, d, nrot, inv_freq, w * m, 0);
+    } else if ((int)threadIdx.x < nrot / 2) {     /* d_rope_tail_sh with the angles from before the wait (the same thread) */
+        const int off = d - nrot, k = threadIdx.x;
+        const float rc = r_cs[0][k], rs = r_cs[1][k];
+        const float x0 = sh[off + 2 * k], x1 = sh[off + 2 * k + 1];
+        sh[off + 2 * k] = x0 * rc - x1 * rs;
+        sh[off + 2 * k + 1] = x0 * rs + x1 * rc;
+    }
     __syncthreads();
     if (sims && is_index) d_hadamard128_sh(sh, (double *)(sh + d + (d & 1)));
     if (fmt == CU_KV_FP8) {
