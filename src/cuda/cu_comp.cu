@@ -32,6 +32,15 @@ __device__ __forceinline__ void comp_cand(int p, int col, int pos0, const float 
     }
 }
 
+/* the pooling's softmax over a window's candidates: the sum step of one
+ * candidate (score sc, value v) given the max mx, and the pooled value */
+__device__ __forceinline__ void comp_pool_add(float sc, float v, float mx, float &num, float &den) {
+    if (sc > -5e29f) { float e = expf(sc - mx); num += e * v; den += e; }
+}
+__device__ __forceinline__ float comp_pooled(float mx, float num, float den) {
+    return (mx <= -5e29f || den == 0.f) ? 0.f : num / den;
+}
+
 #define COMP_EMIT_MAXT 512
 #define COMP_EMIT_MAXROT 64
 
@@ -49,12 +58,8 @@ __global__ void __launch_bounds__(COMP_EMIT_MAXT, 1) k_comp_emit(const float *a,
     const int w = first + blockIdx.x;
     __shared__ float r_cs[2][COMP_EMIT_MAXROT];
     const bool early = nrot / 2 <= COMP_EMIT_MAXROT && nrot / 2 <= (int)blockDim.x;   /* else d_rope_tail_sh */
-    if (early && w < last && (int)threadIdx.x < nrot / 2) {
-        const float ang = (float)(w * m) * inv_freq[threadIdx.x];
-        double sd, cd;
-        sincos((double)ang, &sd, &cd);
-        r_cs[0][threadIdx.x] = (float)cd; r_cs[1][threadIdx.x] = (float)sd;
-    }
+    if (early && w < last && (int)threadIdx.x < nrot / 2)
+        d_rope_cs(w * m, inv_freq, threadIdx.x, r_cs[0][threadIdx.x], r_cs[1][threadIdx.x]);
     cu_pdl_enter();
     if (w >= last) return;
     int c = m == 4 ? 2 : 1, Wd = c * d;
@@ -77,9 +82,8 @@ __global__ void __launch_bounds__(COMP_EMIT_MAXT, 1) k_comp_emit(const float *a,
             for (int r = 0; r < 8; r++) if (cs[r] > mx) mx = cs[r];
             float num = 0.f, den = 0.f;
 #pragma unroll
-            for (int r = 0; r < 8; r++)
-                if (cs[r] > -5e29f) { float e = expf(cs[r] - mx); num += e * cv[r]; den += e; }
-            float pooled = (mx <= -5e29f || den == 0.f) ? 0.f : num / den;
+            for (int r = 0; r < 8; r++) comp_pool_add(cs[r], cv[r], mx, num, den);
+            const float pooled = comp_pooled(mx, num, den);
             sh[j] = pooled;
             ss += (double)pooled * pooled;
             continue;
@@ -87,18 +91,15 @@ __global__ void __launch_bounds__(COMP_EMIT_MAXT, 1) k_comp_emit(const float *a,
         /* two passes over the candidates: max, then the weighted sum */
         for (int pass = 0; pass < 2; pass++) {
             float num = 0.f, den = 0.f;
-            {
 #pragma unroll 4
-                for (int r = 0; r < m; r++) {
-                    int p = w * m + r;
-                    float v, sc;
-                    comp_cand(p, j, pos0, a, s, ape, apetype, m, Wd, Skv, Ssc, &v, &sc);
-                    if (pass == 0) { if (sc > mx) mx = sc; }
-                    else if (sc > -5e29f) { float e = expf(sc - mx); num += e * v; den += e; }
-                }
+            for (int r = 0; r < m; r++) {
+                float v, sc;
+                comp_cand(w * m + r, j, pos0, a, s, ape, apetype, m, Wd, Skv, Ssc, &v, &sc);
+                if (pass == 0) { if (sc > mx) mx = sc; }
+                else comp_pool_add(sc, v, mx, num, den);
             }
             if (pass == 1) {
-                float pooled = (mx <= -5e29f || den == 0.f) ? 0.f : num / den;
+                const float pooled = comp_pooled(mx, num, den);
                 sh[j] = pooled;
                 ss += (double)pooled * pooled;
             }
@@ -111,11 +112,7 @@ __global__ void __launch_bounds__(COMP_EMIT_MAXT, 1) k_comp_emit(const float *a,
     if (!early) {
         d_rope_tail_sh(sh, d, nrot, inv_freq, w * m, 0);
     } else if ((int)threadIdx.x < nrot / 2) {     /* d_rope_tail_sh with the angles from before the wait (the same thread) */
-        const int off = d - nrot, k = threadIdx.x;
-        const float rc = r_cs[0][k], rs = r_cs[1][k];
-        const float x0 = sh[off + 2 * k], x1 = sh[off + 2 * k + 1];
-        sh[off + 2 * k] = x0 * rc - x1 * rs;
-        sh[off + 2 * k + 1] = x0 * rs + x1 * rc;
+        d_rope_pair_sh(sh, d - nrot, threadIdx.x, r_cs[0][threadIdx.x], r_cs[1][threadIdx.x]);
     }
     __syncthreads();
     if (sims && is_index) d_hadamard128_sh(sh, (double *)(sh + d + (d & 1)));

@@ -33,18 +33,29 @@ static __device__ __forceinline__ float d_e2m1_round(float u) {
 }
 static __device__ __forceinline__ float d_f16_round(float v) { return __half2float(__float2half_rn(v)); }
 
+/* RoPE pair k's cosine and sine at position pos (the angle in float, its
+ * sincos in double), and the rotation of pair k of the tail at off; split so
+ * that a kernel can take the angles before its PDL wait (k_comp_emit) */
+static __device__ __forceinline__ void d_rope_cs(int pos, const float *inv_freq, int k, float &c, float &s) {
+    float ang = (float)pos * inv_freq[k];
+    double sd, cd;
+    sincos((double)ang, &sd, &cd);
+    c = (float)cd; s = (float)sd;
+}
+static __device__ __forceinline__ void d_rope_pair_sh(float *x, int off, int k, float c, float s) {
+    float x0 = x[off + 2 * k], x1 = x[off + 2 * k + 1];
+    x[off + 2 * k] = x0 * c - x1 * s;
+    x[off + 2 * k + 1] = x0 * s + x1 * c;
+}
+
 /* RoPE on the tail of a vector held in shared memory: threads stride over pairs. */
 static __device__ void d_rope_tail_sh(float *x, int hd, int nrot, const float *inv_freq, int pos, int inverse) {
     int off = hd - nrot;
     for (int k = threadIdx.x; k < nrot / 2; k += blockDim.x) {
-        float ang = (float)pos * inv_freq[k];
-        double sd, cd;
-        sincos((double)ang, &sd, &cd);
-        float c = (float)cd, s = (float)sd;
+        float c, s;
+        d_rope_cs(pos, inv_freq, k, c, s);
         if (inverse) s = -s;
-        float x0 = x[off + 2 * k], x1 = x[off + 2 * k + 1];
-        x[off + 2 * k] = x0 * c - x1 * s;
-        x[off + 2 * k + 1] = x0 * s + x1 * c;
+        d_rope_pair_sh(x, off, k, c, s);
     }
 }
 
